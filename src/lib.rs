@@ -1,0 +1,40 @@
+//! # outpost
+//!
+//! An edge-node agent for Raspberry Pi–class devices: a durable store-and-forward mailbox
+//! on flash, signed and encrypted envelopes, local tools called over loopback HTTP with
+//! offline-verifiable capability tokens, and a tamper-evident audit log synced upstream
+//! when connectivity returns. The same binary runs the upstream gateway role.
+//!
+//! Data flows one way: API → (token check, envelope open) → store → worker (tools /
+//! sync) → store → API. Nothing below `store` knows about HTTP; `envelope`, `token`,
+//! `audit` and the sync state machine do no I/O and never read the clock.
+//!
+//! ## Layout
+//!
+//! - [`clock`]: the only place that reads the wall clock.
+//! - [`config`]: raw TOML structs → `check()` → resolved config; drop-ins.
+//! - [`store`]: the durable mailbox (engine seam, queues, dedup, blobs, results, audit rows).
+//! - [`envelope`]: identities, trust store logic, envelope v1 seal/open, request signatures.
+//! - [`token`]: PASETO v4.public capability tokens; pure `check`.
+//! - [`audit`]: RFC 6962 Merkle tree, canonical entries, signed checkpoints.
+//! - [`tools`]: tool registry, built-ins, external-process runner.
+//! - [`api`]: axum routers for node and gateway; one error → status mapping.
+//! - [`sync`]: node↔gateway protocol.
+//! - [`gateway`]: the upstream role.
+//! - [`service`]: systemd notify/watchdog, journald, signals.
+//! - [`telemetry`]: metrics registry and named events.
+//! - [`cli`]: one file per subcommand family.
+
+pub mod api;
+pub mod audit;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod envelope;
+pub mod gateway;
+pub mod service;
+pub mod store;
+pub mod sync;
+pub mod telemetry;
+pub mod token;
+pub mod tools;
