@@ -47,7 +47,9 @@ impl std::str::FromStr for Role {
         match s {
             "node" => Ok(Role::Node),
             "gateway" => Ok(Role::Gateway),
-            other => Err(format!("role must be \"node\" or \"gateway\", not {other:?}")),
+            other => Err(format!(
+                "role must be \"node\" or \"gateway\", not {other:?}"
+            )),
         }
     }
 }
@@ -163,13 +165,12 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             sources.push(f);
         }
     }
-    let raw: RawConfig =
-        toml::Value::Table(merged)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
+    let raw: RawConfig = toml::Value::Table(merged)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
     let mut cfg = check(raw)?;
     cfg.sources = sources;
     Ok(cfg)
@@ -208,7 +209,13 @@ fn merge_tables(base: &mut toml::Table, over: toml::Table) {
 pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut errs = Vec::new();
 
-    let role = match raw.identity.role.as_deref().unwrap_or("node").parse::<Role>() {
+    let role = match raw
+        .identity
+        .role
+        .as_deref()
+        .unwrap_or("node")
+        .parse::<Role>()
+    {
         Ok(r) => r,
         Err(e) => {
             errs.push(format!("identity.role: {e}"));
@@ -240,7 +247,9 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             errs.push(format!(
                 "api.listen {listen_text:?} is not an address:port (e.g. \"127.0.0.1:8000\")"
             ));
-            default_listen.parse().unwrap_or(([127, 0, 0, 1], 8000).into())
+            default_listen
+                .parse()
+                .unwrap_or(([127, 0, 0, 1], 8000).into())
         }
     };
     let max_body_bytes = raw.api.max_body_bytes.unwrap_or(2 * 1024 * 1024);
@@ -253,10 +262,16 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             errs.push("[upstream] is for the node role only".into());
         }
         if !(u.url.starts_with("http://") || u.url.starts_with("https://")) {
-            errs.push(format!("upstream.url {:?} must be http:// or https://", u.url));
+            errs.push(format!(
+                "upstream.url {:?} must be http:// or https://",
+                u.url
+            ));
         }
         if !valid_node_id(&u.gateway_id) {
-            errs.push(format!("upstream.gateway_id {:?} is not a node id", u.gateway_id));
+            errs.push(format!(
+                "upstream.gateway_id {:?} is not a node id",
+                u.gateway_id
+            ));
         }
         if u.ca_file.is_some() && u.url.starts_with("http://") {
             errs.push("upstream.ca_file is set but upstream.url is plain http://".into());
@@ -336,13 +351,18 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         "sqlite" => {}
         "sled" if cfg!(feature = "sled") => {}
         "sled" => errs.push("store.engine = \"sled\" needs a build with the `sled` feature".into()),
-        other => errs.push(format!("store.engine {other:?} must be \"sqlite\" or \"sled\"")),
+        other => errs.push(format!(
+            "store.engine {other:?} must be \"sqlite\" or \"sled\""
+        )),
     }
 
     let mut names = std::collections::BTreeSet::new();
     for t in &raw.tools {
         if !valid_tool_name(&t.name) {
-            errs.push(format!("tools: name {:?} must match [a-z][a-z0-9_]{{0,63}}", t.name));
+            errs.push(format!(
+                "tools: name {:?} must match [a-z][a-z0-9_]{{0,63}}",
+                t.name
+            ));
         }
         if ["echo", "pii_redact", "sysinfo"].contains(&t.name.as_str()) {
             errs.push(format!("tools.{}: shadows a built-in tool", t.name));

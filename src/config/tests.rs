@@ -81,7 +81,11 @@ command = ["/bin/true"]
 fn dropins_merge_in_name_order() {
     let dir = tempfile::tempdir().unwrap();
     let main = dir.path().join("outpost.toml");
-    std::fs::write(&main, "[identity]\nnode_id = \"node:a\"\n[queue]\nflush_batch = 10\n").unwrap();
+    std::fs::write(
+        &main,
+        "[identity]\nnode_id = \"node:a\"\n[queue]\nflush_batch = 10\n",
+    )
+    .unwrap();
     std::fs::create_dir(dir.path().join("outpost.d")).unwrap();
     std::fs::write(
         dir.path().join("outpost.d/20-late.toml"),
@@ -108,15 +112,7 @@ fn node_id_rule_matches_spec() {
     let long_kind = format!("{}:x", "a".repeat(33));
     let long_name = format!("node:{}", "x".repeat(65));
     for bad in [
-        "",
-        "node",
-        ":x",
-        "Node:x",
-        "1node:x",
-        "node:",
-        "node:a b",
-        "node:a:b",
-        &long_kind,
+        "", "node", ":x", "Node:x", "1node:x", "node:", "node:a b", "node:a:b", &long_kind,
         &long_name,
     ] {
         assert!(!valid_node_id(bad), "{bad}");
