@@ -1,0 +1,1 @@
+//! Cross-cutting tests: vectors, tamper matrix, proptests.

@@ -1,0 +1,1 @@
+//! Token tests: vectors, deny matrix, proptests.
