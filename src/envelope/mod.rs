@@ -41,7 +41,7 @@ mod trust;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use identity::{
     kex_pk_is_contributory, parse_kex_pk, parse_sign_pk, IdentityDocument, IdentityError,

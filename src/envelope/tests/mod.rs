@@ -31,3 +31,20 @@ pub(crate) fn hex(s: &str) -> Vec<u8> {
 pub(crate) fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// Compare `value` with the checked-in vector file, or rewrite the file when
+/// `OUTPOST_REGEN_VECTORS=1` (then review the diff: a changed vector is a wire break).
+pub(crate) fn check_or_regen(rel: &str, value: &serde_json::Value) {
+    let path = vector_path(rel);
+    let text = serde_json::to_string_pretty(value).unwrap() + "\n";
+    if std::env::var("OUTPOST_REGEN_VECTORS").as_deref() == Ok("1") {
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let on_disk: serde_json::Value = read_json(rel);
+    assert!(
+        &on_disk == value,
+        "{rel} differs from what the code produces; if the change is intended, run \
+         OUTPOST_REGEN_VECTORS=1 cargo test --lib envelope:: token:: and review the diff"
+    );
+}
