@@ -1,10 +1,10 @@
 //! Cross-cutting tests of the envelope module: public vectors, outpost's own known-answer
 //! vectors, the tamper matrix and parser robustness.
 
-mod kat;
-mod props;
+pub(crate) mod kat;
+pub(crate) mod props;
 mod public_vectors;
-mod tamper;
+pub(crate) mod tamper;
 
 use std::path::PathBuf;
 
