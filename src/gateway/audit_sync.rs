@@ -1,0 +1,285 @@
+//! `POST /v1/nodes/{id}/audit` (SPEC §7 sync): the gateway keeps a verified copy of each
+//! node's audit log.
+//!
+//! An upload is entries from the gateway's confirmed size plus a checkpoint signed by
+//! the node. The gateway recomputes the root over its stored leaves + the new ones,
+//! checks the signature with the node's key, and stores both only if the checkpoint's
+//! size and root match — which also proves the new tree extends the old one, since the
+//! old leaves are the prefix it hashed. A gap or mismatch is refused (409) and logged as
+//! an alert, never merged. `GET` answers the confirmed size so a node can resume.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::SignedNode;
+use super::state::{store_error, Gateway};
+use crate::api::json::parse;
+use crate::api::{ApiError, ApiResult};
+use crate::audit::{leaf_hash, origin_for, parse_and_verify, Frontier};
+use crate::envelope::b64_encode;
+use crate::store::WriteOp;
+
+fn ns_entries(node: &str) -> String {
+    format!("gw_audit:{node}")
+}
+fn ns_checkpoints(node: &str) -> String {
+    format!("gw_auditcp:{node}")
+}
+fn key(i: u64) -> String {
+    format!("{i:020}")
+}
+
+/// Why an upload is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("entries must start at the confirmed size {expected}, got {got}")]
+    Gap { expected: u64, got: u64 },
+    #[error("entry {0} differs from the copy the gateway already holds")]
+    Rewritten(u64),
+    #[error("entry at position {0} is not an audit entry with that index")]
+    BadEntry(u64),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    #[error("checkpoint is for size {signed} but the entries make {computed}")]
+    SizeMismatch { signed: u64, computed: u64 },
+    #[error("checkpoint root does not match the recomputed root")]
+    RootMismatch,
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::Gap { .. } => "audit_gap",
+            _ => "audit_mismatch",
+        }
+    }
+}
+
+/// An entry as uploaded: the canonical JSON text (what was hashed), or the object
+/// (re-serialized with sorted keys and no whitespace, which is the canonical form).
+fn entry_bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Object(_) => serde_json::to_vec(v).ok(),
+        _ => None,
+    }
+}
+
+fn entry_index(bytes: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()?
+        .get("index")?
+        .as_u64()
+}
+
+/// The pure check: does `old` (the stored tree, `stored(i)` its entries) extended by
+/// `entries` (starting at `first`) match the signed `note`? Returns the new frontier and
+/// the entries that are new.
+pub fn verify_extension(
+    old: &Frontier,
+    stored: &dyn Fn(u64) -> Option<Vec<u8>>,
+    entries: Vec<Vec<u8>>,
+    note: &str,
+    key: &ed25519_dalek::VerifyingKey,
+    node_id: &str,
+) -> Result<(Frontier, u64, Vec<Vec<u8>>), Refusal> {
+    let cp = parse_and_verify(note, key, &origin_for(node_id))
+        .map_err(|e| Refusal::Checkpoint(e.to_string()))?;
+    let size = old.size();
+    let mut fresh = Vec::new();
+    for (pos, e) in entries.into_iter().enumerate() {
+        let idx = entry_index(&e).ok_or(Refusal::BadEntry(pos as u64))?;
+        if idx < size {
+            // A resend after a lost answer: fine if it is the same entry.
+            if stored(idx).as_deref() != Some(e.as_slice()) {
+                return Err(Refusal::Rewritten(idx));
+            }
+            continue;
+        }
+        let expected = size + fresh.len() as u64;
+        if idx != expected {
+            return Err(Refusal::Gap { expected, got: idx });
+        }
+        fresh.push(e);
+    }
+    let mut f = old.clone();
+    for e in &fresh {
+        f.push(leaf_hash(e));
+    }
+    if cp.size != f.size() {
+        return Err(Refusal::SizeMismatch {
+            signed: cp.size,
+            computed: f.size(),
+        });
+    }
+    if cp.root != f.root() {
+        return Err(Refusal::RootMismatch);
+    }
+    Ok((f, cp.size, fresh))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditBody {
+    entries: Vec<Value>,
+    checkpoint: String,
+}
+
+fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, ApiError> {
+    let rows = gw.store.kv_list(&ns_entries(node)).map_err(store_error)?;
+    let mut f = Frontier::new();
+    for (_, v) in rows {
+        f.push(leaf_hash(&v));
+    }
+    Ok(f)
+}
+
+pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
+    let body: AuditBody = parse(&signed.body)?;
+    let node = signed.node_id.clone();
+    let Some(peer_key) = gw.trust().get(&node).map(|p| p.keys.sign) else {
+        return Err(ApiError::unauthorized("unknown node"));
+    };
+    let entries: Vec<Vec<u8>> = body
+        .entries
+        .iter()
+        .map(entry_bytes)
+        .collect::<Option<_>>()
+        .ok_or_else(|| ApiError::bad_request("entries must be JSON objects or their text"))?;
+    let mut frontiers = gw.audit.lock().await;
+    let old = match frontiers.get(&node) {
+        Some(f) => f.clone(),
+        None => load_frontier(&gw, &node)?,
+    };
+    let ns = ns_entries(&node);
+    let stored = |i: u64| gw.store.kv_get(&ns, &key(i)).ok().flatten();
+    let (new, size, fresh) =
+        match verify_extension(&old, &stored, entries, &body.checkpoint, &peer_key, &node) {
+            Ok(x) => x,
+            Err(r) => {
+                tracing::error!(
+                    event = "audit_alert",
+                    node_id = %node,
+                    code = r.code(),
+                    confirmed_size = old.size(),
+                    detail = %r,
+                    "audit upload refused: not merged"
+                );
+                return Err(ApiError::new(StatusCode::CONFLICT, r.code(), r.to_string()));
+            }
+        };
+    let mut ops: Vec<WriteOp> = fresh
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| WriteOp::KvPut {
+            ns: ns.clone(),
+            key: key(old.size() + i as u64),
+            value: e,
+        })
+        .collect();
+    ops.push(WriteOp::KvPut {
+        ns: ns_checkpoints(&node),
+        key: key(size),
+        value: body.checkpoint.into_bytes(),
+    });
+    gw.store.write(ops).await.map_err(store_error)?;
+    tracing::info!(event = "audit_synced", node_id = %node, size, "audit log extended and verified");
+    frontiers.insert(node, new);
+    Ok(Json(json!({"size": size})))
+}
+
+/// `GET /v1/nodes/{id}/audit`: the confirmed size and root.
+pub async fn status(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
+    let mut frontiers = gw.audit.lock().await;
+    let f = match frontiers.get(&signed.node_id) {
+        Some(f) => f.clone(),
+        None => {
+            let f = load_frontier(&gw, &signed.node_id)?;
+            frontiers.insert(signed.node_id.clone(), f.clone());
+            f
+        }
+    };
+    Ok(Json(json!({"size": f.size(), "root": b64_encode(&f.root())})))
+}
+
+/// Confirmed audit size of `node` (for `GET /v1/nodes`).
+pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
+    let mut frontiers = gw.audit.lock().await;
+    if let Some(f) = frontiers.get(node) {
+        return f.size();
+    }
+    match load_frontier(gw, node) {
+        Ok(f) => {
+            let s = f.size();
+            frontiers.insert(node.to_string(), f);
+            s
+        }
+        Err(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord};
+    use ed25519_dalek::SigningKey;
+
+    fn entries(from: u64, n: u64) -> Vec<Vec<u8>> {
+        (from..from + n)
+            .map(|i| {
+                AuditEntry::from_record(
+                    i,
+                    1000 + i,
+                    AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
+                )
+                .canonical_bytes()
+            })
+            .collect()
+    }
+
+    fn note(k: &SigningKey, all: &[Vec<u8>]) -> String {
+        let mut f = Frontier::new();
+        for e in all {
+            f.push(leaf_hash(e));
+        }
+        sign_checkpoint(k, &origin_for("node:a"), f.size(), &f.root())
+    }
+
+    #[test]
+    fn extends_refuses_gap_mismatch_and_rewrite() {
+        let k = SigningKey::from_bytes(&[7; 32]);
+        let vk = k.verifying_key();
+        let all = entries(0, 5);
+        let none = |_: u64| None;
+        let (f3, s, fresh) =
+            verify_extension(&Frontier::new(), &none, all[..3].to_vec(), &note(&k, &all[..3]), &vk, "node:a")
+                .unwrap();
+        assert_eq!((s, fresh.len()), (3, 3));
+        // Next upload continues from 3.
+        let (_, s, _) =
+            verify_extension(&f3, &none, all[3..].to_vec(), &note(&k, &all), &vk, "node:a").unwrap();
+        assert_eq!(s, 5);
+        // Gap: skipping entry 3.
+        let r = verify_extension(&f3, &none, all[4..].to_vec(), &note(&k, &all), &vk, "node:a");
+        assert_eq!(r.unwrap_err().code(), "audit_gap");
+        // Root mismatch: checkpoint over different entries.
+        let other = entries(0, 5).into_iter().map(|mut e| { e.push(b' '); e }).collect::<Vec<_>>();
+        let r = verify_extension(&f3, &none, all[3..].to_vec(), &note(&k, &other), &vk, "node:a");
+        assert_eq!(r.unwrap_err(), Refusal::RootMismatch);
+        // Resending already-confirmed entries must match what is stored.
+        let stored_ok = |i: u64| all.get(i as usize).cloned();
+        assert!(verify_extension(&f3, &stored_ok, all.clone(), &note(&k, &all), &vk, "node:a").is_ok());
+        let stored_bad = |_: u64| Some(b"{}".to_vec());
+        let r = verify_extension(&f3, &stored_bad, all.clone(), &note(&k, &all), &vk, "node:a");
+        assert_eq!(r.unwrap_err(), Refusal::Rewritten(0));
+        // Signed by another key.
+        let k2 = SigningKey::from_bytes(&[8; 32]);
+        let r = verify_extension(&f3, &none, all[3..].to_vec(), &note(&k2, &all), &vk, "node:a");
+        assert!(matches!(r.unwrap_err(), Refusal::Checkpoint(_)));
+    }
+}
