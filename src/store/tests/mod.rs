@@ -1,4 +1,4 @@
-//! Store tests. Every behaviour is a generic fn over [`EngineKind`]; `conformance!`
+//! Store tests. Every behaviour is a generic fn over [`EngineKind`]; `for_each_engine!`
 //! instantiates it once per compiled engine, so both engines pass the same suite.
 
 use std::path::Path;
@@ -46,7 +46,7 @@ pub fn ids(v: &[StoredMessage]) -> Vec<String> {
 }
 
 /// Instantiates a generic test fn for every engine compiled in.
-macro_rules! conformance {
+macro_rules! for_each_engine {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(#[test] fn $name() { super::$name(crate::store::EngineKind::Sqlite) })*
@@ -57,4 +57,4 @@ macro_rules! conformance {
         }
     };
 }
-pub(crate) use conformance;
+pub(crate) use for_each_engine;
