@@ -42,13 +42,25 @@ fn prefixed(tree: Tree, key: &[u8]) -> Vec<u8> {
 impl SledEngine {
     pub fn open(dir: &Path) -> Result<Self, EngineError> {
         let dir = dir.join(SLED_DIR);
-        let db = sled::Config::new()
-            .path(&dir)
-            .cache_capacity(CACHE_BYTES)
-            .mode(sled::Mode::LowSpace)
-            .flush_every_ms(None)
-            .open()
-            .map_err(err)?;
+        // sled releases its file lock from background threads after the last handle is
+        // dropped, so a quick close-then-reopen in one process can see it still held.
+        // Retry for a bounded time instead of failing the reopen.
+        let mut tries = 0;
+        let db = loop {
+            let r = sled::Config::new()
+                .path(&dir)
+                .cache_capacity(CACHE_BYTES)
+                .mode(sled::Mode::LowSpace)
+                .flush_every_ms(None)
+                .open();
+            match r {
+                Err(sled::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock && tries < 250 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.map_err(err)?,
+            }
+        };
         let me = Self {
             dir,
             db,
