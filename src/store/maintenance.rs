@@ -137,11 +137,22 @@ impl Store {
         let e = self.inner.engine.as_ref();
         let mut report = DoctorReport {
             engine: e.name().to_owned(),
-            integrity: e.integrity_check()?,
             ..Default::default()
         };
+        // Engine errors are findings here, not failures of the doctor.
+        match e.integrity_check() {
+            Ok(lines) => report.integrity = lines,
+            Err(err) => report.integrity.push(err.to_string()),
+        }
         let mut live = 0;
-        for d in scan_damage(e, &self.inner.blobs, &mut live)? {
+        let damage = match scan_damage(e, &self.inner.blobs, &mut live) {
+            Ok(d) => d,
+            Err(err) => {
+                report.integrity.push(format!("scan stopped: {err}"));
+                Vec::new()
+            }
+        };
+        for d in damage {
             let line = format!("{}/{}: {}", d.tree, hex(&d.key), d.reason);
             match d.kind {
                 DamageKind::Undecodable => report.undecodable.push(line),
@@ -150,10 +161,14 @@ impl Store {
             }
         }
         report.messages = live;
-        e.scan(T_COUNT, &[], None, &mut |_, v| {
-            report.counted += super::types::Counter::decode(v).map(|c| c.depth).unwrap_or(0);
+        let mut counted = 0;
+        if let Err(err) = e.scan(T_COUNT, &[], None, &mut |_, v| {
+            counted += super::types::Counter::decode(v).map(|c| c.depth).unwrap_or(0);
             true
-        })?;
+        }) {
+            report.integrity.push(format!("counters: {err}"));
+        }
+        report.counted = counted;
         // Counters include records that are damaged but not yet quarantined.
         report.messages += report
             .undecodable
@@ -162,7 +177,10 @@ impl Store {
             .chain(&report.corrupt_blobs)
             .filter(|l| l.starts_with(&format!("{T_MSG}/")))
             .count() as u64;
-        report.quarantined = quarantine_list(e)?;
+        match quarantine_list(e) {
+            Ok(q) => report.quarantined = q,
+            Err(err) => report.integrity.push(format!("quarantine list: {err}")),
+        }
         Ok(report)
     }
 
