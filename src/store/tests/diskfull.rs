@@ -1,7 +1,8 @@
 //! Disk full on a really full filesystem: the test mounts a small tmpfs (root only;
 //! otherwise it prints why and returns), fills it with a filler file, and checks:
 //! enqueue answers `StorageFull` (never another error, never a panic), nothing already
-//! stored is lost, and writes resume once space is freed.
+//! stored is lost, and writes resume once space is freed. (SQLite keeps serving reads
+//! while full; sled must reopen its database and can only do so once space is back.)
 
 use std::io::Write;
 use std::process::Command;
@@ -86,10 +87,16 @@ fn storage_full_on_a_full_tmpfs_then_resume(kind: EngineKind) {
         s.enqueue(msg("gw", "bigfull", 0, &[3u8; 200_000])).wait(),
         Err(StoreError::StorageFull)
     );
-    let present = ids(&s.next_batch("outbox", "gw", 10_000, T0).unwrap());
-    assert_eq!(present, confirmed, "something stored was lost");
+    match s.next_batch("outbox", "gw", 10_000, T0) {
+        Ok(present) => assert_eq!(ids(&present), confirmed, "something stored was lost"),
+        // sled cannot reopen its database while the disk is full (docs/DECISIONS.md).
+        Err(StoreError::StorageFull) if kind != EngineKind::Sqlite => {}
+        Err(e) => panic!("read failed while full: {e:?}"),
+    }
 
     std::fs::remove_file(d.path().join("filler")).unwrap();
+    let present = ids(&s.next_batch("outbox", "gw", 10_000, T0).unwrap());
+    assert_eq!(present, confirmed, "something stored was lost");
     s.enqueue(msg("gw", "after", 0, &[4u8; 512])).wait().unwrap();
     confirmed.push("after".into());
     drop(s);
