@@ -337,3 +337,27 @@ fn seal_refuses_bad_input() {
         SealError::Invalid("sender_node_id")
     );
 }
+
+#[test]
+fn relay_check_verifies_without_decrypting() {
+    let w = world();
+    let env = sealed(&w);
+    let relay = |e: &Envelope, now: u64| {
+        crate::envelope::check_relay(e, &w.trust, now, SKEW, 7 * 86_400_000).map_err(|e| e.code())
+    };
+    assert_eq!(relay(&env, T0), Ok(()));
+    let mut bad = env.clone();
+    bad.ciphertext[0] ^= 1;
+    assert_eq!(relay(&bad, T0), Err("bad_signature"));
+    assert_eq!(relay(&env, env.expires_at_ms + SKEW), Err("expired"));
+    let mut stranger = env.clone();
+    stranger.sender_node_id = "node:stranger".into();
+    assert_eq!(relay(&stranger, T0), Err("unknown_sender"));
+    // The relay check does not need the recipient's key: a forged-sender re-sign passes it
+    // (the signature is genuine) but the recipient's full pipeline refuses it.
+    let mut resigned = env.clone();
+    resigned.sender_node_id = "node:other".into();
+    resigned.signature = w.other.sign(&resigned.signed_bytes()).to_vec();
+    assert_eq!(relay(&resigned, T0), Ok(()));
+    assert_eq!(code(open_at(&w, &resigned, T0)), "decrypt_failed");
+}
