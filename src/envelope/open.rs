@@ -110,6 +110,11 @@ impl From<WireError> for OpenError {
 }
 
 /// Full pipeline from raw request bytes.
+///
+/// `seen(sender, message_id)` must answer from the durable dedup set. If that lookup can
+/// fail, either answer `true` (fail closed; the sender retries) or pass `|_, _| false` and
+/// run the dedup check on the returned [`Opened`] before storing — the same outcome at
+/// the cost of decrypting a replay once.
 pub fn open(
     bytes: &[u8],
     ctx: &OpenContext<'_>,
