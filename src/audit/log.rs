@@ -38,6 +38,9 @@ pub type StorageError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///   that matters.
 pub trait AuditStorage: Send + Sync {
     fn len(&self) -> Result<u64, StorageError>;
+    fn is_empty(&self) -> Result<bool, StorageError> {
+        Ok(self.len()? == 0)
+    }
     fn append(&self, index: u64, entry: &[u8]) -> Result<(), StorageError>;
     fn append_batch(&self, first_index: u64, entries: &[Vec<u8>]) -> Result<(), StorageError> {
         for (i, e) in entries.iter().enumerate() {
