@@ -14,6 +14,7 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use super::checkpoint::{origin_for, parse_and_verify, sign_checkpoint, CheckpointError};
 use super::entry::{AuditEntry, AuditRecord};
 use super::merkle::{leaf_hash, Frontier, Hash};
+use super::upload::{claimed_index, SyncBatch};
 
 /// Errors a storage implementation reports; boxed so the store keeps its own types.
 pub type StorageError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -114,21 +115,30 @@ pub enum VerifyFailure {
     CheckpointBeyondLog { size: u64, entries: u64 },
 }
 
-/// Stream all entries from `from`, in pages, calling `f(position_key, bytes)`.
+/// Stream stored entries from `from` up to (excluding) storage key `end`, in pages,
+/// calling `f(storage_key, bytes)`.
 fn stream<S: AuditStorage>(
     storage: &S,
     from: u64,
+    end: u64,
     mut f: impl FnMut(u64, &[u8]) -> Result<(), AuditError>,
 ) -> Result<(), AuditError> {
     let mut next = from;
     loop {
-        let page = storage.read(next, PAGE).map_err(AuditError::Storage)?;
+        let want = end.saturating_sub(next).min(PAGE as u64) as usize;
+        if want == 0 {
+            return Ok(());
+        }
+        let page = storage.read(next, want).map_err(AuditError::Storage)?;
         let n = page.len();
         for (key, bytes) in &page {
+            if *key >= end {
+                return Ok(());
+            }
             f(*key, bytes)?;
             next = key.saturating_add(1);
         }
-        if n < PAGE {
+        if n < want {
             return Ok(());
         }
     }
@@ -142,7 +152,7 @@ impl<S: AuditStorage> AuditLog<S> {
     /// later index. Full checking is [`AuditLog::verify`].
     pub fn open(storage: S) -> Result<Self, AuditError> {
         let mut frontier = Frontier::new();
-        stream(&storage, 0, |key, bytes| {
+        stream(&storage, 0, u64::MAX, |key, bytes| {
             if key != frontier.size() {
                 return Err(AuditError::Corrupt(format!(
                     "expected entry {} but storage returned {key}",
@@ -281,7 +291,7 @@ impl<S: AuditStorage> AuditLog<S> {
             }
         };
         check_root(&frontier, &mut failures);
-        stream(&self.storage, 0, |key, bytes| {
+        stream(&self.storage, 0, u64::MAX, |key, bytes| {
             let position = frontier.size();
             if key != position {
                 failures.push(VerifyFailure::Gap { position, key });
@@ -317,11 +327,83 @@ impl<S: AuditStorage> AuditLog<S> {
         })
     }
 
+    /// Up to `limit` stored entries from index `from` (canonical bytes).
+    pub fn read_entries(&self, from: u64, limit: usize) -> Result<Vec<Vec<u8>>, AuditError> {
+        let rows = self
+            .storage
+            .read(from, limit)
+            .map_err(AuditError::Storage)?;
+        Ok(rows.into_iter().map(|(_, b)| b).collect())
+    }
+
+    /// The next upload for a gateway that confirmed `confirmed_size` entries: at most
+    /// `max_entries` entries and a checkpoint (signed and stored) for exactly the tree
+    /// they extend to.
+    ///
+    /// When everything fits, the checkpoint is for the current tree. When the backlog is
+    /// longer than `max_entries`, the root at the batch's end is recomputed by streaming
+    /// the log from the start (O(size) reads, only while catching up). Entries below the
+    /// snapshot size never change, so the lock is held only to take the snapshot.
+    pub fn sync_batch(
+        &self,
+        confirmed_size: u64,
+        max_entries: usize,
+        key: &SigningKey,
+        node_id: &str,
+    ) -> Result<SyncBatch, AuditError> {
+        let (current, current_root) = {
+            let st = self.lock();
+            (st.frontier.size(), st.frontier.root())
+        };
+        if confirmed_size > current {
+            return Err(AuditError::Corrupt(format!(
+                "gateway confirmed {confirmed_size} entries but the log has {current}"
+            )));
+        }
+        let size = current.min(confirmed_size.saturating_add(max_entries as u64));
+        let root = if size == current {
+            current_root
+        } else {
+            self.root_at(size)?
+        };
+        let entries = self.read_entries(confirmed_size, (size - confirmed_size) as usize)?;
+        if entries.len() as u64 != size - confirmed_size {
+            return Err(AuditError::Corrupt(
+                "entries missing below the tree size".into(),
+            ));
+        }
+        let checkpoint = sign_checkpoint(key, &origin_for(node_id), size, &root);
+        self.storage
+            .put_checkpoint(size, &checkpoint)
+            .map_err(AuditError::Storage)?;
+        Ok(SyncBatch {
+            from: confirmed_size,
+            size,
+            entries,
+            checkpoint,
+        })
+    }
+
+    /// Root of the first `size` stored entries, by streaming them.
+    pub fn root_at(&self, size: u64) -> Result<Hash, AuditError> {
+        let mut f = Frontier::new();
+        stream(&self.storage, 0, size, |_, bytes| {
+            f.push(leaf_hash(bytes));
+            Ok(())
+        })?;
+        if f.size() != size {
+            return Err(AuditError::Corrupt(format!(
+                "log has fewer than {size} entries"
+            )));
+        }
+        Ok(f.root())
+    }
+
     /// Write entries with index ≥ `since` as JSON Lines (the canonical bytes, one per
     /// line). Returns how many were written.
     pub fn export_jsonl(&self, since: u64, out: &mut impl Write) -> Result<u64, AuditError> {
         let mut n = 0u64;
-        stream(&self.storage, since, |_, bytes| {
+        stream(&self.storage, since, u64::MAX, |_, bytes| {
             out.write_all(bytes)?;
             out.write_all(b"\n")?;
             n += 1;
@@ -329,88 +411,6 @@ impl<S: AuditStorage> AuditLog<S> {
         })?;
         out.flush()?;
         Ok(n)
-    }
-}
-
-fn claimed_index(bytes: &[u8]) -> Option<u64> {
-    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    v.as_object()?.get("index")?.as_u64()
-}
-
-/// In-memory [`AuditStorage`] for tests and `--dev` experiments. Not durable.
-#[derive(Default)]
-pub struct MemoryAuditStorage {
-    inner: Mutex<MemoryInner>,
-}
-
-#[derive(Default)]
-struct MemoryInner {
-    entries: BTreeMap<u64, Vec<u8>>,
-    checkpoints: BTreeMap<u64, String>,
-    fail_appends: bool,
-}
-
-impl MemoryAuditStorage {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn inner(&self) -> std::sync::MutexGuard<'_, MemoryInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Direct access to the stored rows, for tests that play the attacker.
-    pub fn tamper(&self, f: impl FnOnce(&mut BTreeMap<u64, Vec<u8>>)) {
-        f(&mut self.inner().entries)
-    }
-
-    /// Make every later append fail (disk-full tests).
-    pub fn fail_appends(&self, fail: bool) {
-        self.inner().fail_appends = fail;
-    }
-}
-
-impl AuditStorage for MemoryAuditStorage {
-    fn len(&self) -> Result<u64, StorageError> {
-        Ok(self.inner().entries.len() as u64)
-    }
-
-    fn append(&self, index: u64, entry: &[u8]) -> Result<(), StorageError> {
-        let mut g = self.inner();
-        if g.fail_appends {
-            return Err("injected append failure".into());
-        }
-        if g.entries.contains_key(&index) {
-            return Err(format!("entry {index} already exists").into());
-        }
-        g.entries.insert(index, entry.to_vec());
-        Ok(())
-    }
-
-    fn read(&self, from: u64, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
-        Ok(self
-            .inner()
-            .entries
-            .range(from..)
-            .take(limit)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect())
-    }
-
-    fn put_checkpoint(&self, size: u64, note: &str) -> Result<(), StorageError> {
-        self.inner().checkpoints.insert(size, note.to_string());
-        Ok(())
-    }
-
-    fn checkpoints(&self) -> Result<Vec<(u64, String)>, StorageError> {
-        Ok(self
-            .inner()
-            .checkpoints
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect())
     }
 }
 
