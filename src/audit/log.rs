@@ -151,8 +151,17 @@ impl<S: AuditStorage> AuditLog<S> {
     /// dense, so a missing row is reported now rather than silently shifting every
     /// later index. Full checking is [`AuditLog::verify`].
     pub fn open(storage: S) -> Result<Self, AuditError> {
-        let mut frontier = Frontier::new();
-        stream(&storage, 0, u64::MAX, |key, bytes| {
+        Self::open_from(storage, Frontier::new())
+    }
+
+    /// Open from a frontier persisted earlier ([`AuditLog::frontier`]), hashing only the
+    /// entries appended after it — so startup time does not grow with the log.
+    ///
+    /// A wrong snapshot cannot hide tampering: [`AuditLog::verify`] recomputes from the
+    /// entries alone, and checkpoints signed from a wrong frontier fail it.
+    pub fn open_from(storage: S, snapshot: Frontier) -> Result<Self, AuditError> {
+        let mut frontier = snapshot;
+        stream(&storage, frontier.size(), u64::MAX, |key, bytes| {
             if key != frontier.size() {
                 return Err(AuditError::Corrupt(format!(
                     "expected entry {} but storage returned {key}",
@@ -165,7 +174,7 @@ impl<S: AuditStorage> AuditLog<S> {
         let len = storage.len().map_err(AuditError::Storage)?;
         if len != frontier.size() {
             return Err(AuditError::Corrupt(format!(
-                "storage reports {len} entries but {} were read",
+                "storage reports {len} entries but the frontier covers {}",
                 frontier.size()
             )));
         }
@@ -176,6 +185,12 @@ impl<S: AuditStorage> AuditLog<S> {
                 poisoned: false,
             }),
         })
+    }
+
+    /// A copy of the current frontier, to persist for a fast [`AuditLog::open_from`]
+    /// (store `size()` and `subtree_hashes()`).
+    pub fn frontier(&self) -> Frontier {
+        self.lock().frontier.clone()
     }
 
     pub fn storage(&self) -> &S {

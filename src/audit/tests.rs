@@ -333,3 +333,25 @@ fn gateway_refuses_gaps_reorders_alterations_and_forks() {
         Err(ExtensionError::Checkpoint(_))
     ));
 }
+
+#[test]
+fn open_from_a_persisted_frontier_skips_old_entries() {
+    let (storage, log) = filled(50);
+    let snap = log.frontier();
+    let (size, hashes) = (snap.size(), snap.subtree_hashes());
+    for i in 50..60 {
+        log.append(record(i), 9).unwrap();
+    }
+    let expected = log.root();
+    drop(log);
+    let restored = Frontier::from_subtree_hashes(size, &hashes).unwrap();
+    let log = AuditLog::open_from(storage.clone(), restored).unwrap();
+    assert_eq!((log.size(), log.root()), (60, expected));
+    // A snapshot claiming more entries than stored is refused.
+    let mut too_big = Frontier::new();
+    (0..61).for_each(|i| too_big.push(leaf_hash(&[i as u8])));
+    assert!(matches!(
+        AuditLog::open_from(storage, too_big),
+        Err(AuditError::Corrupt(_))
+    ));
+}

@@ -179,3 +179,17 @@ fn result_lists_only_nonzero_kinds() {
         serde_json::json!([{"kind": "email", "count": 2}])
     );
 }
+
+#[test]
+fn machine_log_lines_survive() {
+    for line in [
+        "2024-11-22T07:05:43.123456+01:00 INFO request_id=550e8400-e29b-41d4-a716-446655440000 GET /api/v1/items/12345 200 1.234ms",
+        "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 size=104857600",
+        "build v2.10.3-rc.1 (commit 3f2a9c1) on 22/11/2024 at 14:30:00, uptime 12:34:56",
+        "price $1,234.56, qty 1000000, ratio 0.000123, temp -12.5°C, id 2024.11.22",
+        "pid 4242 ppid 1 rss 12345678 kB, load 0.52 0.58 0.59, epoch 1732262743",
+        "modbus reg 40001=0x1F4, crc 0xA001, serial 123456789012",
+    ] {
+        untouched(line);
+    }
+}
