@@ -5,16 +5,15 @@
 //! store in production, [`MemoryAuditStorage`] in tests). The log never reads the clock:
 //! callers pass `now_ms`.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
 
-use ed25519_dalek::{SigningKey, VerifyingKey};
+use ed25519_dalek::SigningKey;
 
-use super::checkpoint::{origin_for, parse_and_verify, sign_checkpoint, CheckpointError};
+use super::checkpoint::{origin_for, sign_checkpoint};
 use super::entry::{AuditEntry, AuditRecord};
 use super::merkle::{leaf_hash, Frontier, Hash};
-use super::upload::{claimed_index, SyncBatch};
+use super::upload::SyncBatch;
 
 /// Errors a storage implementation reports; boxed so the store keeps its own types.
 pub type StorageError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -67,7 +66,7 @@ pub enum AuditError {
 }
 
 /// Entries are streamed in pages of this size so memory stays flat for any log length.
-const PAGE: usize = 1024;
+pub(super) const PAGE: usize = 1024;
 
 struct State {
     frontier: Frontier,
@@ -76,48 +75,13 @@ struct State {
 
 /// The node's tamper-evident log. Cheap to share behind an `Arc`.
 pub struct AuditLog<S: AuditStorage> {
-    storage: S,
+    pub(super) storage: S,
     state: Mutex<State>,
-}
-
-/// Outcome of [`AuditLog::verify`]: empty `failures` means the log checks out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifyReport {
-    pub entries: u64,
-    pub root: Hash,
-    pub checkpoints_checked: usize,
-    pub failures: Vec<VerifyFailure>,
-}
-
-impl VerifyReport {
-    pub fn is_ok(&self) -> bool {
-        self.failures.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum VerifyFailure {
-    #[error("entry stored at position {position} has storage key {key}")]
-    Gap { position: u64, key: u64 },
-    #[error("entry at position {position} is not a JSON object with an integer index")]
-    Unreadable { position: u64 },
-    #[error("entry at position {position} says it is index {claimed}")]
-    IndexMismatch { position: u64, claimed: u64 },
-    #[error("storage reports {reported} entries but {found} were read")]
-    LengthMismatch { reported: u64, found: u64 },
-    #[error("checkpoint at size {size}: {error}")]
-    BadCheckpoint { size: u64, error: CheckpointError },
-    #[error("checkpoint stored under size {stored} is for size {signed}")]
-    CheckpointSizeMismatch { stored: u64, signed: u64 },
-    #[error("checkpoint at size {size} does not match the recomputed root")]
-    RootMismatch { size: u64 },
-    #[error("checkpoint at size {size} is beyond the log's {entries} entries")]
-    CheckpointBeyondLog { size: u64, entries: u64 },
 }
 
 /// Stream stored entries from `from` up to (excluding) storage key `end`, in pages,
 /// calling `f(storage_key, bytes)`.
-fn stream<S: AuditStorage>(
+pub(super) fn stream<S: AuditStorage>(
     storage: &S,
     from: u64,
     end: u64,
@@ -269,77 +233,6 @@ impl<S: AuditStorage> AuditLog<S> {
     pub fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, AuditError> {
         let cps = self.storage.checkpoints().map_err(AuditError::Storage)?;
         Ok(cps.into_iter().max_by_key(|(size, _)| *size))
-    }
-
-    /// Recompute the tree from every stored entry and check every stored checkpoint.
-    ///
-    /// Does not touch the in-memory frontier: it answers "do the stored bytes hold up",
-    /// which is what `outpost audit verify` promises.
-    pub fn verify(&self, key: &VerifyingKey, node_id: &str) -> Result<VerifyReport, AuditError> {
-        let origin = origin_for(node_id);
-        let mut failures = Vec::new();
-        // size → expected root, from every checkpoint whose signature checks out.
-        let mut expected: BTreeMap<u64, Hash> = BTreeMap::new();
-        let checkpoints = self.storage.checkpoints().map_err(AuditError::Storage)?;
-        let checkpoints_checked = checkpoints.len();
-        for (size, note) in &checkpoints {
-            match parse_and_verify(note, key, &origin) {
-                Ok(cp) if cp.size != *size => {
-                    failures.push(VerifyFailure::CheckpointSizeMismatch {
-                        stored: *size,
-                        signed: cp.size,
-                    })
-                }
-                Ok(cp) => {
-                    expected.insert(cp.size, cp.root);
-                }
-                Err(error) => failures.push(VerifyFailure::BadCheckpoint { size: *size, error }),
-            }
-        }
-
-        let mut frontier = Frontier::new();
-        let check_root = |f: &Frontier, failures: &mut Vec<VerifyFailure>| {
-            if let Some(root) = expected.get(&f.size()) {
-                if *root != f.root() {
-                    failures.push(VerifyFailure::RootMismatch { size: f.size() });
-                }
-            }
-        };
-        check_root(&frontier, &mut failures);
-        stream(&self.storage, 0, u64::MAX, |key, bytes| {
-            let position = frontier.size();
-            if key != position {
-                failures.push(VerifyFailure::Gap { position, key });
-            }
-            match claimed_index(bytes) {
-                Some(claimed) if claimed == position => {}
-                Some(claimed) => failures.push(VerifyFailure::IndexMismatch { position, claimed }),
-                None => failures.push(VerifyFailure::Unreadable { position }),
-            }
-            frontier.push(leaf_hash(bytes));
-            check_root(&frontier, &mut failures);
-            Ok(())
-        })?;
-        let entries = frontier.size();
-        for size in expected.keys().filter(|s| **s > entries) {
-            failures.push(VerifyFailure::CheckpointBeyondLog {
-                size: *size,
-                entries,
-            });
-        }
-        let reported = self.storage.len().map_err(AuditError::Storage)?;
-        if reported != entries {
-            failures.push(VerifyFailure::LengthMismatch {
-                reported,
-                found: entries,
-            });
-        }
-        Ok(VerifyReport {
-            entries,
-            root: frontier.root(),
-            checkpoints_checked,
-            failures,
-        })
     }
 
     /// Up to `limit` stored entries from index `from` (canonical bytes).

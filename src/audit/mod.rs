@@ -16,6 +16,7 @@ pub mod log;
 pub mod memory;
 pub mod merkle;
 pub mod upload;
+pub mod verify;
 
 #[cfg(test)]
 mod tests;
@@ -24,10 +25,11 @@ pub use checkpoint::{origin_for, parse_and_verify, sign_checkpoint, Checkpoint, 
 pub use entry::{
     json_sha256_hex, sha256_hex, to_hex, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
 };
-pub use log::{AuditError, AuditLog, AuditStorage, StorageError, VerifyFailure, VerifyReport};
+pub use log::{AuditError, AuditLog, AuditStorage, StorageError};
 pub use memory::MemoryAuditStorage;
 pub use merkle::{
     consistency_proof, consistency_proof_from_leaves, empty_root, leaf_hash, node_hash, root,
     verify_consistency, Frontier, Hash,
 };
 pub use upload::{verify_extension, Extension, ExtensionError, SyncBatch};
+pub use verify::{VerifyFailure, VerifyReport};
