@@ -21,7 +21,10 @@ pub mod verify;
 #[cfg(test)]
 mod tests;
 
-pub use checkpoint::{origin_for, parse_and_verify, sign_checkpoint, Checkpoint, CheckpointError};
+pub use checkpoint::{
+    origin_for, parse_and_verify, sign_checkpoint, sign_note, verify_note, Checkpoint,
+    CheckpointError,
+};
 pub use entry::{
     json_sha256_hex, sha256_hex, to_hex, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
 };

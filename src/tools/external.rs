@@ -2,9 +2,14 @@
 //!
 //! Contract with the tool program: it is started directly (argv from config, no shell)
 //! with an empty environment except `PATH=/usr/bin:/bin` and `LANG=C`, working directory
-//! `/`, its JSON arguments on stdin (then EOF), and must print one JSON value on stdout
-//! and exit 0. Stderr is for the tool's own diagnostics: we keep the first few KiB for
-//! our logs and never return it to clients (it may contain paths or data).
+//! `/`, its JSON arguments on stdin as one line (compact JSON, `\n`, then EOF — so
+//! `read line` in a shell works), and must print one JSON value on stdout and exit 0.
+//! Stderr is for the tool's own diagnostics: we keep the first few KiB for our logs and
+//! never return it to clients (it may contain paths or data).
+//!
+//! A call ends when the program has exited *and* stdout/stderr reached EOF. A tool that
+//! leaves a background process holding those pipes therefore runs into its timeout and
+//! has its group killed — intended: nothing a tool started outlives its call.
 //!
 //! Why a process group: tools are often scripts that fork (`sh` → `python` → `curl`).
 //! Killing only the direct child on timeout would leave the grandchildren running,
@@ -115,7 +120,8 @@ pub async fn run(
     let (program, rest) = argv
         .split_first()
         .ok_or_else(|| ToolError::Failed("tool has no command configured".into()))?;
-    let input = serde_json::to_vec(args).unwrap_or_default();
+    let mut input = serde_json::to_vec(args).unwrap_or_default();
+    input.push(b'\n');
     let mut cmd = Command::new(program);
     cmd.args(rest)
         .env_clear()

@@ -111,7 +111,8 @@ async fn unknown_tool_and_bad_args_are_refused_before_running() {
 #[tokio::test]
 async fn external_tool_gets_args_on_stdin_and_a_cleared_env() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "input=$(cat)\nprintf '{\"input\":%s,\"env\":\"' \"$input\"\nenv | sort | tr '\\n' ' '\nprintf '\",\"cwd\":\"%s\"}' \"$(pwd)\"\n";
+    // `read` needs the trailing newline the runner sends.
+    let script = "read -r input\nprintf '{\"input\":%s,\"env\":\"' \"$input\"\nenv | sort | tr '\\n' ' '\nprintf '\",\"cwd\":\"%s\"}' \"$(pwd)\"\n";
     let mut t = sh_tool(dir.path(), "envtool", script, 5_000, 65_536);
     t.args_schema = Some(
         json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}),
