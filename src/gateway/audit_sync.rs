@@ -20,7 +20,7 @@ use super::auth::SignedNode;
 use super::state::{store_error, Gateway};
 use crate::api::json::parse;
 use crate::api::{ApiError, ApiResult};
-use crate::audit::{leaf_hash, origin_for, parse_and_verify, Frontier};
+use crate::audit::{leaf_hash, verify_extension, ExtensionError, Frontier};
 use crate::envelope::b64_encode;
 use crate::store::WriteOp;
 
@@ -41,20 +41,18 @@ pub enum Refusal {
     Gap { expected: u64, got: u64 },
     #[error("entry {0} differs from the copy the gateway already holds")]
     Rewritten(u64),
-    #[error("entry at position {0} is not an audit entry with that index")]
+    #[error("entry at position {0} is not an audit entry")]
     BadEntry(u64),
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
-    #[error("checkpoint is for size {signed} but the entries make {computed}")]
-    SizeMismatch { signed: u64, computed: u64 },
-    #[error("checkpoint root does not match the recomputed root")]
-    RootMismatch,
+    #[error(transparent)]
+    Extension(#[from] ExtensionError),
 }
 
 impl Refusal {
     pub fn code(&self) -> &'static str {
         match self {
-            Refusal::Gap { .. } => "audit_gap",
+            Refusal::Gap { .. } | Refusal::Extension(ExtensionError::IndexMismatch { .. }) => {
+                "audit_gap"
+            }
             _ => "audit_mismatch",
         }
     }
@@ -77,10 +75,10 @@ fn entry_index(bytes: &[u8]) -> Option<u64> {
         .as_u64()
 }
 
-/// The pure check: does `old` (the stored tree, `stored(i)` its entries) extended by
-/// `entries` (starting at `first`) match the signed `note`? Returns the new frontier and
-/// the entries that are new.
-pub fn verify_extension(
+/// Drop a resent prefix (entries below the confirmed size, after a lost answer) if it
+/// is byte-identical to what is stored, then run the audit module's pure extension
+/// check on the rest. Returns the new frontier, size and the entries to store.
+pub fn verify_upload(
     old: &Frontier,
     stored: &dyn Fn(u64) -> Option<Vec<u8>>,
     entries: Vec<Vec<u8>>,
@@ -88,39 +86,26 @@ pub fn verify_extension(
     key: &ed25519_dalek::VerifyingKey,
     node_id: &str,
 ) -> Result<(Frontier, u64, Vec<Vec<u8>>), Refusal> {
-    let cp = parse_and_verify(note, key, &origin_for(node_id))
-        .map_err(|e| Refusal::Checkpoint(e.to_string()))?;
     let size = old.size();
     let mut fresh = Vec::new();
     for (pos, e) in entries.into_iter().enumerate() {
         let idx = entry_index(&e).ok_or(Refusal::BadEntry(pos as u64))?;
-        if idx < size {
-            // A resend after a lost answer: fine if it is the same entry.
+        if idx < size && fresh.is_empty() {
             if stored(idx).as_deref() != Some(e.as_slice()) {
                 return Err(Refusal::Rewritten(idx));
             }
             continue;
         }
-        let expected = size + fresh.len() as u64;
-        if idx != expected {
-            return Err(Refusal::Gap { expected, got: idx });
+        if fresh.is_empty() && idx != size {
+            return Err(Refusal::Gap {
+                expected: size,
+                got: idx,
+            });
         }
         fresh.push(e);
     }
-    let mut f = old.clone();
-    for e in &fresh {
-        f.push(leaf_hash(e));
-    }
-    if cp.size != f.size() {
-        return Err(Refusal::SizeMismatch {
-            signed: cp.size,
-            computed: f.size(),
-        });
-    }
-    if cp.root != f.root() {
-        return Err(Refusal::RootMismatch);
-    }
-    Ok((f, cp.size, fresh))
+    let ext = verify_extension(old, &fresh, note, key, node_id)?;
+    Ok((ext.frontier, ext.checkpoint.size, fresh))
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,7 +144,7 @@ pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiRe
     let ns = ns_entries(&node);
     let stored = |i: u64| gw.store.kv_get(&ns, &key(i)).ok().flatten();
     let (new, size, fresh) =
-        match verify_extension(&old, &stored, entries, &body.checkpoint, &peer_key, &node) {
+        match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_key, &node) {
             Ok(x) => x,
             Err(r) => {
                 tracing::error!(
@@ -226,7 +211,7 @@ pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord};
+    use crate::audit::{origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord};
     use ed25519_dalek::SigningKey;
 
     fn entries(from: u64, n: u64) -> Vec<Vec<u8>> {
@@ -257,29 +242,29 @@ mod tests {
         let all = entries(0, 5);
         let none = |_: u64| None;
         let (f3, s, fresh) =
-            verify_extension(&Frontier::new(), &none, all[..3].to_vec(), &note(&k, &all[..3]), &vk, "node:a")
+            verify_upload(&Frontier::new(), &none, all[..3].to_vec(), &note(&k, &all[..3]), &vk, "node:a")
                 .unwrap();
         assert_eq!((s, fresh.len()), (3, 3));
         // Next upload continues from 3.
         let (_, s, _) =
-            verify_extension(&f3, &none, all[3..].to_vec(), &note(&k, &all), &vk, "node:a").unwrap();
+            verify_upload(&f3, &none, all[3..].to_vec(), &note(&k, &all), &vk, "node:a").unwrap();
         assert_eq!(s, 5);
         // Gap: skipping entry 3.
-        let r = verify_extension(&f3, &none, all[4..].to_vec(), &note(&k, &all), &vk, "node:a");
+        let r = verify_upload(&f3, &none, all[4..].to_vec(), &note(&k, &all), &vk, "node:a");
         assert_eq!(r.unwrap_err().code(), "audit_gap");
         // Root mismatch: checkpoint over different entries.
         let other = entries(0, 5).into_iter().map(|mut e| { e.push(b' '); e }).collect::<Vec<_>>();
-        let r = verify_extension(&f3, &none, all[3..].to_vec(), &note(&k, &other), &vk, "node:a");
-        assert_eq!(r.unwrap_err(), Refusal::RootMismatch);
+        let r = verify_upload(&f3, &none, all[3..].to_vec(), &note(&k, &other), &vk, "node:a");
+        assert_eq!(r.unwrap_err().code(), "audit_mismatch");
         // Resending already-confirmed entries must match what is stored.
         let stored_ok = |i: u64| all.get(i as usize).cloned();
-        assert!(verify_extension(&f3, &stored_ok, all.clone(), &note(&k, &all), &vk, "node:a").is_ok());
+        assert!(verify_upload(&f3, &stored_ok, all.clone(), &note(&k, &all), &vk, "node:a").is_ok());
         let stored_bad = |_: u64| Some(b"{}".to_vec());
-        let r = verify_extension(&f3, &stored_bad, all.clone(), &note(&k, &all), &vk, "node:a");
+        let r = verify_upload(&f3, &stored_bad, all.clone(), &note(&k, &all), &vk, "node:a");
         assert_eq!(r.unwrap_err(), Refusal::Rewritten(0));
         // Signed by another key.
         let k2 = SigningKey::from_bytes(&[8; 32]);
-        let r = verify_extension(&f3, &none, all[3..].to_vec(), &note(&k2, &all), &vk, "node:a");
-        assert!(matches!(r.unwrap_err(), Refusal::Checkpoint(_)));
+        let r = verify_upload(&f3, &none, all[3..].to_vec(), &note(&k2, &all), &vk, "node:a");
+        assert!(matches!(r.unwrap_err(), Refusal::Extension(ExtensionError::Checkpoint(_))));
     }
 }

@@ -57,11 +57,16 @@ pub enum InboundOutcome {
 /// The node daemon side of sync. Contract:
 /// - `receive` runs the full receive pipeline on the envelope's JSON bytes and resolves
 ///   only after the outcome is durable (Accepted means fsynced).
-/// - `audit_checkpoint` signs (and stores) a checkpoint of the node's audit log as it
-///   is now and returns `(size, note)`; `Ok(None)` when the log is empty.
+/// - `audit_batch(confirmed, max)` returns the node's audit entries from the gateway's
+///   confirmed size (at most `max`) with a checkpoint signed for exactly that extended
+///   tree — `AuditLog::sync_batch` does this — or `Ok(None)` when nothing is new.
 pub trait NodeLink: Send + Sync + 'static {
     fn receive(&self, envelope_json: Vec<u8>) -> BoxFuture<'_, InboundOutcome>;
-    fn audit_checkpoint(&self) -> BoxFuture<'_, Result<Option<(u64, String)>, String>>;
+    fn audit_batch(
+        &self,
+        confirmed_size: u64,
+        max_entries: usize,
+    ) -> BoxFuture<'_, Result<Option<crate::audit::SyncBatch>, String>>;
 }
 
 /// What `/v1/status` shows under `upstream`.

@@ -22,7 +22,7 @@ use crate::store::{Store, WriteOp};
 use crate::telemetry::{DeliveryAttempt, Metrics, UpstreamState};
 
 /// Audit entries per upload, at most (keeps one request well under the body limit).
-const AUDIT_CHUNK: u64 = 2_000;
+const AUDIT_CHUNK: usize = 2_000;
 
 pub struct SyncDeps {
     pub cfg: Arc<Config>,
@@ -313,37 +313,20 @@ impl Worker {
             }
         };
         self.confirmed_audit = Some(confirmed);
-        let (size, note) = match self.deps.node.audit_checkpoint().await {
-            Ok(Some(x)) => x,
-            Ok(None) => return Event::AuditSynced,
+        let batch = match self.deps.node.audit_batch(confirmed, AUDIT_CHUNK).await {
+            Ok(Some(b)) if b.size > confirmed => b,
+            Ok(_) => return Event::AuditSynced,
             Err(e) => {
-                tracing::warn!(event = "audit_checkpoint_failed", error = %e);
+                tracing::warn!(event = "audit_batch_failed", error = %e);
                 return Event::AuditSynced;
             }
         };
-        if size <= confirmed {
-            return Event::AuditSynced;
-        }
-        // A long backlog goes in steps, each ending at an older stored checkpoint.
-        let (size, note) = if size - confirmed > AUDIT_CHUNK {
-            store
-                .checkpoints()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(s, _)| *s > confirmed && *s <= confirmed + AUDIT_CHUNK)
-                .max_by_key(|(s, _)| *s)
-                .unwrap_or((size, note))
-        } else {
-            (size, note)
-        };
-        let entries = match store.audit_read(confirmed, (size - confirmed) as usize) {
-            Ok(e) => e,
-            Err(e) => return failed(&SyncError::Setup(format!("store: {e}"))),
-        };
-        let texts: Vec<Value> = entries
-            .into_iter()
-            .map(|(_, b)| Value::String(String::from_utf8_lossy(&b).into_owned()))
+        let texts: Vec<Value> = batch
+            .entries
+            .iter()
+            .map(|b| Value::String(String::from_utf8_lossy(b).into_owned()))
             .collect();
+        let note = batch.checkpoint;
         let body = json!({"entries": texts, "checkpoint": note});
         let pq = self.t.node_path("audit");
         match self.t.call(reqwest::Method::POST, &pq, Some(&body), self.now(), Duration::ZERO).await {
