@@ -1,0 +1,6 @@
+//! The one integration test binary: real `outpost` processes on temp dirs and port 0.
+
+mod harness;
+mod malformed;
+mod node;
+mod systemd;
