@@ -1,1 +1,30 @@
-//! (filled in by its issue)
+//! The node's tamper-evident audit log (SPEC §7).
+//!
+//! - [`merkle`]: RFC 6962 hashing, the incremental [`Frontier`], consistency proofs (pure).
+//! - [`entry`]: [`AuditEntry`] and its canonical JSON bytes (pure).
+//! - [`checkpoint`]: C2SP signed-note checkpoints, Ed25519 (pure).
+//! - [`log`]: [`AuditLog`] over the [`AuditStorage`] seam; verify and export.
+//!
+//! Nothing here reads the clock or touches the network; storage I/O happens only through
+//! the [`AuditStorage`] trait the store implements.
+
+pub mod checkpoint;
+pub mod entry;
+pub mod log;
+pub mod merkle;
+
+#[cfg(test)]
+mod tests;
+
+pub use checkpoint::{origin_for, parse_and_verify, sign_checkpoint, Checkpoint, CheckpointError};
+pub use entry::{
+    json_sha256_hex, sha256_hex, to_hex, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+};
+pub use log::{
+    AuditError, AuditLog, AuditStorage, MemoryAuditStorage, StorageError, VerifyFailure,
+    VerifyReport,
+};
+pub use merkle::{
+    consistency_proof, consistency_proof_from_leaves, empty_root, leaf_hash, node_hash, root,
+    verify_consistency, Frontier, Hash,
+};
