@@ -7,7 +7,11 @@ use crate::api::ApiError;
 use crate::token::{self, Claims, Decision, DenyReason, Request};
 
 impl NodeCore {
-    fn check_token(&self, token: Option<&str>, req: Request<'_>) -> Result<Claims, (ApiError, &'static str)> {
+    fn check_token(
+        &self,
+        token: Option<&str>,
+        req: Request<'_>,
+    ) -> Result<Claims, (ApiError, &'static str)> {
         let token = token.unwrap_or("");
         let skew = self.cfg.max_clock_skew_s * 1000;
         let revoked = |jti: &str| self.is_revoked(jti);
@@ -24,7 +28,10 @@ impl NodeCore {
             Decision::Allow { claims } => Ok(claims),
             Decision::Deny { code, reason } => {
                 let msg = match reason {
-                    DenyReason::Missing => "a capability token is required (body \"token\" or Authorization: Bearer)".to_string(),
+                    DenyReason::Missing => {
+                        "a capability token is required (body \"token\" or Authorization: Bearer)"
+                            .to_string()
+                    }
                     r => format!("token refused: {}", r.as_str()),
                 };
                 let err = if code.http_status() == 401 {

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::core::NodeCore;
 use crate::api::ApiError;
+use crate::audit::AuditOutcome;
 use crate::telemetry::ToolCallFinished;
 
 /// Results are kept at least this long for `job_id` idempotency (SPEC §4.11).
@@ -73,8 +74,21 @@ impl NodeCore {
         let claims = match self.authorize_tool(req.token.as_deref(), &req.tool_name) {
             Ok(c) => c,
             Err(e) => {
-                self.audit_refusal(&job_id, &req.tool_name, via, &args_sha, e.code)
-                    .await;
+                let reason = e.message.trim_start_matches("token refused: ").to_string();
+                let detail = if req.token.is_none() {
+                    "missing_token"
+                } else {
+                    reason.as_str()
+                };
+                self.audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    via,
+                    &args_sha,
+                    AuditOutcome::Refused,
+                    detail,
+                )
+                .await;
                 ToolCallFinished {
                     tool: &req.tool_name,
                     outcome: "refused",
@@ -85,12 +99,23 @@ impl NodeCore {
                 return Err(e);
             }
         };
-        let actor = if claims.sub.is_empty() { claims.iss.clone() } else { claims.sub.clone() };
+        let actor = if claims.sub.is_empty() {
+            claims.iss.clone()
+        } else {
+            claims.sub.clone()
+        };
 
         // 2. Known tool?
-        if !self.tools.contains(&req.tool_name) {
-            self.audit_refusal(&job_id, &req.tool_name, &actor, &args_sha, "unknown_tool")
-                .await;
+        if self.tools.spec(&req.tool_name).is_none() {
+            self.audit_call_outcome(
+                &job_id,
+                &req.tool_name,
+                &actor,
+                &args_sha,
+                AuditOutcome::Refused,
+                "unknown_tool",
+            )
+            .await;
             return Err(ApiError::not_found(
                 "unknown_tool",
                 format!("no tool named {:?}; see GET /v1/tools", req.tool_name),
@@ -118,8 +143,16 @@ impl NodeCore {
         match outcome {
             Ok(result) => {
                 let result_sha = sha256_hex(&serde_json::to_vec(&result).unwrap_or_default());
-                let (index, leaf) = self
-                    .record_tool_success(&job_id, &req.tool_name, &actor, &args_sha, &result_sha, &result)
+                let tool = req.tool_name.clone();
+                let (_, _, body) = self
+                    .record_tool_success(
+                        &job_id,
+                        &req.tool_name,
+                        &actor,
+                        &args_sha,
+                        &result_sha,
+                        |index, leaf| success_body(&job_id, &tool, result, index, leaf),
+                    )
                     .await?;
                 ToolCallFinished {
                     tool: &req.tool_name,
@@ -128,17 +161,21 @@ impl NodeCore {
                     duration: Some(elapsed),
                 }
                 .emit(&self.metrics);
-                Ok(success_body(&job_id, &req.tool_name, result, index, &leaf))
+                Ok(body)
             }
             Err(err) => {
                 let api = super::errors::tool_error(&err);
-                let outcome = match api.code {
-                    "tool_timeout" => "timeout",
-                    "bad_request" => "refused",
-                    _ => "failed",
-                };
-                self.audit_tool_failure(&job_id, &req.tool_name, &actor, &args_sha, outcome, api.code)
-                    .await;
+                let audit_outcome = err.audit_outcome();
+                let outcome = audit_outcome.as_str();
+                self.audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    &actor,
+                    &args_sha,
+                    audit_outcome,
+                    api.code,
+                )
+                .await;
                 ToolCallFinished {
                     tool: &req.tool_name,
                     outcome,

@@ -16,12 +16,12 @@ use crate::envelope::{IdentityDocument, Keys, TrustStore};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 use crate::tools::Registry;
+use tokio::sync::Notify;
 
 use super::keyfile;
 use super::store_audit::StoreAudit;
 
 /// KV namespaces this role keeps in the store.
-pub const KV_TRUST: &str = "trust";
 pub const KV_META: &str = "meta";
 pub const KV_REVOKED: &str = "revoked";
 
@@ -41,18 +41,40 @@ pub struct NodeCore {
     /// Bumped by the main loop (sweeper) each time it completes a pass; the watchdog
     /// only pings systemd when this moved.
     pub progress: AtomicU64,
+    pub boot_instant: tokio::time::Instant,
+    /// The last periodic time-floor write succeeded (the store is writable).
+    pub store_ok: AtomicBool,
+    /// Woken when a `TASK_REQUEST` lands in the tasks queue.
+    pub tasks_waiting: Notify,
     job_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    sync: Mutex<Option<crate::sync::SyncHandle>>,
+    upstream: Mutex<Option<Arc<dyn Upstream>>>,
     last_trust_reload_ms: AtomicU64,
+}
+
+/// What the node's upstream link (the sync loop) shows to the rest of the node.
+pub trait Upstream: Send + Sync {
+    /// `{"state": …}` for `/v1/status`.
+    fn status_json(&self) -> Value;
+    /// New outbox work: flush soon.
+    fn wake(&self);
 }
 
 impl NodeCore {
     pub fn open(cfg: Config) -> anyhow::Result<Self> {
         let clock = clock::system();
         let keys = Keys::load(&keyfile::keys_path(&cfg.data_dir))?;
+        let identity = keyfile::read_identity(&cfg.data_dir)?;
+        if identity.node_id != cfg.node_id
+            || identity.sign_pk_b64() != crate::envelope::b64_encode(keys.sign_pk().as_bytes())
+        {
+            anyhow::bail!(
+                "identity.json in {} does not match node_id {} and keys.json",
+                cfg.data_dir.display(),
+                cfg.node_id
+            );
+        }
         let store = super::open_store(&cfg, clock.clone())?;
-        let identity = load_identity(&store, &cfg, &keys)?;
-        let trust = load_trust(&store)?;
+        let trust = super::trust::effective(&store, &identity)?;
         let audit = AuditLog::open(StoreAudit::new(store.clone()))?;
         let tools = super::build_registry(&cfg)?;
         let started_ms = store.now_ms();
@@ -70,8 +92,11 @@ impl NodeCore {
             ready: AtomicBool::new(false),
             started_ms,
             progress: AtomicU64::new(0),
+            boot_instant: tokio::time::Instant::now(),
+            store_ok: AtomicBool::new(true),
+            tasks_waiting: Notify::new(),
             job_locks: Mutex::new(HashMap::new()),
-            sync: Mutex::new(None),
+            upstream: Mutex::new(None),
             last_trust_reload_ms: AtomicU64::new(0),
         })
     }
@@ -113,7 +138,7 @@ impl NodeCore {
             return;
         }
         self.last_trust_reload_ms.store(now, Ordering::Relaxed);
-        match load_trust(&self.store) {
+        match super::trust::effective(&self.store, &self.identity) {
             Ok(t) => {
                 if let Ok(mut g) = self.trust.write() {
                     *g = Arc::new(t);
@@ -136,39 +161,27 @@ impl NodeCore {
         g.entry(job_id.to_string()).or_default().clone()
     }
 
-    pub fn set_sync(&self, h: crate::sync::SyncHandle) {
-        *self.sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    pub fn set_upstream(&self, h: Arc<dyn Upstream>) {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+
+    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        self.upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn upstream_status(&self) -> Value {
-        match self.sync.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        match self.upstream().as_ref() {
             Some(h) => h.status_json(),
-            None => json!({"state": "none", "detail": "no [upstream] configured: fully offline node"}),
+            None => {
+                json!({"state": "none", "detail": "no [upstream] configured: fully offline node"})
+            }
         }
     }
 
     pub fn map_store_error(e: crate::store::StoreError) -> ApiError {
         super::errors::store_error(e)
     }
-}
-
-fn load_identity(store: &Store, cfg: &Config, keys: &Keys) -> anyhow::Result<IdentityDocument> {
-    if let Some(bytes) = store.kv_get(KV_META, "identity")? {
-        let doc: IdentityDocument = serde_json::from_slice(&bytes)?;
-        if doc.node_id == cfg.node_id && doc.sign_pk_b64() == IdentityDocument::new(&cfg.node_id, cfg.role.as_str(), keys, &doc.created_at).sign_pk_b64() {
-            return Ok(doc);
-        }
-    }
-    anyhow::bail!(
-        "no identity for {} in {}: run `outpost init` first",
-        cfg.node_id,
-        cfg.data_dir.display()
-    )
-}
-
-pub fn load_trust(store: &Store) -> anyhow::Result<TrustStore> {
-    Ok(match store.kv_get(KV_TRUST, "peers")? {
-        Some(b) => TrustStore::from_bytes(&b)?,
-        None => TrustStore::new(),
-    })
 }

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::core::NodeCore;
 use crate::api::ApiError;
-use crate::audit::{Event, Outcome};
+use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::envelope::{open, OpenContext, OpenError, Opened};
 use crate::store::{EnqueueOutcome, NewMessage};
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
@@ -91,8 +91,14 @@ impl NodeCore {
                     message_id: &id,
                 }
                 .emit(&self.metrics);
-                self.audit_event(Event::EnvelopeRejected, Outcome::Rejected, &id, Some(&sender), Some(e.code()))
-                    .await;
+                self.audit_event(
+                    Event::EnvelopeRejected,
+                    Outcome::Rejected,
+                    &id,
+                    Some(&sender),
+                    Some(e.code()),
+                )
+                .await;
                 return Err(super::errors::open_error(&e));
             }
         };

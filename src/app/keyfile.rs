@@ -57,10 +57,9 @@ pub fn write_identity(data_dir: &Path, doc: &IdentityDocument) -> anyhow::Result
 
 pub fn read_identity(data_dir: &Path) -> anyhow::Result<IdentityDocument> {
     let p = identity_path(data_dir);
-    let bytes = std::fs::read(&p).with_context(|| {
-        format!("reading {} (run `outpost init` first)", p.display())
-    })?;
-    let doc: IdentityDocument = serde_json::from_slice(&bytes)
-        .with_context(|| format!("parsing {}", p.display()))?;
+    let bytes = std::fs::read(&p)
+        .with_context(|| format!("reading {} (run `outpost init` first)", p.display()))?;
+    let doc: IdentityDocument =
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?;
     Ok(doc)
 }

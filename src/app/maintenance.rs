@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::NodeCore;
 use crate::api::ApiError;
-use crate::audit::{Event, Outcome};
+use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::service::Notifier;
 use crate::telemetry::MessageEvent;
 
@@ -19,7 +19,11 @@ use crate::telemetry::MessageEvent;
 /// watchdog's heartbeat. One wakeup a second when idle; no busy polling.
 const SWEEP_MAX_SLEEP: Duration = Duration::from_secs(1);
 
+/// How often the sweeper advances the persisted time floor (one small fsync).
+const TOUCH_EVERY_MS: u64 = 10_000;
+
 pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
+    let mut last_touch_ms = 0u64;
     loop {
         let now = core.now_ms();
         match core.store.sweep_expired(now).await {
@@ -45,9 +49,18 @@ pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
             }
             Err(e) => tracing::warn!(event = "sweep_failed", error = %e),
         }
+        // Keep the time floor moving (and learn whether the store is still writable).
+        if now.saturating_sub(last_touch_ms) >= TOUCH_EVERY_MS || !core.store_writable() {
+            let ok = core.store.touch_time().await.is_ok();
+            core.store_ok
+                .store(ok, std::sync::atomic::Ordering::Relaxed);
+            last_touch_ms = now;
+        }
         core.mark_progress();
         let wait = match core.store.next_expiry_ms() {
-            Ok(Some(t)) => Duration::from_millis(t.saturating_sub(now).max(20)).min(SWEEP_MAX_SLEEP),
+            Ok(Some(t)) => {
+                Duration::from_millis(t.saturating_sub(now).max(20)).min(SWEEP_MAX_SLEEP)
+            }
             _ => SWEEP_MAX_SLEEP,
         };
         tokio::select! {
@@ -72,7 +85,11 @@ pub async fn watchdog(core: Arc<NodeCore>, shutdown: CancellationToken) {
             if stalled_ms <= 3 * SWEEP_MAX_SLEEP.as_millis() as u64 + tick.as_millis() as u64 {
                 Notifier.watchdog();
             } else {
-                tracing::error!(event = "main_loop_stalled", stalled_ms, "withholding watchdog ping");
+                tracing::error!(
+                    event = "main_loop_stalled",
+                    stalled_ms,
+                    "withholding watchdog ping"
+                );
             }
         }
         Notifier.status(&core.status_line());
@@ -104,7 +121,7 @@ impl NodeCore {
         if parts.is_empty() {
             parts.push("all queues empty".into());
         }
-        format!("queues: {}; audit {}", parts.join(" "), self.audit.len())
+        format!("queues: {}; audit {}", parts.join(" "), self.audit.size())
     }
 
     /// Mirror store state into gauges just before `/metrics` renders.
@@ -122,14 +139,14 @@ impl NodeCore {
             self.metrics.queue_depth.replace_all(depth);
             self.metrics.queue_oldest_age_seconds.replace_all(age);
         }
-        let size = self.audit.len();
+        let size = self.audit.size();
         self.metrics.audit_size.set(&[], size as f64);
         self.metrics
             .audit_unsynced_entries
             .set(&[], size.saturating_sub(self.audit_synced_size()) as f64);
         self.metrics
             .store_bytes
-            .set(&[], self.store.bytes_used() as f64);
+            .set(&[], self.store.bytes_used().unwrap_or(0) as f64);
     }
 
     pub fn audit_synced_size(&self) -> u64 {
@@ -162,7 +179,7 @@ impl NodeCore {
             "uptime_s": now.saturating_sub(self.started_ms) / 1000,
             "upstream": self.upstream_status(),
             "queues": queues,
-            "audit": {"size": self.audit.len(), "synced_size": self.audit_synced_size()},
+            "audit": {"size": self.audit.size(), "synced_size": self.audit_synced_size()},
             "clock": {
                 "now_ms": now,
                 "wall_ms": wall,

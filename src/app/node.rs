@@ -26,9 +26,7 @@ pub async fn run(
     tracker.spawn(super::maintenance::sweeper(core.clone(), shutdown.clone()));
     tracker.spawn(super::tasks::worker(core.clone(), shutdown.clone()));
     tracker.spawn(super::maintenance::watchdog(core.clone(), shutdown.clone()));
-    if let Some(sync) = core.start_sync(&tracker, shutdown.clone()) {
-        core.set_sync(sync);
-    }
+    super::upstream::start(&core, &tracker, shutdown.clone());
 
     let app = crate::api::node::router(core.clone());
     listen::write_addr_file(&cfg.data_dir, addr)?;
@@ -47,7 +45,10 @@ pub async fn run(
 
     tracker.close();
     let deadline = Duration::from_millis(cfg.drain_timeout_ms);
-    if tokio::time::timeout(deadline, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(deadline, tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             event = "drain_deadline_exceeded",
             deadline_ms = cfg.drain_timeout_ms,

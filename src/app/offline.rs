@@ -19,11 +19,27 @@ pub fn queue_outbox(
     let keys = crate::envelope::Keys::load(&super::keyfile::keys_path(&cfg.data_dir))?;
     let me = super::keyfile::read_identity(&cfg.data_dir)?;
     let trust = super::trust::effective(&store, &me)?;
-    let sealed = seal_for(cfg, &keys, &trust, store.now_ms(), to, payload_type, payload, ttl_s, 0)
-        .map_err(|e| Exit::failed(format!("{}: {}", e.code, e.message)))?;
+    let sealed = seal_for(
+        cfg,
+        &keys,
+        &trust,
+        store.now_ms(),
+        to,
+        payload_type,
+        payload,
+        ttl_s,
+        0,
+    )
+    .map_err(|e| Exit::failed(format!("{}: {}", e.code, e.message)))?;
     let id = sealed.params.message_id.clone();
     store
-        .enqueue_blocking(outbox_message(cfg, to, &sealed.params, sealed.envelope_json))
+        .enqueue(outbox_message(
+            cfg,
+            to,
+            &sealed.params,
+            sealed.envelope_json,
+        ))
+        .wait()
         .map_err(|e| Exit::failed(super::errors::store_error(e).message))?;
     store.close();
     Ok(id)

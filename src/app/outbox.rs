@@ -59,8 +59,8 @@ impl NodeCore {
                     reason: None,
                 }
                 .emit(&self.metrics);
-                if let Some(s) = self.sync_handle() {
-                    s.wake();
+                if let Some(u) = self.upstream() {
+                    u.wake();
                 }
                 Ok(())
             }
@@ -79,8 +79,13 @@ impl NodeCore {
     }
 
     /// `TASK_RESULT` for a task that came from `requester`.
-    pub async fn queue_task_result(&self, requester: &str, result: Value) -> Result<String, ApiError> {
-        self.queue_outbox(requester, "TASK_RESULT", &result, None, 0).await
+    pub async fn queue_task_result(
+        &self,
+        requester: &str,
+        result: Value,
+    ) -> Result<String, ApiError> {
+        self.queue_outbox(requester, "TASK_RESULT", &result, None, 0)
+            .await
     }
 }
 
@@ -133,8 +138,15 @@ pub fn seal_for(
         priority: priority as u64,
     };
     let plaintext = serde_json::to_vec(payload).unwrap_or_default();
-    let env = seal(keys, &cfg.node_id, &peer.doc, &params, &plaintext, &mut OsRng)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let env = seal(
+        keys,
+        &cfg.node_id,
+        &peer.doc,
+        &params,
+        &plaintext,
+        &mut OsRng,
+    )
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Sealed {
         params,
         envelope_json: env.to_json(),
@@ -142,7 +154,12 @@ pub fn seal_for(
 }
 
 /// The outbox record for a sealed envelope.
-pub fn outbox_message(cfg: &Config, to: &str, params: &SealParams, envelope_json: Vec<u8>) -> NewMessage {
+pub fn outbox_message(
+    cfg: &Config,
+    to: &str,
+    params: &SealParams,
+    envelope_json: Vec<u8>,
+) -> NewMessage {
     NewMessage {
         queue: Q_OUTBOX.to_string(),
         peer: to.to_string(),

@@ -87,7 +87,12 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
         Ok(_) => {
             if let Err(e) = core
                 .store
-                .ack(Q_TASKS, requester, &[message_id.to_string()], core.now_ms())
+                .ack(
+                    Q_TASKS,
+                    requester,
+                    vec![message_id.to_string()],
+                    core.now_ms(),
+                )
                 .await
             {
                 tracing::warn!(event = "task_ack_failed", message_id, error = %e);

@@ -15,7 +15,7 @@ pub fn load(store: &Store) -> anyhow::Result<TrustStore> {
 }
 
 pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
-    store.kv_put_blocking(KV_TRUST, KEY, t.to_bytes())?;
+    store.kv_put(KV_TRUST, KEY, t.to_bytes()).wait()?;
     Ok(())
 }
 

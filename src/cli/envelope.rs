@@ -33,8 +33,15 @@ pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
                 payload_type,
                 priority: 0,
             };
-            let env = seal(&keys, &cfg.node_id, &peer.doc, &params, &payload, &mut OsRng)
-                .map_err(|e| Exit::failed(e.to_string()))?;
+            let env = seal(
+                &keys,
+                &cfg.node_id,
+                &peer.doc,
+                &params,
+                &payload,
+                &mut OsRng,
+            )
+            .map_err(|e| Exit::failed(e.to_string()))?;
             println!("{}", String::from_utf8_lossy(&env.to_json()));
         }
         EnvelopeCmd::Open => {
@@ -87,9 +94,17 @@ fn read_json_object() -> anyhow::Result<Vec<u8>> {
 
 /// `outpost send`: through the running daemon's API if it is up (so it is counted and
 /// woken at once), else straight into the store's outbox.
-pub fn send(cfg_arg: &ConfigArg, to: &str, payload_type: &str, ttl: Option<&str>) -> anyhow::Result<()> {
+pub fn send(
+    cfg_arg: &ConfigArg,
+    to: &str,
+    payload_type: &str,
+    ttl: Option<&str>,
+) -> anyhow::Result<()> {
     let cfg = load_config(cfg_arg)?;
-    let ttl_s = ttl.map(parse_ttl_ms).transpose()?.map(|ms| ms.div_ceil(1000));
+    let ttl_s = ttl
+        .map(parse_ttl_ms)
+        .transpose()?
+        .map(|ms| ms.div_ceil(1000));
     let payload: Value = serde_json::from_slice(&read_json_object()?)?;
     let id = crate::app::offline::queue_outbox(&cfg, to, payload_type, &payload, ttl_s)?;
     println!("{{\"queued\":true,\"message_id\":\"{id}\"}}");

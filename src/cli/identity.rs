@@ -35,7 +35,11 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
             trust::save(&store, &t)?;
             println!(
                 "{} {id} (send: {send}, issue: {issue})",
-                if replaced.is_some() { "updated" } else { "trusted" }
+                if replaced.is_some() {
+                    "updated"
+                } else {
+                    "trusted"
+                }
             );
         }
         TrustCmd::Ls => {

@@ -94,10 +94,7 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         println!("initialized {} ({})", a.node_id, role.as_str());
         println!("  config   {}", cfg_path.display());
         println!("  keys     {} (0600)", keys_path.display());
-        println!(
-            "  identity {}",
-            keyfile::identity_path(&data_dir).display()
-        );
+        println!("  identity {}", keyfile::identity_path(&data_dir).display());
         println!("next: share the identity document with peers (`outpost identity --json`) and add theirs with `outpost trust add`.");
     }
     Ok(())

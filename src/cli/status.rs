@@ -37,7 +37,10 @@ pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     );
     match v["queues"].as_array() {
         Some(q) if !q.is_empty() => {
-            println!("{:<10} {:<32} {:>8} {:>12}", "QUEUE", "PEER", "DEPTH", "OLDEST_S");
+            println!(
+                "{:<10} {:<32} {:>8} {:>12}",
+                "QUEUE", "PEER", "DEPTH", "OLDEST_S"
+            );
             for e in q {
                 println!(
                     "{:<10} {:<32} {:>8} {:>12}",
@@ -67,9 +70,14 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("malformed HTTP response"))?;
     if !head.starts_with("HTTP/1.1 200") {
-        return Err(std::io::Error::other(head.lines().next().unwrap_or("").to_string()));
+        return Err(std::io::Error::other(
+            head.lines().next().unwrap_or("").to_string(),
+        ));
     }
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         return Ok(dechunk(body));
     }
     Ok(body.to_string())

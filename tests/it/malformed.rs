@@ -21,12 +21,19 @@ fn raw(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("").to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
     (status, body)
 }
 
 fn post(path: &str, ctype: Option<&str>, auth: Option<&str>, body: &[u8]) -> Vec<u8> {
-    let mut r = format!("POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut r = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     if let Some(c) = ctype {
         r.push_str(&format!("Content-Type: {c}\r\n"));
     }
@@ -98,14 +105,26 @@ fn thirty_plus_malformed_requests_get_documented_errors() {
         let ok = status == *want_status
             && v["ok"] == false
             && v["error"]["code"].as_str() == Some(want_code)
-            && v["error"]["message"].as_str().is_some_and(|m| !m.is_empty());
+            && v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty());
         if !ok {
-            failures.push(format!("{name}: want {want_status} {want_code}, got {status} {body}"));
+            failures.push(format!(
+                "{name}: want {want_status} {want_code}, got {status} {body}"
+            ));
         }
         assert!(d.is_running(), "daemon died on case {name:?}");
     }
-    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     // Internal details never leak.
-    let (_, body) = raw(d.addr, &post("/v1/tool_call", j, t, b"{\"tool_name\":\"rm_rf\"}"));
+    let (_, body) = raw(
+        d.addr,
+        &post("/v1/tool_call", j, t, b"{\"tool_name\":\"rm_rf\"}"),
+    );
     assert!(!body.contains(home.data().to_str().unwrap()), "{body}");
 }

@@ -73,15 +73,35 @@ async fn every_refusal_gets_its_code_and_is_audited() {
 
     let args = json!({"tool_name": "echo", "tool_args": {"x": 1}});
     let (st, v) = call(&d, args.clone(), None).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (401, Some("unauthorized")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
     let (st, v) = call(&d, args.clone(), Some(&forged)).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (401, Some("unauthorized")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
     let (st, v) = call(&d, args.clone(), Some(&untrusted)).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (401, Some("unauthorized")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
     let (st, v) = call(&d, args.clone(), Some(&wrong_aud)).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (403, Some("forbidden")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{v}"
+    );
     let (st, v) = call(&d, args.clone(), Some(&wrong_scope)).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (403, Some("forbidden")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{v}"
+    );
     crate::harness::wait_for("token expiry", std::time::Duration::from_secs(5), || {
         let out = crate::harness::outpost(&["token", "inspect", &expired]);
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -90,10 +110,26 @@ async fn every_refusal_gets_its_code_and_is_audited() {
         (outpost::clock::Clock::now_ms(&outpost::clock::SystemClock) > exp_ms).then_some(())
     });
     let (st, v) = call(&d, args.clone(), Some(&expired)).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (401, Some("unauthorized")), "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("expired"), "{v}");
-    let (st, v) = call(&d, json!({"tool_name": "nope", "tool_args": {}}), Some(&home.token("node:a", &["tool:*"], "10m"))).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (404, Some("unknown_tool")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("expired"),
+        "{v}"
+    );
+    let (st, v) = call(
+        &d,
+        json!({"tool_name": "nope", "tool_args": {}}),
+        Some(&home.token("node:a", &["tool:*"], "10m")),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (404, Some("unknown_tool")),
+        "{v}"
+    );
 
     // Refusals are in the audit log, and the log verifies.
     drop(d);
@@ -103,7 +139,10 @@ async fn every_refusal_gets_its_code_and_is_audited() {
         .lines()
         .filter(|l| l.contains("\"outcome\":\"refused\""))
         .count();
-    assert!(refused >= 7, "expected ≥7 refusals in the audit log, got {refused}");
+    assert!(
+        refused >= 7,
+        "expected ≥7 refusals in the audit log, got {refused}"
+    );
     let out = home.cli(&["audit", "verify"]);
     assert!(out.status.success(), "{}", text(&out));
 }
@@ -115,14 +154,20 @@ async fn job_id_makes_tool_calls_idempotent() {
     let script = dir.path().join("count.sh");
     std::fs::write(
         &script,
-        format!("#!/bin/sh\necho run >> {}\ncat >/dev/null\necho '{{\"n\":1}}'\n", counter.display()),
+        format!(
+            "#!/bin/sh\necho run >> {}\ncat >/dev/null\necho '{{\"n\":1}}'\n",
+            counter.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let home = Home::init(
         "node",
         "node:a",
-        &format!("[[tools]]\nname = \"count\"\ncommand = [\"{}\"]\n", script.display()),
+        &format!(
+            "[[tools]]\nname = \"count\"\ncommand = [\"{}\"]\n",
+            script.display()
+        ),
     );
     let d = home.start();
     let tok = home.token("node:a", &["tool:count"], "10m");
@@ -130,7 +175,10 @@ async fn job_id_makes_tool_calls_idempotent() {
     let (s1, v1) = call(&d, body.clone(), Some(&tok)).await;
     assert_eq!(s1, 200, "{v1}");
     // Concurrent repeats and a repeat after restart: the tool never runs again.
-    let (a, b) = tokio::join!(call(&d, body.clone(), Some(&tok)), call(&d, body.clone(), Some(&tok)));
+    let (a, b) = tokio::join!(
+        call(&d, body.clone(), Some(&tok)),
+        call(&d, body.clone(), Some(&tok))
+    );
     assert_eq!(a, (200, v1.clone()));
     assert_eq!(b, (200, v1.clone()));
     assert!(d.stop().success());

@@ -12,7 +12,8 @@ fn notify_socket_gets_ready_watchdog_and_stopping() {
     let home = Home::init("node", "node:a", "");
     let sock_path = home.dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     // 1 s watchdog → we expect a ping about every 0.5 s.
     let d = home.start_with_env(&[
         ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
@@ -30,7 +31,11 @@ fn notify_socket_gets_ready_watchdog_and_stopping() {
         }
     }
     let ready_at = seen.iter().position(|(_, m)| m == "READY=1");
-    assert!(ready_at.is_some(), "no READY=1 in {:?}", seen.iter().map(|x| &x.1).collect::<Vec<_>>());
+    assert!(
+        ready_at.is_some(),
+        "no READY=1 in {:?}",
+        seen.iter().map(|x| &x.1).collect::<Vec<_>>()
+    );
     // api.addr exists only after READY's preconditions (store recovery) held.
     let pings: Vec<Instant> = seen
         .iter()
@@ -42,7 +47,10 @@ fn notify_socket_gets_ready_watchdog_and_stopping() {
         "expected ~6 watchdog pings in 3.5 s at a 0.5 s interval, got {}",
         pings.len()
     );
-    assert!(seen.iter().any(|(_, m)| m.starts_with("STATUS=")), "no STATUS= line");
+    assert!(
+        seen.iter().any(|(_, m)| m.starts_with("STATUS=")),
+        "no STATUS= line"
+    );
 
     d.signal(libc::SIGTERM);
     let got_stopping = wait_for("STOPPING=1", Duration::from_secs(10), || {
@@ -98,7 +106,9 @@ async fn sigterm_during_200_calls_leaves_nothing_half_done() {
             Some(other) => panic!("call {i}: unexpected status {other} {v}"),
         }
     }
-    let st = wait_for("exit", Duration::from_secs(30), || d.child.try_wait().ok().flatten());
+    let st = wait_for("exit", Duration::from_secs(30), || {
+        d.child.try_wait().ok().flatten()
+    });
     assert!(st.success(), "exit status {st}");
 
     // Every completed call is in the audit log at the index it was answered with, and
@@ -118,6 +128,10 @@ async fn sigterm_during_200_calls_leaves_nothing_half_done() {
         .iter()
         .filter(|e| e["event"] == "tool_call" && e["outcome"] == "ok")
         .count();
-    assert_eq!(ok_calls, completed.len(), "audit has calls nobody got an answer for");
+    assert_eq!(
+        ok_calls,
+        completed.len(),
+        "audit has calls nobody got an answer for"
+    );
     assert!(home.cli(&["audit", "verify"]).status.success());
 }

@@ -9,7 +9,10 @@ use crate::api::ApiResult;
 use crate::app::inbound::Received;
 
 /// A signed envelope from a trusted peer (pushed directly, e.g. on a LAN).
-pub async fn receive(State(core): State<Core>, body: Bytes) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn receive(
+    State(core): State<Core>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     match core.receive_envelope(&body).await? {
         Received::Accepted { message_id } => Ok((
             StatusCode::ACCEPTED,

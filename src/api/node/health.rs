@@ -12,7 +12,7 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(core): State<Core>) -> ApiResult<Json<Value>> {
-    if core.is_ready() && core.store.is_writable() {
+    if core.is_ready() && core.store_writable() {
         Ok(Json(json!({"status": "ready"})))
     } else {
         Err(ApiError::not_ready())
@@ -22,7 +22,10 @@ pub async fn readyz(State(core): State<Core>) -> ApiResult<Json<Value>> {
 pub async fn metrics(State(core): State<Core>) -> impl IntoResponse {
     core.refresh_gauges();
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         core.metrics.render(),
     )
 }

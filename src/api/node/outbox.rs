@@ -25,7 +25,13 @@ pub async fn queue(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     core.authorize_admin(bearer(&headers).as_deref())?;
     let id = core
-        .queue_outbox(&req.to, &req.payload_type, &req.payload, req.ttl_s, req.priority.unwrap_or(0))
+        .queue_outbox(
+            &req.to,
+            &req.payload_type,
+            &req.payload,
+            req.ttl_s,
+            req.priority.unwrap_or(0),
+        )
         .await?;
     Ok((
         StatusCode::ACCEPTED,
