@@ -83,10 +83,10 @@ impl Home {
         ]);
         assert!(o.status.success(), "init failed: {}", text(&o));
         if !extra_toml.is_empty() {
-            let mut c = std::fs::read_to_string(&cfg).unwrap();
-            c.push('\n');
-            c.push_str(extra_toml);
-            std::fs::write(&cfg, c).unwrap();
+            // As a drop-in, the way operators customize a packaged config.
+            let d = dir.path().join("outpost.d");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("50-test.toml"), extra_toml).unwrap();
         }
         Home {
             dir,
