@@ -218,6 +218,55 @@ impl<S: AuditStorage> AuditLog<S> {
         Ok(out)
     }
 
+    /// Group-commit append: under the lock, build the entries and hand their bytes to
+    /// `submit`, which must queue them for durable, in-order storage *without waiting*
+    /// (e.g. the store's writer channel), then advance the frontier. The caller waits
+    /// for durability outside the lock — so concurrent callers share one fsync — and
+    /// calls [`AuditLog::mark_failed`] if that wait fails.
+    pub fn append_submit<R>(
+        &self,
+        records: Vec<AuditRecord>,
+        now_ms: u64,
+        submit: impl FnOnce(u64, Vec<Vec<u8>>) -> R,
+    ) -> Result<(Vec<(u64, Hash)>, R), AuditError> {
+        let mut st = self.lock();
+        if st.poisoned {
+            // A previous submission failed: storage is the truth, rebuild from it.
+            let mut frontier = Frontier::new();
+            stream(&self.storage, 0, u64::MAX, |key, bytes| {
+                if key != frontier.size() {
+                    return Err(AuditError::Corrupt(format!(
+                        "expected entry {} but storage returned {key}",
+                        frontier.size()
+                    )));
+                }
+                frontier.push(leaf_hash(bytes));
+                Ok(())
+            })?;
+            st.frontier = frontier;
+            st.poisoned = false;
+        }
+        let first = st.frontier.size();
+        let bytes: Vec<Vec<u8>> = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| AuditEntry::from_record(first + i as u64, now_ms, r).canonical_bytes())
+            .collect();
+        let hashes: Vec<Hash> = bytes.iter().map(|b| leaf_hash(b)).collect();
+        let r = submit(first, bytes);
+        let mut out = Vec::with_capacity(hashes.len());
+        for (i, h) in hashes.into_iter().enumerate() {
+            st.frontier.push(h);
+            out.push((first + i as u64, h));
+        }
+        Ok((out, r))
+    }
+
+    /// A submitted append did not become durable: rebuild from storage before the next.
+    pub fn mark_failed(&self) {
+        self.lock().poisoned = true;
+    }
+
     /// Sign and store a checkpoint of the current tree; returns the note.
     pub fn checkpoint(&self, key: &SigningKey, node_id: &str) -> Result<String, AuditError> {
         let st = self.lock();

@@ -11,7 +11,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use raw::{RawConfig, RawTool};
+use crate::tools::ExternalToolConfig;
+use raw::RawConfig;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/outpost/outpost.toml";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/outpost";
@@ -105,7 +106,7 @@ pub struct Config {
     pub queue: QueueConfig,
     pub max_clock_skew_s: u64,
     pub store_engine: String,
-    pub tools: Vec<RawTool>,
+    pub tools: Vec<ExternalToolConfig>,
     pub drain_timeout_ms: u64,
     /// Where this config came from (for messages), main file first.
     pub sources: Vec<PathBuf>,
@@ -378,8 +379,8 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             )),
             _ => {}
         }
-        if t.timeout_ms == Some(0) {
-            errs.push(format!("tools.{}: timeout_ms must be > 0", t.name));
+        if let Err(e) = t.check() {
+            errs.push(format!("tools.{}: {e}", t.name));
         }
     }
 

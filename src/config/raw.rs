@@ -24,7 +24,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub store: RawStore,
     #[serde(default)]
-    pub tools: Vec<RawTool>,
+    pub tools: Vec<crate::tools::ExternalToolConfig>,
     #[serde(default)]
     pub shutdown: RawShutdown,
 }
@@ -85,16 +85,4 @@ pub struct RawStore {
 #[serde(deny_unknown_fields)]
 pub struct RawShutdown {
     pub drain_timeout_ms: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTool {
-    pub name: String,
-    pub command: Vec<String>,
-    pub timeout_ms: Option<u64>,
-    pub max_output_bytes: Option<u64>,
-    pub max_concurrency: Option<u32>,
-    pub args_schema: Option<serde_json::Value>,
-    pub description: Option<String>,
 }

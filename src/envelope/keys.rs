@@ -104,7 +104,8 @@ impl Keys {
         self.sign.sign(msg).to_bytes()
     }
 
-    pub(crate) fn signing_key(&self) -> &SigningKey {
+    /// Borrowed (never copied out), so it is still zeroized with `Keys`.
+    pub fn signing_key(&self) -> &SigningKey {
         &self.sign
     }
 

@@ -1,0 +1,7 @@
+//! The one integration test binary: real `outpost` processes on temp dirs and port 0.
+
+mod audit;
+mod harness;
+mod malformed;
+mod node;
+mod systemd;
