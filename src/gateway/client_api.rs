@@ -90,7 +90,7 @@ async fn seal_and_enqueue(
     let pt = serde_json::to_vec(plaintext).unwrap_or_default();
     let env = seal(&gw.keys, &gw.cfg.node_id, to, &params, &pt, &mut OsRng)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let connected = gw.connected(&to.node_id);
+    let live = gw.polling(&to.node_id);
     let mut ops = extra;
     ops.push(WriteOp::Enqueue(NewMessage {
         queue: Q_NODE.into(),
@@ -111,7 +111,7 @@ async fn seal_and_enqueue(
     {
         return Err(ApiError::new(StatusCode::CONFLICT, "duplicate", "message id already used"));
     }
-    if connected {
+    if live {
         gw.mark_live_sent(message_id);
     }
     MessageEvent {
@@ -310,6 +310,7 @@ pub async fn nodes(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiRes
             "node_id": id,
             "last_seen": last_seen,
             "liveness": live.as_str(),
+            "polling": gw.polling(id),
             "queue_depth": st.map(|s| s.depth).unwrap_or(0),
             "oldest_age_s": st.map(|s| s.oldest_age_s).unwrap_or(0),
             "audit_size": super::audit_sync::confirmed_size(&gw, id).await,

@@ -213,6 +213,11 @@ impl Gateway {
         }
     }
 
+    /// Holding a long-poll right now: a message queued now goes out at once.
+    pub fn polling(&self, node_id: &str) -> bool {
+        lock(&self.live).get(node_id).is_some_and(|e| e.polling > 0)
+    }
+
     /// Connected = online (polling now or heard from within 30 s).
     pub fn connected(&self, node_id: &str) -> bool {
         self.liveness(node_id).0 == Liveness::Online
@@ -247,8 +252,8 @@ impl Gateway {
         g.insert(message_id.to_string());
     }
 
-    /// `was_stored` for an acked message: false only if it went out while the node was
-    /// connected at enqueue time.
+    /// `was_stored` for an acked message: false only if the node was holding a
+    /// long-poll when it was enqueued (it went straight out); true if it waited.
     pub fn take_was_stored(&self, message_id: &str) -> bool {
         !lock(&self.live_sent).remove(message_id)
     }

@@ -12,7 +12,7 @@
 //!
 //! Store conventions the loop relies on: the node's outgoing envelopes sit in queue
 //! [`Q_OUTBOX`] (any peer: the gateway forwards what is not addressed to it); state kept
-//! in KV namespace [`KV_SYNC`]; revoked token ids in KV namespace [`KV_REVOKED`]
+//! in KV namespaces [`KV_SYNC`] and [`KV_META`]; revoked token ids in KV namespace [`KV_REVOKED`]
 //! (key = jti), which the node's token check consults.
 
 pub mod machine;
@@ -33,7 +33,9 @@ pub use worker::{spawn, SyncDeps};
 pub const Q_OUTBOX: &str = "outbox";
 pub const KV_SYNC: &str = "sync";
 pub const KV_REVOKED: &str = "revoked";
-/// KV key (in [`KV_SYNC`]) of the audit size the gateway last confirmed.
+/// KV namespace + key of the audit size the gateway last confirmed (decimal text; the
+/// node's `/v1/status` reads it as `audit.synced_size`).
+pub const KV_META: &str = "meta";
 pub const KEY_AUDIT_SYNCED: &str = "audit_synced_size";
 pub const KEY_REVOCATIONS_VERSION: &str = "revocations_version";
 

@@ -14,7 +14,7 @@ use super::machine::{Action, Event, Machine, MachineConfig};
 use super::transport::{SyncError, Transport};
 use super::{
     InboundOutcome, NodeLink, Shared, SyncHandle, KEY_AUDIT_SYNCED, KEY_REVOCATIONS_VERSION,
-    KV_REVOKED, KV_SYNC, Q_OUTBOX,
+    KV_META, KV_REVOKED, KV_SYNC, Q_OUTBOX,
 };
 use crate::config::Config;
 use crate::envelope::Keys;
@@ -333,7 +333,7 @@ impl Worker {
             Ok(v) => {
                 let s = v["size"].as_u64().unwrap_or(confirmed);
                 self.confirmed_audit = Some(s);
-                let _ = store.kv_put(KV_SYNC, KEY_AUDIT_SYNCED, s.to_string().into_bytes()).await;
+                let _ = store.kv_put(KV_META, KEY_AUDIT_SYNCED, s.to_string().into_bytes()).await;
                 tracing::info!(event = "audit_synced", size = s);
                 Event::AuditSynced
             }
