@@ -15,7 +15,9 @@
 mod procs;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -37,7 +39,8 @@ impl Story {
 }
 
 pub fn run(keep: bool) -> anyhow::Result<()> {
-    let root = std::env::temp_dir().join(format!("outpost-demo-{}-{}", std::process::id(), now_ms()));
+    let root =
+        std::env::temp_dir().join(format!("outpost-demo-{}-{}", std::process::id(), now_ms()));
     std::fs::create_dir_all(&root)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -45,7 +48,10 @@ pub fn run(keep: bool) -> anyhow::Result<()> {
         .build()?;
     let res = rt.block_on(story(root.clone()));
     if keep || res.is_err() {
-        println!("demo files kept in {} (daemon logs: */daemon.log)", root.display());
+        println!(
+            "demo files kept in {} (daemon logs: */daemon.log)",
+            root.display()
+        );
     } else {
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -58,19 +64,52 @@ fn write(path: &PathBuf, text: &str) -> anyhow::Result<()> {
 
 async fn story(root: PathBuf) -> anyhow::Result<()> {
     let s = Story { t0: Instant::now() };
-    s.say(&format!("setting up a gateway and a node in {}", root.display()));
+    s.say(&format!(
+        "setting up a gateway and a node in {}",
+        root.display()
+    ));
     let gw = Home::init(&root, "gateway", "gateway", GATEWAY_ID)?;
     let node = Home::init(&root, "node", "node", NODE_ID)?;
     // Exchange identity documents: the gateway takes envelopes from the node; the node
     // takes envelopes and capability tokens from the gateway.
     let gw_doc = root.join("gateway.identity.json");
     let node_doc = root.join("node.identity.json");
-    write(&gw_doc, &outpost(&["identity", "--json", "--config", &gw.cfg_arg()])?)?;
-    write(&node_doc, &outpost(&["identity", "--json", "--config", &node.cfg_arg()])?)?;
-    outpost(&["trust", "add", &node_doc.display().to_string(), "--send", "--config", &gw.cfg_arg()])?;
-    outpost(&["trust", "add", &gw_doc.display().to_string(), "--send", "--issue", "--config", &node.cfg_arg()])?;
+    write(
+        &gw_doc,
+        &outpost(&["identity", "--json", "--config", &gw.cfg_arg()])?,
+    )?;
+    write(
+        &node_doc,
+        &outpost(&["identity", "--json", "--config", &node.cfg_arg()])?,
+    )?;
+    outpost(&[
+        "trust",
+        "add",
+        &node_doc.display().to_string(),
+        "--send",
+        "--config",
+        &gw.cfg_arg(),
+    ])?;
+    outpost(&[
+        "trust",
+        "add",
+        &gw_doc.display().to_string(),
+        "--send",
+        "--issue",
+        "--config",
+        &node.cfg_arg(),
+    ])?;
     let token = outpost(&[
-        "token", "issue", "--aud", GATEWAY_ID, "--scope", "admin", "--ttl", "1h", "--config", &gw.cfg_arg(),
+        "token",
+        "issue",
+        "--aud",
+        GATEWAY_ID,
+        "--scope",
+        "admin",
+        "--ttl",
+        "1h",
+        "--config",
+        &gw.cfg_arg(),
     ])?
     .trim()
     .to_string();
@@ -84,12 +123,18 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dropin)?;
     write(
         &dropin.join("10-upstream.toml"),
-        &format!("[upstream]\nurl = \"http://{}\"\ngateway_id = \"{GATEWAY_ID}\"\npoll_wait_s = 10\n", g.addr),
+        &format!(
+            "[upstream]\nurl = \"http://{}\"\ngateway_id = \"{GATEWAY_ID}\"\npoll_wait_s = 10\n",
+            g.addr
+        ),
     )?;
     let (events, sse) = subscribe(&api, &g.url("/v1/events")).await?;
 
     let n = node.start().await?;
-    s.say(&format!("node {NODE_ID} up on {}; connecting upstream", n.addr));
+    s.say(&format!(
+        "node {NODE_ID} up on {}; connecting upstream",
+        n.addr
+    ));
     wait_polling(&api, &g.url("/v1/nodes"), true).await?;
     s.say("node is online at the gateway (holding a long-poll)");
 
@@ -101,7 +146,11 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
                     "tool_args": {"text": "call +1 415 555 0100 or mail ops@example.com"}, "wait_s": 15}),
         )
         .await?;
-    expect(st == 200 && body["ok"] == true, "live tool call answers 200 with the result", &body)?;
+    expect(
+        st == 200 && body["ok"] == true,
+        "live tool call answers 200 with the result",
+        &body,
+    )?;
     s.say(&format!("live tool call → 200: {}", body["result"]["text"]));
 
     // 2. Outage.
@@ -119,7 +168,11 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
                         "tool_args": {"reading": i}, "wait_s": 0}),
             )
             .await?;
-        expect(st == 202 && body["queued"] == true, "offline tool call is queued (202)", &body)?;
+        expect(
+            st == 202 && body["queued"] == true,
+            "offline tool call is queued (202)",
+            &body,
+        )?;
         queued.push(body["message_id"].as_str().unwrap_or_default().to_string());
     }
     s.say(&format!("queued {QUEUED_CALLS} tool calls → 202 queued"));
@@ -136,10 +189,14 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
 
     // 4. The setpoint expires in the queue.
     let url = g.url(&format!("/v1/messages/{setpoint}"));
-    poll_async("the setpoint to expire", Duration::from_secs(10), || async {
-        let (_, b) = api.get(&url).await?;
-        Ok((b["state"] == "expired").then_some(()))
-    })
+    poll_async(
+        "the setpoint to expire",
+        Duration::from_secs(10),
+        || async {
+            let (_, b) = api.get(&url).await?;
+            Ok((b["state"] == "expired").then_some(()))
+        },
+    )
     .await?;
     s.say("setpoint expired in the gateway queue (reason timeout_in_queue); it will never be delivered");
 
@@ -150,25 +207,41 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     let mut results = 0;
     for id in &queued {
         let url = g.url(&format!("/v1/messages/{id}"));
-        let r = poll_async("a queued call's result", Duration::from_secs(20), || async {
-            let (_, b) = api.get(&url).await?;
-            Ok(b.get("result").filter(|r| !r.is_null()).cloned())
-        })
+        let r = poll_async(
+            "a queued call's result",
+            Duration::from_secs(20),
+            || async {
+                let (_, b) = api.get(&url).await?;
+                Ok(b.get("result").filter(|r| !r.is_null()).cloned())
+            },
+        )
         .await?;
         expect(r["ok"] == true, "queued call succeeded on the node", &r)?;
         results += 1;
     }
     let drain = back.elapsed();
-    s.say(&format!("all {results} results arrived upstream {:.2}s after reconnect", drain.as_secs_f64()));
+    s.say(&format!(
+        "all {results} results arrived upstream {:.2}s after reconnect",
+        drain.as_secs_f64()
+    ));
     let delivered = events_of(&events, "delivered");
     let stored_order: Vec<String> = delivered
         .iter()
         .filter(|e| e["was_stored"] == true)
         .filter_map(|e| e["message_id"].as_str().map(str::to_string))
         .collect();
-    expect(stored_order == queued, "stored messages were delivered in FIFO order with was_stored: true",
-        &json!({"queued": queued, "delivered_stored": stored_order}))?;
-    expect(!delivered.iter().any(|e| e["message_id"] == setpoint.as_str()), "the expired setpoint was never delivered", &json!(setpoint))?;
+    expect(
+        stored_order == queued,
+        "stored messages were delivered in FIFO order with was_stored: true",
+        &json!({"queued": queued, "delivered_stored": stored_order}),
+    )?;
+    expect(
+        !delivered
+            .iter()
+            .any(|e| e["message_id"] == setpoint.as_str()),
+        "the expired setpoint was never delivered",
+        &json!(setpoint),
+    )?;
 
     // 6. Audit sync.
     let node_status = n.url("/v1/status");
@@ -181,7 +254,9 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
         Ok((size > 0 && at_gw == size).then_some(size))
     })
     .await?;
-    s.say(&format!("audit log synced: {audit} entries verified against the node's signed checkpoint"));
+    s.say(&format!(
+        "audit log synced: {audit} entries verified against the node's signed checkpoint"
+    ));
 
     n.stop().await?;
     g.stop().await?;
@@ -190,7 +265,10 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     let summary = [
         ("live calls answered (200)", 1u64),
         ("queued while offline (202)", (QUEUED_CALLS + 1) as u64),
-        ("delivered after reconnect (was_stored)", stored_order.len() as u64),
+        (
+            "delivered after reconnect (was_stored)",
+            stored_order.len() as u64,
+        ),
         ("expired in queue (never delivered)", expired.len() as u64),
         ("results received upstream", results as u64),
         ("audit entries synced + verified", audit),
@@ -200,9 +278,17 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     for (k, v) in summary {
         println!("  {k:<40} {v:>6}");
     }
-    println!("  {:<40} {:>5.2}s", "time to drain after reconnect", drain.as_secs_f64());
+    println!(
+        "  {:<40} {:>5.2}s",
+        "time to drain after reconnect",
+        drain.as_secs_f64()
+    );
     println!("  {:<40} {:>5.2}s", "total", s.t0.elapsed().as_secs_f64());
-    expect(expired.len() == 1, "exactly one message expired", &json!(expired))?;
+    expect(
+        expired.len() == 1,
+        "exactly one message expired",
+        &json!(expired),
+    )?;
     println!("\ndemo OK");
     Ok(())
 }
@@ -215,15 +301,19 @@ fn expect(ok: bool, what: &str, detail: &Value) -> anyhow::Result<()> {
 }
 
 async fn wait_polling(api: &Api, nodes_url: &str, want: bool) -> anyhow::Result<()> {
-    poll_async("the node's connection state at the gateway", Duration::from_secs(20), || async {
-        let (_, b) = api.get(nodes_url).await?;
-        let polling = b["nodes"]
-            .as_array()
-            .and_then(|a| a.iter().find(|n| n["node_id"] == NODE_ID))
-            .map(|n| n["polling"] == true)
-            .unwrap_or(false);
-        Ok((polling == want).then_some(()))
-    })
+    poll_async(
+        "the node's connection state at the gateway",
+        Duration::from_secs(20),
+        || async {
+            let (_, b) = api.get(nodes_url).await?;
+            let polling = b["nodes"]
+                .as_array()
+                .and_then(|a| a.iter().find(|n| n["node_id"] == NODE_ID))
+                .map(|n| n["polling"] == true)
+                .unwrap_or(false);
+            Ok((polling == want).then_some(()))
+        },
+    )
     .await
 }
 

@@ -89,7 +89,11 @@ pub async fn revoke(
         .unwrap_or(0)
         + 1;
     gw.store
-        .kv_put(KV_REVOCATIONS, &format!("{version:020}"), b.jti.clone().into_bytes())
+        .kv_put(
+            KV_REVOCATIONS,
+            &format!("{version:020}"),
+            b.jti.clone().into_bytes(),
+        )
         .await
         .map_err(store_error)?;
     tracing::info!(event = "token_revoked", jti = %b.jti, version);

@@ -189,7 +189,9 @@ pub async fn status(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiRe
             f
         }
     };
-    Ok(Json(json!({"size": f.size(), "root": b64_encode(&f.root())})))
+    Ok(Json(
+        json!({"size": f.size(), "root": b64_encode(&f.root())}),
+    ))
 }
 
 /// Confirmed audit size of `node` (for `GET /v1/nodes`).
@@ -211,7 +213,9 @@ pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord};
+    use crate::audit::{
+        origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+    };
     use ed25519_dalek::SigningKey;
 
     fn entries(from: u64, n: u64) -> Vec<Vec<u8>> {
@@ -241,30 +245,82 @@ mod tests {
         let vk = k.verifying_key();
         let all = entries(0, 5);
         let none = |_: u64| None;
-        let (f3, s, fresh) =
-            verify_upload(&Frontier::new(), &none, all[..3].to_vec(), &note(&k, &all[..3]), &vk, "node:a")
-                .unwrap();
+        let (f3, s, fresh) = verify_upload(
+            &Frontier::new(),
+            &none,
+            all[..3].to_vec(),
+            &note(&k, &all[..3]),
+            &vk,
+            "node:a",
+        )
+        .unwrap();
         assert_eq!((s, fresh.len()), (3, 3));
         // Next upload continues from 3.
-        let (_, s, _) =
-            verify_upload(&f3, &none, all[3..].to_vec(), &note(&k, &all), &vk, "node:a").unwrap();
+        let (_, s, _) = verify_upload(
+            &f3,
+            &none,
+            all[3..].to_vec(),
+            &note(&k, &all),
+            &vk,
+            "node:a",
+        )
+        .unwrap();
         assert_eq!(s, 5);
         // Gap: skipping entry 3.
-        let r = verify_upload(&f3, &none, all[4..].to_vec(), &note(&k, &all), &vk, "node:a");
+        let r = verify_upload(
+            &f3,
+            &none,
+            all[4..].to_vec(),
+            &note(&k, &all),
+            &vk,
+            "node:a",
+        );
         assert_eq!(r.unwrap_err().code(), "audit_gap");
         // Root mismatch: checkpoint over different entries.
-        let other = entries(0, 5).into_iter().map(|mut e| { e.push(b' '); e }).collect::<Vec<_>>();
-        let r = verify_upload(&f3, &none, all[3..].to_vec(), &note(&k, &other), &vk, "node:a");
+        let other = entries(0, 5)
+            .into_iter()
+            .map(|mut e| {
+                e.push(b' ');
+                e
+            })
+            .collect::<Vec<_>>();
+        let r = verify_upload(
+            &f3,
+            &none,
+            all[3..].to_vec(),
+            &note(&k, &other),
+            &vk,
+            "node:a",
+        );
         assert_eq!(r.unwrap_err().code(), "audit_mismatch");
         // Resending already-confirmed entries must match what is stored.
         let stored_ok = |i: u64| all.get(i as usize).cloned();
-        assert!(verify_upload(&f3, &stored_ok, all.clone(), &note(&k, &all), &vk, "node:a").is_ok());
+        assert!(
+            verify_upload(&f3, &stored_ok, all.clone(), &note(&k, &all), &vk, "node:a").is_ok()
+        );
         let stored_bad = |_: u64| Some(b"{}".to_vec());
-        let r = verify_upload(&f3, &stored_bad, all.clone(), &note(&k, &all), &vk, "node:a");
+        let r = verify_upload(
+            &f3,
+            &stored_bad,
+            all.clone(),
+            &note(&k, &all),
+            &vk,
+            "node:a",
+        );
         assert_eq!(r.unwrap_err(), Refusal::Rewritten(0));
         // Signed by another key.
         let k2 = SigningKey::from_bytes(&[8; 32]);
-        let r = verify_upload(&f3, &none, all[3..].to_vec(), &note(&k2, &all), &vk, "node:a");
-        assert!(matches!(r.unwrap_err(), Refusal::Extension(ExtensionError::Checkpoint(_))));
+        let r = verify_upload(
+            &f3,
+            &none,
+            all[3..].to_vec(),
+            &note(&k2, &all),
+            &vk,
+            "node:a",
+        );
+        assert!(matches!(
+            r.unwrap_err(),
+            Refusal::Extension(ExtensionError::Checkpoint(_))
+        ));
     }
 }

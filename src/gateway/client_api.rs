@@ -105,11 +105,17 @@ async fn seal_and_enqueue(
         dedup_until_ms: None,
     }));
     let out = gw.store.write(ops).await.map_err(store_error)?;
-    if out
-        .iter()
-        .any(|o| matches!(o, crate::store::OpOutcome::Enqueued(EnqueueOutcome::Duplicate)))
-    {
-        return Err(ApiError::new(StatusCode::CONFLICT, "duplicate", "message id already used"));
+    if out.iter().any(|o| {
+        matches!(
+            o,
+            crate::store::OpOutcome::Enqueued(EnqueueOutcome::Duplicate)
+        )
+    }) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "duplicate",
+            "message id already used",
+        ));
     }
     if live {
         gw.mark_live_sent(message_id);
@@ -184,7 +190,16 @@ pub async fn tool_call(
         key: job_id.clone(),
         value: message_id.clone().into_bytes(),
     };
-    seal_and_enqueue(&gw, &doc, "TASK_REQUEST", ttl_s, &plaintext, &message_id, vec![map]).await?;
+    seal_and_enqueue(
+        &gw,
+        &doc,
+        "TASK_REQUEST",
+        ttl_s,
+        &plaintext,
+        &message_id,
+        vec![map],
+    )
+    .await?;
     if gw.connected(&doc.node_id) && !wait.is_zero() {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -235,13 +250,18 @@ pub async fn commands(
     require(&gw, &headers, Need::Scope(&scope))?;
     let doc = target_doc(&gw, &b.target.node_id)?;
     if b.command_type.is_empty() || b.command_type.len() > 64 {
-        return Err(ApiError::bad_request("command_type must be 1..=64 characters"));
+        return Err(ApiError::bad_request(
+            "command_type must be 1..=64 characters",
+        ));
     }
     if !gw.cfg.queue.is_queueable(&b.command_type) && !gw.connected(&doc.node_id) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "recipient_offline",
-            format!("{} is not connected and {:?} commands are not queued", doc.node_id, b.command_type),
+            format!(
+                "{} is not connected and {:?} commands are not queued",
+                doc.node_id, b.command_type
+            ),
         ));
     }
     if b.ttl_s == Some(0) {
@@ -255,7 +275,8 @@ pub async fn commands(
     };
     payload["command_type"] = Value::String(b.command_type.clone());
     let message_id = uuid::Uuid::now_v7().to_string();
-    let expires = seal_and_enqueue(&gw, &doc, "COMMAND", ttl_s, &payload, &message_id, vec![]).await?;
+    let expires =
+        seal_and_enqueue(&gw, &doc, "COMMAND", ttl_s, &payload, &message_id, vec![]).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"ok": false, "queued": true, "message_id": message_id, "expires_at_ms": expires})),
@@ -277,7 +298,9 @@ pub async fn message(
             "message_id": id, "state": s.state.as_str(), "node_id": s.peer,
             "attempts": s.attempts, "next_attempt_at": s.next_attempt_at_ms,
         }),
-        (None, Some(_)) => json!({"message_id": id, "state": "delivered", "attempts": 0, "next_attempt_at": 0}),
+        (None, Some(_)) => {
+            json!({"message_id": id, "state": "delivered", "attempts": 0, "next_attempt_at": 0})
+        }
         (None, None) => return Err(ApiError::not_found("not_found", "no such message")),
     };
     if let Some(Some(reason)) = gw.store.status(&id).ok().flatten().map(|s| s.reason) {

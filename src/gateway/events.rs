@@ -124,19 +124,17 @@ pub fn sse_response(bus: &Bus, shutdown: CancellationToken) -> Response {
             if let Some(f) = first {
                 return Some((Ok::<_, Infallible>(f), (rx, shutdown, None)));
             }
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return None,
-                    r = rx.recv() => match r {
-                        Ok((ts, ev)) => return Some((Ok(ev.sse_frame(ts)), (rx, shutdown, None))),
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            let f = format!("event: lagged\ndata: {{\"type\":\"lagged\",\"missed\":{n}}}\n\n");
-                            return Some((Ok(f), (rx, shutdown, None)));
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    },
-                }
-            }
+            let frame = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                r = rx.recv() => match r {
+                    Ok((ts, ev)) => ev.sse_frame(ts),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        format!("event: lagged\ndata: {{\"type\":\"lagged\",\"missed\":{n}}}\n\n")
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            };
+            Some((Ok(frame), (rx, shutdown, None)))
         },
     );
     let mut resp = Body::from_stream(stream).into_response();

@@ -99,9 +99,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             post(audit_sync::upload).get(audit_sync::status),
         )
         .route("/v1/nodes/{id}/revocations", get(node_api::revocations))
-        .fallback(|| async {
-            crate::api::ApiError::not_found("not_found", "no such route")
-        })
+        .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gw)
 }

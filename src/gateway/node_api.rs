@@ -81,7 +81,9 @@ pub async fn pull(
         .iter()
         .filter_map(|m| serde_json::from_slice(&m.body).ok())
         .collect();
-    Ok(Json(json!({"pending_count": pending, "envelopes": envelopes})))
+    Ok(Json(
+        json!({"pending_count": pending, "envelopes": envelopes}),
+    ))
 }
 
 #[derive(Debug, Deserialize)]

@@ -17,9 +17,7 @@ use serde_json::{json, Value};
 
 use super::auth::SignedNode;
 use super::events::GatewayEvent;
-use super::state::{
-    store_error, Gateway, KV_JOBS, KV_RESULTS, Q_INBOX, Q_NODE, SCOPE_RESULTS,
-};
+use super::state::{store_error, Gateway, KV_JOBS, KV_RESULTS, Q_INBOX, Q_NODE, SCOPE_RESULTS};
 use crate::api::json::parse;
 use crate::api::{ApiError, ApiResult};
 use crate::envelope::{open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError};

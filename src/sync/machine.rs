@@ -70,24 +70,39 @@ pub enum Event {
     Woken,
     /// A pull answered: `pending_count` as the gateway reported it (including this
     /// batch) and how many of the batch the node took (acked).
-    Pulled { pending_count: u64, received: u64 },
+    Pulled {
+        pending_count: u64,
+        received: u64,
+    },
     /// An outbox upload finished; `more` = a full batch went, there may be more.
-    Pushed { more: bool },
+    Pushed {
+        more: bool,
+    },
     AuditSynced,
     RevocationsFetched,
     /// A request failed (network, 5xx, 401 …). `jitter` in [-1, 1] from the caller's RNG.
-    Failed { error: String, jitter: f64 },
+    Failed {
+        error: String,
+        jitter: f64,
+    },
     Shutdown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    Pull { wait_s: u64, max: u32 },
-    Push { max: u32 },
+    Pull {
+        wait_s: u64,
+        max: u32,
+    },
+    Push {
+        max: u32,
+    },
     SyncAudit,
     FetchRevocations,
     /// Sleep until `until_ms` (or a wake-up / shutdown).
-    Wait { until_ms: u64 },
+    Wait {
+        until_ms: u64,
+    },
     Stop,
 }
 

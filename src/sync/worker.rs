@@ -115,11 +115,7 @@ impl Worker {
     fn publish(&self, m: &Machine, was_connected: &mut bool) {
         let connected = m.connected();
         {
-            let mut s = self
-                .shared
-                .status
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
             s.state = m.phase().as_str().to_string();
             s.connected = connected;
             s.last_ok_ms = m.last_ok_ms();
@@ -194,7 +190,13 @@ impl Worker {
             let pq = self.t.node_path("ack");
             if let Err(e) = self
                 .t
-                .call(reqwest::Method::POST, &pq, Some(&body), self.now(), Duration::ZERO)
+                .call(
+                    reqwest::Method::POST,
+                    &pq,
+                    Some(&body),
+                    self.now(),
+                    Duration::ZERO,
+                )
                 .await
             {
                 // Stored locally already; the gateway resends and we answer duplicate.
@@ -226,7 +228,9 @@ impl Worker {
             if room == 0 {
                 break;
             }
-            let msgs = store.next_batch(Q_OUTBOX, &peer, room, now).unwrap_or_default();
+            let msgs = store
+                .next_batch(Q_OUTBOX, &peer, room, now)
+                .unwrap_or_default();
             for m in msgs {
                 if let Ok(v) = serde_json::from_slice::<Value>(&m.body) {
                     batch.push((peer.clone(), m.message_id, v));
@@ -248,16 +252,26 @@ impl Worker {
             Err(e) => {
                 let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
                 for (peer, ids) in group(&batch, |_| true) {
-                    let _ = store.record_failure(Q_OUTBOX, &peer, ids, now, jitter).await;
+                    let _ = store
+                        .record_failure(Q_OUTBOX, &peer, ids, now, jitter)
+                        .await;
                 }
-                DeliveryAttempt { result: "failed", peer: "upstream", count: batch.len() }
-                    .emit(&self.deps.metrics);
+                DeliveryAttempt {
+                    result: "failed",
+                    peer: "upstream",
+                    count: batch.len(),
+                }
+                .emit(&self.deps.metrics);
                 return failed(&e);
             }
         };
         let list = |k: &str| -> Vec<String> {
             v[k].as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let mut done = list("accepted");
@@ -277,12 +291,22 @@ impl Worker {
             .unwrap_or_default();
         let mut ops = Vec::new();
         for (peer, ids) in group(&batch, |id| done.iter().any(|d| d == id)) {
-            ops.push(WriteOp::Ack { queue: Q_OUTBOX.into(), peer, ids, now_ms: now });
+            ops.push(WriteOp::Ack {
+                queue: Q_OUTBOX.into(),
+                peer,
+                ids,
+                now_ms: now,
+            });
         }
         for (peer, id, _) in &batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
                 tracing::warn!(event = "upload_rejected", message_id = %id, code = %code);
-                ops.push(WriteOp::Ack { queue: Q_OUTBOX.into(), peer: peer.clone(), ids: vec![id.clone()], now_ms: now });
+                ops.push(WriteOp::Ack {
+                    queue: Q_OUTBOX.into(),
+                    peer: peer.clone(),
+                    ids: vec![id.clone()],
+                    now_ms: now,
+                });
                 ops.push(WriteOp::Reject {
                     queue: Q_OUTBOX.into(),
                     peer: peer.clone(),
@@ -295,8 +319,17 @@ impl Worker {
         if let Err(e) = store.write(ops).await {
             return failed(&SyncError::Setup(format!("store: {e}")));
         }
-        DeliveryAttempt { result: "ok", peer: "upstream", count: done.len() }.emit(&self.deps.metrics);
-        self.shared.status.lock().unwrap_or_else(|p| p.into_inner()).pushed += done.len() as u64;
+        DeliveryAttempt {
+            result: "ok",
+            peer: "upstream",
+            count: done.len(),
+        }
+        .emit(&self.deps.metrics);
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pushed += done.len() as u64;
         Event::Pushed { more }
     }
 
@@ -306,7 +339,11 @@ impl Worker {
             Some(c) => c,
             None => {
                 let pq = self.t.node_path("audit");
-                match self.t.call(reqwest::Method::GET, &pq, None, self.now(), Duration::ZERO).await {
+                match self
+                    .t
+                    .call(reqwest::Method::GET, &pq, None, self.now(), Duration::ZERO)
+                    .await
+                {
                     Ok(v) => v["size"].as_u64().unwrap_or(0),
                     Err(e) => return failed(&e),
                 }
@@ -329,11 +366,23 @@ impl Worker {
         let note = batch.checkpoint;
         let body = json!({"entries": texts, "checkpoint": note});
         let pq = self.t.node_path("audit");
-        match self.t.call(reqwest::Method::POST, &pq, Some(&body), self.now(), Duration::ZERO).await {
+        match self
+            .t
+            .call(
+                reqwest::Method::POST,
+                &pq,
+                Some(&body),
+                self.now(),
+                Duration::ZERO,
+            )
+            .await
+        {
             Ok(v) => {
                 let s = v["size"].as_u64().unwrap_or(confirmed);
                 self.confirmed_audit = Some(s);
-                let _ = store.kv_put(KV_META, KEY_AUDIT_SYNCED, s.to_string().into_bytes()).await;
+                let _ = store
+                    .kv_put(KV_META, KEY_AUDIT_SYNCED, s.to_string().into_bytes())
+                    .await;
                 tracing::info!(event = "audit_synced", size = s);
                 Event::AuditSynced
             }
@@ -357,7 +406,11 @@ impl Worker {
             .and_then(|b| String::from_utf8(b).ok()?.parse().ok())
             .unwrap_or(0);
         let pq = format!("{}?since={since}", self.t.node_path("revocations"));
-        let v = match self.t.call(reqwest::Method::GET, &pq, None, self.now(), Duration::ZERO).await {
+        let v = match self
+            .t
+            .call(reqwest::Method::GET, &pq, None, self.now(), Duration::ZERO)
+            .await
+        {
             Ok(v) => v,
             Err(e) => return failed(&e),
         };
@@ -366,7 +419,11 @@ impl Worker {
             .map(|a| {
                 a.iter()
                     .filter_map(|j| j.as_str())
-                    .map(|jti| WriteOp::KvPut { ns: KV_REVOKED.into(), key: jti.into(), value: b"1".to_vec() })
+                    .map(|jti| WriteOp::KvPut {
+                        ns: KV_REVOKED.into(),
+                        key: jti.into(),
+                        value: b"1".to_vec(),
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -387,7 +444,10 @@ impl Worker {
 }
 
 /// Ids of `batch` that pass `keep`, grouped by recipient.
-fn group(batch: &[(String, String, Value)], keep: impl Fn(&str) -> bool) -> Vec<(String, Vec<String>)> {
+fn group(
+    batch: &[(String, String, Value)],
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for (peer, id, _) in batch.iter().filter(|b| keep(&b.1)) {
         match out.iter_mut().find(|(p, _)| p == peer) {

@@ -32,7 +32,10 @@ fn start() -> Fixture {
     let home = Home::init("gateway", "gateway:main", "");
     let keys = Keys::from_secret_bytes(&SEED, &[12; 32]);
     let doc = IdentityDocument::new(NODE, "node", &keys, "2026-01-01T00:00:00Z");
-    let o = home.cli_stdin(&["trust", "add", "-", "--send"], &serde_json::to_vec(&doc).unwrap());
+    let o = home.cli_stdin(
+        &["trust", "add", "-", "--send"],
+        &serde_json::to_vec(&doc).unwrap(),
+    );
     assert!(o.status.success(), "{}", text(&o));
     let admin = home.token("gateway:main", &["admin"], "1h");
     let gw_doc: IdentityDocument = serde_json::from_str(&home.identity_json()).unwrap();
@@ -55,7 +58,9 @@ impl Fixture {
         body: Option<&Value>,
         tamper: impl FnOnce(&mut String, &mut String),
     ) -> (u16, Value) {
-        let bytes = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
+        let bytes = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
         let ts = now();
         let mut sig = sign_request(&self.keys, NODE, method, pq, ts, &bytes);
         let mut ts_text = ts.to_string();
@@ -130,20 +135,41 @@ async fn unsigned_wrongly_signed_stale_and_replayed_node_requests_are_401() {
     assert_eq!(st, 401, "tampered signature: {v}");
     assert_eq!(v["error"]["code"], "unauthorized");
     let (st, _) = f
-        .signed("GET", &pq, None, |_, ts| *ts = (now() - 301_000).to_string())
+        .signed("GET", &pq, None, |_, ts| {
+            *ts = (now() - 301_000).to_string()
+        })
         .await;
-    assert_eq!(st, 401, "timestamp outside the skew (signature no longer matches either)");
+    assert_eq!(
+        st, 401,
+        "timestamp outside the skew (signature no longer matches either)"
+    );
     // Signed for another path: refused.
     let other = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=49");
     let bytes = Vec::new();
     let ts = now();
     let sig = sign_request(&f.keys, NODE, "GET", &other, ts, &bytes);
-    let (st, _) = f.send_raw("GET", &pq, bytes.clone(), Some((sig.clone(), ts.to_string()))).await;
+    let (st, _) = f
+        .send_raw(
+            "GET",
+            &pq,
+            bytes.clone(),
+            Some((sig.clone(), ts.to_string())),
+        )
+        .await;
     assert_eq!(st, 401, "signature over another path");
     // A good one works once; the identical replay is refused.
-    let (st, _) = f.send_raw("GET", &other, bytes.clone(), Some((sig.clone(), ts.to_string()))).await;
+    let (st, _) = f
+        .send_raw(
+            "GET",
+            &other,
+            bytes.clone(),
+            Some((sig.clone(), ts.to_string())),
+        )
+        .await;
     assert_eq!(st, 200);
-    let (st, _) = f.send_raw("GET", &other, bytes, Some((sig, ts.to_string()))).await;
+    let (st, _) = f
+        .send_raw("GET", &other, bytes, Some((sig, ts.to_string())))
+        .await;
     assert_eq!(st, 401, "replayed signature");
     // Client routes refuse a missing token.
     let resp = http().get(f.gw.url("/v1/nodes")).send().await.unwrap();
@@ -171,7 +197,12 @@ async fn pull_returns_stored_messages_fifo_and_ack_removes_them() {
     // Ack the first two: the third is still there, first in line.
     let ack = json!({"message_ids": [ids[0], ids[1]]});
     let (st, a) = f
-        .signed("POST", &format!("/v1/nodes/{NODE}/ack"), Some(&ack), |_, _| {})
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/ack"),
+            Some(&ack),
+            |_, _| {},
+        )
         .await;
     assert_eq!(st, 200, "{a}");
     let (_, v) = f.signed("GET", &pull_path(), None, |_, _| {}).await;
@@ -197,12 +228,25 @@ async fn uploaded_task_result_becomes_the_message_result() {
         priority: 0,
     };
     let pt = json!({"job_id": "job-7", "ok": true, "result": {"i": 7}, "evidence": null});
-    let env = seal(&f.keys, NODE, &f.gw_doc, &params, &serde_json::to_vec(&pt).unwrap(), &mut rand::rngs::OsRng).unwrap();
+    let env = seal(
+        &f.keys,
+        NODE,
+        &f.gw_doc,
+        &params,
+        &serde_json::to_vec(&pt).unwrap(),
+        &mut rand::rngs::OsRng,
+    )
+    .unwrap();
     let env: Value = serde_json::from_slice(&env.to_json()).unwrap();
     let junk = json!({"v": 1, "message_id": "x"});
     let body = json!({"envelopes": [env, env, junk]});
     let (st, v) = f
-        .signed("POST", &format!("/v1/nodes/{NODE}/upload"), Some(&body), |_, _| {})
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/upload"),
+            Some(&body),
+            |_, _| {},
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["accepted"], json!([params.message_id]));
@@ -217,8 +261,12 @@ async fn uploaded_task_result_becomes_the_message_result() {
 fn entries(from: u64, n: u64) -> Vec<Vec<u8>> {
     (from..from + n)
         .map(|i| {
-            AuditEntry::from_record(i, 1_000 + i, AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok))
-                .canonical_bytes()
+            AuditEntry::from_record(
+                i,
+                1_000 + i,
+                AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
+            )
+            .canonical_bytes()
         })
         .collect()
 }
@@ -228,11 +276,18 @@ fn note(all: &[Vec<u8>]) -> String {
     for e in all {
         fr.push(leaf_hash(e));
     }
-    sign_checkpoint(&SigningKey::from_bytes(&SEED), &origin_for(NODE), fr.size(), &fr.root())
+    sign_checkpoint(
+        &SigningKey::from_bytes(&SEED),
+        &origin_for(NODE),
+        fr.size(),
+        &fr.root(),
+    )
 }
 
 fn texts(e: &[Vec<u8>]) -> Vec<String> {
-    e.iter().map(|b| String::from_utf8(b.clone()).unwrap()).collect()
+    e.iter()
+        .map(|b| String::from_utf8(b.clone()).unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -241,19 +296,32 @@ async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
     let path = format!("/v1/nodes/{NODE}/audit");
     let all = entries(0, 6);
     let up = |e: &[Vec<u8>], n: String| json!({"entries": texts(e), "checkpoint": n});
-    let (st, v) = f.signed("POST", &path, Some(&up(&all[..3], note(&all[..3]))), |_, _| {}).await;
+    let (st, v) = f
+        .signed(
+            "POST",
+            &path,
+            Some(&up(&all[..3], note(&all[..3]))),
+            |_, _| {},
+        )
+        .await;
     assert_eq!((st, v["size"].clone()), (200, json!(3)), "{v}");
     // Gap: entries 4.. without 3.
-    let (st, v) = f.signed("POST", &path, Some(&up(&all[4..], note(&all))), |_, _| {}).await;
+    let (st, v) = f
+        .signed("POST", &path, Some(&up(&all[4..], note(&all))), |_, _| {})
+        .await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "audit_gap");
     // Mismatch: checkpoint over other entries.
     let other = entries(100, 6);
-    let (st, v) = f.signed("POST", &path, Some(&up(&all[3..], note(&other))), |_, _| {}).await;
+    let (st, v) = f
+        .signed("POST", &path, Some(&up(&all[3..], note(&other))), |_, _| {})
+        .await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "audit_mismatch");
     // Nothing was merged: the honest continuation still fits.
-    let (st, v) = f.signed("POST", &path, Some(&up(&all[3..], note(&all))), |_, _| {}).await;
+    let (st, v) = f
+        .signed("POST", &path, Some(&up(&all[3..], note(&all))), |_, _| {})
+        .await;
     assert_eq!((st, v["size"].clone()), (200, json!(6)), "{v}");
     let (_, s) = f.signed("GET", &path, None, |_, _| {}).await;
     assert_eq!(s["size"], 6);
@@ -274,7 +342,12 @@ async fn sse_streams_queued_and_delivered_events() {
     let id = f.queue_call(1, "job-sse").await;
     let ack = json!({"message_ids": [id]});
     let (st, _) = f
-        .signed("POST", &format!("/v1/nodes/{NODE}/ack"), Some(&ack), |_, _| {})
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/ack"),
+            Some(&ack),
+            |_, _| {},
+        )
         .await;
     assert_eq!(st, 200);
     let mut seen = String::new();

@@ -207,7 +207,10 @@ impl Api {
 pub type Events = Arc<Mutex<Vec<Value>>>;
 
 /// Subscribe to the gateway's SSE stream; a background task appends every event.
-pub async fn subscribe(api: &Api, url: &str) -> anyhow::Result<(Events, tokio::task::JoinHandle<()>)> {
+pub async fn subscribe(
+    api: &Api,
+    url: &str,
+) -> anyhow::Result<(Events, tokio::task::JoinHandle<()>)> {
     let mut resp = api
         .http
         .get(url)
