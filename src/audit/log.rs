@@ -220,9 +220,13 @@ impl<S: AuditStorage> AuditLog<S> {
 
     /// Sign and store a checkpoint of the current tree; returns the note.
     pub fn checkpoint(&self, key: &SigningKey, node_id: &str) -> Result<String, AuditError> {
-        let st = self.lock();
-        let size = st.frontier.size();
-        let note = sign_checkpoint(key, &origin_for(node_id), size, &st.frontier.root());
+        // Snapshot under the lock, sign and store outside it: appends need not wait for
+        // the signature or the checkpoint write.
+        let (size, root) = {
+            let st = self.lock();
+            (st.frontier.size(), st.frontier.root())
+        };
+        let note = sign_checkpoint(key, &origin_for(node_id), size, &root);
         self.storage
             .put_checkpoint(size, &note)
             .map_err(AuditError::Storage)?;
