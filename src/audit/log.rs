@@ -2,7 +2,7 @@
 //!
 //! [`AuditLog`] assigns indexes, builds canonical entries, keeps the Merkle
 //! [`Frontier`] and signs checkpoints; [`AuditStorage`] is where the bytes live (the
-//! store in production, [`MemoryAuditStorage`] in tests). The log never reads the clock:
+//! store in production, [`MemoryAuditStorage`](super::MemoryAuditStorage) in tests). The log never reads the clock:
 //! callers pass `now_ms`.
 
 use std::io::Write;
