@@ -155,3 +155,7 @@ impl<S: AuditStorage> Drop for InFlight<'_, S> {
         self.log.wake.notify_all();
     }
 }
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;
