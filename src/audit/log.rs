@@ -2,16 +2,18 @@
 //!
 //! [`AuditLog`] assigns indexes, builds canonical entries, keeps the Merkle
 //! [`Frontier`] and signs checkpoints; [`AuditStorage`] is where the bytes live (the
-//! store in production, [`MemoryAuditStorage`] in tests). The log never reads the clock:
-//! callers pass `now_ms`.
+//! store in production, [`MemoryAuditStorage`](super::MemoryAuditStorage) in tests).
+//! The log never reads the clock: callers pass `now_ms`. Appends from many threads are
+//! group-committed (see [`group`](super::group)).
 
+use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use ed25519_dalek::SigningKey;
 
 use super::checkpoint::{origin_for, sign_checkpoint};
-use super::entry::{AuditEntry, AuditRecord};
+use super::entry::AuditRecord;
 use super::merkle::{leaf_hash, Frontier, Hash};
 use super::upload::SyncBatch;
 
@@ -21,8 +23,9 @@ pub type StorageError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Where audit entries and checkpoints are kept.
 ///
 /// Contract:
-/// - Entries are dense: indexes `0..len()` exist, nothing else. `append` is only called
-///   with `index == len()` (the log serialises appends under its lock).
+/// - Entries are dense: indexes `0..len()` exist, nothing else. `append`/`append_batch`
+///   are only called with `index == len()` and never concurrently with each other (the
+///   log has at most one batch in flight); reads and checkpoints may run alongside.
 /// - `append` returns only once the entry is durable (fsync'd or part of a committed
 ///   group commit). An `Err` means "not stored"; the log then refuses further appends
 ///   until reopened, so a half-known state never turns into a gap.
@@ -68,15 +71,30 @@ pub enum AuditError {
 /// Entries are streamed in pages of this size so memory stays flat for any log length.
 pub(super) const PAGE: usize = 1024;
 
-struct State {
-    frontier: Frontier,
-    poisoned: bool,
+/// One caller's records waiting for the next group commit.
+pub(super) struct Pending {
+    pub(super) ticket: u64,
+    pub(super) records: Vec<AuditRecord>,
+    pub(super) now_ms: u64,
+}
+
+pub(super) struct State {
+    /// Covers durable entries only: it advances after the storage write returned.
+    pub(super) frontier: Frontier,
+    pub(super) poisoned: bool,
+    /// A batch is being written (by the thread that took `queue`).
+    pub(super) writing: bool,
+    pub(super) next_ticket: u64,
+    pub(super) queue: Vec<Pending>,
+    /// Finished tickets → their `(index, leaf)` pairs or the failure message.
+    pub(super) done: HashMap<u64, Result<Vec<(u64, Hash)>, String>>,
 }
 
 /// The node's tamper-evident log. Cheap to share behind an `Arc`.
 pub struct AuditLog<S: AuditStorage> {
     pub(super) storage: S,
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
+    pub(super) wake: Condvar,
 }
 
 /// Stream stored entries from `from` up to (excluding) storage key `end`, in pages,
@@ -147,7 +165,12 @@ impl<S: AuditStorage> AuditLog<S> {
             state: Mutex::new(State {
                 frontier,
                 poisoned: false,
+                writing: false,
+                next_ticket: 0,
+                queue: Vec::new(),
+                done: HashMap::new(),
             }),
+            wake: Condvar::new(),
         })
     }
 
@@ -161,7 +184,7 @@ impl<S: AuditStorage> AuditLog<S> {
         &self.storage
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the frontier half-updated (push is
         // the last step), so a poisoned mutex is still usable.
         self.state
@@ -177,45 +200,6 @@ impl<S: AuditStorage> AuditLog<S> {
     /// Root hash of the current tree.
     pub fn root(&self) -> Hash {
         self.lock().frontier.root()
-    }
-
-    /// Append one entry; durable when this returns. Returns `(index, leaf_hash)` for the
-    /// call's `evidence`.
-    pub fn append(&self, record: AuditRecord, now_ms: u64) -> Result<(u64, Hash), AuditError> {
-        let mut out = self.append_many(vec![record], now_ms)?;
-        out.pop()
-            .ok_or_else(|| AuditError::Corrupt("empty append result".into()))
-    }
-
-    /// Append several entries with one storage call (one durability wait when the
-    /// storage implements `append_batch` as a group commit). Indexes are consecutive.
-    pub fn append_many(
-        &self,
-        records: Vec<AuditRecord>,
-        now_ms: u64,
-    ) -> Result<Vec<(u64, Hash)>, AuditError> {
-        let mut st = self.lock();
-        if st.poisoned {
-            return Err(AuditError::Poisoned);
-        }
-        let first = st.frontier.size();
-        let bytes: Vec<Vec<u8>> = records
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| AuditEntry::from_record(first + i as u64, now_ms, r).canonical_bytes())
-            .collect();
-        if let Err(e) = self.storage.append_batch(first, &bytes) {
-            // We do not know how much of the batch reached the disk; refuse to guess.
-            st.poisoned = true;
-            return Err(AuditError::Storage(e));
-        }
-        let mut out = Vec::with_capacity(bytes.len());
-        for (i, b) in bytes.iter().enumerate() {
-            let h = leaf_hash(b);
-            st.frontier.push(h);
-            out.push((first + i as u64, h));
-        }
-        Ok(out)
     }
 
     /// Group-commit append: under the lock, build the entries and hand their bytes to
@@ -250,7 +234,7 @@ impl<S: AuditStorage> AuditLog<S> {
         let bytes: Vec<Vec<u8>> = records
             .into_iter()
             .enumerate()
-            .map(|(i, r)| AuditEntry::from_record(first + i as u64, now_ms, r).canonical_bytes())
+            .map(|(i, r)| super::AuditEntry::from_record(first + i as u64, now_ms, r).canonical_bytes())
             .collect();
         let hashes: Vec<Hash> = bytes.iter().map(|b| leaf_hash(b)).collect();
         let r = submit(first, bytes);
@@ -269,9 +253,13 @@ impl<S: AuditStorage> AuditLog<S> {
 
     /// Sign and store a checkpoint of the current tree; returns the note.
     pub fn checkpoint(&self, key: &SigningKey, node_id: &str) -> Result<String, AuditError> {
-        let st = self.lock();
-        let size = st.frontier.size();
-        let note = sign_checkpoint(key, &origin_for(node_id), size, &st.frontier.root());
+        // Snapshot under the lock, sign and store outside it: appends need not wait for
+        // the signature or the checkpoint write.
+        let (size, root) = {
+            let st = self.lock();
+            (st.frontier.size(), st.frontier.root())
+        };
+        let note = sign_checkpoint(key, &origin_for(node_id), size, &root);
         self.storage
             .put_checkpoint(size, &note)
             .map_err(AuditError::Storage)?;

@@ -3,7 +3,8 @@
 //! - [`merkle`]: RFC 6962 hashing, the incremental [`Frontier`], consistency proofs (pure).
 //! - [`entry`]: [`AuditEntry`] and its canonical JSON bytes (pure).
 //! - [`checkpoint`]: C2SP signed-note checkpoints, Ed25519 (pure).
-//! - [`log`]: [`AuditLog`] over the [`AuditStorage`] seam; verify and export.
+//! - [`log`]: [`AuditLog`] over the [`AuditStorage`] seam; [`group`]: group commit;
+//!   [`verify`]: `audit verify`.
 //! - [`upload`]: node → gateway sync batches and the gateway's pure extension check.
 //! - [`memory`]: an in-memory [`AuditStorage`] for tests.
 //!
@@ -12,6 +13,7 @@
 
 pub mod checkpoint;
 pub mod entry;
+pub mod group;
 pub mod log;
 pub mod memory;
 pub mod merkle;

@@ -355,3 +355,34 @@ fn open_from_a_persisted_frontier_skips_old_entries() {
         Err(AuditError::Corrupt(_))
     ));
 }
+
+#[test]
+fn concurrent_appends_get_unique_dense_indexes() {
+    let storage = Arc::new(MemoryAuditStorage::new());
+    let log = Arc::new(AuditLog::open(storage).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                (0..50)
+                    .map(|i| log.append(record(t * 100 + i), 1).unwrap().0)
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..400).collect::<Vec<u64>>());
+    log.checkpoint(&key(), NODE).unwrap();
+    assert!(verify(&log).is_ok());
+}
+
+#[test]
+fn shared_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<AuditLog<Arc<MemoryAuditStorage>>>();
+    assert_send_sync::<crate::tools::Registry>();
+}

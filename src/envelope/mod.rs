@@ -11,7 +11,8 @@
 //! - Encoding: [`pae`], [`b64_encode`], [`b64_decode`].
 //! - Node ids: [`validate_node_id`] / [`is_valid_node_id`].
 //! - Keys: [`Keys::generate`], [`Keys::save`] (0600, atomic), [`Keys::load`] (refuses
-//!   group/world-readable files), [`Keys::sign_pk`], [`Keys::kex_pk`].
+//!   group/world-readable files), [`Keys::sign_pk`], [`Keys::kex_pk`], [`Keys::sign`]
+//!   (Ed25519, e.g. for audit checkpoints).
 //! - Identity: [`IdentityDocument::new`]`(node_id, role, &keys, created_at)`,
 //!   [`IdentityDocument::verify`].
 //! - Trust: [`TrustStore`] `add / remove / get / list / to_bytes / from_bytes`, [`Rights`].

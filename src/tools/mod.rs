@@ -8,6 +8,11 @@
 //!
 //! Capability checks, idempotency by `job_id` and auditing happen *around* a call (API /
 //! store layer); this module only answers "run tool X with these args, safely".
+//!
+//! Errors ([`ToolError`]) carry a stable `code()` and `http_status()`: `unknown_tool`
+//! 404, `bad_request` 400 (names the failing field), `tool_timeout` 504, `tool_failed`
+//! 502, `busy` 429 — a tool at its concurrency limit refuses immediately instead of
+//! queueing (the API should add `Retry-After: 1`).
 
 pub mod external;
 pub mod pii;
@@ -33,6 +38,8 @@ pub struct ToolSpec {
     /// JSON Schema of the result; documentation only (`{}` when unknown).
     pub result_schema: Value,
     pub timeout_ms: u64,
+    /// Enforced on external tools' stdout (more → `tool_failed`). Built-ins are bounded
+    /// by their argument limits instead (`pii_redact` output ≈ input ≤ 1 MiB).
     pub max_output_bytes: u64,
     /// Calls of this tool that may run at once; more are refused with `busy`.
     pub max_concurrency: u32,
