@@ -63,10 +63,9 @@ pub async fn run_role(
     let addr = listener.local_addr()?;
     let res = match cfg.role {
         Role::Node => crate::app::node::run(cfg, listener, shutdown).await,
-        Role::Gateway => {
-            let _ = (listener, shutdown);
-            Err(anyhow::anyhow!("the gateway role is not in this build yet"))
-        }
+        Role::Gateway => crate::gateway::run(cfg, listener, shutdown)
+            .await
+            .map_err(anyhow::Error::from),
     };
     listen::remove_addr_file(&data_dir);
     tracing::info!(event = "stopped", %addr);

@@ -67,49 +67,28 @@ fn body(origin: &str, size: u64, root: &Hash) -> String {
     format!("{origin}\n{size}\n{}\n", STANDARD.encode(root))
 }
 
-/// Sign a checkpoint for `origin` (e.g. from [`origin_for`]); the key name is the origin.
-pub fn sign_checkpoint(key: &SigningKey, origin: &str, size: u64, root: &Hash) -> String {
-    let text = body(origin, size, root);
+/// Sign `text` (which must end in `\n`) as a signed note with one signature by `key`
+/// under `key_name`.
+pub fn sign_note(key: &SigningKey, key_name: &str, text: &str) -> String {
     let sig: Signature = key.sign(text.as_bytes());
     let mut blob = Vec::with_capacity(68);
-    blob.extend_from_slice(&key_id(origin, &key.verifying_key()));
+    blob.extend_from_slice(&key_id(key_name, &key.verifying_key()));
     blob.extend_from_slice(&sig.to_bytes());
-    format!("{text}\n{SIG_PREFIX}{origin} {}\n", STANDARD.encode(blob))
+    format!("{text}\n{SIG_PREFIX}{key_name} {}\n", STANDARD.encode(blob))
 }
 
-/// Parse a note and verify it was signed by `key` under the name `expected_origin`.
-pub fn parse_and_verify(
-    note: &str,
+/// Verify a signed note carrying exactly one signature, by `key` under `key_name`;
+/// returns the note text (ending in `\n`).
+pub fn verify_note<'a>(
+    note: &'a str,
     key: &VerifyingKey,
-    expected_origin: &str,
-) -> Result<Checkpoint, CheckpointError> {
+    key_name: &str,
+) -> Result<&'a str, CheckpointError> {
     use CheckpointError::Malformed;
-    let (text, sigs) = note
-        .split_once("\n\n")
+    let split = note
+        .find("\n\n")
         .ok_or(Malformed("no blank line between text and signatures"))?;
-    let text = format!("{text}\n");
-    let lines: Vec<&str> = text.split_terminator('\n').collect();
-    let [origin, size, root_b64] = lines.as_slice() else {
-        return Err(Malformed("checkpoint body must have exactly three lines"));
-    };
-    if origin.is_empty() {
-        return Err(Malformed("empty origin"));
-    }
-    if *origin != expected_origin {
-        return Err(CheckpointError::WrongOrigin);
-    }
-    let size = parse_size(size)?;
-    let root_bytes = STANDARD
-        .decode(root_b64)
-        .map_err(|_| Malformed("root hash is not base64"))?;
-    let root: Hash = root_bytes
-        .as_slice()
-        .try_into()
-        .map_err(|_| Malformed("root hash is not 32 bytes"))?;
-    if STANDARD.encode(root) != *root_b64 {
-        return Err(Malformed("root hash is not canonical base64"));
-    }
-
+    let (text, sigs) = (&note[..split + 1], &note[split + 2..]);
     let sig_line = sigs
         .strip_suffix('\n')
         .ok_or(Malformed("signature line must end with a newline"))?;
@@ -122,7 +101,7 @@ pub fn parse_and_verify(
     let (name, sig_b64) = rest
         .split_once(' ')
         .ok_or(Malformed("signature line needs a name and a signature"))?;
-    if name != expected_origin {
+    if name != key_name {
         return Err(CheckpointError::UnknownKey);
     }
     let blob = STANDARD
@@ -137,6 +116,43 @@ pub fn parse_and_verify(
     let sig = Signature::from_slice(&blob[4..]).map_err(|_| CheckpointError::BadSignature)?;
     key.verify_strict(text.as_bytes(), &sig)
         .map_err(|_| CheckpointError::BadSignature)?;
+    Ok(text)
+}
+
+/// Sign a checkpoint for `origin` (e.g. from [`origin_for`]); the key name is the origin.
+pub fn sign_checkpoint(key: &SigningKey, origin: &str, size: u64, root: &Hash) -> String {
+    sign_note(key, origin, &body(origin, size, root))
+}
+
+/// Parse a note and verify it was signed by `key` under the name `expected_origin`.
+pub fn parse_and_verify(
+    note: &str,
+    key: &VerifyingKey,
+    expected_origin: &str,
+) -> Result<Checkpoint, CheckpointError> {
+    use CheckpointError::Malformed;
+    // Check the origin before the signature so a note for another log says so.
+    let first = note.split('\n').next().unwrap_or_default();
+    if first != expected_origin {
+        return Err(if first.is_empty() {
+            Malformed("empty origin")
+        } else {
+            CheckpointError::WrongOrigin
+        });
+    }
+    let text = verify_note(note, key, expected_origin)?;
+    let lines: Vec<&str> = text.split_terminator('\n').collect();
+    let [origin, size, root_b64] = lines.as_slice() else {
+        return Err(Malformed("checkpoint body must have exactly three lines"));
+    };
+    let size = parse_size(size)?;
+    let root_bytes = STANDARD
+        .decode(root_b64)
+        .map_err(|_| Malformed("root hash is not base64"))?;
+    let root: Hash = root_bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| Malformed("root hash is not 32 bytes"))?;
     Ok(Checkpoint {
         origin: (*origin).to_string(),
         size,
@@ -202,6 +218,36 @@ mod tests {
         assert_eq!(key_id("outpost/node:a", &k), [d[0], d[1], d[2], d[3]]);
     }
 
+    /// The reference example of golang.org/x/mod/sumdb/note (`note_test.go`): Ed25519 is
+    /// deterministic, so signing the same text with the same key must reproduce the
+    /// published note byte for byte — Go-ecosystem verifiers then accept our notes.
+    #[test]
+    fn reproduces_the_go_signed_note_reference_vector() {
+        let skey = STANDARD
+            .decode("AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz")
+            .unwrap();
+        let vkey = STANDARD
+            .decode("ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW")
+            .unwrap();
+        assert_eq!((skey[0], vkey[0]), (1, 1));
+        let k = SigningKey::from_bytes(skey[1..].try_into().unwrap());
+        assert_eq!(k.verifying_key().as_bytes(), &vkey[1..]);
+        assert_eq!(
+            key_id("PeterNeumann", &k.verifying_key()),
+            [0xc7, 0x4f, 0x20, 0xa3]
+        );
+        let text = "If you think cryptography is the answer to your problem,\n\
+                    then you don't know what your problem is.\n";
+        let expected = format!(
+            "{text}\n\u{2014} PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+        );
+        assert_eq!(sign_note(&k, "PeterNeumann", text), expected);
+        assert_eq!(
+            verify_note(&expected, &k.verifying_key(), "PeterNeumann"),
+            Ok(text)
+        );
+    }
+
     #[test]
     fn rejects_tampering_and_strangers() {
         let k = key(3);
@@ -237,6 +283,24 @@ mod tests {
         ];
         for c in cases {
             assert!(parse_and_verify(&c, &vk, &o).is_err(), "accepted: {c:?}");
+        }
+        // Correctly signed, but not a checkpoint we write: extension lines, bad size,
+        // short root.
+        let root_b64 = STANDARD.encode(r);
+        for text in [
+            format!("{o}\n1\n{root_b64}\nextension\n"),
+            format!("{o}\n01\n{root_b64}\n"),
+            format!("{o}\n1\n{}\n", STANDARD.encode([0u8; 31])),
+            format!("{o}\n1\n"),
+        ] {
+            let signed = sign_note(&k, &o, &text);
+            assert!(
+                matches!(
+                    parse_and_verify(&signed, &vk, &o),
+                    Err(CheckpointError::Malformed(_))
+                ),
+                "accepted: {text:?}"
+            );
         }
     }
 }

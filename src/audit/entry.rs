@@ -110,6 +110,45 @@ impl AuditRecord {
             detail: None,
         }
     }
+
+    /// A tool call with its hashed arguments; add the result or failure with
+    /// [`AuditRecord::result`] / [`AuditRecord::detail`].
+    pub fn tool_call(
+        outcome: AuditOutcome,
+        tool_name: &str,
+        job_id: &str,
+        args: &serde_json::Value,
+    ) -> Self {
+        let mut r = Self::new(AuditEvent::ToolCall, outcome);
+        r.tool_name = Some(tool_name.to_string());
+        r.job_id = Some(job_id.to_string());
+        r.args_sha256 = Some(json_sha256_hex(args));
+        r
+    }
+
+    #[must_use]
+    pub fn result(mut self, result: &serde_json::Value) -> Self {
+        self.result_sha256 = Some(json_sha256_hex(result));
+        self
+    }
+
+    #[must_use]
+    pub fn actor(mut self, actor: impl Into<String>) -> Self {
+        self.actor = Some(actor.into());
+        self
+    }
+
+    #[must_use]
+    pub fn message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
+        self
+    }
+
+    #[must_use]
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
 }
 
 /// One leaf of the audit tree. Field order is the canonical key order — do not reorder.
@@ -242,6 +281,23 @@ mod tests {
         assert_eq!(keys.len(), 11);
         let back: AuditEntry = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn builder_hashes_and_never_stores_raw_data() {
+        let args = serde_json::json!({"text": "call +49 30 1234567"});
+        let result = serde_json::json!({"text": "call [PHONE]"});
+        let r = AuditRecord::tool_call(AuditOutcome::Ok, "pii_redact", "j9", &args)
+            .result(&result)
+            .actor("field-engineer")
+            .detail("ok");
+        let bytes = AuditEntry::from_record(0, 1, r).canonical_bytes();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(
+            !text.contains("1234567") && !text.contains("PHONE"),
+            "{text}"
+        );
+        assert!(text.contains(&json_sha256_hex(&args)) && text.contains(&json_sha256_hex(&result)));
     }
 
     #[test]

@@ -102,6 +102,25 @@ impl Frontier {
         self.size += 1;
     }
 
+    /// The perfect-subtree roots, largest first: exactly `size.count_ones()` hashes.
+    ///
+    /// This is all a verifier must persist to extend a tree later without re-reading its
+    /// entries (the gateway keeps one per node).
+    pub fn subtree_hashes(&self) -> Vec<Hash> {
+        self.subtrees.iter().map(|(_, h)| *h).collect()
+    }
+
+    /// Rebuild a frontier from [`Frontier::subtree_hashes`]; `None` if the number of
+    /// hashes does not fit `size`.
+    pub fn from_subtree_hashes(size: u64, hashes: &[Hash]) -> Option<Self> {
+        if hashes.len() != size.count_ones() as usize {
+            return None;
+        }
+        let heights = (0..64u32).rev().filter(|b| size & (1u64 << b) != 0);
+        let subtrees = heights.zip(hashes.iter().copied()).collect();
+        Some(Self { size, subtrees })
+    }
+
     /// `MTH` of all leaves appended so far.
     pub fn root(&self) -> Hash {
         let mut iter = self.subtrees.iter().rev();
@@ -307,10 +326,11 @@ mod tests {
     #[test]
     fn consistency_proofs_verify_for_all_pairs_up_to_64() {
         let l = leaves(64);
+        let roots: Vec<Hash> = (0..=64).map(|n| root(&l[..n])).collect();
         for n in 0..=64u64 {
-            let new_root = root(&l[..n as usize]);
+            let new_root = roots[n as usize];
             for m in 0..=n {
-                let old_root = root(&l[..m as usize]);
+                let old_root = roots[m as usize];
                 let proof = consistency_proof_from_leaves(m, &l[..n as usize]).unwrap();
                 assert!(
                     verify_consistency(m, n, &old_root, &new_root, &proof),
@@ -322,8 +342,8 @@ mod tests {
 
     #[test]
     fn consistency_proofs_fail_when_any_leaf_changed() {
-        let l = leaves(24);
-        for n in 2..=24u64 {
+        let l = leaves(16);
+        for n in 2..=16u64 {
             for m in 1..n {
                 let good_old = root(&l[..m as usize]);
                 let good_new = root(&l[..n as usize]);
@@ -376,6 +396,10 @@ mod tests {
     }
 
     proptest! {
+        // Debug-build SHA-256 is slow; 64 random sizes per property is plenty next to
+        // the exhaustive small-size tests above.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
         #[test]
         fn frontier_root_equals_recursive_root(n in 0u64..600) {
             let l = leaves(n);
@@ -387,6 +411,19 @@ mod tests {
             prop_assert_eq!(f.root(), root(&l));
             // O(log n) state: one subtree per set bit.
             prop_assert_eq!(f.subtrees.len() as u32, n.count_ones());
+        }
+
+        #[test]
+        fn frontier_survives_persistence(n in 0u64..300, extra in 0u64..40) {
+            let l = leaves(n + extra);
+            let mut f = Frontier::new();
+            l[..n as usize].iter().for_each(|h| f.push(*h));
+            let mut g = Frontier::from_subtree_hashes(n, &f.subtree_hashes()).unwrap();
+            prop_assert_eq!(&g, &f);
+            l[n as usize..].iter().for_each(|h| g.push(*h));
+            prop_assert_eq!(g.root(), root(&l));
+            prop_assert!(Frontier::from_subtree_hashes(n + 1, &f.subtree_hashes()).is_none()
+                || (n + 1).count_ones() == n.count_ones());
         }
 
         #[test]

@@ -249,3 +249,140 @@ fn append_many_is_consecutive_and_consistent_with_old_checkpoint() {
     let proof = consistency_proof_from_leaves(old.0, &leaves).unwrap();
     assert!(verify_consistency(old.0, 8, &old.1, &log.root(), &proof));
 }
+
+#[test]
+fn sync_batches_extend_the_gateway_tree_step_by_step() {
+    let (_, log) = filled(10);
+    let vk = key().verifying_key();
+    let mut gateway = Frontier::new();
+    let b1 = log.sync_batch(0, 4, &key(), NODE).unwrap();
+    assert_eq!((b1.from, b1.size, b1.entries.len()), (0, 4, 4));
+    let ext = verify_extension(&gateway, &b1.entries, &b1.checkpoint, &vk, NODE).unwrap();
+    gateway =
+        Frontier::from_subtree_hashes(ext.frontier.size(), &ext.frontier.subtree_hashes()).unwrap();
+    let b2 = log.sync_batch(4, 100, &key(), NODE).unwrap();
+    assert_eq!((b2.from, b2.size), (4, 10));
+    let ext = verify_extension(&gateway, &b2.entries, &b2.checkpoint, &vk, NODE).unwrap();
+    assert_eq!(ext.frontier.root(), log.root());
+    assert_eq!(ext.leaf_hashes.len(), 6);
+    // Checkpoints signed for sync are stored and checked by verify.
+    let r = verify(&log);
+    assert!(r.is_ok(), "{:?}", r.failures);
+    assert_eq!(r.checkpoints_checked, 3);
+    assert!(log.sync_batch(11, 1, &key(), NODE).is_err());
+}
+
+#[test]
+fn gateway_refuses_gaps_reorders_alterations_and_forks() {
+    let (_, log) = filled(8);
+    let vk = key().verifying_key();
+    let mut base = Frontier::new();
+    let first = log.sync_batch(0, 3, &key(), NODE).unwrap();
+    for e in &first.entries {
+        base.push(leaf_hash(e));
+    }
+    let b = log.sync_batch(3, 100, &key(), NODE).unwrap();
+    assert!(verify_extension(&base, &b.entries, &b.checkpoint, &vk, NODE).is_ok());
+
+    let mut gap = b.entries.clone();
+    gap.remove(1);
+    assert_eq!(
+        verify_extension(&base, &gap, &b.checkpoint, &vk, NODE),
+        Err(ExtensionError::IndexMismatch {
+            position: 4,
+            claimed: 5
+        })
+    );
+    let mut swapped = b.entries.clone();
+    swapped.swap(0, 1);
+    assert!(matches!(
+        verify_extension(&base, &swapped, &b.checkpoint, &vk, NODE),
+        Err(ExtensionError::IndexMismatch {
+            position: 3,
+            claimed: 4
+        })
+    ));
+    let mut altered = b.entries.clone();
+    altered[2] = String::from_utf8(altered[2].clone())
+        .unwrap()
+        .replace("job-5", "job-9")
+        .into_bytes();
+    assert_eq!(
+        verify_extension(&base, &altered, &b.checkpoint, &vk, NODE),
+        Err(ExtensionError::RootMismatch { size: 8 })
+    );
+    assert!(matches!(
+        verify_extension(&base, &b.entries[..4], &b.checkpoint, &vk, NODE),
+        Err(ExtensionError::SizeMismatch {
+            checkpoint: 8,
+            computed: 7
+        })
+    ));
+    // A gateway whose history differs (forked log) cannot be extended.
+    let mut fork = Frontier::new();
+    for i in 0..3 {
+        fork.push(leaf_hash(format!("other-{i}").as_bytes()));
+    }
+    assert_eq!(
+        verify_extension(&fork, &b.entries, &b.checkpoint, &vk, NODE),
+        Err(ExtensionError::RootMismatch { size: 8 })
+    );
+    let stranger = SigningKey::from_bytes(&[1; 32]).verifying_key();
+    assert!(matches!(
+        verify_extension(&base, &b.entries, &b.checkpoint, &stranger, NODE),
+        Err(ExtensionError::Checkpoint(_))
+    ));
+}
+
+#[test]
+fn open_from_a_persisted_frontier_skips_old_entries() {
+    let (storage, log) = filled(50);
+    let snap = log.frontier();
+    let (size, hashes) = (snap.size(), snap.subtree_hashes());
+    for i in 50..60 {
+        log.append(record(i), 9).unwrap();
+    }
+    let expected = log.root();
+    drop(log);
+    let restored = Frontier::from_subtree_hashes(size, &hashes).unwrap();
+    let log = AuditLog::open_from(storage.clone(), restored).unwrap();
+    assert_eq!((log.size(), log.root()), (60, expected));
+    // A snapshot claiming more entries than stored is refused.
+    let mut too_big = Frontier::new();
+    (0..61).for_each(|i| too_big.push(leaf_hash(&[i as u8])));
+    assert!(matches!(
+        AuditLog::open_from(storage, too_big),
+        Err(AuditError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn concurrent_appends_get_unique_dense_indexes() {
+    let storage = Arc::new(MemoryAuditStorage::new());
+    let log = Arc::new(AuditLog::open(storage).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                (0..50)
+                    .map(|i| log.append(record(t * 100 + i), 1).unwrap().0)
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..400).collect::<Vec<u64>>());
+    log.checkpoint(&key(), NODE).unwrap();
+    assert!(verify(&log).is_ok());
+}
+
+#[test]
+fn shared_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<AuditLog<Arc<MemoryAuditStorage>>>();
+    assert_send_sync::<crate::tools::Registry>();
+}

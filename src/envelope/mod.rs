@@ -11,7 +11,8 @@
 //! - Encoding: [`pae`], [`b64_encode`], [`b64_decode`].
 //! - Node ids: [`validate_node_id`] / [`is_valid_node_id`].
 //! - Keys: [`Keys::generate`], [`Keys::save`] (0600, atomic), [`Keys::load`] (refuses
-//!   group/world-readable files), [`Keys::sign_pk`], [`Keys::kex_pk`].
+//!   group/world-readable files), [`Keys::sign_pk`], [`Keys::kex_pk`], [`Keys::sign`]
+//!   (Ed25519, e.g. for audit checkpoints).
 //! - Identity: [`IdentityDocument::new`]`(node_id, role, &keys, created_at)`,
 //!   [`IdentityDocument::verify`].
 //! - Trust: [`TrustStore`] `add / remove / get / list / to_bytes / from_bytes`, [`Rights`].
@@ -21,6 +22,8 @@
 //!   the API error code. `seen(sender, message_id)` answers "already accepted?"; after a
 //!   successful open the caller stores the message and remembers the id durably until
 //!   [`replay_keep_until_ms`]`(expires_at_ms, skew_ms)`.
+//! - Relaying without decrypting (gateway queues): [`check_relay`]`(&env, &trust, now_ms,
+//!   skew_ms, max_ttl_ms)`.
 //! - Request signatures: [`sign_request`], [`verify_request`], [`SeenSignatures`].
 //!
 //! ## Error codes of `open` (→ suggested HTTP status)
@@ -50,7 +53,7 @@ pub use identity::{
 pub use keys::{KeyFileError, Keys};
 pub use node_id::{is_valid_node_id, validate_node_id, InvalidNodeId};
 pub use open::{
-    hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError, Opened,
+    check_relay, hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError, Opened,
 };
 pub use pae::{b64_decode, b64_decode_array, b64_encode, pae};
 pub use request_sig::{

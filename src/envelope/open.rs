@@ -110,6 +110,11 @@ impl From<WireError> for OpenError {
 }
 
 /// Full pipeline from raw request bytes.
+///
+/// `seen(sender, message_id)` must answer from the durable dedup set. If that lookup can
+/// fail, either answer `true` (fail closed; the sender retries) or pass `|_, _| false` and
+/// run the dedup check on the returned [`Opened`] before storing — the same outcome at
+/// the cost of decrypting a replay once.
 pub fn open(
     bytes: &[u8],
     ctx: &OpenContext<'_>,
@@ -140,24 +145,9 @@ pub fn open_parsed(
     if env.recipient_node_id != ctx.me {
         return Err(OpenError::WrongRecipient);
     }
-    check_time(env, ctx)?;
-    let peer = ctx
-        .trust
-        .get(&env.sender_node_id)
-        .ok_or(OpenError::UnknownSender)?;
-    if !peer.rights.send {
-        return Err(OpenError::Forbidden);
-    }
+    check_time(env, ctx.now_ms, ctx.skew_ms, ctx.max_ttl_ms)?;
     let header = env.header_bytes();
-    let sig =
-        <[u8; 64]>::try_from(env.signature.as_slice()).map_err(|_| OpenError::BadSignature)?;
-    peer.keys
-        .sign
-        .verify_strict(
-            &signed_pae(&header, &env.enc, &env.ciphertext),
-            &Signature::from_bytes(&sig),
-        )
-        .map_err(|_| OpenError::BadSignature)?;
+    verify_sender(env, ctx.trust, &header)?;
     if seen(&env.sender_node_id, &env.message_id) {
         return Err(OpenError::Duplicate);
     }
@@ -190,17 +180,52 @@ pub fn open_parsed(
 /// Skew is tolerated on both edges (SPEC §2 "not expired (with clock-skew tolerance)"):
 /// accepted while `created_at - skew <= now < expires_at + skew`. That is why receivers
 /// remember ids for TTL + 2×skew: any replay inside the acceptance window is still known.
-fn check_time(env: &Envelope, ctx: &OpenContext<'_>) -> Result<(), OpenError> {
-    if ctx.now_ms >= env.expires_at_ms.saturating_add(ctx.skew_ms) {
+fn check_time(env: &Envelope, now_ms: u64, skew_ms: u64, max_ttl_ms: u64) -> Result<(), OpenError> {
+    if now_ms >= env.expires_at_ms.saturating_add(skew_ms) {
         return Err(OpenError::Expired);
     }
-    if env.created_at_ms > ctx.now_ms.saturating_add(ctx.skew_ms) {
+    if env.created_at_ms > now_ms.saturating_add(skew_ms) {
         return Err(OpenError::NotYetValid);
     }
-    if env.expires_at_ms - env.created_at_ms > ctx.max_ttl_ms {
+    if env.expires_at_ms.saturating_sub(env.created_at_ms) > max_ttl_ms {
         return Err(OpenError::TtlTooLong);
     }
     Ok(())
+}
+
+/// Sender trusted with `send`, and its strict Ed25519 signature over (H, enc, ciphertext).
+fn verify_sender(env: &Envelope, trust: &TrustStore, header: &[u8]) -> Result<(), OpenError> {
+    let peer = trust
+        .get(&env.sender_node_id)
+        .ok_or(OpenError::UnknownSender)?;
+    if !peer.rights.send {
+        return Err(OpenError::Forbidden);
+    }
+    let sig =
+        <[u8; 64]>::try_from(env.signature.as_slice()).map_err(|_| OpenError::BadSignature)?;
+    peer.keys
+        .sign
+        .verify_strict(
+            &signed_pae(header, &env.enc, &env.ciphertext),
+            &Signature::from_bytes(&sig),
+        )
+        .map_err(|_| OpenError::BadSignature)
+}
+
+/// The relay check, for a hop that stores and forwards an envelope it cannot decrypt
+/// (the gateway queueing for a node): syntax, time window, sender trusted with `send`,
+/// strict signature. Same codes as [`open`]; the final recipient still runs the full
+/// pipeline, so this only keeps junk and forgeries out of queues.
+pub fn check_relay(
+    env: &Envelope,
+    trust: &TrustStore,
+    now_ms: u64,
+    skew_ms: u64,
+    max_ttl_ms: u64,
+) -> Result<(), OpenError> {
+    env.check_syntax()?;
+    check_time(env, now_ms, skew_ms, max_ttl_ms)?;
+    verify_sender(env, trust, &env.header_bytes())
 }
 
 /// How long a receiver must remember `(sender, message_id)` after accepting it: until the

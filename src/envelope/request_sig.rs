@@ -387,4 +387,17 @@ mod tests {
         seen.prune(now + 300_002);
         assert!(seen.is_empty());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_header_values_never_panic(
+            node in ".{0,40}", ts in ".{0,25}", sig in ".{0,100}",
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            static T: std::sync::OnceLock<TrustStore> = std::sync::OnceLock::new();
+            let t = T.get_or_init(|| setup().1);
+            let r = verify_request(t, &node, "GET", "/x", &ts, &sig, &body, 1_763_798_400_000, 300_000);
+            proptest::prop_assert!(r.is_err());
+        }
+    }
 }

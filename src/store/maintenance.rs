@@ -53,11 +53,7 @@ pub enum DamageKind {
 
 /// Streams every message and dead-letter record and checks it decodes and that its
 /// blob is present and intact. Holds only the list of damaged keys.
-pub fn scan_damage(
-    engine: &dyn Engine,
-    blobs: &Blobs,
-    live: &mut u64,
-) -> Result<Vec<Damage>, StoreError> {
+pub fn scan_damage(engine: &dyn Engine, blobs: &Blobs, live: &mut u64) -> Result<Vec<Damage>, StoreError> {
     let mut out = Vec::new();
     for tree in [T_MSG, T_DEAD] {
         engine.scan(tree, &[], None, &mut |k, v| {
@@ -69,14 +65,12 @@ pub fn scan_damage(
                     if let Body::Blob { sha256, .. } = rec.body {
                         match blobs.get(&sha256) {
                             Ok(_) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                                out.push(Damage {
-                                    tree,
-                                    key: k.to_vec(),
-                                    reason: format!("blob {} missing", hex(&sha256)),
-                                    kind: DamageKind::MissingBlob,
-                                })
-                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => out.push(Damage {
+                                tree,
+                                key: k.to_vec(),
+                                reason: format!("blob {} missing", hex(&sha256)),
+                                kind: DamageKind::MissingBlob,
+                            }),
                             Err(e) => out.push(Damage {
                                 tree,
                                 key: k.to_vec(),
@@ -114,15 +108,8 @@ pub fn quarantine_now(engine: &dyn Engine, damage: Vec<Damage>) -> Result<Vec<St
         let mut w = W::default();
         w.str(&d.reason).bytes(&v);
         lines.push(format!("{}/{}: {}", d.tree, hex(&d.key), d.reason));
-        batch.push(BatchOp::Put {
-            tree: T_QUAR,
-            key: qk,
-            value: w.0,
-        });
-        batch.push(BatchOp::Delete {
-            tree: d.tree,
-            key: d.key,
-        });
+        batch.push(BatchOp::Put { tree: T_QUAR, key: qk, value: w.0 });
+        batch.push(BatchOp::Delete { tree: d.tree, key: d.key });
     }
     if !batch.is_empty() {
         engine.apply(&batch)?;
@@ -150,11 +137,22 @@ impl Store {
         let e = self.inner.engine.as_ref();
         let mut report = DoctorReport {
             engine: e.name().to_owned(),
-            integrity: e.integrity_check()?,
             ..Default::default()
         };
+        // Engine errors are findings here, not failures of the doctor.
+        match e.integrity_check() {
+            Ok(lines) => report.integrity = lines,
+            Err(err) => report.integrity.push(err.to_string()),
+        }
         let mut live = 0;
-        for d in scan_damage(e, &self.inner.blobs, &mut live)? {
+        let damage = match scan_damage(e, &self.inner.blobs, &mut live) {
+            Ok(d) => d,
+            Err(err) => {
+                report.integrity.push(format!("scan stopped: {err}"));
+                Vec::new()
+            }
+        };
+        for d in damage {
             let line = format!("{}/{}: {}", d.tree, hex(&d.key), d.reason);
             match d.kind {
                 DamageKind::Undecodable => report.undecodable.push(line),
@@ -163,12 +161,14 @@ impl Store {
             }
         }
         report.messages = live;
-        e.scan(T_COUNT, &[], None, &mut |_, v| {
-            report.counted += super::types::Counter::decode(v)
-                .map(|c| c.depth)
-                .unwrap_or(0);
+        let mut counted = 0;
+        if let Err(err) = e.scan(T_COUNT, &[], None, &mut |_, v| {
+            counted += super::types::Counter::decode(v).map(|c| c.depth).unwrap_or(0);
             true
-        })?;
+        }) {
+            report.integrity.push(format!("counters: {err}"));
+        }
+        report.counted = counted;
         // Counters include records that are damaged but not yet quarantined.
         report.messages += report
             .undecodable
@@ -177,7 +177,10 @@ impl Store {
             .chain(&report.corrupt_blobs)
             .filter(|l| l.starts_with(&format!("{T_MSG}/")))
             .count() as u64;
-        report.quarantined = quarantine_list(e)?;
+        match quarantine_list(e) {
+            Ok(q) => report.quarantined = q,
+            Err(err) => report.integrity.push(format!("quarantine list: {err}")),
+        }
         Ok(report)
     }
 
@@ -188,14 +191,9 @@ impl Store {
         self.inner.engine.backup_to(dest)?;
         let src = &self.inner.blobs;
         let dst = Blobs::open(dest).map_err(|e| StoreError::from_io("create backup blobs", &e))?;
-        for h in src
-            .list()
-            .map_err(|e| StoreError::from_io("list blobs", &e))?
-        {
+        for h in src.list().map_err(|e| StoreError::from_io("list blobs", &e))? {
             match src.get(&h) {
-                Ok(data) => dst
-                    .put(&h, &data)
-                    .map_err(|e| StoreError::from_io("copy blob", &e))?,
+                Ok(data) => dst.put(&h, &data).map_err(|e| StoreError::from_io("copy blob", &e))?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(StoreError::from_io("read blob", &e)),
             }

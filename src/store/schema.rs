@@ -71,7 +71,16 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     } else if verify {
         // Damaged records are moved aside before anything can deliver them.
         let mut live = 0;
-        let damage = super::maintenance::scan_damage(engine, blobs, &mut live)?;
+        let damage = match super::maintenance::scan_damage(engine, blobs, &mut live) {
+            Ok(d) => d,
+            Err(e) => {
+                // Page-level damage the engine itself cannot read past: open anyway (so
+                // the daemon is not stuck in a crash loop), report it, let doctor say more.
+                tracing::error!(error = %e, "store damaged below record level");
+                quarantined.push(format!("engine: {e}"));
+                Vec::new()
+            }
+        };
         if !damage.is_empty() {
             let lines = super::maintenance::quarantine_now(engine, damage)?;
             for l in &lines {

@@ -1,6 +1,8 @@
 //! The one integration test binary: real `outpost` processes on temp dirs and port 0.
 
 mod audit;
+mod demo;
+mod gateway;
 mod harness;
 mod malformed;
 mod node;

@@ -3,7 +3,7 @@
 
 use crate::envelope::{
     open, seal, Envelope, IdentityDocument, Keys, OpenContext, OpenError, Opened, Rights,
-    SealParams, TrustStore,
+    SealError, SealParams, TrustStore,
 };
 
 pub(crate) struct World {
@@ -313,33 +313,51 @@ fn wire_strictness() {
 #[test]
 fn seal_refuses_bad_input() {
     let w = world();
-    let mut bad_doc = w.node_doc.clone();
-    bad_doc.kex_pk = vec![0; 32];
-    assert!(seal(
-        &w.gw,
-        "gateway:main",
-        &bad_doc,
-        &params(),
-        PLAINTEXT,
-        &mut rand_core::OsRng
-    )
-    .is_err());
-    assert!(seal(
-        &w.gw,
-        "gateway:main",
-        &w.node_doc,
-        &params(),
-        b"[1,2]",
-        &mut rand_core::OsRng
-    )
-    .is_err());
-    assert!(seal(
-        &w.gw,
-        "Gateway",
-        &w.node_doc,
-        &params(),
-        PLAINTEXT,
-        &mut rand_core::OsRng
-    )
-    .is_err());
+    let try_seal = |doc: &IdentityDocument, from: &str, pt: &[u8]| {
+        seal(&w.gw, from, doc, &params(), pt, &mut rand_core::OsRng).unwrap_err()
+    };
+    let mut small_order = w.node_doc.clone();
+    small_order.kex_pk = vec![0; 32];
+    assert_eq!(
+        try_seal(&small_order, "gateway:main", PLAINTEXT),
+        SealError::RecipientKey
+    );
+    let mut short = w.node_doc.clone();
+    short.kex_pk.pop();
+    assert_eq!(
+        try_seal(&short, "gateway:main", PLAINTEXT),
+        SealError::RecipientKey
+    );
+    assert_eq!(
+        try_seal(&w.node_doc, "gateway:main", b"[1,2]"),
+        SealError::NotJsonObject
+    );
+    assert_eq!(
+        try_seal(&w.node_doc, "Gateway", PLAINTEXT),
+        SealError::Invalid("sender_node_id")
+    );
+}
+
+#[test]
+fn relay_check_verifies_without_decrypting() {
+    let w = world();
+    let env = sealed(&w);
+    let relay = |e: &Envelope, now: u64| {
+        crate::envelope::check_relay(e, &w.trust, now, SKEW, 7 * 86_400_000).map_err(|e| e.code())
+    };
+    assert_eq!(relay(&env, T0), Ok(()));
+    let mut bad = env.clone();
+    bad.ciphertext[0] ^= 1;
+    assert_eq!(relay(&bad, T0), Err("bad_signature"));
+    assert_eq!(relay(&env, env.expires_at_ms + SKEW), Err("expired"));
+    let mut stranger = env.clone();
+    stranger.sender_node_id = "node:stranger".into();
+    assert_eq!(relay(&stranger, T0), Err("unknown_sender"));
+    // The relay check does not need the recipient's key: a forged-sender re-sign passes it
+    // (the signature is genuine) but the recipient's full pipeline refuses it.
+    let mut resigned = env.clone();
+    resigned.sender_node_id = "node:other".into();
+    resigned.signature = w.other.sign(&resigned.signed_bytes()).to_vec();
+    assert_eq!(relay(&resigned, T0), Ok(()));
+    assert_eq!(code(open_at(&w, &resigned, T0)), "decrypt_failed");
 }

@@ -6,10 +6,16 @@
 //! All trees live in sled's default tree under a one-byte prefix, so a batch across trees
 //! is one atomic `apply_batch`. The page cache is kept small for Pi-class RAM, and the
 //! store keeps large payloads out of sled (blob files), which sled handles poorly.
+//!
+//! Disk full: sled applies a batch in memory before it persists it, and after one I/O
+//! error it fails every later write with that same error (it never recovers in-process).
+//! So when a flush fails we drop the `Db` and reopen it from disk: the failed batch
+//! disappears (sled recovers only whole, checksummed log entries), and writes resume
+//! once space is back. Until a reopen succeeds, calls answer `Full`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use super::{BatchOp, Engine, EngineError, Tree};
 
@@ -19,7 +25,8 @@ const CACHE_BYTES: u64 = 4 * 1024 * 1024;
 
 pub struct SledEngine {
     dir: PathBuf,
-    db: sled::Db,
+    /// `None` while a failed database is being (or could not yet be) reopened.
+    db: RwLock<Option<sled::Db>>,
     /// Held open so the per-batch fsync does not pay an `open` each time.
     files: Mutex<Vec<File>>,
 }
@@ -39,26 +46,88 @@ fn prefixed(tree: Tree, key: &[u8]) -> Vec<u8> {
     k
 }
 
-impl SledEngine {
-    pub fn open(dir: &Path) -> Result<Self, EngineError> {
-        let dir = dir.join(SLED_DIR);
-        let db = sled::Config::new()
-            .path(&dir)
+fn open_db(dir: &Path) -> Result<sled::Db, EngineError> {
+    // sled releases its file lock from background threads after the last handle is
+    // dropped, so a quick close-then-reopen in one process can see it still held.
+    // Retry for a bounded time (5 s) instead of failing the reopen.
+    let mut tries = 0;
+    loop {
+        let r = sled::Config::new()
+            .path(dir)
             .cache_capacity(CACHE_BYTES)
             .mode(sled::Mode::LowSpace)
             .flush_every_ms(None)
-            .open()
-            .map_err(err)?;
+            .open();
+        match r {
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock && tries < 250 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.map_err(err),
+        }
+    }
+}
+
+fn unavailable() -> EngineError {
+    EngineError::Full("sled database is reopening after a failed write".into())
+}
+
+impl SledEngine {
+    pub fn open(dir: &Path) -> Result<Self, EngineError> {
+        let dir = dir.join(SLED_DIR);
+        let db = open_db(&dir)?;
         let me = Self {
             dir,
-            db,
+            db: RwLock::new(Some(db)),
             files: Mutex::new(Vec::new()),
         };
         me.reopen_files()?;
         Ok(me)
     }
 
-    /// (Re)opens every regular file sled keeps (`db`, `conf`, `snap.*`, blobs) plus the
+    fn with_db<T>(
+        &self,
+        f: impl FnOnce(&sled::Db) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        {
+            let guard = self
+                .db
+                .read()
+                .map_err(|_| EngineError::Other("sled handle poisoned".into()))?;
+            if let Some(db) = guard.as_ref() {
+                return f(db);
+            }
+        }
+        self.recover()?;
+        let guard = self
+            .db
+            .read()
+            .map_err(|_| EngineError::Other("sled handle poisoned".into()))?;
+        match guard.as_ref() {
+            Some(db) => f(db),
+            None => Err(unavailable()),
+        }
+    }
+
+    /// Drops the current `Db` (whose in-memory state may hold a batch that never
+    /// reached disk) and reopens from what is on disk.
+    fn recover(&self) -> Result<(), EngineError> {
+        let mut guard = self
+            .db
+            .write()
+            .map_err(|_| EngineError::Other("sled handle poisoned".into()))?;
+        if let Some(old) = guard.take() {
+            drop(old);
+        }
+        let db = open_db(&self.dir)?;
+        *guard = Some(db);
+        tracing::warn!(dir = %self.dir.display(), "sled reopened after a failed write");
+        Ok(())
+    }
+
+    /// (Re)opens every regular file sled keeps (`db`, `conf`, `snap.*`) plus the
     /// directory itself, so a new snapshot file is fsynced too.
     fn reopen_files(&self) -> Result<(), EngineError> {
         let mut files = Vec::new();
@@ -99,11 +168,12 @@ impl Engine for SledEngine {
     }
 
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        Ok(self
-            .db
-            .get(prefixed(tree, key))
-            .map_err(err)?
-            .map(|v| v.to_vec()))
+        self.with_db(|db| {
+            Ok(db
+                .get(prefixed(tree, key))
+                .map_err(err)?
+                .map(|v| v.to_vec()))
+        })
     }
 
     fn scan(
@@ -113,30 +183,21 @@ impl Engine for SledEngine {
         end: Option<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), EngineError> {
-        let lo = prefixed(tree, start);
-        let hi = match end {
-            Some(e) => prefixed(tree, e),
-            None => {
-                if tree == u8::MAX {
-                    // No upper bound: scan to the end of the keyspace.
-                    for item in self.db.range(lo..) {
-                        let (k, v) = item.map_err(err)?;
-                        if !f(&k[1..], &v) {
-                            break;
-                        }
-                    }
-                    return Ok(());
+        self.with_db(|db| {
+            let lo = prefixed(tree, start);
+            let iter = match end {
+                Some(e) => db.range(lo..prefixed(tree, e)),
+                None if tree == u8::MAX => db.range(lo..),
+                None => db.range(lo..vec![tree + 1]),
+            };
+            for item in iter {
+                let (k, v) = item.map_err(err)?;
+                if !f(&k[1..], &v) {
+                    break;
                 }
-                vec![tree + 1]
             }
-        };
-        for item in self.db.range(lo..hi) {
-            let (k, v) = item.map_err(err)?;
-            if !f(&k[1..], &v) {
-                break;
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
@@ -152,34 +213,53 @@ impl Engine for SledEngine {
                 BatchOp::Delete { tree, key } => b.remove(prefixed(*tree, key)),
             }
         }
-        self.db.apply_batch(b).map_err(err)?;
-        self.db.flush().map_err(err)?;
-        // sled#1452: flush() uses sync_file_range; make it really durable.
-        self.fsync_all()
+        let res = self.with_db(|db| {
+            db.apply_batch(b).map_err(err)?;
+            db.flush().map_err(err)?;
+            Ok(())
+        });
+        // sled#1452: flush() uses sync_file_range; fsync ourselves to make it durable.
+        let res = res.and_then(|_| self.fsync_all());
+        if let Err(e) = res {
+            // The batch may be visible in memory without being on disk: forget it.
+            if let Err(r) = self.recover() {
+                tracing::warn!(error = %r, "sled reopen failed; will retry on next call");
+                if let Ok(mut g) = self.db.write() {
+                    *g = None;
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 
     fn integrity_check(&self) -> Result<Vec<String>, EngineError> {
         // sled has no checker; walking every key forces every page to decode.
-        let mut problems = Vec::new();
-        for item in self.db.iter() {
-            if let Err(e) = item {
-                problems.push(e.to_string());
-                break;
+        self.with_db(|db| {
+            let mut problems = Vec::new();
+            for item in db.iter() {
+                if let Err(e) = item {
+                    problems.push(e.to_string());
+                    break;
+                }
             }
-        }
-        Ok(problems)
+            Ok(problems)
+        })
     }
 
     fn backup_to(&self, dest: &Path) -> Result<(), EngineError> {
-        // sled iterators read one consistent-enough view per key; copy into a fresh db.
+        // Copies key by key into a fresh sled db. Not a point-in-time snapshot across
+        // concurrent writes (sled 0.34 has none); stop writers for an exact copy.
         let target = dest.join(SLED_DIR);
-        let copy = sled::Config::new().path(&target).open().map_err(err)?;
-        for item in self.db.iter() {
-            let (k, v) = item.map_err(err)?;
-            copy.insert(k, v).map_err(err)?;
-        }
-        copy.flush().map_err(err)?;
-        drop(copy);
+        self.with_db(|db| {
+            let copy = sled::Config::new().path(&target).open().map_err(err)?;
+            for item in db.iter() {
+                let (k, v) = item.map_err(err)?;
+                copy.insert(k, v).map_err(err)?;
+            }
+            copy.flush().map_err(err)?;
+            Ok(())
+        })?;
         for entry in std::fs::read_dir(&target)
             .map_err(|e| EngineError::from_io(&e))?
             .flatten()
@@ -192,6 +272,7 @@ impl Engine for SledEngine {
     }
 
     fn disk_bytes(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        self.with_db(|db| Ok(db.size_on_disk().unwrap_or(0)))
+            .unwrap_or(0)
     }
 }

@@ -12,6 +12,7 @@ mod corruption;
 mod crash;
 mod diskfull;
 mod model;
+mod rss;
 
 pub const T0: u64 = 1_780_000_000_000;
 

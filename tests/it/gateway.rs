@@ -1,0 +1,368 @@
+//! The gateway as a node and an operator meet it: a real `outpost run` (role gateway) on
+//! port 0, and a synthetic node whose keys the test holds, so every signed request,
+//! envelope and checkpoint can be built — and broken — exactly.
+
+use ed25519_dalek::SigningKey;
+use outpost::audit::{
+    leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+    Frontier,
+};
+use outpost::clock::{Clock, SystemClock};
+use outpost::envelope::{seal, sign_request, IdentityDocument, Keys, SealParams};
+use serde_json::{json, Value};
+
+use crate::harness::{http, text, Daemon, Home};
+
+const NODE: &str = "node:t1";
+const SEED: [u8; 32] = [11; 32];
+
+struct Fixture {
+    home: Home,
+    gw: Daemon,
+    keys: Keys,
+    gw_doc: IdentityDocument,
+    admin: String,
+}
+
+fn now() -> u64 {
+    SystemClock.now_ms()
+}
+
+fn start() -> Fixture {
+    let home = Home::init("gateway", "gateway:main", "");
+    let keys = Keys::from_secret_bytes(&SEED, &[12; 32]);
+    let doc = IdentityDocument::new(NODE, "node", &keys, "2026-01-01T00:00:00Z");
+    let o = home.cli_stdin(
+        &["trust", "add", "-", "--send"],
+        &serde_json::to_vec(&doc).unwrap(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let admin = home.token("gateway:main", &["admin"], "1h");
+    let gw_doc: IdentityDocument = serde_json::from_str(&home.identity_json()).unwrap();
+    let gw = home.start();
+    Fixture {
+        home,
+        gw,
+        keys,
+        gw_doc,
+        admin,
+    }
+}
+
+impl Fixture {
+    /// A request signed by the synthetic node; `tamper` may break it after signing.
+    async fn signed(
+        &self,
+        method: &str,
+        pq: &str,
+        body: Option<&Value>,
+        tamper: impl FnOnce(&mut String, &mut String),
+    ) -> (u16, Value) {
+        let bytes = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        let ts = now();
+        let mut sig = sign_request(&self.keys, NODE, method, pq, ts, &bytes);
+        let mut ts_text = ts.to_string();
+        tamper(&mut sig, &mut ts_text);
+        self.send_raw(method, pq, bytes, Some((sig, ts_text))).await
+    }
+
+    async fn send_raw(
+        &self,
+        method: &str,
+        pq: &str,
+        bytes: Vec<u8>,
+        sig: Option<(String, String)>,
+    ) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut r = http().request(m, self.gw.url(pq));
+        if let Some((sig, ts)) = sig {
+            r = r
+                .header("Outpost-Node", NODE)
+                .header("Outpost-Timestamp", ts)
+                .header("Outpost-Signature", sig);
+        }
+        if !bytes.is_empty() {
+            r = r.header("content-type", "application/json").body(bytes);
+        }
+        let resp = r.send().await.unwrap();
+        let st = resp.status().as_u16();
+        (st, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn client(&self, path: &str, body: Option<Value>) -> (u16, Value) {
+        let r = match body {
+            Some(b) => http().post(self.gw.url(path)).json(&b),
+            None => http().get(self.gw.url(path)),
+        };
+        let resp = r.bearer_auth(&self.admin).send().await.unwrap();
+        let st = resp.status().as_u16();
+        (st, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn queue_call(&self, i: u64, job_id: &str) -> String {
+        let (st, v) = self
+            .client(
+                "/v1/tool_call",
+                Some(json!({"target": {"node_id": NODE}, "tool_name": "echo",
+                            "tool_args": {"i": i}, "job_id": job_id, "wait_s": 0})),
+            )
+            .await;
+        assert_eq!(st, 202, "{v}");
+        assert_eq!(v["queued"], true);
+        v["message_id"].as_str().unwrap().to_string()
+    }
+}
+
+fn pull_path() -> String {
+    format!("/v1/nodes/{NODE}/pull?wait_s=0&max=50")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unsigned_wrongly_signed_stale_and_replayed_node_requests_are_401() {
+    let f = start();
+    let pq = pull_path();
+    let (st, _) = f.send_raw("GET", &pq, vec![], None).await;
+    assert_eq!(st, 401, "unsigned");
+    let (st, v) = f
+        .signed("GET", &pq, None, |sig, _| {
+            let mut b = sig.clone().into_bytes();
+            b[3] = if b[3] == b'A' { b'B' } else { b'A' };
+            *sig = String::from_utf8(b).unwrap();
+        })
+        .await;
+    assert_eq!(st, 401, "tampered signature: {v}");
+    assert_eq!(v["error"]["code"], "unauthorized");
+    let (st, _) = f
+        .signed("GET", &pq, None, |_, ts| {
+            *ts = (now() - 301_000).to_string()
+        })
+        .await;
+    assert_eq!(
+        st, 401,
+        "timestamp outside the skew (signature no longer matches either)"
+    );
+    // Signed for another path: refused.
+    let other = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=49");
+    let bytes = Vec::new();
+    let ts = now();
+    let sig = sign_request(&f.keys, NODE, "GET", &other, ts, &bytes);
+    let (st, _) = f
+        .send_raw(
+            "GET",
+            &pq,
+            bytes.clone(),
+            Some((sig.clone(), ts.to_string())),
+        )
+        .await;
+    assert_eq!(st, 401, "signature over another path");
+    // A good one works once; the identical replay is refused.
+    let (st, _) = f
+        .send_raw(
+            "GET",
+            &other,
+            bytes.clone(),
+            Some((sig.clone(), ts.to_string())),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (st, _) = f
+        .send_raw("GET", &other, bytes, Some((sig, ts.to_string())))
+        .await;
+    assert_eq!(st, 401, "replayed signature");
+    // Client routes refuse a missing token.
+    let resp = http().get(f.gw.url("/v1/nodes")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_returns_stored_messages_fifo_and_ack_removes_them() {
+    let f = start();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(f.queue_call(i, &format!("job-{i}")).await);
+    }
+    let (st, v) = f.signed("GET", &pull_path(), None, |_, _| {}).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["pending_count"], 3);
+    let got: Vec<&str> = v["envelopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(v["envelopes"][0]["recipient_node_id"] == NODE);
+    // Ack the first two: the third is still there, first in line.
+    let ack = json!({"message_ids": [ids[0], ids[1]]});
+    let (st, a) = f
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/ack"),
+            Some(&ack),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(st, 200, "{a}");
+    let (_, v) = f.signed("GET", &pull_path(), None, |_, _| {}).await;
+    assert_eq!(v["pending_count"], 1);
+    assert_eq!(v["envelopes"][0]["message_id"], ids[2].as_str());
+    let (_, m) = f.client(&format!("/v1/messages/{}", ids[0]), None).await;
+    assert_eq!(m["state"], "delivered", "{m}");
+    let (_, nodes) = f.client("/v1/nodes", None).await;
+    assert_eq!(nodes["nodes"][0]["queue_depth"], 1, "{nodes}");
+    assert_eq!(nodes["nodes"][0]["liveness"], "online");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploaded_task_result_becomes_the_message_result() {
+    let f = start();
+    let id = f.queue_call(7, "job-7").await;
+    let t = now();
+    let params = SealParams {
+        message_id: uuid::Uuid::now_v7().to_string(),
+        created_at_ms: t,
+        expires_at_ms: t + 3_600_000,
+        payload_type: "TASK_RESULT".into(),
+        priority: 0,
+    };
+    let pt = json!({"job_id": "job-7", "ok": true, "result": {"i": 7}, "evidence": null});
+    let env = seal(
+        &f.keys,
+        NODE,
+        &f.gw_doc,
+        &params,
+        &serde_json::to_vec(&pt).unwrap(),
+        &mut rand::rngs::OsRng,
+    )
+    .unwrap();
+    let env: Value = serde_json::from_slice(&env.to_json()).unwrap();
+    let junk = json!({"v": 1, "message_id": "x"});
+    let body = json!({"envelopes": [env, env, junk]});
+    let (st, v) = f
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/upload"),
+            Some(&body),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["accepted"], json!([params.message_id]));
+    assert_eq!(v["duplicates"], json!([params.message_id]));
+    assert_eq!(v["rejected"][0]["code"], "bad_request", "{v}");
+    let (st, m) = f.client(&format!("/v1/messages/{id}"), None).await;
+    assert_eq!(st, 200);
+    assert_eq!(m["result"]["ok"], true, "{m}");
+    assert_eq!(m["result"]["result"]["i"], 7);
+}
+
+fn entries(from: u64, n: u64) -> Vec<Vec<u8>> {
+    (from..from + n)
+        .map(|i| {
+            AuditEntry::from_record(
+                i,
+                1_000 + i,
+                AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
+            )
+            .canonical_bytes()
+        })
+        .collect()
+}
+
+fn note(all: &[Vec<u8>]) -> String {
+    let mut fr = Frontier::new();
+    for e in all {
+        fr.push(leaf_hash(e));
+    }
+    sign_checkpoint(
+        &SigningKey::from_bytes(&SEED),
+        &origin_for(NODE),
+        fr.size(),
+        &fr.root(),
+    )
+}
+
+fn texts(e: &[Vec<u8>]) -> Vec<String> {
+    e.iter()
+        .map(|b| String::from_utf8(b.clone()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
+    let f = start();
+    let path = format!("/v1/nodes/{NODE}/audit");
+    let all = entries(0, 6);
+    let up = |e: &[Vec<u8>], n: String| json!({"entries": texts(e), "checkpoint": n});
+    let (st, v) = f
+        .signed(
+            "POST",
+            &path,
+            Some(&up(&all[..3], note(&all[..3]))),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!((st, v["size"].clone()), (200, json!(3)), "{v}");
+    // Gap: entries 4.. without 3.
+    let (st, v) = f
+        .signed("POST", &path, Some(&up(&all[4..], note(&all))), |_, _| {})
+        .await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "audit_gap");
+    // Mismatch: checkpoint over other entries.
+    let other = entries(100, 6);
+    let (st, v) = f
+        .signed("POST", &path, Some(&up(&all[3..], note(&other))), |_, _| {})
+        .await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "audit_mismatch");
+    // Nothing was merged: the honest continuation still fits.
+    let (st, v) = f
+        .signed("POST", &path, Some(&up(&all[3..], note(&all))), |_, _| {})
+        .await;
+    assert_eq!((st, v["size"].clone()), (200, json!(6)), "{v}");
+    let (_, s) = f.signed("GET", &path, None, |_, _| {}).await;
+    assert_eq!(s["size"], 6);
+    assert!(f.gw.log_text().contains("audit_alert"), "alerts are logged");
+    let _ = &f.home;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sse_streams_queued_and_delivered_events() {
+    let f = start();
+    let mut resp = http()
+        .get(f.gw.url("/v1/events"))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let id = f.queue_call(1, "job-sse").await;
+    let ack = json!({"message_ids": [id]});
+    let (st, _) = f
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/ack"),
+            Some(&ack),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(st, 200);
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(seen.contains("event: queued") && seen.contains("event: delivered")) {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("events within 10 s")
+            .unwrap()
+            .expect("stream open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains(&id));
+    assert!(seen.contains("\"was_stored\":true"), "{seen}");
+    // The stream ends when the gateway shuts down, so SIGTERM is prompt.
+    let st = f.gw.stop();
+    assert!(st.success());
+}
