@@ -1,1 +1,8 @@
-//! (filled in by its issue)
+//! HTTP APIs: the node's local API (SPEC §5) and the gateway's (SPEC §6). One error
+//! type ([`error::ApiError`]) maps every failure to status + code; one extractor
+//! ([`json::JsonBody`]) turns every malformed body into that shape.
+
+pub mod error;
+pub mod json;
+
+pub use error::{ApiError, ApiResult};

@@ -1,1 +1,429 @@
-//! (filled in by its issue)
+//! Configuration in stages: TOML files (main file + `outpost.d/*.toml` drop-ins, merged
+//! in name order) → [`raw::RawConfig`] (unknown keys are errors) → [`check`] (semantic
+//! rules, defaults) → [`Config`], the only form the rest of the daemon sees.
+//!
+//! `outpost config check` runs exactly this path offline.
+
+pub mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use raw::{RawConfig, RawTool};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/outpost/outpost.toml";
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/outpost";
+pub const NODE_DEFAULT_LISTEN: &str = "127.0.0.1:8000";
+pub const GATEWAY_DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+/// SPEC §4.4: no message may live longer than 7 days.
+pub const HARD_MAX_TTL_S: u64 = 7 * 24 * 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Node,
+    Gateway,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Node => "node",
+            Role::Gateway => "gateway",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "node" => Ok(Role::Node),
+            "gateway" => Ok(Role::Gateway),
+            other => Err(format!(
+                "role must be \"node\" or \"gateway\", not {other:?}"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub url: String,
+    pub gateway_id: String,
+    pub ca_file: Option<PathBuf>,
+    pub poll_wait_s: u64,
+    pub request_timeout_s: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub max_messages_per_recipient: u64,
+    pub max_store_bytes: u64,
+    pub max_message_bytes: u64,
+    pub default_ttl_s: u64,
+    pub max_ttl_s: u64,
+    pub max_attempts: u32,
+    pub flush_batch: u32,
+    pub not_queueable: Vec<String>,
+    pub ttl_s: BTreeMap<String, u64>,
+}
+
+impl QueueConfig {
+    /// TTL for a payload or command type: the per-type value, else the default, capped
+    /// at `max_ttl_s`; a caller's own `ttl_s` may shorten it but never lengthen past the cap.
+    pub fn ttl_for(&self, kind: &str, requested_s: Option<u64>) -> u64 {
+        let base = self
+            .ttl_s
+            .get(&kind.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(self.default_ttl_s);
+        requested_s.unwrap_or(base).min(self.max_ttl_s)
+    }
+
+    pub fn is_queueable(&self, command_type: &str) -> bool {
+        !self.not_queueable.iter().any(|c| c == command_type)
+    }
+}
+
+/// The resolved, checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: String,
+    pub role: Role,
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub max_body_bytes: u64,
+    pub upstream: Option<Upstream>,
+    pub queue: QueueConfig,
+    pub max_clock_skew_s: u64,
+    pub store_engine: String,
+    pub tools: Vec<RawTool>,
+    pub drain_timeout_ms: u64,
+    /// Where this config came from (for messages), main file first.
+    pub sources: Vec<PathBuf>,
+}
+
+/// Everything wrong with a config, all at once, so an operator fixes it in one pass.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// Where to look for the config: `--config`, then `$OUTPOST_CONFIG`, then the default.
+pub fn resolve_path(cli: Option<&Path>) -> PathBuf {
+    if let Some(p) = cli {
+        return p.to_path_buf();
+    }
+    match std::env::var_os("OUTPOST_CONFIG") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(DEFAULT_CONFIG_PATH),
+    }
+}
+
+/// Load the main file and its drop-ins (`<dir>/outpost.d/*.toml`, name order), merge
+/// tables key by key (later files win), then check.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let mut sources = vec![path.to_path_buf()];
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut merged = parse_table(path, &text)?;
+    let dropin_dir = path
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("outpost.d");
+    if let Ok(rd) = std::fs::read_dir(&dropin_dir) {
+        let mut files: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|source| ConfigError::Read {
+                path: f.clone(),
+                source,
+            })?;
+            let table = parse_table(&f, &text)?;
+            merge_tables(&mut merged, table);
+            sources.push(f);
+        }
+    }
+    let raw: RawConfig = toml::Value::Table(merged)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let mut cfg = check(raw)?;
+    cfg.sources = sources;
+    Ok(cfg)
+}
+
+/// Parse a config from text (no drop-ins); used by tests and `--dev`.
+pub fn from_str(text: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: PathBuf::from("<inline>"),
+        message: e.to_string(),
+    })?;
+    check(raw)
+}
+
+fn parse_table(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
+    text.parse::<toml::Table>().map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Tables merge recursively; any other value (including arrays such as `[[tools]]`) is
+/// replaced whole by the later file, so a drop-in can redefine the tool list.
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Semantic checks and defaults. Collects every problem before failing.
+pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut errs = Vec::new();
+
+    let role = match raw
+        .identity
+        .role
+        .as_deref()
+        .unwrap_or("node")
+        .parse::<Role>()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            errs.push(format!("identity.role: {e}"));
+            Role::Node
+        }
+    };
+    let node_id = raw.identity.node_id.clone().unwrap_or_default();
+    if node_id.is_empty() {
+        errs.push("identity.node_id is required".into());
+    } else if !valid_node_id(&node_id) {
+        errs.push(format!(
+            "identity.node_id {node_id:?} must match ^[a-z][a-z0-9-]{{0,31}}:[A-Za-z0-9._-]{{1,64}}$"
+        ));
+    }
+    let data_dir = raw
+        .identity
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+
+    let default_listen = match role {
+        Role::Node => NODE_DEFAULT_LISTEN,
+        Role::Gateway => GATEWAY_DEFAULT_LISTEN,
+    };
+    let listen_text = raw.api.listen.as_deref().unwrap_or(default_listen);
+    let listen = match listen_text.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => {
+            errs.push(format!(
+                "api.listen {listen_text:?} is not an address:port (e.g. \"127.0.0.1:8000\")"
+            ));
+            default_listen
+                .parse()
+                .unwrap_or(([127, 0, 0, 1], 8000).into())
+        }
+    };
+    let max_body_bytes = raw.api.max_body_bytes.unwrap_or(2 * 1024 * 1024);
+    if max_body_bytes < 1024 {
+        errs.push("api.max_body_bytes must be at least 1024".into());
+    }
+
+    let upstream = raw.upstream.map(|u| {
+        if role == Role::Gateway {
+            errs.push("[upstream] is for the node role only".into());
+        }
+        if !(u.url.starts_with("http://") || u.url.starts_with("https://")) {
+            errs.push(format!(
+                "upstream.url {:?} must be http:// or https://",
+                u.url
+            ));
+        }
+        if !valid_node_id(&u.gateway_id) {
+            errs.push(format!(
+                "upstream.gateway_id {:?} is not a node id",
+                u.gateway_id
+            ));
+        }
+        if u.ca_file.is_some() && u.url.starts_with("http://") {
+            errs.push("upstream.ca_file is set but upstream.url is plain http://".into());
+        }
+        let poll_wait_s = u.poll_wait_s.unwrap_or(25);
+        if poll_wait_s > 120 {
+            errs.push("upstream.poll_wait_s must be at most 120".into());
+        }
+        Upstream {
+            url: u.url.trim_end_matches('/').to_string(),
+            gateway_id: u.gateway_id,
+            ca_file: u.ca_file,
+            poll_wait_s,
+            request_timeout_s: u.request_timeout_s.unwrap_or(10),
+        }
+    });
+
+    let q = raw.queue;
+    let max_ttl_s = q.max_ttl_s.unwrap_or(HARD_MAX_TTL_S);
+    if max_ttl_s == 0 || max_ttl_s > HARD_MAX_TTL_S {
+        errs.push(format!("queue.max_ttl_s must be 1..={HARD_MAX_TTL_S}"));
+    }
+    let default_ttl_s = q.default_ttl_s.unwrap_or(86_400);
+    if default_ttl_s == 0 || default_ttl_s > max_ttl_s {
+        errs.push("queue.default_ttl_s must be 1..=queue.max_ttl_s".into());
+    }
+    let mut ttl_s: BTreeMap<String, u64> = [
+        ("setpoint", 60),
+        ("manual_override", 60),
+        ("config", 86_400),
+        ("schedule", 86_400),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for (k, v) in q.ttl_s.unwrap_or_default() {
+        if v == 0 || v > max_ttl_s {
+            errs.push(format!("queue.ttl_s.{k} must be 1..=queue.max_ttl_s"));
+        }
+        ttl_s.insert(k.to_ascii_lowercase(), v);
+    }
+    let max_messages_per_recipient = q.max_messages_per_recipient.unwrap_or(10_000);
+    if max_messages_per_recipient == 0 {
+        errs.push("queue.max_messages_per_recipient must be > 0".into());
+    }
+    let max_store_bytes = q.max_store_bytes.unwrap_or(256 * 1024 * 1024);
+    if max_store_bytes < 1024 * 1024 {
+        errs.push("queue.max_store_bytes must be at least 1 MiB".into());
+    }
+    let max_message_bytes = q.max_message_bytes.unwrap_or(1024 * 1024);
+    if max_message_bytes == 0 || max_message_bytes > max_store_bytes {
+        errs.push("queue.max_message_bytes must be 1..=queue.max_store_bytes".into());
+    }
+    let flush_batch = q.flush_batch.unwrap_or(50);
+    if flush_batch == 0 || flush_batch > 1000 {
+        errs.push("queue.flush_batch must be 1..=1000".into());
+    }
+    let queue = QueueConfig {
+        max_messages_per_recipient,
+        max_store_bytes,
+        max_message_bytes,
+        default_ttl_s,
+        max_ttl_s,
+        max_attempts: q.max_attempts.unwrap_or(100),
+        flush_batch,
+        not_queueable: q.not_queueable.unwrap_or_else(|| vec!["system".into()]),
+        ttl_s,
+    };
+
+    let max_clock_skew_s = raw.security.max_clock_skew_s.unwrap_or(300);
+    if max_clock_skew_s > 3600 {
+        errs.push("security.max_clock_skew_s must be at most 3600".into());
+    }
+
+    let store_engine = raw.store.engine.unwrap_or_else(|| "sqlite".into());
+    match store_engine.as_str() {
+        "sqlite" => {}
+        "sled" if cfg!(feature = "sled") => {}
+        "sled" => errs.push("store.engine = \"sled\" needs a build with the `sled` feature".into()),
+        other => errs.push(format!(
+            "store.engine {other:?} must be \"sqlite\" or \"sled\""
+        )),
+    }
+
+    let mut names = std::collections::BTreeSet::new();
+    for t in &raw.tools {
+        if !valid_tool_name(&t.name) {
+            errs.push(format!(
+                "tools: name {:?} must match [a-z][a-z0-9_]{{0,63}}",
+                t.name
+            ));
+        }
+        if ["echo", "pii_redact", "sysinfo"].contains(&t.name.as_str()) {
+            errs.push(format!("tools.{}: shadows a built-in tool", t.name));
+        }
+        if !names.insert(t.name.clone()) {
+            errs.push(format!("tools.{}: defined twice", t.name));
+        }
+        match t.command.first() {
+            None => errs.push(format!("tools.{}: command is empty", t.name)),
+            Some(p) if !p.starts_with('/') => errs.push(format!(
+                "tools.{}: command[0] must be an absolute path (no shell, no PATH lookup)",
+                t.name
+            )),
+            _ => {}
+        }
+        if t.timeout_ms == Some(0) {
+            errs.push(format!("tools.{}: timeout_ms must be > 0", t.name));
+        }
+    }
+
+    if !errs.is_empty() {
+        return Err(ConfigError::Invalid(errs));
+    }
+    Ok(Config {
+        node_id,
+        role,
+        data_dir,
+        listen,
+        max_body_bytes,
+        upstream,
+        queue,
+        max_clock_skew_s,
+        store_engine,
+        tools: raw.tools,
+        drain_timeout_ms: raw.shutdown.drain_timeout_ms.unwrap_or(10_000),
+        sources: Vec::new(),
+    })
+}
+
+/// `^[a-z][a-z0-9-]{0,31}:[A-Za-z0-9._-]{1,64}$` (SPEC §1), by hand: no regex needed.
+pub fn valid_node_id(s: &str) -> bool {
+    let Some((kind, name)) = s.split_once(':') else {
+        return false;
+    };
+    let mut kc = kind.chars();
+    matches!(kc.next(), Some('a'..='z'))
+        && kind.len() <= 32
+        && kc.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn valid_tool_name(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some('a'..='z'))
+        && s.len() <= 64
+        && c.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,100 @@
-//! (filled in by its issue)
+//! systemd integration: readiness/watchdog/status notifications, log routing to the
+//! journal, and the shutdown signal.
+//!
+//! Everything here degrades to a no-op outside systemd (no `NOTIFY_SOCKET`, no
+//! `JOURNAL_STREAM`), so the same binary runs in a terminal, in tests and on a Pi.
+
+use std::time::Duration;
+
+use sd_notify::NotifyState;
+
+/// Thin wrapper over `sd_notify` that never fails the caller: a notification that
+/// cannot be sent is logged once at debug level and otherwise ignored, because the
+/// daemon's work must not depend on the supervisor being there.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Notifier;
+
+impl Notifier {
+    fn send(&self, state: &[NotifyState<'_>]) {
+        if std::env::var_os("NOTIFY_SOCKET").is_none() {
+            return;
+        }
+        if let Err(e) = sd_notify::notify(false, state) {
+            tracing::debug!(event = "sd_notify_failed", error = %e);
+        }
+    }
+
+    pub fn ready(&self) {
+        self.send(&[NotifyState::Ready]);
+    }
+
+    pub fn watchdog(&self) {
+        self.send(&[NotifyState::Watchdog]);
+    }
+
+    pub fn stopping(&self) {
+        self.send(&[NotifyState::Stopping]);
+    }
+
+    pub fn status(&self, text: &str) {
+        self.send(&[NotifyState::Status(text)]);
+    }
+
+    /// The watchdog interval systemd asked for (`WATCHDOG_USEC`), if any. We ping at
+    /// half of it, as sd_watchdog_enabled(3) recommends.
+    pub fn watchdog_interval(&self) -> Option<Duration> {
+        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+        if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+            if pid.parse::<u32>().ok() != Some(std::process::id()) {
+                return None;
+            }
+        }
+        (usec > 0).then(|| Duration::from_micros(usec / 2))
+    }
+}
+
+/// Logs go to the journal when we run under it (`JOURNAL_STREAM` set by systemd),
+/// otherwise to stderr. `RUST_LOG` / `OUTPOST_LOG` filter (default `info`).
+pub fn init_logging() {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::EnvFilter;
+
+    let filter = EnvFilter::try_from_env("OUTPOST_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter);
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        if let Ok(journald) = tracing_journald::layer() {
+            let _ = registry
+                .with(journald.with_syslog_identifier("outpost".into()))
+                .try_init();
+            return;
+        }
+    }
+    let _ = registry
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false),
+        )
+        .try_init();
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => tracing::info!(event = "signal", signal = "SIGTERM"),
+                _ = i.recv() => tracing::info!(event = "signal", signal = "SIGINT"),
+            }
+        }
+        _ => {
+            // Cannot install handlers (should not happen on Linux): fall back to ctrl-c.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

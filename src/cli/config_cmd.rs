@@ -1,0 +1,32 @@
+//! `outpost config check`: the whole config pipeline, offline.
+
+use std::path::Path;
+
+use super::Exit;
+use crate::config;
+
+pub fn check(path: Option<&Path>) -> anyhow::Result<()> {
+    let path = config::resolve_path(path);
+    match config::load(&path) {
+        Ok(cfg) => {
+            println!(
+                "config ok: {} ({}), listen {}, data_dir {}",
+                cfg.node_id,
+                cfg.role,
+                cfg.listen,
+                cfg.data_dir.display()
+            );
+            for s in &cfg.sources {
+                println!("  read {}", s.display());
+            }
+            if !cfg.listen.ip().is_loopback() {
+                println!(
+                    "  warning: api.listen {} is not loopback; the local API is reachable from the network",
+                    cfg.listen
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(Exit::usage(e.to_string()).into()),
+    }
+}

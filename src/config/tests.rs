@@ -1,0 +1,120 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[identity]
+node_id = "node:pump-17"
+"#;
+
+#[test]
+fn minimal_config_gets_documented_defaults() {
+    let c = from_str(MINIMAL).unwrap();
+    assert_eq!(c.role, Role::Node);
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8000");
+    assert_eq!(c.queue.max_messages_per_recipient, 10_000);
+    assert_eq!(c.queue.ttl_for("setpoint", None), 60);
+    assert_eq!(c.queue.ttl_for("DATA", None), 86_400);
+    assert_eq!(c.queue.ttl_for("DATA", Some(10 * 86_400)), HARD_MAX_TTL_S);
+    assert!(!c.queue.is_queueable("system"));
+    assert!(c.upstream.is_none());
+}
+
+#[test]
+fn gateway_listens_on_8787_by_default() {
+    let c = from_str("[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n").unwrap();
+    assert_eq!(c.listen.port(), 8787);
+    assert!(c.listen.ip().is_loopback());
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    let e = from_str("[identity]\nnode_id = \"node:a\"\nnodeid = \"x\"\n").unwrap_err();
+    assert!(e.to_string().contains("nodeid"), "{e}");
+    let e = from_str("[identity]\nnode_id = \"node:a\"\n[queue]\ndefault_ttl = 5\n").unwrap_err();
+    assert!(e.to_string().contains("default_ttl"), "{e}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let e = from_str(
+        r#"
+[identity]
+node_id = "Node:x"
+role = "hub"
+[api]
+listen = "localhost"
+[queue]
+max_ttl_s = 999999999
+"#,
+    )
+    .unwrap_err();
+    let ConfigError::Invalid(list) = e else {
+        panic!("expected Invalid")
+    };
+    assert!(list.len() >= 4, "{list:?}");
+}
+
+#[test]
+fn tools_need_absolute_commands_and_unique_names() {
+    let e = from_str(
+        r#"
+[identity]
+node_id = "node:a"
+[[tools]]
+name = "read_sensor"
+command = ["read_sensor"]
+[[tools]]
+name = "read_sensor"
+command = ["/bin/true"]
+[[tools]]
+name = "echo"
+command = ["/bin/true"]
+"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("absolute path"), "{e}");
+    assert!(e.contains("defined twice"), "{e}");
+    assert!(e.contains("shadows a built-in"), "{e}");
+}
+
+#[test]
+fn dropins_merge_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("outpost.toml");
+    std::fs::write(
+        &main,
+        "[identity]\nnode_id = \"node:a\"\n[queue]\nflush_batch = 10\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("outpost.d")).unwrap();
+    std::fs::write(
+        dir.path().join("outpost.d/20-late.toml"),
+        "[queue]\nflush_batch = 30\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("outpost.d/10-early.toml"),
+        "[queue]\nflush_batch = 20\nmax_attempts = 7\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("outpost.d/ignored.txt"), "garbage").unwrap();
+    let c = load(&main).unwrap();
+    assert_eq!(c.queue.flush_batch, 30);
+    assert_eq!(c.queue.max_attempts, 7);
+    assert_eq!(c.sources.len(), 3);
+}
+
+#[test]
+fn node_id_rule_matches_spec() {
+    for ok in ["node:pump-17", "gateway:main", "a:b", "x-1:A.b_c-9"] {
+        assert!(valid_node_id(ok), "{ok}");
+    }
+    let long_kind = format!("{}:x", "a".repeat(33));
+    let long_name = format!("node:{}", "x".repeat(65));
+    for bad in [
+        "", "node", ":x", "Node:x", "1node:x", "node:", "node:a b", "node:a:b", &long_kind,
+        &long_name,
+    ] {
+        assert!(!valid_node_id(bad), "{bad}");
+    }
+}

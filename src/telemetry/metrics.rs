@@ -1,0 +1,353 @@
+//! A small Prometheus registry: counters and gauges with labels, one histogram type.
+//!
+//! Hand-written rather than a crate because the set is fixed and small, and the text
+//! exposition format (checked by `promtool check metrics` in CI) is simple to get right.
+//! Gauges that mirror store state (queue depth, oldest age, store bytes) are set just
+//! before rendering, from one store query, so they are never stale.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// A family of values keyed by label values (in the order of `labels`).
+#[derive(Debug)]
+pub struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    labels: &'static [&'static str],
+    values: Mutex<BTreeMap<Vec<String>, f64>>,
+}
+
+impl Family {
+    pub const fn new(
+        name: &'static str,
+        help: &'static str,
+        kind: &'static str,
+        labels: &'static [&'static str],
+    ) -> Self {
+        Self {
+            name,
+            help,
+            kind,
+            labels,
+            values: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<Vec<String>, f64>) -> R) -> R {
+        // A poisoned lock only means another thread panicked mid-update of a number;
+        // the map is still usable, and metrics must never take the daemon down.
+        let mut g = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    pub fn inc(&self, label_values: &[&str]) {
+        self.add(label_values, 1.0);
+    }
+
+    pub fn add(&self, label_values: &[&str], by: f64) {
+        let key = label_values.iter().map(|s| s.to_string()).collect();
+        self.with(|m| *m.entry(key).or_insert(0.0) += by);
+    }
+
+    pub fn set(&self, label_values: &[&str], v: f64) {
+        let key = label_values.iter().map(|s| s.to_string()).collect();
+        self.with(|m| {
+            m.insert(key, v);
+        });
+    }
+
+    /// Replace every series at once (for gauges mirrored from the store, so that a
+    /// queue that disappeared stops being reported).
+    pub fn replace_all(&self, series: Vec<(Vec<String>, f64)>) {
+        self.with(|m| {
+            m.clear();
+            m.extend(series);
+        });
+    }
+
+    pub fn get(&self, label_values: &[&str]) -> f64 {
+        let key: Vec<String> = label_values.iter().map(|s| s.to_string()).collect();
+        self.with(|m| m.get(&key).copied().unwrap_or(0.0))
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
+        self.with(|m| {
+            if m.is_empty() && self.labels.is_empty() {
+                let _ = writeln!(out, "{} 0", self.name);
+            }
+            for (k, v) in m.iter() {
+                out.push_str(self.name);
+                write_labels(out, self.labels, k, None);
+                let _ = writeln!(out, " {}", fmt_f64(*v));
+            }
+        });
+    }
+}
+
+/// A histogram without labels, fixed buckets (seconds).
+#[derive(Debug)]
+pub struct Histogram {
+    name: &'static str,
+    help: &'static str,
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    pub fn new(name: &'static str, help: &'static str, bounds: &'static [f64]) -> Self {
+        Self {
+            name,
+            help,
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, seconds: f64) {
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            if seconds <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_micros
+            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} histogram", self.name);
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{}_bucket{{le=\"{}\"}} {}",
+                self.name,
+                fmt_f64(*b),
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{}_bucket{{le=\"+Inf\"}} {}", self.name, count);
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{}_sum {}", self.name, fmt_f64(sum));
+        let _ = writeln!(out, "{}_count {}", self.name, count);
+    }
+}
+
+fn write_labels(out: &mut String, names: &[&str], values: &[String], extra: Option<(&str, &str)>) {
+    if names.is_empty() && extra.is_none() {
+        return;
+    }
+    out.push('{');
+    let mut first = true;
+    for (n, v) in names.iter().zip(values) {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        let _ = write!(out, "{n}=\"{}\"", escape(v));
+    }
+    if let Some((n, v)) = extra {
+        if !first {
+            out.push(',');
+        }
+        let _ = write!(out, "{n}=\"{}\"", escape(v));
+    }
+    out.push('}');
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn fmt_f64(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Every metric outpost exports (SPEC §9). Names follow one rule:
+/// `outpost_<thing>_<unit or total>`, labels lowercase.
+#[derive(Debug)]
+pub struct Metrics {
+    pub queue_depth: Family,
+    pub queue_oldest_age_seconds: Family,
+    pub messages_total: Family,
+    pub delivery_attempts_total: Family,
+    pub envelopes_total: Family,
+    pub tool_calls_total: Family,
+    pub tool_call_duration_seconds: Histogram,
+    pub http_requests_total: Family,
+    pub upstream_connected: Family,
+    pub audit_size: Family,
+    pub audit_unsynced_entries: Family,
+    pub store_bytes: Family,
+    pub store_quarantined_records: Family,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Self {
+            queue_depth: Family::new(
+                "outpost_queue_depth",
+                "Messages waiting in a queue for a peer.",
+                "gauge",
+                &["queue", "peer"],
+            ),
+            queue_oldest_age_seconds: Family::new(
+                "outpost_queue_oldest_age_seconds",
+                "Age of the oldest message waiting in a queue for a peer.",
+                "gauge",
+                &["queue", "peer"],
+            ),
+            messages_total: Family::new(
+                "outpost_messages_total",
+                "Message lifecycle events by queue.",
+                "counter",
+                &["queue", "event"],
+            ),
+            delivery_attempts_total: Family::new(
+                "outpost_delivery_attempts_total",
+                "Delivery attempts by result.",
+                "counter",
+                &["result"],
+            ),
+            envelopes_total: Family::new(
+                "outpost_envelopes_total",
+                "Inbound envelopes by result code.",
+                "counter",
+                &["result"],
+            ),
+            tool_calls_total: Family::new(
+                "outpost_tool_calls_total",
+                "Tool calls by tool and outcome.",
+                "counter",
+                &["tool", "outcome"],
+            ),
+            tool_call_duration_seconds: Histogram::new(
+                "outpost_tool_call_duration_seconds",
+                "Wall time of tool executions.",
+                DURATION_BUCKETS,
+            ),
+            http_requests_total: Family::new(
+                "outpost_http_requests_total",
+                "HTTP requests answered, by status class.",
+                "counter",
+                &["status"],
+            ),
+            upstream_connected: Family::new(
+                "outpost_upstream_connected",
+                "1 while the node reaches its gateway, else 0.",
+                "gauge",
+                &[],
+            ),
+            audit_size: Family::new(
+                "outpost_audit_size",
+                "Entries in the local audit log.",
+                "gauge",
+                &[],
+            ),
+            audit_unsynced_entries: Family::new(
+                "outpost_audit_unsynced_entries",
+                "Audit entries not yet confirmed by the gateway.",
+                "gauge",
+                &[],
+            ),
+            store_bytes: Family::new(
+                "outpost_store_bytes",
+                "Bytes used by queued messages and blobs.",
+                "gauge",
+                &[],
+            ),
+            store_quarantined_records: Family::new(
+                "outpost_store_quarantined_records",
+                "Corrupt records moved to quarantine since the store was created.",
+                "gauge",
+                &[],
+            ),
+        }
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        for f in [
+            &self.queue_depth,
+            &self.queue_oldest_age_seconds,
+            &self.messages_total,
+            &self.delivery_attempts_total,
+            &self.envelopes_total,
+            &self.tool_calls_total,
+            &self.http_requests_total,
+            &self.upstream_connected,
+            &self.audit_size,
+            &self.audit_unsynced_entries,
+            &self.store_bytes,
+            &self.store_quarantined_records,
+        ] {
+            f.render(&mut out);
+        }
+        self.tool_call_duration_seconds.render(&mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_labels_escaped_and_counts() {
+        let m = Metrics::new();
+        m.messages_total.inc(&["outbox", "enqueued"]);
+        m.messages_total.inc(&["outbox", "enqueued"]);
+        m.queue_depth.set(&["outbox", "gate\"way\\x"], 3.0);
+        m.tool_call_duration_seconds.observe(0.003);
+        let text = m.render();
+        assert!(text.contains("outpost_messages_total{queue=\"outbox\",event=\"enqueued\"} 2\n"));
+        assert!(
+            text.contains("outpost_queue_depth{queue=\"outbox\",peer=\"gate\\\"way\\\\x\"} 3\n")
+        );
+        assert!(text.contains("outpost_tool_call_duration_seconds_bucket{le=\"0.0025\"} 0\n"));
+        assert!(text.contains("outpost_tool_call_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("outpost_tool_call_duration_seconds_count 1\n"));
+        assert!(text.contains("outpost_upstream_connected 0\n"));
+    }
+
+    #[test]
+    fn replace_all_drops_vanished_series() {
+        let m = Metrics::new();
+        m.queue_depth.set(&["outbox", "a"], 1.0);
+        m.queue_depth
+            .replace_all(vec![(vec!["outbox".into(), "b".into()], 2.0)]);
+        assert_eq!(m.queue_depth.get(&["outbox", "a"]), 0.0);
+        assert_eq!(m.queue_depth.get(&["outbox", "b"]), 2.0);
+    }
+}
