@@ -30,7 +30,7 @@ for arg in "$@"; do
   case "$arg" in
     --setup-only) build=0 ;;
     --no-setup) setup=0 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 64 ;;
   esac
 done
