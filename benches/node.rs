@@ -33,8 +33,14 @@ fn ctx_switches(pid: u32) -> u64 {
         for t in rd.flatten() {
             let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
             for l in s.lines() {
-                if l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches") {
-                    total += l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                if l.starts_with("voluntary_ctxt_switches")
+                    || l.starts_with("nonvoluntary_ctxt_switches")
+                {
+                    total += l
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
                 }
             }
         }
@@ -55,10 +61,15 @@ async fn load(url: &str, token: &str, conns: usize, per_conn: usize) -> (f64, Du
         let token = token.to_string();
         tasks.push(tokio::spawn(async move {
             // One client (one keep-alive connection) per simulated caller.
-            let client = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(1).build().unwrap();
+            let client = reqwest::Client::builder()
+                .no_proxy()
+                .pool_max_idle_per_host(1)
+                .build()
+                .unwrap();
             let mut lat = Vec::with_capacity(per_conn);
             for i in 0..per_conn {
-                let body = format!("{{\"tool_name\":\"echo\",\"tool_args\":{{\"c\":{c},\"i\":{i}}}}}");
+                let body =
+                    format!("{{\"tool_name\":\"echo\",\"tool_args\":{{\"c\":{c},\"i\":{i}}}}}");
                 let t = Instant::now();
                 let r = client
                     .post(&url)
@@ -89,7 +100,14 @@ fn main() {
     let cfg = dir.path().join("outpost.toml");
     let data = dir.path().join("data");
     let ok = Command::new(outpost())
-        .args(["init", "--node-id", "node:bench", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "init",
+            "--node-id",
+            "node:bench",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(&data)
         .arg("--config")
         .arg(&cfg)
@@ -111,12 +129,25 @@ fn main() {
         assert!(Instant::now() < deadline, "daemon did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let addr = std::fs::read_to_string(&addr_file).unwrap().trim().to_string();
+    let addr = std::fs::read_to_string(&addr_file)
+        .unwrap()
+        .trim()
+        .to_string();
     std::thread::sleep(Duration::from_millis(500));
     let rss_start_kib = proc_status(pid, "VmRSS:");
     let token = String::from_utf8(
         Command::new(outpost())
-            .args(["token", "issue", "--aud", "*", "--scope", "tool:echo", "--ttl", "1h", "--config"])
+            .args([
+                "token",
+                "issue",
+                "--aud",
+                "*",
+                "--scope",
+                "tool:echo",
+                "--ttl",
+                "1h",
+                "--config",
+            ])
             .arg(&cfg)
             .output()
             .unwrap()
@@ -126,7 +157,10 @@ fn main() {
     .trim()
     .to_string();
     let url = format!("http://{addr}/v1/tool_call");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let token = Arc::new(token);
 
     // Warm-up.
@@ -154,12 +188,29 @@ fn main() {
     println!("| measurement | value |");
     println!("|---|---|");
     println!("| tool_call echo, 1 connection: throughput | {t1:.0} calls/s |");
-    println!("| tool_call echo, 1 connection: p50 / p99 | {:.3} ms / {:.3} ms |", p50_1.as_secs_f64() * 1e3, p99_1.as_secs_f64() * 1e3);
+    println!(
+        "| tool_call echo, 1 connection: p50 / p99 | {:.3} ms / {:.3} ms |",
+        p50_1.as_secs_f64() * 1e3,
+        p99_1.as_secs_f64() * 1e3
+    );
     println!("| tool_call echo, 64 connections: throughput | {t64:.0} calls/s |");
-    println!("| tool_call echo, 64 connections: p50 / p99 | {:.3} ms / {:.3} ms |", p50_64.as_secs_f64() * 1e3, p99_64.as_secs_f64() * 1e3);
-    println!("| RSS after start (idle, empty store) | {:.1} MiB |", rss_start_kib as f64 / 1024.0);
-    println!("| RSS idle after the load | {:.1} MiB |", rss_idle_kib as f64 / 1024.0);
+    println!(
+        "| tool_call echo, 64 connections: p50 / p99 | {:.3} ms / {:.3} ms |",
+        p50_64.as_secs_f64() * 1e3,
+        p99_64.as_secs_f64() * 1e3
+    );
+    println!(
+        "| RSS after start (idle, empty store) | {:.1} MiB |",
+        rss_start_kib as f64 / 1024.0
+    );
+    println!(
+        "| RSS idle after the load | {:.1} MiB |",
+        rss_idle_kib as f64 / 1024.0
+    );
     println!("| peak RSS (VmHWM) | {:.1} MiB |", peak_kib as f64 / 1024.0);
     println!("| wakeups when idle (context switches/s, all threads) | {wakeups:.1} |");
-    println!("| audit entries written (durable) | {} |", status["audit"]["size"]);
+    println!(
+        "| audit entries written (durable) | {} |",
+        status["audit"]["size"]
+    );
 }

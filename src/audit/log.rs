@@ -234,7 +234,9 @@ impl<S: AuditStorage> AuditLog<S> {
         let bytes: Vec<Vec<u8>> = records
             .into_iter()
             .enumerate()
-            .map(|(i, r)| super::AuditEntry::from_record(first + i as u64, now_ms, r).canonical_bytes())
+            .map(|(i, r)| {
+                super::AuditEntry::from_record(first + i as u64, now_ms, r).canonical_bytes()
+            })
             .collect();
         let hashes: Vec<Hash> = bytes.iter().map(|b| leaf_hash(b)).collect();
         let r = submit(first, bytes);
