@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -137,4 +139,35 @@ pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
         gw.metrics.render(),
     )
         .into_response()
+}
+
+/// `GET /v1/status`, the node's shape where it applies (`outpost status` reads it):
+/// open on loopback, otherwise a `read` token is needed — the queue list names nodes.
+pub async fn status(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    if !peer.ip().is_loopback() {
+        require(&gw, &headers, Need::Scope("read"))?;
+    }
+    let now = gw.now_ms();
+    let queues: Vec<Value> = gw
+        .store
+        .queue_stats(now)
+        .map_err(store_error)?
+        .into_iter()
+        .map(|s| json!({"queue": s.queue, "peer": s.peer, "depth": s.depth, "oldest_age_s": s.oldest_age_s}))
+        .collect();
+    let nodes = gw.trust().list().filter(|p| p.doc.role == "node").count();
+    Ok(Json(json!({
+        "node_id": gw.cfg.node_id,
+        "role": "gateway",
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": now.saturating_sub(gw.started_ms) / 1000,
+        "upstream": {"state": "none", "detail": "this is the gateway"},
+        "audit": {"size": 0, "synced_size": 0},
+        "nodes_enrolled": nodes,
+        "queues": queues,
+    })))
 }

@@ -83,6 +83,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/healthz", get(admin_api::healthz))
         .route("/readyz", get(admin_api::readyz))
         .route("/metrics", get(admin_api::metrics))
+        .route("/v1/status", get(admin_api::status))
         .route("/v1/tool_call", post(client_api::tool_call))
         .route("/v1/commands", post(client_api::commands))
         .route("/v1/messages/{id}", get(client_api::message))
@@ -162,6 +163,7 @@ pub async fn run(
 
     let app = router(gw.clone());
     let stop = shutdown.clone();
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;

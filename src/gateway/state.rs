@@ -60,6 +60,7 @@ pub struct Gateway {
     /// audit uploads per gateway so two cannot interleave.
     pub audit: tokio::sync::Mutex<HashMap<String, Frontier>>,
     pub progress: AtomicU64,
+    pub started_ms: u64,
     ready: AtomicBool,
 }
 
@@ -77,6 +78,7 @@ impl Gateway {
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;
         let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
+        let started_ms = store.now_ms();
         Self {
             cfg: Arc::new(cfg),
             store,
@@ -93,6 +95,7 @@ impl Gateway {
             seen_sigs: Mutex::new(SeenSignatures::new(skew_ms, 1_000_000)),
             audit: tokio::sync::Mutex::new(HashMap::new()),
             progress: AtomicU64::new(0),
+            started_ms,
             ready: AtomicBool::new(false),
         }
     }

@@ -213,6 +213,12 @@ async fn pull_returns_stored_messages_fifo_and_ack_removes_them() {
     let (_, nodes) = f.client("/v1/nodes", None).await;
     assert_eq!(nodes["nodes"][0]["queue_depth"], 1, "{nodes}");
     assert_eq!(nodes["nodes"][0]["liveness"], "online");
+    // `outpost status` works against a gateway too (loopback, no token).
+    let o = f.home.cli(&["status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(st["role"], "gateway");
+    assert_eq!(st["queues"][0]["depth"], 1, "{st}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -326,7 +332,6 @@ async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
     let (_, s) = f.signed("GET", &path, None, |_, _| {}).await;
     assert_eq!(s["size"], 6);
     assert!(f.gw.log_text().contains("audit_alert"), "alerts are logged");
-    let _ = &f.home;
 }
 
 #[tokio::test(flavor = "multi_thread")]
