@@ -41,10 +41,25 @@ pub async fn run(
         // From here on, new tool calls are refused before anything runs.
         serve_core.stop_accepting();
     });
-    server.await?;
+    // In-flight requests get the drain deadline after the signal, then are dropped
+    // (an external tool still running is killed with its process group).
+    let deadline = Duration::from_millis(cfg.drain_timeout_ms);
+    let mut serving = std::pin::pin!(std::future::IntoFuture::into_future(server));
+    tokio::select! {
+        r = &mut serving => r?,
+        _ = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(deadline).await;
+        } => {
+            tracing::warn!(
+                event = "drain_deadline_exceeded",
+                deadline_ms = cfg.drain_timeout_ms,
+                "requests still in flight at the drain deadline; dropping them"
+            );
+        }
+    }
 
     tracker.close();
-    let deadline = Duration::from_millis(cfg.drain_timeout_ms);
     if tokio::time::timeout(deadline, tracker.wait())
         .await
         .is_err()
@@ -55,6 +70,8 @@ pub async fn run(
             "background work still running at the drain deadline"
         );
     }
+    // A last checkpoint covers everything this run appended.
+    core.checkpoint_audit().await;
     core.close();
     Ok(())
 }

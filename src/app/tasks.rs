@@ -25,7 +25,8 @@ pub async fn worker(core: Arc<NodeCore>, shutdown: CancellationToken) {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = core.tasks_waiting.notified() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                // Retry tasks whose result could not be queued (disk or outbox full).
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             }
         }
     }

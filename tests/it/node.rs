@@ -215,10 +215,23 @@ async fn a_tool_past_its_timeout_is_killed_with_its_process_group() {
     let d = home.start();
     let tok = home.token("node:a", &["tool:hang"], "10m");
     let started = std::time::Instant::now();
-    let (st, v) = call(&d, json!({"tool_name": "hang", "tool_args": {}}), Some(&tok)).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (504, Some("tool_timeout")), "{v}");
+    let (st, v) = call(
+        &d,
+        json!({"tool_name": "hang", "tool_args": {}}),
+        Some(&tok),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (504, Some("tool_timeout")),
+        "{v}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     crate::harness::wait_for("grandchild gone", std::time::Duration::from_secs(5), || {
         // SAFETY: signal 0 only checks for existence.
         let alive = unsafe { libc::kill(pid, 0) } == 0;
@@ -238,13 +251,24 @@ async fn metrics_pass_promtool_and_count_calls() {
     let d = home.start();
     let tok = home.token("node:m", &["tool:echo"], "10m");
     for _ in 0..3 {
-        let (st, _) = call(&d, json!({"tool_name": "echo", "tool_args": {}}), Some(&tok)).await;
+        let (st, _) = call(
+            &d,
+            json!({"tool_name": "echo", "tool_args": {}}),
+            Some(&tok),
+        )
+        .await;
         assert_eq!(st, 200);
     }
     let resp = http().get(d.url("/metrics")).send().await.unwrap();
-    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
     let body = resp.text().await.unwrap();
-    assert!(body.contains("outpost_tool_calls_total{tool=\"echo\",outcome=\"ok\"} 3"), "{body}");
+    assert!(
+        body.contains("outpost_tool_calls_total{tool=\"echo\",outcome=\"ok\"} 3"),
+        "{body}"
+    );
     assert!(body.contains("outpost_audit_size 3"), "{body}");
     for name in [
         "outpost_queue_depth",

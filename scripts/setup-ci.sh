@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install everything the packaging checks need on a FRESH machine (Debian 12, root, with
+# rustup's cargo): nothing installed by hand survives between CI machines. Idempotent:
+# each step is skipped when its tool is already present at the pinned version.
+#   apt:   shellcheck, file, binutils, dpkg-dev (dpkg-shlibdeps for cargo-deb's $auto)
+#   pip:   oelint-adv (Yocto recipe linter)
+#   cargo: cargo-deb (pinned; 3.8.0 declares rust-version 1.85, builds with the host cargo)
+#   cross: Debian rustc-web 1.85 + arm64/armhf std + cross gcc + qemu-user
+#          (scripts/cross-check.sh --setup-only)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CARGO_DEB_VERSION="3.8.0"
+OELINT_ADV_VERSION="9.11.2"
+export DEBIAN_FRONTEND=noninteractive
+t0=$SECONDS
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_apt=()
+for pair in shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd; do
+  command -v "${pair%%:*}" >/dev/null || need_apt+=("${pair#*:}")
+done
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "==> apt-get install ${need_apt[*]}"
+  as_root apt-get -o DPkg::Lock::Timeout=300 update -q || true
+  as_root apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${need_apt[@]}"
+else
+  echo "==> apt tools present (skip)"
+fi
+
+if python3 -m pip show oelint-adv 2>/dev/null | grep -qx "Version: $OELINT_ADV_VERSION"; then
+  echo "==> oelint-adv $OELINT_ADV_VERSION present (skip)"
+else
+  echo "==> pip install oelint-adv==$OELINT_ADV_VERSION"
+  python3 -m pip install -q --disable-pip-version-check "oelint-adv==$OELINT_ADV_VERSION"
+fi
+command -v oelint-adv >/dev/null || hash -r
+
+if cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
+  echo "==> cargo-deb $CARGO_DEB_VERSION present (skip)"
+else
+  echo "==> cargo install cargo-deb $CARGO_DEB_VERSION (a few minutes)"
+  cargo install --locked --version "$CARGO_DEB_VERSION" cargo-deb
+fi
+
+bash scripts/cross-check.sh --setup-only
+echo "==> setup-ci done in $((SECONDS - t0))s"
