@@ -14,6 +14,7 @@ use super::events::GatewayEvent;
 use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_NODE};
 use crate::api::json::parse;
 use crate::api::{ApiError, ApiResult};
+use crate::store::{OpOutcome, WriteOp};
 use crate::telemetry::MessageEvent;
 
 /// Upper bound of a long-poll, whatever the node asks for.
@@ -90,38 +91,90 @@ pub async fn pull(
 #[serde(deny_unknown_fields)]
 struct AckBody {
     message_ids: Vec<String>,
+    /// Envelopes the node's pipeline refused: they leave the queue too (a resend would
+    /// be refused again) but are reported as `rejected`, not `delivered`.
+    #[serde(default)]
+    rejected: Vec<RejectedId>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RejectedId {
+    id: String,
+    code: String,
 }
 
 /// `POST /v1/nodes/{id}/ack`: removes the messages from the node's queue and emits
-/// `delivered` (with `was_stored`) for each that was there.
+/// `delivered` (with `was_stored`) — or `rejected` with the node's code — for each that
+/// was there.
 pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
     let body: AckBody = parse(&signed.body)?;
-    if body.message_ids.len() > MAX_BATCH {
+    if body.message_ids.len() + body.rejected.len() > MAX_BATCH {
         return Err(ApiError::bad_request("at most 1000 ids per ack"));
     }
     let node = signed.node_id;
-    let out = gw
-        .store
-        .ack(Q_NODE, &node, body.message_ids, gw.now_ms())
-        .await
-        .map_err(store_error)?;
+    let now = gw.now_ms();
+    let mut ops = vec![WriteOp::Ack {
+        queue: Q_NODE.into(),
+        peer: node.clone(),
+        ids: body.message_ids,
+        now_ms: now,
+    }];
+    for r in &body.rejected {
+        ops.push(WriteOp::Ack {
+            queue: Q_NODE.into(),
+            peer: node.clone(),
+            ids: vec![r.id.clone()],
+            now_ms: now,
+        });
+        ops.push(WriteOp::Reject {
+            queue: Q_NODE.into(),
+            peer: node.clone(),
+            message_id: r.id.clone(),
+            reason: r.code.chars().take(64).collect(),
+            now_ms: now,
+        });
+    }
+    let out = gw.store.write(ops).await.map_err(store_error)?;
+    let removed: Vec<String> = out
+        .into_iter()
+        .filter_map(|o| match o {
+            OpOutcome::Acked(a) => Some(a),
+            _ => None,
+        })
+        .flatten()
+        .filter(|a| a.was_stored)
+        .map(|a| a.message_id)
+        .collect();
     let mut acked = Vec::new();
-    for a in out.into_iter().filter(|a| a.was_stored) {
-        let was_stored = gw.take_was_stored(&a.message_id);
+    for id in removed {
+        let was_stored = gw.take_was_stored(&id);
+        let rejected = body.rejected.iter().find(|r| r.id == id);
         MessageEvent {
             queue: Q_NODE,
-            event: "delivered",
+            event: if rejected.is_some() {
+                "rejected"
+            } else {
+                "delivered"
+            },
             peer: &node,
-            message_id: &a.message_id,
-            reason: None,
+            message_id: &id,
+            reason: rejected.map(|r| r.code.as_str()),
         }
         .emit(&gw.metrics);
-        gw.publish(GatewayEvent::Delivered {
-            message_id: a.message_id.clone(),
-            node_id: node.clone(),
-            was_stored,
+        gw.publish(match rejected {
+            Some(r) => GatewayEvent::Rejected {
+                message_id: id.clone(),
+                node_id: node.clone(),
+                code: r.code.clone(),
+            },
+            None => GatewayEvent::Delivered {
+                message_id: id.clone(),
+                node_id: node.clone(),
+                was_stored,
+            },
         });
-        acked.push(a.message_id);
+        acked.push(id);
     }
     Ok(Json(json!({"acked": acked})))
 }

@@ -169,6 +169,7 @@ impl Worker {
         let pending = v["pending_count"].as_u64().unwrap_or(0);
         let envs = v["envelopes"].as_array().cloned().unwrap_or_default();
         let mut ack = Vec::new();
+        let mut rejected = Vec::new();
         for env in envs {
             let id = env["message_id"].as_str().unwrap_or_default().to_string();
             let bytes = serde_json::to_vec(&env).unwrap_or_default();
@@ -176,14 +177,14 @@ impl Worker {
                 InboundOutcome::Accepted | InboundOutcome::Duplicate => ack.push(id),
                 InboundOutcome::Rejected { code } => {
                     tracing::warn!(event = "pulled_envelope_rejected", message_id = %id, code = %code);
-                    ack.push(id);
+                    rejected.push(json!({"id": id, "code": code}));
                 }
                 InboundOutcome::Retry => break,
             }
         }
-        let received = ack.len() as u64;
-        if !ack.is_empty() {
-            let body = json!({"message_ids": ack});
+        let received = (ack.len() + rejected.len()) as u64;
+        if received > 0 {
+            let body = json!({"message_ids": ack, "rejected": rejected});
             let pq = self.t.node_path("ack");
             if let Err(e) = self
                 .t

@@ -195,7 +195,8 @@ async fn pull_returns_stored_messages_fifo_and_ack_removes_them() {
     assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(v["envelopes"][0]["recipient_node_id"] == NODE);
     // Ack the first two: the third is still there, first in line.
-    let ack = json!({"message_ids": [ids[0], ids[1]]});
+    // The node took the first; its pipeline refused the second (it leaves the queue too).
+    let ack = json!({"message_ids": [ids[0]], "rejected": [{"id": ids[1], "code": "expired"}]});
     let (st, a) = f
         .signed(
             "POST",
@@ -210,6 +211,9 @@ async fn pull_returns_stored_messages_fifo_and_ack_removes_them() {
     assert_eq!(v["envelopes"][0]["message_id"], ids[2].as_str());
     let (_, m) = f.client(&format!("/v1/messages/{}", ids[0]), None).await;
     assert_eq!(m["state"], "delivered", "{m}");
+    let (_, m) = f.client(&format!("/v1/messages/{}", ids[1]), None).await;
+    assert_eq!(m["state"], "rejected", "{m}");
+    assert_eq!(m["reason"], "expired", "{m}");
     let (_, nodes) = f.client("/v1/nodes", None).await;
     assert_eq!(nodes["nodes"][0]["queue_depth"], 1, "{nodes}");
     assert_eq!(nodes["nodes"][0]["liveness"], "online");
