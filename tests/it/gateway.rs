@@ -2,23 +2,18 @@
 //! port 0, and a synthetic node whose keys the test holds, so every signed request,
 //! envelope and checkpoint can be built — and broken — exactly.
 
-use ed25519_dalek::SigningKey;
-use outpost::audit::{
-    leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
-    Frontier,
-};
 use outpost::clock::{Clock, SystemClock};
 use outpost::envelope::{seal, sign_request, IdentityDocument, Keys, SealParams};
 use serde_json::{json, Value};
 
 use crate::harness::{http, text, Daemon, Home};
 
-const NODE: &str = "node:t1";
-const SEED: [u8; 32] = [11; 32];
+pub const NODE: &str = "node:t1";
+pub const SEED: [u8; 32] = [11; 32];
 
-struct Fixture {
+pub struct Fixture {
     home: Home,
-    gw: Daemon,
+    pub gw: Daemon,
     keys: Keys,
     gw_doc: IdentityDocument,
     admin: String,
@@ -28,7 +23,7 @@ fn now() -> u64 {
     SystemClock.now_ms()
 }
 
-fn start() -> Fixture {
+pub fn start() -> Fixture {
     let home = Home::init("gateway", "gateway:main", "");
     let keys = Keys::from_secret_bytes(&SEED, &[12; 32]);
     let doc = IdentityDocument::new(NODE, "node", &keys, "2026-01-01T00:00:00Z");
@@ -51,7 +46,7 @@ fn start() -> Fixture {
 
 impl Fixture {
     /// A request signed by the synthetic node; `tamper` may break it after signing.
-    async fn signed(
+    pub async fn signed(
         &self,
         method: &str,
         pq: &str,
@@ -266,76 +261,6 @@ async fn uploaded_task_result_becomes_the_message_result() {
     assert_eq!(st, 200);
     assert_eq!(m["result"]["ok"], true, "{m}");
     assert_eq!(m["result"]["result"]["i"], 7);
-}
-
-fn entries(from: u64, n: u64) -> Vec<Vec<u8>> {
-    (from..from + n)
-        .map(|i| {
-            AuditEntry::from_record(
-                i,
-                1_000 + i,
-                AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
-            )
-            .canonical_bytes()
-        })
-        .collect()
-}
-
-fn note(all: &[Vec<u8>]) -> String {
-    let mut fr = Frontier::new();
-    for e in all {
-        fr.push(leaf_hash(e));
-    }
-    sign_checkpoint(
-        &SigningKey::from_bytes(&SEED),
-        &origin_for(NODE),
-        fr.size(),
-        &fr.root(),
-    )
-}
-
-fn texts(e: &[Vec<u8>]) -> Vec<String> {
-    e.iter()
-        .map(|b| String::from_utf8(b.clone()).unwrap())
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
-    let f = start();
-    let path = format!("/v1/nodes/{NODE}/audit");
-    let all = entries(0, 6);
-    let up = |e: &[Vec<u8>], n: String| json!({"entries": texts(e), "checkpoint": n});
-    let (st, v) = f
-        .signed(
-            "POST",
-            &path,
-            Some(&up(&all[..3], note(&all[..3]))),
-            |_, _| {},
-        )
-        .await;
-    assert_eq!((st, v["size"].clone()), (200, json!(3)), "{v}");
-    // Gap: entries 4.. without 3.
-    let (st, v) = f
-        .signed("POST", &path, Some(&up(&all[4..], note(&all))), |_, _| {})
-        .await;
-    assert_eq!(st, 409, "{v}");
-    assert_eq!(v["error"]["code"], "audit_gap");
-    // Mismatch: checkpoint over other entries.
-    let other = entries(100, 6);
-    let (st, v) = f
-        .signed("POST", &path, Some(&up(&all[3..], note(&other))), |_, _| {})
-        .await;
-    assert_eq!(st, 409, "{v}");
-    assert_eq!(v["error"]["code"], "audit_mismatch");
-    // Nothing was merged: the honest continuation still fits.
-    let (st, v) = f
-        .signed("POST", &path, Some(&up(&all[3..], note(&all))), |_, _| {})
-        .await;
-    assert_eq!((st, v["size"].clone()), (200, json!(6)), "{v}");
-    let (_, s) = f.signed("GET", &path, None, |_, _| {}).await;
-    assert_eq!(s["size"], 6);
-    assert!(f.gw.log_text().contains("audit_alert"), "alerts are logged");
 }
 
 #[tokio::test(flavor = "multi_thread")]
