@@ -182,7 +182,13 @@ pub fn doctor(arg: &ConfigArg) -> anyhow::Result<()> {
     print_report(&report);
     let mut problems = Vec::new();
     if !report.healthy() {
-        problems.push("the store has damage (quarantined records are listed above)".to_string());
+        problems.push("the store has damage (listed above)".to_string());
+    }
+    if !report.quarantined.is_empty() {
+        problems.push(format!(
+            "{} record(s) were quarantined (damaged, set aside, never delivered): keep the data dir for analysis",
+            report.quarantined.len()
+        ));
     }
     // Keys: present, private (the daemon refuses group/world-readable key files).
     match crate::envelope::Keys::load(&crate::app::keyfile::keys_path(&cfg.data_dir)) {

@@ -6,4 +6,5 @@ mod gateway;
 mod harness;
 mod malformed;
 mod node;
+mod store_cli;
 mod systemd;
