@@ -102,6 +102,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub max_body_bytes: u64,
+    /// `(cert_file, key_file)` when the API serves HTTPS (gateway role).
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub upstream: Option<Upstream>,
     pub queue: QueueConfig,
     pub max_clock_skew_s: u64,
@@ -258,6 +260,22 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         errs.push("api.max_body_bytes must be at least 1024".into());
     }
 
+    let tls = match (raw.api.tls_cert_file.clone(), raw.api.tls_key_file.clone()) {
+        (None, None) => None,
+        (Some(c), Some(k)) => {
+            if role != Role::Gateway {
+                errs.push(
+                    "api.tls_cert_file/tls_key_file are supported for the gateway role only".into(),
+                );
+            }
+            Some((c, k))
+        }
+        _ => {
+            errs.push("api.tls_cert_file and api.tls_key_file go together".into());
+            None
+        }
+    };
+
     let upstream = raw.upstream.map(|u| {
         if role == Role::Gateway {
             errs.push("[upstream] is for the node role only".into());
@@ -393,6 +411,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         data_dir,
         listen,
         max_body_bytes,
+        tls,
         upstream,
         queue,
         max_clock_skew_s,

@@ -42,6 +42,9 @@ pub struct RawIdentity {
 pub struct RawApi {
     pub listen: Option<String>,
     pub max_body_bytes: Option<u64>,
+    /// PEM certificate chain and key: the gateway then serves HTTPS (rustls).
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -28,6 +28,7 @@ pub mod liveness;
 pub mod node_api;
 pub mod state;
 pub mod sweeper;
+pub mod tls;
 pub mod upload;
 
 use std::path::Path;
@@ -57,6 +58,8 @@ pub enum GatewayError {
     Trust(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// Store options from the config (the gateway keeps its queues with the same limits).
@@ -148,6 +151,11 @@ pub async fn run(
     let drain_ms = cfg.drain_timeout_ms;
     let data_dir = cfg.data_dir.clone();
     let sd = shutdown.clone();
+    // Fail before anything else if the certificate cannot be used.
+    let acceptor = match &cfg.tls {
+        Some((cert, key)) => Some(tls::acceptor(cert, key)?),
+        None => None,
+    };
     let gw = Arc::new(
         tokio::task::spawn_blocking(move || open(cfg, sd))
             .await
@@ -163,10 +171,15 @@ pub async fn run(
 
     let app = router(gw.clone());
     let stop = shutdown.clone();
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
+    let served = match acceptor {
+        Some(acc) => tls::serve(listener, acc, app, stop).await,
+        None => {
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        }
+    };
     gw.set_ready(false);
     Notifier.stopping();
     tracker.close();

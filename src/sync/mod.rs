@@ -15,6 +15,7 @@
 //! in KV namespaces [`KV_SYNC`] and [`KV_META`]; revoked token ids in KV namespace [`KV_REVOKED`]
 //! (key = jti), which the node's token check consults.
 
+mod chores;
 pub mod machine;
 pub mod transport;
 pub mod worker;

@@ -371,3 +371,92 @@ async fn sse_streams_queued_and_delivered_events() {
     let st = f.gw.stop();
     assert!(st.success());
 }
+
+fn sealed(f: &Fixture, to: &IdentityDocument, payload_type: &str, pt: Value) -> Value {
+    let t = now();
+    let params = SealParams {
+        message_id: uuid::Uuid::now_v7().to_string(),
+        created_at_ms: t,
+        expires_at_ms: t + 600_000,
+        payload_type: payload_type.into(),
+        priority: 0,
+    };
+    let pt = serde_json::to_vec(&pt).unwrap();
+    let env = seal(&f.keys, NODE, to, &params, &pt, &mut rand::rngs::OsRng).unwrap();
+    serde_json::from_slice(&env.to_json()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inbox_revocations_and_command_rules() {
+    let f = start();
+    // Commands (before the node ever called in, so it is offline): `system` is not
+    // queueable; a setpoint is, with the
+    // setpoint TTL (60 s) unless the caller shortens it.
+    let cmd = |t: &str| json!({"target": {"node_id": NODE}, "command_type": t, "body": {"x": 1}});
+    let (st, v) = f.client("/v1/commands", Some(cmd("system"))).await;
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(v["error"]["code"], "recipient_offline");
+    let before = now();
+    let (st, v) = f.client("/v1/commands", Some(cmd("setpoint"))).await;
+    assert_eq!(st, 202, "{v}");
+    let exp = v["expires_at_ms"].as_u64().unwrap();
+    assert!(exp >= before + 59_000 && exp <= now() + 61_000, "{v}");
+    // A token without the scope is refused.
+    let weak = f.home.token("gateway:main", &["tool:echo"], "10m");
+    let resp = http()
+        .post(f.gw.url("/v1/commands"))
+        .bearer_auth(weak)
+        .json(&cmd("setpoint"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+
+    // DATA upstream lands in the gateway inbox; ack removes it.
+    let data = sealed(&f, &f.gw_doc, "DATA", json!({"temp_c": 21.5}));
+    let id = data["message_id"].as_str().unwrap().to_string();
+    // An envelope for a node the gateway does not know is refused, the rest accepted.
+    let stranger_keys = Keys::from_secret_bytes(&[21; 32], &[22; 32]);
+    let stranger = IdentityDocument::new(
+        "node:nobody",
+        "node",
+        &stranger_keys,
+        "2026-01-01T00:00:00Z",
+    );
+    let lost = sealed(&f, &stranger, "DATA", json!({}));
+    let body = json!({"envelopes": [data, lost]});
+    let (st, v) = f
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/upload"),
+            Some(&body),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["accepted"], json!([id]));
+    assert_eq!(v["rejected"][0]["code"], "unknown_recipient", "{v}");
+    let (st, inbox) = f.client(&format!("/v1/inbox?from={NODE}"), None).await;
+    assert_eq!(st, 200);
+    assert_eq!(inbox["messages"][0]["payload"]["temp_c"], 21.5, "{inbox}");
+    assert_eq!(inbox["messages"][0]["from"], NODE);
+    let (st, _) = f
+        .client(&format!("/v1/inbox/{id}/ack"), Some(json!({})))
+        .await;
+    assert_eq!(st, 200);
+    let (_, inbox) = f.client("/v1/inbox", None).await;
+    assert_eq!(inbox["messages"], json!([]));
+
+    // Revocations: admin adds, the node fetches what is new since its version.
+    let (st, r) = f
+        .client("/v1/revocations", Some(json!({"jti": "tok-1"})))
+        .await;
+    assert_eq!(st, 201, "{r}");
+    let path = format!("/v1/nodes/{NODE}/revocations?since=0");
+    let (st, r) = f.signed("GET", &path, None, |_, _| {}).await;
+    assert_eq!(st, 200);
+    assert_eq!(r["revoked"], json!(["tok-1"]));
+    let path = format!("/v1/nodes/{NODE}/revocations?since={}", r["version"]);
+    let (_, r) = f.signed("GET", &path, None, |_, _| {}).await;
+    assert_eq!(r["revoked"], json!([]));
+}

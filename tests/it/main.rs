@@ -3,6 +3,7 @@
 mod audit;
 mod demo;
 mod gateway;
+mod gateway_tls;
 mod harness;
 mod malformed;
 mod node;
