@@ -126,6 +126,29 @@ pub(super) fn stream<S: AuditStorage>(
     }
 }
 
+/// Extend `frontier` with every stored entry after it, insisting the indexes are dense
+/// and the storage's length agrees.
+fn replay<S: AuditStorage>(storage: &S, mut frontier: Frontier) -> Result<Frontier, AuditError> {
+    stream(storage, frontier.size(), u64::MAX, |key, bytes| {
+        if key != frontier.size() {
+            return Err(AuditError::Corrupt(format!(
+                "expected entry {} but storage returned {key}",
+                frontier.size()
+            )));
+        }
+        frontier.push(leaf_hash(bytes));
+        Ok(())
+    })?;
+    let len = storage.len().map_err(AuditError::Storage)?;
+    if len != frontier.size() {
+        return Err(AuditError::Corrupt(format!(
+            "storage reports {len} entries but the frontier covers {}",
+            frontier.size()
+        )));
+    }
+    Ok(frontier)
+}
+
 impl<S: AuditStorage> AuditLog<S> {
     /// Open the log, rebuilding the frontier by streaming every stored entry.
     ///
@@ -142,24 +165,7 @@ impl<S: AuditStorage> AuditLog<S> {
     /// A wrong snapshot cannot hide tampering: [`AuditLog::verify`] recomputes from the
     /// entries alone, and checkpoints signed from a wrong frontier fail it.
     pub fn open_from(storage: S, snapshot: Frontier) -> Result<Self, AuditError> {
-        let mut frontier = snapshot;
-        stream(&storage, frontier.size(), u64::MAX, |key, bytes| {
-            if key != frontier.size() {
-                return Err(AuditError::Corrupt(format!(
-                    "expected entry {} but storage returned {key}",
-                    frontier.size()
-                )));
-            }
-            frontier.push(leaf_hash(bytes));
-            Ok(())
-        })?;
-        let len = storage.len().map_err(AuditError::Storage)?;
-        if len != frontier.size() {
-            return Err(AuditError::Corrupt(format!(
-                "storage reports {len} entries but the frontier covers {}",
-                frontier.size()
-            )));
-        }
+        let frontier = replay(&storage, snapshot)?;
         Ok(Self {
             storage,
             state: Mutex::new(State {
@@ -216,18 +222,7 @@ impl<S: AuditStorage> AuditLog<S> {
         let mut st = self.lock();
         if st.poisoned {
             // A previous submission failed: storage is the truth, rebuild from it.
-            let mut frontier = Frontier::new();
-            stream(&self.storage, 0, u64::MAX, |key, bytes| {
-                if key != frontier.size() {
-                    return Err(AuditError::Corrupt(format!(
-                        "expected entry {} but storage returned {key}",
-                        frontier.size()
-                    )));
-                }
-                frontier.push(leaf_hash(bytes));
-                Ok(())
-            })?;
-            st.frontier = frontier;
+            st.frontier = replay(&self.storage, Frontier::new())?;
             st.poisoned = false;
         }
         let first = st.frontier.size();

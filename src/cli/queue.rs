@@ -180,11 +180,55 @@ pub fn doctor(arg: &ConfigArg) -> anyhow::Result<()> {
     eprintln!("checking the store in {} …", cfg.data_dir.display());
     let report = store.doctor()?;
     print_report(&report);
+    let mut problems = Vec::new();
+    if !report.healthy() {
+        problems.push("the store has damage (listed above)".to_string());
+    }
+    if !report.quarantined.is_empty() {
+        problems.push(format!(
+            "{} record(s) were quarantined (damaged, set aside, never delivered): keep the data dir for analysis",
+            report.quarantined.len()
+        ));
+    }
+    // Keys: present, private (the daemon refuses group/world-readable key files).
+    match crate::envelope::Keys::load(&crate::app::keyfile::keys_path(&cfg.data_dir)) {
+        Ok(_) => println!("keys: ok (0600)"),
+        Err(e) => problems.push(format!("keys: {e}")),
+    }
+    // Disk: free space of the data dir's filesystem.
+    if let Some((free, total)) = disk_free(&cfg.data_dir) {
+        let pct = free as f64 * 100.0 / total.max(1) as f64;
+        println!(
+            "disk: {} MiB free of {} MiB ({pct:.0} %)",
+            free >> 20,
+            total >> 20
+        );
+        if pct < 5.0 {
+            problems.push(format!(
+                "disk: only {pct:.1} % free; writes will soon answer storage_full"
+            ));
+        }
+    }
+    // Clock: is the wall clock behind the store's persisted time floor?
+    let wall = crate::clock::system().now_ms();
+    let floor = store.now_ms();
+    if wall + 1000 < floor {
+        problems.push(format!(
+            "clock: wall clock is {} s behind the store's time floor (no RTC / NTP not synced yet)",
+            (floor - wall) / 1000
+        ));
+    } else {
+        println!("clock: ok");
+    }
     store.close();
-    if report.healthy() {
+    if problems.is_empty() {
+        println!("doctor: all checks passed");
         Ok(())
     } else {
-        Err(Exit::failed("the store has damage (quarantined records are listed above)").into())
+        for p in &problems {
+            println!("PROBLEM: {p}");
+        }
+        Err(Exit::failed(format!("{} problem(s) found", problems.len())).into())
     }
 }
 
@@ -208,4 +252,16 @@ fn print_report(r: &crate::store::DoctorReport) {
         }
     }
     println!("healthy: {}", r.healthy());
+}
+
+fn disk_free(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let frsize = st.f_frsize as u64;
+    Some((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
 }

@@ -8,4 +8,5 @@ mod gateway_tls;
 mod harness;
 mod malformed;
 mod node;
+mod store_cli;
 mod systemd;
