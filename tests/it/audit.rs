@@ -144,7 +144,8 @@ async fn audit_export_and_checkpoint_verify_independently_and_tampering_is_caugh
     let store_dir = home.data().join("store");
     let pristine = home.dir.path().join("pristine");
     copy_dir(&store_dir, &pristine);
-    let tampers: [(&str, &dyn Fn(&rusqlite::Connection)); 3] = [
+    type Tamper<'a> = (&'a str, &'a dyn Fn(&rusqlite::Connection));
+    let tampers: [Tamper; 3] = [
         ("altered", &|c| {
             let mut v: Value = serde_json::from_slice(&lines[2]).unwrap();
             v["outcome"] = json!("refused");

@@ -201,10 +201,9 @@ impl Daemon {
     /// SIGTERM, then wait for a clean exit.
     pub fn stop(mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
-        let st = wait_for("daemon exit", Duration::from_secs(30), || {
+        wait_for("daemon exit", Duration::from_secs(30), || {
             self.child.try_wait().ok().flatten()
-        });
-        st
+        })
     }
 
     pub fn is_running(&mut self) -> bool {
