@@ -99,10 +99,35 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
                 tracing::warn!(event = "task_ack_failed", message_id, error = %e);
             }
         }
-        Err(e) => {
-            // Outbox full or disk full: keep the task; it is retried on the next pass
-            // and answered from the stored result.
+        Err(e) if e.status.is_server_error() || e.status.as_u16() == 429 => {
+            // Outbox full, disk full, shutting down: keep the task; it is retried on the
+            // next pass and answered from the stored result.
             tracing::warn!(event = "task_result_not_queued", message_id, code = e.code);
+        }
+        Err(e) => {
+            // The result can never be sealed (e.g. the requester is not in the trust
+            // store): retrying would loop forever. Drop the task, loudly and audited.
+            tracing::error!(event = "task_result_undeliverable", message_id, requester, code = e.code, reason = %e.message);
+            core.audit_event(
+                crate::audit::AuditEvent::DeadLetter,
+                crate::audit::AuditOutcome::Dead,
+                message_id,
+                Some(requester),
+                Some(e.code),
+            )
+            .await;
+            if let Err(err) = core
+                .store
+                .ack(
+                    Q_TASKS,
+                    requester,
+                    vec![message_id.to_string()],
+                    core.now_ms(),
+                )
+                .await
+            {
+                tracing::warn!(event = "task_ack_failed", message_id, error = %err);
+            }
         }
     }
 }
