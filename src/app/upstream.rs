@@ -35,6 +35,39 @@ impl NodeLink for Link {
         })
     }
 
+    fn outbound_failed<'a>(
+        &'a self,
+        event: &'static str,
+        peer: &'a str,
+        message_id: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            crate::telemetry::MessageEvent {
+                queue: super::inbound::Q_OUTBOX,
+                event,
+                peer,
+                message_id,
+                reason: Some(reason),
+            }
+            .emit(&self.0.metrics);
+            let (ev, outcome) = if event == "dead" {
+                (
+                    crate::audit::AuditEvent::DeadLetter,
+                    crate::audit::AuditOutcome::Dead,
+                )
+            } else {
+                (
+                    crate::audit::AuditEvent::EnvelopeRejected,
+                    crate::audit::AuditOutcome::Rejected,
+                )
+            };
+            self.0
+                .audit_event(ev, outcome, message_id, Some(peer), Some(reason))
+                .await;
+        })
+    }
+
     fn audit_batch(
         &self,
         confirmed_size: u64,

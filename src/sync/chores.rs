@@ -52,9 +52,16 @@ impl Worker {
             Err(e) => {
                 let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
                 for (peer, ids) in group(&batch, |_| true) {
-                    let _ = store
+                    let dead = store
                         .record_failure(Q_OUTBOX, &peer, ids, now, jitter)
-                        .await;
+                        .await
+                        .unwrap_or_default();
+                    for id in dead {
+                        self.deps
+                            .node
+                            .outbound_failed("dead", &peer, &id, "max_attempts")
+                            .await;
+                    }
                 }
                 DeliveryAttempt {
                     result: "failed",
@@ -118,6 +125,14 @@ impl Worker {
         }
         if let Err(e) = store.write(ops).await {
             return failed(&SyncError::Setup(format!("store: {e}")));
+        }
+        for (peer, id, _) in &batch {
+            if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
+                self.deps
+                    .node
+                    .outbound_failed("rejected", peer, id, code)
+                    .await;
+            }
         }
         DeliveryAttempt {
             result: "ok",

@@ -70,6 +70,16 @@ pub trait NodeLink: Send + Sync + 'static {
         confirmed_size: u64,
         max_entries: usize,
     ) -> BoxFuture<'_, Result<Option<crate::audit::SyncBatch>, String>>;
+    /// An outbound message left the outbox without delivery: `event` is `dead`
+    /// (attempts exhausted) or `rejected` (refused upstream, `reason` = its code), so the
+    /// node can audit and count it.
+    fn outbound_failed<'a>(
+        &'a self,
+        event: &'static str,
+        peer: &'a str,
+        message_id: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, ()>;
 }
 
 /// What `/v1/status` shows under `upstream`.
