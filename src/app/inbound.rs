@@ -158,7 +158,11 @@ impl NodeCore {
                     message_id: opened.message_id,
                 })
             }
-            Err(e) => Err(NodeCore::map_store_error(e)),
+            Err(e) => {
+                self.audit_overflow(&e, &opened.message_id, &opened.sender_node_id)
+                    .await;
+                Err(NodeCore::map_store_error(e))
+            }
         }
     }
 }

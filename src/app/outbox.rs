@@ -73,6 +73,7 @@ impl NodeCore {
                     reason: Some("store_refused"),
                 }
                 .emit(&self.metrics);
+                self.audit_overflow(&e, &params.message_id, to).await;
                 Err(NodeCore::map_store_error(e))
             }
         }

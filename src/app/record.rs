@@ -112,6 +112,24 @@ impl NodeCore {
         }
     }
 
+    /// A write refused for lack of room (queue cap or byte budget / full disk). On a full
+    /// disk this entry may not make it either; the refusal is still answered and logged.
+    pub async fn audit_overflow(&self, e: &StoreError, message_id: &str, peer: &str) {
+        let detail = match e {
+            StoreError::QueueFull { .. } => "queue_full",
+            StoreError::StorageFull => "storage_full",
+            _ => return,
+        };
+        self.audit_event(
+            AuditEvent::Overflow,
+            AuditOutcome::Overflow,
+            message_id,
+            Some(peer),
+            Some(detail),
+        )
+        .await;
+    }
+
     /// Envelope accepted/rejected, expiry, dead letter, overflow.
     pub async fn audit_event(
         &self,
