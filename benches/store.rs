@@ -128,7 +128,9 @@ fn one_producer(kind: EngineKind, dir: &Path, n: usize) -> (Duration, Duration, 
     let t0 = now();
     for i in 0..n {
         let t = now();
-        s.enqueue(msg("one", format!("one-{i}"))).wait().expect("enqueue");
+        s.enqueue(msg("one", format!("one-{i}")))
+            .wait()
+            .expect("enqueue");
         lat.push(t.elapsed());
     }
     let total = t0.elapsed();
@@ -221,7 +223,9 @@ fn child(mode: &str, engine: &str, dir: &Path) {
         s.queue_stats(now_ms).expect("stats");
         s.sweep_expired(now_ms).wait().expect("sweep");
         for i in 0..1000 {
-            s.enqueue(msg("peer0", format!("new{i}"))).wait().expect("enqueue");
+            s.enqueue(msg("peer0", format!("new{i}")))
+                .wait()
+                .expect("enqueue");
         }
     }
     drop(s);
@@ -238,7 +242,12 @@ fn rss_child(exe: &Path, mode: &str, kind: EngineKind, dir: &Path) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix("HWM "))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("child {mode} failed: {text} {}", String::from_utf8_lossy(&out.stderr)))
+        .unwrap_or_else(|| {
+            panic!(
+                "child {mode} failed: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
 }
 
 fn bench_root() -> PathBuf {
@@ -274,10 +283,25 @@ fn main() {
         eprintln!("[{name}] rss with 100,000 queued");
         let rss_fill_kib = rss_child(&exe, "rss-fill", kind, &d("rss"));
         let rss_kib = rss_child(&exe, "rss-run", kind, &d("rss"));
-        rows.push(Row { engine: name, p50, p99, tput1, tput64, wb_per_msg_64: wb64, wb_per_msg_1: wb1, drain, rss_kib, rss_fill_kib });
+        rows.push(Row {
+            engine: name,
+            p50,
+            p99,
+            tput1,
+            tput64,
+            wb_per_msg_64: wb64,
+            wb_per_msg_1: wb1,
+            drain,
+            rss_kib,
+            rss_fill_kib,
+        });
     }
 
-    println!("Disk floor (512 B append + fdatasync): p50 {:.0} µs, p99 {:.0} µs\n", us(f50), us(f99));
+    println!(
+        "Disk floor (512 B append + fdatasync): p50 {:.0} µs, p99 {:.0} µs\n",
+        us(f50),
+        us(f99)
+    );
     println!("| engine | enqueue p50 | p99 | p50 / floor | 1-producer msg/s | 64-producer msg/s | 64 / 1 | bytes written/msg (64 prod.) | (1 prod.) | drain 10k | peak RSS, 100k queued (fill process) |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {

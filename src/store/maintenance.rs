@@ -53,7 +53,11 @@ pub enum DamageKind {
 
 /// Streams every message and dead-letter record and checks it decodes and that its
 /// blob is present and intact. Holds only the list of damaged keys.
-pub fn scan_damage(engine: &dyn Engine, blobs: &Blobs, live: &mut u64) -> Result<Vec<Damage>, StoreError> {
+pub fn scan_damage(
+    engine: &dyn Engine,
+    blobs: &Blobs,
+    live: &mut u64,
+) -> Result<Vec<Damage>, StoreError> {
     let mut out = Vec::new();
     for tree in [T_MSG, T_DEAD] {
         engine.scan(tree, &[], None, &mut |k, v| {
@@ -65,12 +69,14 @@ pub fn scan_damage(engine: &dyn Engine, blobs: &Blobs, live: &mut u64) -> Result
                     if let Body::Blob { sha256, .. } = rec.body {
                         match blobs.get(&sha256) {
                             Ok(_) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => out.push(Damage {
-                                tree,
-                                key: k.to_vec(),
-                                reason: format!("blob {} missing", hex(&sha256)),
-                                kind: DamageKind::MissingBlob,
-                            }),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                                out.push(Damage {
+                                    tree,
+                                    key: k.to_vec(),
+                                    reason: format!("blob {} missing", hex(&sha256)),
+                                    kind: DamageKind::MissingBlob,
+                                })
+                            }
                             Err(e) => out.push(Damage {
                                 tree,
                                 key: k.to_vec(),
@@ -108,8 +114,15 @@ pub fn quarantine_now(engine: &dyn Engine, damage: Vec<Damage>) -> Result<Vec<St
         let mut w = W::default();
         w.str(&d.reason).bytes(&v);
         lines.push(format!("{}/{}: {}", d.tree, hex(&d.key), d.reason));
-        batch.push(BatchOp::Put { tree: T_QUAR, key: qk, value: w.0 });
-        batch.push(BatchOp::Delete { tree: d.tree, key: d.key });
+        batch.push(BatchOp::Put {
+            tree: T_QUAR,
+            key: qk,
+            value: w.0,
+        });
+        batch.push(BatchOp::Delete {
+            tree: d.tree,
+            key: d.key,
+        });
     }
     if !batch.is_empty() {
         engine.apply(&batch)?;
@@ -163,7 +176,9 @@ impl Store {
         report.messages = live;
         let mut counted = 0;
         if let Err(err) = e.scan(T_COUNT, &[], None, &mut |_, v| {
-            counted += super::types::Counter::decode(v).map(|c| c.depth).unwrap_or(0);
+            counted += super::types::Counter::decode(v)
+                .map(|c| c.depth)
+                .unwrap_or(0);
             true
         }) {
             report.integrity.push(format!("counters: {err}"));
@@ -191,9 +206,14 @@ impl Store {
         self.inner.engine.backup_to(dest)?;
         let src = &self.inner.blobs;
         let dst = Blobs::open(dest).map_err(|e| StoreError::from_io("create backup blobs", &e))?;
-        for h in src.list().map_err(|e| StoreError::from_io("list blobs", &e))? {
+        for h in src
+            .list()
+            .map_err(|e| StoreError::from_io("list blobs", &e))?
+        {
             match src.get(&h) {
-                Ok(data) => dst.put(&h, &data).map_err(|e| StoreError::from_io("copy blob", &e))?,
+                Ok(data) => dst
+                    .put(&h, &data)
+                    .map_err(|e| StoreError::from_io("copy blob", &e))?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(StoreError::from_io("read blob", &e)),
             }

@@ -241,7 +241,9 @@ impl<T> Future for Submitted<T> {
 }
 
 fn unexpected<T>(what: &str) -> Result<T, StoreError> {
-    Err(StoreError::Engine(format!("writer answered {what} unexpectedly")))
+    Err(StoreError::Engine(format!(
+        "writer answered {what} unexpectedly"
+    )))
 }
 
 impl Store {
@@ -250,7 +252,8 @@ impl Store {
     pub fn open(dir: &Path, opts: StoreOptions, clock: SharedClock) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::from_io("create store dir", &e))?;
         let engine: Arc<dyn engine::Engine> = Arc::from(engine::open(opts.engine, dir)?);
-        let blobs = blobs::Blobs::open(dir).map_err(|e| StoreError::from_io("open blob dir", &e))?;
+        let blobs =
+            blobs::Blobs::open(dir).map_err(|e| StoreError::from_io("open blob dir", &e))?;
         let opened = schema::prepare(engine.as_ref(), &blobs, opts.verify_on_open)?;
         let time = Arc::new(time::TimeKeeper::new(clock, opened.time_floor_ms));
         let (tx, rx) = mpsc::channel();
@@ -314,7 +317,11 @@ impl Store {
         self.inner.time.now_ms()
     }
 
-    fn submit_raw(&self, ops: Vec<WriteOp>, want_reply: bool) -> Result<oneshot::Receiver<Result<Vec<OpOutcome>, StoreError>>, StoreError> {
+    fn submit_raw(
+        &self,
+        ops: Vec<WriteOp>,
+        want_reply: bool,
+    ) -> Result<oneshot::Receiver<Result<Vec<OpOutcome>, StoreError>>, StoreError> {
         let (reply, rx) = oneshot::channel();
         let guard = self.inner.tx.lock().map_err(|_| StoreError::Closed)?;
         let tx = guard.as_ref().ok_or(StoreError::Closed)?;
@@ -326,7 +333,11 @@ impl Store {
         Ok(rx)
     }
 
-    fn submit<T>(&self, ops: Vec<WriteOp>, map: fn(Vec<OpOutcome>) -> Result<T, StoreError>) -> Submitted<T> {
+    fn submit<T>(
+        &self,
+        ops: Vec<WriteOp>,
+        map: fn(Vec<OpOutcome>) -> Result<T, StoreError>,
+    ) -> Submitted<T> {
         Submitted {
             rx: self.submit_raw(ops, true),
             map,
@@ -347,16 +358,22 @@ impl Store {
     }
 
     pub fn enqueue(&self, msg: NewMessage) -> Submitted<EnqueueOutcome> {
-        self.submit(vec![WriteOp::Enqueue(msg)], |o| match o.into_iter().next() {
-            Some(OpOutcome::Enqueued(e)) => Ok(e),
-            _ => unexpected("enqueue"),
+        self.submit(vec![WriteOp::Enqueue(msg)], |o| {
+            match o.into_iter().next() {
+                Some(OpOutcome::Enqueued(e)) => Ok(e),
+                _ => unexpected("enqueue"),
+            }
         })
     }
 
     /// Marks messages as handed to a transport (status `delivering`); they stay queued.
     pub fn mark_delivering(&self, queue: &str, peer: &str, ids: Vec<String>) -> Submitted<()> {
         self.submit(
-            vec![WriteOp::MarkDelivering { queue: queue.into(), peer: peer.into(), ids }],
+            vec![WriteOp::MarkDelivering {
+                queue: queue.into(),
+                peer: peer.into(),
+                ids,
+            }],
             |_| Ok(()),
         )
     }
@@ -364,9 +381,22 @@ impl Store {
     /// Counts a failed attempt for each id and schedules the next one by
     /// [`backoff::delay_ms`] with `jitter` in `[-1, 1]`. Returns the ids that ran out of
     /// attempts and moved to the dead-letter queue.
-    pub fn record_failure(&self, queue: &str, peer: &str, ids: Vec<String>, now_ms: u64, jitter: f64) -> Submitted<Vec<String>> {
+    pub fn record_failure(
+        &self,
+        queue: &str,
+        peer: &str,
+        ids: Vec<String>,
+        now_ms: u64,
+        jitter: f64,
+    ) -> Submitted<Vec<String>> {
         self.submit(
-            vec![WriteOp::RecordFailure { queue: queue.into(), peer: peer.into(), ids, now_ms, jitter }],
+            vec![WriteOp::RecordFailure {
+                queue: queue.into(),
+                peer: peer.into(),
+                ids,
+                now_ms,
+                jitter,
+            }],
             |o| match o.into_iter().next() {
                 Some(OpOutcome::Dead(d)) => Ok(d),
                 _ => unexpected("record_failure"),
@@ -375,9 +405,20 @@ impl Store {
     }
 
     /// Removes delivered messages; leaves a `delivered` tombstone for `status()`.
-    pub fn ack(&self, queue: &str, peer: &str, ids: Vec<String>, now_ms: u64) -> Submitted<Vec<AckOutcome>> {
+    pub fn ack(
+        &self,
+        queue: &str,
+        peer: &str,
+        ids: Vec<String>,
+        now_ms: u64,
+    ) -> Submitted<Vec<AckOutcome>> {
         self.submit(
-            vec![WriteOp::Ack { queue: queue.into(), peer: peer.into(), ids, now_ms }],
+            vec![WriteOp::Ack {
+                queue: queue.into(),
+                peer: peer.into(),
+                ids,
+                now_ms,
+            }],
             |o| match o.into_iter().next() {
                 Some(OpOutcome::Acked(a)) => Ok(a),
                 _ => unexpected("ack"),
@@ -391,8 +432,14 @@ impl Store {
     pub fn sweep_expired(&self, now_ms: u64) -> Submitted<Vec<ExpiredMessage>> {
         self.submit(
             vec![
-                WriteOp::SweepExpired { now_ms, limit: 10_000 },
-                WriteOp::Prune { now_ms, limit: 10_000 },
+                WriteOp::SweepExpired {
+                    now_ms,
+                    limit: 10_000,
+                },
+                WriteOp::Prune {
+                    now_ms,
+                    limit: 10_000,
+                },
             ],
             |o| match o.into_iter().next() {
                 Some(OpOutcome::Expired(e)) => Ok(e),
@@ -404,14 +451,22 @@ impl Store {
     /// Moves a dead letter back to its original place in its queue with attempts reset.
     pub fn requeue(&self, message_id: &str) -> Submitted<()> {
         let now_ms = self.now_ms();
-        self.submit(vec![WriteOp::Requeue { message_id: message_id.into(), now_ms }], |_| Ok(()))
+        self.submit(
+            vec![WriteOp::Requeue {
+                message_id: message_id.into(),
+                now_ms,
+            }],
+            |_| Ok(()),
+        )
     }
 
     /// Deletes up to 10,000 dead letters per call; returns how many.
     pub fn purge_dead(&self) -> Submitted<usize> {
-        self.submit(vec![WriteOp::PurgeDead { limit: 10_000 }], |o| match o.into_iter().next() {
-            Some(OpOutcome::Count(n)) => Ok(n),
-            _ => unexpected("purge"),
+        self.submit(vec![WriteOp::PurgeDead { limit: 10_000 }], |o| {
+            match o.into_iter().next() {
+                Some(OpOutcome::Count(n)) => Ok(n),
+                _ => unexpected("purge"),
+            }
         })
     }
 
@@ -433,23 +488,44 @@ impl Store {
     /// Remembers `id` in the dedup window of `scope` until `keep_until_ms` (durable).
     pub fn remember(&self, scope: &str, id: &str, keep_until_ms: u64) -> Submitted<()> {
         self.submit(
-            vec![WriteOp::Remember { scope: scope.into(), id: id.into(), keep_until_ms }],
+            vec![WriteOp::Remember {
+                scope: scope.into(),
+                id: id.into(),
+                keep_until_ms,
+            }],
             |_| Ok(()),
         )
     }
 
     pub fn kv_put(&self, ns: &str, key: &str, value: Vec<u8>) -> Submitted<()> {
-        self.submit(vec![WriteOp::KvPut { ns: ns.into(), key: key.into(), value }], |_| Ok(()))
+        self.submit(
+            vec![WriteOp::KvPut {
+                ns: ns.into(),
+                key: key.into(),
+                value,
+            }],
+            |_| Ok(()),
+        )
     }
 
     pub fn kv_delete(&self, ns: &str, key: &str) -> Submitted<()> {
-        self.submit(vec![WriteOp::KvDelete { ns: ns.into(), key: key.into() }], |_| Ok(()))
+        self.submit(
+            vec![WriteOp::KvDelete {
+                ns: ns.into(),
+                key: key.into(),
+            }],
+            |_| Ok(()),
+        )
     }
 
     /// Stores a tool result for `job_id` idempotency until `keep_until_ms`.
     pub fn result_put(&self, job_id: &str, result: Vec<u8>, keep_until_ms: u64) -> Submitted<()> {
         self.submit(
-            vec![WriteOp::ResultPut { job_id: job_id.into(), result, keep_until_ms }],
+            vec![WriteOp::ResultPut {
+                job_id: job_id.into(),
+                result,
+                keep_until_ms,
+            }],
             |_| Ok(()),
         )
     }

@@ -19,24 +19,81 @@ pub const REASON_MAX_ATTEMPTS: &str = "max_attempts";
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteOp {
     Enqueue(NewMessage),
-    MarkDelivering { queue: String, peer: String, ids: Vec<String> },
-    RecordFailure { queue: String, peer: String, ids: Vec<String>, now_ms: u64, jitter: f64 },
-    Ack { queue: String, peer: String, ids: Vec<String>, now_ms: u64 },
+    MarkDelivering {
+        queue: String,
+        peer: String,
+        ids: Vec<String>,
+    },
+    RecordFailure {
+        queue: String,
+        peer: String,
+        ids: Vec<String>,
+        now_ms: u64,
+        jitter: f64,
+    },
+    Ack {
+        queue: String,
+        peer: String,
+        ids: Vec<String>,
+        now_ms: u64,
+    },
     /// Removes up to `limit` messages with `expires_at <= now_ms`.
-    SweepExpired { now_ms: u64, limit: usize },
+    SweepExpired {
+        now_ms: u64,
+        limit: usize,
+    },
     /// Prunes dedup entries, results and status tombstones whose keep-until passed.
-    Prune { now_ms: u64, limit: usize },
-    Requeue { message_id: String, now_ms: u64 },
-    PurgeDead { limit: usize },
-    Reject { queue: String, peer: String, message_id: String, reason: String, now_ms: u64 },
-    Remember { scope: String, id: String, keep_until_ms: u64 },
-    KvPut { ns: String, key: String, value: Vec<u8> },
-    KvDelete { ns: String, key: String },
-    ResultPut { job_id: String, result: Vec<u8>, keep_until_ms: u64 },
-    AuditAppend { index: u64, entry: Vec<u8> },
-    CheckpointPut { size: u64, note: String },
+    Prune {
+        now_ms: u64,
+        limit: usize,
+    },
+    Requeue {
+        message_id: String,
+        now_ms: u64,
+    },
+    PurgeDead {
+        limit: usize,
+    },
+    Reject {
+        queue: String,
+        peer: String,
+        message_id: String,
+        reason: String,
+        now_ms: u64,
+    },
+    Remember {
+        scope: String,
+        id: String,
+        keep_until_ms: u64,
+    },
+    KvPut {
+        ns: String,
+        key: String,
+        value: Vec<u8>,
+    },
+    KvDelete {
+        ns: String,
+        key: String,
+    },
+    ResultPut {
+        job_id: String,
+        result: Vec<u8>,
+        keep_until_ms: u64,
+    },
+    AuditAppend {
+        index: u64,
+        entry: Vec<u8>,
+    },
+    CheckpointPut {
+        size: u64,
+        note: String,
+    },
     /// Moves a damaged record aside (tree + key) so it is reported, not delivered.
-    Quarantine { tree: u8, key: Vec<u8>, reason: String },
+    Quarantine {
+        tree: u8,
+        key: Vec<u8>,
+        reason: String,
+    },
     /// Writes nothing but the time floor.
     Touch,
 }
@@ -58,9 +115,7 @@ fn invalid(what: impl Into<String>) -> StoreError {
 
 fn check_name(what: &str, v: &str) -> Result<(), StoreError> {
     if v.is_empty() || v.len() > 255 || v.contains('\0') {
-        return Err(invalid(format!(
-            "{what} must be 1..=255 bytes without NUL"
-        )));
+        return Err(invalid(format!("{what} must be 1..=255 bytes without NUL")));
     }
     Ok(())
 }
@@ -77,10 +132,19 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
             }
             Ok(OpOutcome::Done)
         }
-        WriteOp::RecordFailure { queue, peer, ids, now_ms, jitter } => {
-            record_failure(tx, &queue, &peer, ids, now_ms, jitter).map(OpOutcome::Dead)
-        }
-        WriteOp::Ack { queue, peer, ids, now_ms } => {
+        WriteOp::RecordFailure {
+            queue,
+            peer,
+            ids,
+            now_ms,
+            jitter,
+        } => record_failure(tx, &queue, &peer, ids, now_ms, jitter).map(OpOutcome::Dead),
+        WriteOp::Ack {
+            queue,
+            peer,
+            ids,
+            now_ms,
+        } => {
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
                 let was_stored = match load_live(tx, &queue, &peer, &id)? {
@@ -91,15 +155,26 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
                     }
                     None => false,
                 };
-                out.push(AckOutcome { message_id: id, was_stored });
+                out.push(AckOutcome {
+                    message_id: id,
+                    was_stored,
+                });
             }
             Ok(OpOutcome::Acked(out))
         }
         WriteOp::SweepExpired { now_ms, limit } => sweep(tx, now_ms, limit).map(OpOutcome::Expired),
         WriteOp::Prune { now_ms, limit } => prune(tx, now_ms, limit).map(OpOutcome::Count),
-        WriteOp::Requeue { message_id, now_ms } => requeue(tx, &message_id, now_ms).map(|_| OpOutcome::Done),
+        WriteOp::Requeue { message_id, now_ms } => {
+            requeue(tx, &message_id, now_ms).map(|_| OpOutcome::Done)
+        }
         WriteOp::PurgeDead { limit } => purge_dead(tx, limit).map(OpOutcome::Count),
-        WriteOp::Reject { queue, peer, message_id, reason, now_ms } => {
+        WriteOp::Reject {
+            queue,
+            peer,
+            message_id,
+            reason,
+            now_ms,
+        } => {
             check_name("message_id", &message_id)?;
             if tx.get(T_BYID, message_id.as_bytes())?.is_none() {
                 let st = StatusRecord {
@@ -116,7 +191,11 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
             }
             Ok(OpOutcome::Done)
         }
-        WriteOp::Remember { scope, id, keep_until_ms } => {
+        WriteOp::Remember {
+            scope,
+            id,
+            keep_until_ms,
+        } => {
             remember(tx, &scope, &id, keep_until_ms)?;
             Ok(OpOutcome::Done)
         }
@@ -129,7 +208,11 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
             tx.delete(T_KV, scoped_key(&ns, &key));
             Ok(OpOutcome::Done)
         }
-        WriteOp::ResultPut { job_id, result, keep_until_ms } => {
+        WriteOp::ResultPut {
+            job_id,
+            result,
+            keep_until_ms,
+        } => {
             check_name("job_id", &job_id)?;
             if let Some(old) = tx.get(T_RESULT, job_id.as_bytes())? {
                 if let Some(t) = old.get(..8).and_then(parse_u64) {
@@ -139,13 +222,20 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
             let mut v = u64_val(keep_until_ms);
             v.extend_from_slice(&result);
             tx.put(T_RESULT, job_id.as_bytes().to_vec(), v);
-            tx.put(T_RESULT_EXP, time_key(keep_until_ms, job_id.as_bytes()), Vec::new());
+            tx.put(
+                T_RESULT_EXP,
+                time_key(keep_until_ms, job_id.as_bytes()),
+                Vec::new(),
+            );
             Ok(OpOutcome::Done)
         }
         WriteOp::AuditAppend { index, entry } => {
             let len = get_u64(tx, T_META, META_AUDIT_LEN)?;
             if index != len {
-                return Err(StoreError::AuditIndex { expected: len, got: index });
+                return Err(StoreError::AuditIndex {
+                    expected: len,
+                    got: index,
+                });
             }
             tx.put(T_AUDIT, index.to_be_bytes().to_vec(), entry);
             tx.put(T_META, META_AUDIT_LEN.to_vec(), u64_val(len + 1));
@@ -164,7 +254,11 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
 }
 
 pub fn get_u64(tx: &Tx<'_>, tree: u8, key: &[u8]) -> Result<u64, StoreError> {
-    Ok(tx.get(tree, key)?.as_deref().and_then(parse_u64).unwrap_or(0))
+    Ok(tx
+        .get(tree, key)?
+        .as_deref()
+        .and_then(parse_u64)
+        .unwrap_or(0))
 }
 
 fn add_total(tx: &mut Tx<'_>, delta: i64) -> Result<(), StoreError> {
@@ -178,7 +272,13 @@ fn add_total(tx: &mut Tx<'_>, delta: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn adjust_counter(tx: &mut Tx<'_>, queue: &str, peer: &str, depth: i64, bytes: i64) -> Result<(), StoreError> {
+fn adjust_counter(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    peer: &str,
+    depth: i64,
+    bytes: i64,
+) -> Result<(), StoreError> {
     let key = count_key(queue, peer);
     let mut c = match tx.get(T_COUNT, &key)? {
         Some(v) => Counter::decode(&v).unwrap_or_default(),
@@ -215,7 +315,10 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     check_name("peer", &m.peer)?;
     check_name("message_id", &m.message_id)?;
     if m.body.len() as u64 > tx.opts.max_message_bytes {
-        return Err(StoreError::TooLarge { size: m.body.len() as u64, max: tx.opts.max_message_bytes });
+        return Err(StoreError::TooLarge {
+            size: m.body.len() as u64,
+            max: tx.opts.max_message_bytes,
+        });
     }
     if m.expires_at_ms <= tx.now_ms {
         return Err(StoreError::Expired);
@@ -223,13 +326,17 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     let id = m.message_id.as_bytes();
     if tx.get(T_BYID, id)?.is_some()
         || tx.get(T_STATUS, id)?.is_some()
-        || tx.get(T_SEEN, &scoped_key(&m.queue, &m.message_id))?.is_some()
+        || tx
+            .get(T_SEEN, &scoped_key(&m.queue, &m.message_id))?
+            .is_some()
     {
         return Ok(EnqueueOutcome::Duplicate);
     }
     let c = counter(tx, &m.queue, &m.peer)?;
     if c.depth >= tx.opts.max_messages_per_recipient {
-        return Err(StoreError::QueueFull { retry_after_s: tx.opts.queue_full_retry_after_s });
+        return Err(StoreError::QueueFull {
+            retry_after_s: tx.opts.queue_full_retry_after_s,
+        });
     }
     let seq = *tx.next_seq;
     let key = msg_key(&m.queue, &m.peer, m.priority, seq);
@@ -249,7 +356,10 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
         next_attempt_at_ms: 0,
         state: MessageState::Queued,
         body: match blob_hash {
-            Some(h) => Body::Blob { sha256: h, len: m.body.len() as u64 },
+            Some(h) => Body::Blob {
+                sha256: h,
+                len: m.body.len() as u64,
+            },
             None => Body::Inline(Vec::new()),
         },
     };
@@ -265,14 +375,20 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     }
     if let Some(h) = blob_hash {
         // Written by the writer itself, so no concurrent collection can race it.
-        tx.blobs.put(&h, &body).map_err(|e| StoreError::from_io("write blob", &e))?;
+        tx.blobs
+            .put(&h, &body)
+            .map_err(|e| StoreError::from_io("write blob", &e))?;
         let refs = get_u64(tx, T_BLOBREF, &h)?;
         tx.put(T_BLOBREF, h.to_vec(), u64_val(refs + 1));
     }
     *tx.next_seq += 1;
     tx.put(T_META, META_NEXT_SEQ.to_vec(), u64_val(*tx.next_seq));
     tx.put(T_BYID, id.to_vec(), key.clone());
-    tx.put(T_EXP, time_key(m.expires_at_ms, &seq.to_be_bytes()), key.clone());
+    tx.put(
+        T_EXP,
+        time_key(m.expires_at_ms, &seq.to_be_bytes()),
+        key.clone(),
+    );
     tx.put(T_MSG, key, value);
     adjust_counter(tx, &m.queue, &m.peer, 1, cost)?;
     add_total(tx, cost)?;
@@ -284,7 +400,12 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
 
 /// Finds a live (queued/delivering) message of `(queue, peer)` by id. A record that no
 /// longer decodes is quarantined on the spot and treated as absent.
-fn load_live(tx: &mut Tx<'_>, queue: &str, peer: &str, id: &str) -> Result<Option<(Vec<u8>, MsgRecord)>, StoreError> {
+fn load_live(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    peer: &str,
+    id: &str,
+) -> Result<Option<(Vec<u8>, MsgRecord)>, StoreError> {
     let key = match tx.get(T_BYID, id.as_bytes())? {
         Some(k) => k,
         None => return Ok(None),
@@ -340,7 +461,14 @@ fn deref_blob(tx: &mut Tx<'_>, rec: &MsgRecord) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn put_status(tx: &mut Tx<'_>, id: &str, rec: &MsgRecord, state: MessageState, reason: &str, now_ms: u64) {
+fn put_status(
+    tx: &mut Tx<'_>,
+    id: &str,
+    rec: &MsgRecord,
+    state: MessageState,
+    reason: &str,
+    now_ms: u64,
+) {
     let st = StatusRecord {
         state,
         queue: rec.queue.clone(),
@@ -365,12 +493,23 @@ fn write_status(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) -> Result<(), Stor
     }
     tx.put(T_STATUS, id.as_bytes().to_vec(), st.encode());
     if st.keep_until_ms != u64::MAX {
-        tx.put(T_STATUS_EXP, time_key(st.keep_until_ms, id.as_bytes()), Vec::new());
+        tx.put(
+            T_STATUS_EXP,
+            time_key(st.keep_until_ms, id.as_bytes()),
+            Vec::new(),
+        );
     }
     Ok(())
 }
 
-fn record_failure(tx: &mut Tx<'_>, queue: &str, peer: &str, ids: Vec<String>, now_ms: u64, jitter: f64) -> Result<Vec<String>, StoreError> {
+fn record_failure(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    peer: &str,
+    ids: Vec<String>,
+    now_ms: u64,
+    jitter: f64,
+) -> Result<Vec<String>, StoreError> {
     let mut dead = Vec::new();
     for id in ids {
         let (key, mut rec) = match load_live(tx, queue, peer, &id)? {
@@ -457,7 +596,11 @@ fn sweep(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<Vec<ExpiredMessag
 fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
     let end = time_key(now_ms.saturating_add(1), &[]);
     let mut n = 0;
-    for (exp_tree, main_tree) in [(T_SEEN_EXP, T_SEEN), (T_RESULT_EXP, T_RESULT), (T_STATUS_EXP, T_STATUS)] {
+    for (exp_tree, main_tree) in [
+        (T_SEEN_EXP, T_SEEN),
+        (T_RESULT_EXP, T_RESULT),
+        (T_STATUS_EXP, T_STATUS),
+    ] {
         let mut hits = Vec::new();
         tx.engine.scan(exp_tree, &[], Some(&end), &mut |k, _| {
             hits.push(k.to_vec());
@@ -468,8 +611,14 @@ fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError
                 // Only remove the main entry if it still belongs to this expiry entry.
                 let current = tx.get(main_tree, rest)?;
                 let still_same = match (main_tree, current.as_deref()) {
-                    (T_STATUS, Some(v)) => StatusRecord::decode(v).map(|s| s.keep_until_ms == t).unwrap_or(true),
-                    (_, Some(v)) => v.get(..8).and_then(parse_u64).map(|x| x == t).unwrap_or(true),
+                    (T_STATUS, Some(v)) => StatusRecord::decode(v)
+                        .map(|s| s.keep_until_ms == t)
+                        .unwrap_or(true),
+                    (_, Some(v)) => v
+                        .get(..8)
+                        .and_then(parse_u64)
+                        .map(|x| x == t)
+                        .unwrap_or(true),
                     (_, None) => false,
                 };
                 if still_same {
@@ -515,7 +664,9 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
     }
     let c = counter(tx, &rec.queue, &rec.peer)?;
     if c.depth >= tx.opts.max_messages_per_recipient {
-        return Err(StoreError::QueueFull { retry_after_s: tx.opts.queue_full_retry_after_s });
+        return Err(StoreError::QueueFull {
+            retry_after_s: tx.opts.queue_full_retry_after_s,
+        });
     }
     let dead_cost = (8 + v.len()) as i64 + blob_len(&rec) as i64 + 64;
     tx.delete(T_DEAD, dkey);
@@ -529,7 +680,11 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
     let value = rec.encode();
     let cost = charge(&key, &value, &rec);
     tx.put(T_BYID, id.as_bytes().to_vec(), key.clone());
-    tx.put(T_EXP, time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()), key.clone());
+    tx.put(
+        T_EXP,
+        time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()),
+        key.clone(),
+    );
     tx.put(T_MSG, key, value);
     adjust_counter(tx, &rec.queue, &rec.peer, 1, cost)?;
     add_total(tx, cost)

@@ -151,7 +151,11 @@ impl Store {
         })?;
         Ok(Page {
             items,
-            next: if more { last.map(|k| super::blobs::hex(&k)) } else { None },
+            next: if more {
+                last.map(|k| super::blobs::hex(&k))
+            } else {
+                None
+            },
         })
     }
 
@@ -313,7 +317,10 @@ impl Store {
         let mut out = Vec::new();
         self.inner.engine.scan(T_CKPT, &[], None, &mut |k, v| {
             if let Ok(b) = <[u8; 8]>::try_from(k) {
-                out.push((u64::from_be_bytes(b), String::from_utf8_lossy(v).into_owned()));
+                out.push((
+                    u64::from_be_bytes(b),
+                    String::from_utf8_lossy(v).into_owned(),
+                ));
             }
             true
         })?;

@@ -63,7 +63,11 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     }
     let mut rebuild = version < 2;
     if version < 2 {
-        tracing::info!(from = version, to = SCHEMA_VERSION, "migrating store schema");
+        tracing::info!(
+            from = version,
+            to = SCHEMA_VERSION,
+            "migrating store schema"
+        );
     } else if verify {
         // Damaged records are moved aside before anything can deliver them.
         let mut live = 0;
@@ -99,7 +103,10 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
 
 /// Recomputes counters and the byte total from the message records (streaming; only
 /// one counter per recipient is held in memory) and sets the schema to current.
-pub fn rebuild_counters(engine: &dyn Engine, quarantined: &mut Vec<String>) -> Result<(), StoreError> {
+pub fn rebuild_counters(
+    engine: &dyn Engine,
+    quarantined: &mut Vec<String>,
+) -> Result<(), StoreError> {
     let mut counters: BTreeMap<Vec<u8>, Counter> = BTreeMap::new();
     let mut total = 0u64;
     let mut bad = Vec::new();
@@ -134,24 +141,53 @@ pub fn rebuild_counters(engine: &dyn Engine, quarantined: &mut Vec<String>) -> R
         true
     })?;
     for k in old {
-        batch.push(BatchOp::Delete { tree: T_COUNT, key: k });
+        batch.push(BatchOp::Delete {
+            tree: T_COUNT,
+            key: k,
+        });
     }
     for (k, c) in counters {
-        batch.push(BatchOp::Put { tree: T_COUNT, key: k, value: c.encode() });
+        batch.push(BatchOp::Put {
+            tree: T_COUNT,
+            key: k,
+            value: c.encode(),
+        });
     }
     for (k, v, reason) in bad {
-        quarantined.push(format!("message record {}: {reason}", super::blobs::hex(&k)));
+        quarantined.push(format!(
+            "message record {}: {reason}",
+            super::blobs::hex(&k)
+        ));
         let mut qk = vec![T_MSG];
         qk.extend_from_slice(&k);
         let mut w = W::default();
         w.str(&reason).bytes(&v);
-        batch.push(BatchOp::Put { tree: T_QUAR, key: qk, value: w.0 });
-        batch.push(BatchOp::Delete { tree: T_MSG, key: k });
+        batch.push(BatchOp::Put {
+            tree: T_QUAR,
+            key: qk,
+            value: w.0,
+        });
+        batch.push(BatchOp::Delete {
+            tree: T_MSG,
+            key: k,
+        });
     }
     let next_seq = meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(max_seq + 1);
-    batch.push(BatchOp::Put { tree: T_META, key: META_NEXT_SEQ.to_vec(), value: u64_val(next_seq) });
-    batch.push(BatchOp::Put { tree: T_META, key: META_BYTES.to_vec(), value: u64_val(total) });
-    batch.push(BatchOp::Put { tree: T_META, key: META_SCHEMA.to_vec(), value: u64_val(SCHEMA_VERSION) });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_NEXT_SEQ.to_vec(),
+        value: u64_val(next_seq),
+    });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_BYTES.to_vec(),
+        value: u64_val(total),
+    });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_SCHEMA.to_vec(),
+        value: u64_val(SCHEMA_VERSION),
+    });
     engine.apply(&batch)?;
     Ok(())
 }

@@ -30,7 +30,10 @@ const MAX_GROUP: usize = 1024;
 pub type Reply = oneshot::Sender<Result<Vec<OpOutcome>, StoreError>>;
 
 pub enum Msg {
-    Write { ops: Vec<WriteOp>, reply: Option<Reply> },
+    Write {
+        ops: Vec<WriteOp>,
+        reply: Option<Reply>,
+    },
     Shutdown,
 }
 

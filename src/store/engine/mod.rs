@@ -35,8 +35,15 @@ pub type Tree = u8;
 /// One operation of a write batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchOp {
-    Put { tree: Tree, key: Vec<u8>, value: Vec<u8> },
-    Delete { tree: Tree, key: Vec<u8> },
+    Put {
+        tree: Tree,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        tree: Tree,
+        key: Vec<u8>,
+    },
 }
 
 /// Errors an engine reports. Cloneable so one failed group commit can answer every caller.

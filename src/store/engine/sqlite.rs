@@ -53,7 +53,8 @@ fn configure(conn: &Connection) -> Result<(), EngineError> {
     // ~1 MiB page cache per connection: the store streams, it does not cache.
     conn.pragma_update(None, "cache_size", -1024).map_err(err)?;
     conn.pragma_update(None, "mmap_size", 0).map_err(err)?;
-    conn.pragma_update(None, "temp_store", "MEMORY").map_err(err)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(err)?;
     Ok(())
 }
 
@@ -70,9 +71,12 @@ impl SqliteEngine {
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(err)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(EngineError::Other(format!("journal_mode is {mode}, not wal")));
+            return Err(EngineError::Other(format!(
+                "journal_mode is {mode}, not wal"
+            )));
         }
-        conn.pragma_update(None, "synchronous", "FULL").map_err(err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
         conn.pragma_update(None, "journal_size_limit", 16 * 1024 * 1024)
             .map_err(err)?;
         conn.execute_batch(

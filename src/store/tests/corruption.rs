@@ -27,8 +27,16 @@ fn damaged_records_and_blobs_are_reported_and_quarantined(kind: EngineKind) {
         // A record that is not ours at all, under a valid queue key.
         let junk_key = msg_key("outbox", "gw", 0, 999);
         e.apply(&[
-            BatchOp::Put { tree: T_MSG, key: k, value: v },
-            BatchOp::Put { tree: T_MSG, key: junk_key, value: b"\x01garbage".to_vec() },
+            BatchOp::Put {
+                tree: T_MSG,
+                key: k,
+                value: v,
+            },
+            BatchOp::Put {
+                tree: T_MSG,
+                key: junk_key,
+                value: b"\x01garbage".to_vec(),
+            },
         ])
         .unwrap();
         // One blob altered, one deleted.
@@ -51,7 +59,10 @@ fn damaged_records_and_blobs_are_reported_and_quarantined(kind: EngineKind) {
     let r = s.doctor().unwrap();
     assert!(r.healthy(), "{r:?}");
     assert_eq!(r.quarantined.len(), 4);
-    assert_eq!(ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()), vec!["ok1", "ok2"]);
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["ok1", "ok2"]
+    );
     assert_eq!(s.pending("outbox", "gw").unwrap(), 2);
 }
 
@@ -60,7 +71,10 @@ fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
     let c = ManualClock::new(T0);
     let s = Store::open(
         d.path(),
-        StoreOptions { verify_on_open: false, ..opts(kind) },
+        StoreOptions {
+            verify_on_open: false,
+            ..opts(kind)
+        },
         Arc::new(c.clone()),
     )
     .unwrap();
@@ -68,8 +82,16 @@ fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
     s.enqueue(msg("gw", "b", 0, b"b")).wait().unwrap();
     let e = &s.inner.engine;
     let k = e.get(T_BYID, b"a").unwrap().unwrap();
-    e.apply(&[BatchOp::Put { tree: T_MSG, key: k, value: vec![1, 2, 3, 4, 5, 6] }]).unwrap();
-    assert_eq!(ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()), vec!["b"]);
+    e.apply(&[BatchOp::Put {
+        tree: T_MSG,
+        key: k,
+        value: vec![1, 2, 3, 4, 5, 6],
+    }])
+    .unwrap();
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["b"]
+    );
     // The background quarantine lands with the next commit.
     s.touch_time().wait().unwrap();
     let r = s.doctor().unwrap();
@@ -90,8 +112,14 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 fn sqlite_with_marker(dir: &Path, c: &ManualClock, marker: &[u8]) -> std::path::PathBuf {
     let s = open(EngineKind::Sqlite, dir, c);
     for i in 0..200 {
-        let body = if i == 100 { marker.to_vec() } else { vec![b'x'; 300] };
-        s.enqueue(msg("gw", &format!("m{i:03}"), 0, &body)).wait().unwrap();
+        let body = if i == 100 {
+            marker.to_vec()
+        } else {
+            vec![b'x'; 300]
+        };
+        s.enqueue(msg("gw", &format!("m{i:03}"), 0, &body))
+            .wait()
+            .unwrap();
     }
     s.compact().unwrap(); // checkpoint the WAL into the main file
     dir.join(engine::sqlite::DB_FILE)
@@ -137,7 +165,11 @@ fn sqlite_damaged_page_is_reported_and_open_still_works() {
     std::fs::write(&path, &bytes).unwrap();
 
     let s = Store::open(d.path(), opts(EngineKind::Sqlite), Arc::new(c.clone())).unwrap();
-    assert!(s.open_report().iter().any(|l| l.contains("malformed")), "{:?}", s.open_report());
+    assert!(
+        s.open_report().iter().any(|l| l.contains("malformed")),
+        "{:?}",
+        s.open_report()
+    );
     let r = s.doctor().unwrap();
     assert!(!r.healthy());
     assert!(!r.integrity.is_empty(), "{r:?}");

@@ -57,7 +57,9 @@ fn crash_child() {
                 for i in 0.. {
                     let id = format!("r{run}-t{t}-{i}");
                     say(format!("T {id}"));
-                    s.enqueue(msg(&peer, &id, (i % 3) as u8, id.as_bytes())).wait().unwrap();
+                    s.enqueue(msg(&peer, &id, (i % 3) as u8, id.as_bytes()))
+                        .wait()
+                        .unwrap();
                     say(format!("E {id}"));
                     if i % 3 == 2 {
                         let batch = s.next_batch("outbox", &peer, 2, T0).unwrap();
@@ -91,7 +93,13 @@ fn crash_loop(kind: EngineKind) {
     let mut ack_tried = BTreeSet::new();
     for run in 0..kills {
         let mut child = Command::new(&exe)
-            .args(["--exact", "store::tests::crash::crash_child", "--nocapture", "--test-threads=1", "-q"])
+            .args([
+                "--exact",
+                "store::tests::crash::crash_child",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
             .env(CHILD_ENV, d.path())
             .env(ENGINE_ENV, kind.name())
             .env(RUN_ENV, run.to_string())
@@ -150,17 +158,26 @@ fn crash_loop(kind: EngineKind) {
         let set: BTreeSet<String> = present.iter().cloned().collect();
         assert_eq!(set.len(), present.len(), "a message is present twice");
         for id in enq.difference(&ack_tried) {
-            assert!(set.contains(id), "run {run}: acknowledged enqueue {id} lost");
+            assert!(
+                set.contains(id),
+                "run {run}: acknowledged enqueue {id} lost"
+            );
         }
         // An ack cut by the kill may or may not have committed — but then it is delivered.
         for id in ack_tried.difference(&acked) {
             if !set.contains(id) {
-                assert_eq!(s.status(id).unwrap().map(|st| st.state), Some(MessageState::Delivered));
+                assert_eq!(
+                    s.status(id).unwrap().map(|st| st.state),
+                    Some(MessageState::Delivered)
+                );
             }
         }
         for id in &acked {
             assert!(!set.contains(id), "run {run}: acked {id} reappeared");
-            assert_eq!(s.status(id).unwrap().map(|st| st.state), Some(MessageState::Delivered));
+            assert_eq!(
+                s.status(id).unwrap().map(|st| st.state),
+                Some(MessageState::Delivered)
+            );
         }
         for id in &set {
             assert!(tried.contains(id), "run {run}: {id} was never enqueued");

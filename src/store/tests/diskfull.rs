@@ -97,11 +97,16 @@ fn storage_full_on_a_full_tmpfs_then_resume(kind: EngineKind) {
     std::fs::remove_file(d.path().join("filler")).unwrap();
     let present = ids(&s.next_batch("outbox", "gw", 10_000, T0).unwrap());
     assert_eq!(present, confirmed, "something stored was lost");
-    s.enqueue(msg("gw", "after", 0, &[4u8; 512])).wait().unwrap();
+    s.enqueue(msg("gw", "after", 0, &[4u8; 512]))
+        .wait()
+        .unwrap();
     confirmed.push("after".into());
     drop(s);
     let s = open(kind, &store_dir, &c);
-    assert_eq!(ids(&s.next_batch("outbox", "gw", 10_000, T0).unwrap()), confirmed);
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10_000, T0).unwrap()),
+        confirmed
+    );
     drop(s);
     drop(mount);
 }

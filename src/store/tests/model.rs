@@ -105,9 +105,16 @@ fn run(kind: EngineKind, steps: Vec<Step>) {
             Step::AckHead { peer, n } => {
                 let batch = s.next_batch("outbox", PEERS[peer], n, now).unwrap();
                 let got = ids(&batch);
-                let out = s.ack("outbox", PEERS[peer], got.clone(), now).wait().unwrap();
+                let out = s
+                    .ack("outbox", PEERS[peer], got.clone(), now)
+                    .wait()
+                    .unwrap();
                 assert!(out.iter().all(|o| o.was_stored));
-                model.queues.entry(peer).or_default().retain(|m| !got.contains(&m.id));
+                model
+                    .queues
+                    .entry(peer)
+                    .or_default()
+                    .retain(|m| !got.contains(&m.id));
                 model.gone.extend(got);
             }
             Step::AckId { id } => {
@@ -118,7 +125,10 @@ fn run(kind: EngineKind, steps: Vec<Step>) {
                     .find(|(_, q)| q.iter().any(|m| m.id == id))
                     .map(|(p, _)| *p);
                 let peer = owner.unwrap_or(0);
-                let out = s.ack("outbox", PEERS[peer], vec![id.clone()], now).wait().unwrap();
+                let out = s
+                    .ack("outbox", PEERS[peer], vec![id.clone()], now)
+                    .wait()
+                    .unwrap();
                 assert_eq!(out[0].was_stored, owner.is_some(), "was_stored for {id}");
                 if owner.is_some() {
                     model.queues.entry(peer).or_default().retain(|m| m.id != id);
@@ -128,7 +138,10 @@ fn run(kind: EngineKind, steps: Vec<Step>) {
             Step::FailHead { peer } => {
                 let batch = s.next_batch("outbox", PEERS[peer], 1, now).unwrap();
                 let got = ids(&batch);
-                let dead = s.record_failure("outbox", PEERS[peer], got.clone(), now, 0.0).wait().unwrap();
+                let dead = s
+                    .record_failure("outbox", PEERS[peer], got.clone(), now, 0.0)
+                    .wait()
+                    .unwrap();
                 assert!(dead.is_empty());
                 for m in model.queues.entry(peer).or_default().iter_mut() {
                     if got.contains(&m.id) {

@@ -45,7 +45,10 @@ fn restart_with_many_queued_streams(kind: EngineKind) {
     let d = tempfile::tempdir().unwrap();
     let c = ManualClock::new(T0);
     {
-        let o = StoreOptions { max_messages_per_recipient: N as u64, ..opts(kind) };
+        let o = StoreOptions {
+            max_messages_per_recipient: N as u64,
+            ..opts(kind)
+        };
         let s = Store::open(d.path(), o, Arc::new(c.clone())).unwrap();
         let body = vec![9u8; 1024];
         for chunk in 0..N / 500 {
@@ -56,7 +59,13 @@ fn restart_with_many_queued_streams(kind: EngineKind) {
         }
     }
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "store::tests::rss::rss_child", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "--exact",
+            "store::tests::rss::rss_child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(CHILD_ENV, d.path())
         .env(ENGINE_ENV, kind.name())
         .output()
@@ -70,9 +79,15 @@ fn restart_with_many_queued_streams(kind: EngineKind) {
         .map(|v| v.parse().unwrap())
         .collect();
     let growth_kib = nums[1].saturating_sub(nums[0]);
-    eprintln!("{}: peak RSS growth on reopen with {N} queued: {growth_kib} KiB", kind.name());
+    eprintln!(
+        "{}: peak RSS growth on reopen with {N} queued: {growth_kib} KiB",
+        kind.name()
+    );
     // ~30 MiB of bodies are queued; loading them would blow far past this.
-    assert!(growth_kib < 16 * 1024, "reopen grew RSS by {growth_kib} KiB");
+    assert!(
+        growth_kib < 16 * 1024,
+        "reopen grew RSS by {growth_kib} KiB"
+    );
 }
 
 #[test]
