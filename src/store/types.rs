@@ -142,7 +142,8 @@ pub enum Body {
 }
 
 impl Body {
-    pub fn len(&self) -> u64 {
+    /// Body size in bytes, whether inline or in a blob file.
+    pub fn size(&self) -> u64 {
         match self {
             Body::Inline(b) => b.len() as u64,
             Body::Blob { len, .. } => *len,

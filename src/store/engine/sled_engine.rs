@@ -60,7 +60,10 @@ fn open_db(dir: &Path) -> Result<sled::Db, EngineError> {
             .open();
         match r {
             Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::WouldBlock && tries < 250 =>
+                if (e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.raw_os_error() == Some(libc::EWOULDBLOCK)
+                    || e.to_string().contains("could not acquire lock"))
+                    && tries < 250 =>
             {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20));

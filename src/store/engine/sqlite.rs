@@ -64,6 +64,11 @@ impl SqliteEngine {
         let path = dir.join(DB_FILE);
         let conn = Connection::open(&path).map_err(err)?;
         configure(&conn)?;
+        // Small pages: WAL writes every touched page whole, and one enqueue touches
+        // ~6 leaves (record, id index, expiry index, counter, meta). 1 KiB pages cut the
+        // bytes written per commit ~4x versus 4 KiB (docs/BENCHMARKS-store.md). Like
+        // auto_vacuum, only effective before the first table exists.
+        conn.pragma_update(None, "page_size", 1024).map_err(err)?;
         // auto_vacuum must be set before the first table exists to take effect.
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
             .map_err(err)?;
