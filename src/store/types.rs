@@ -149,10 +149,6 @@ impl Body {
             Body::Blob { len, .. } => *len,
         }
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The stored form of a queued or dead message.
