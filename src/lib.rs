@@ -11,6 +11,7 @@
 //!
 //! ## Layout
 //!
+//! - [`app`]: wires the components of a role; owns cancellation, task tracking and drain.
 //! - [`clock`]: the only place that reads the wall clock.
 //! - [`config`]: raw TOML structs → `check()` → resolved config; drop-ins.
 //! - [`store`]: the durable mailbox (engine seam, queues, dedup, blobs, results, audit rows).
@@ -26,6 +27,7 @@
 //! - [`cli`]: one file per subcommand family.
 
 pub mod api;
+pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod clock;

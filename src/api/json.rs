@@ -76,3 +76,24 @@ fn serde_path_to_error<'de, T: DeserializeOwned>(
         .map_err(|_| ApiError::bad_request("trailing data after the JSON body"))?;
     Ok(v)
 }
+
+/// `Query<T>` whose rejection is our `bad_request` JSON.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryParams(q.0))
+            .map_err(|e| ApiError::bad_request(format!("bad query string: {}", e.body_text())))
+    }
+}

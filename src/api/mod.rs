@@ -4,5 +4,6 @@
 
 pub mod error;
 pub mod json;
+pub mod node;
 
 pub use error::{ApiError, ApiResult};

@@ -5,7 +5,17 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod audit;
+pub mod common;
 pub mod config_cmd;
+pub mod demo;
+pub mod envelope;
+pub mod identity;
+pub mod init;
+pub mod queue;
+pub mod run;
+pub mod status;
+pub mod token;
 
 /// Exit code for bad usage or bad configuration (sysexits EX_USAGE).
 pub const EXIT_USAGE: i32 = 64;
@@ -248,9 +258,43 @@ pub enum ConfigCmd {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Init {
+            role,
+            node_id,
+            data_dir,
+            config,
+            listen,
+            upstream_url,
+            gateway_id,
+        } => init::init(init::InitArgs {
+            role,
+            node_id,
+            data_dir,
+            config,
+            listen,
+            upstream_url,
+            gateway_id,
+            quiet: false,
+        }),
+        Command::Run(cfg) => run::run(&cfg),
+        Command::Demo { keep } => demo::run(keep),
+        Command::Identity { cfg, json } => identity::identity(&cfg, json),
+        Command::Trust { cfg, cmd } => identity::trust_cmd(&cfg, cmd),
+        Command::Token { cfg, cmd } => token::token_cmd(&cfg, cmd),
+        Command::Envelope { cfg, cmd } => envelope::envelope_cmd(&cfg, cmd),
+        Command::Send {
+            cfg,
+            to,
+            payload_type,
+            ttl,
+        } => envelope::send(&cfg, &to, &payload_type, ttl.as_deref()),
+        Command::Status { cfg, json } => status::status(&cfg, json),
+        Command::Queue { cfg, cmd } => queue::queue_cmd(&cfg, cmd),
+        Command::Audit { cfg, cmd } => audit::audit_cmd(&cfg, cmd),
         Command::Config {
             cmd: ConfigCmd::Check { config },
         } => config_cmd::check(config.as_deref()),
-        _ => Err(Exit::usage("this subcommand is not available in this build yet").into()),
+        Command::Backup { cfg, path } => queue::backup(&cfg, &path),
+        Command::Doctor { cfg } => queue::doctor(&cfg),
     }
 }

@@ -11,7 +11,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use raw::{RawConfig, RawTool};
+use crate::tools::ExternalToolConfig;
+use raw::RawConfig;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/outpost/outpost.toml";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/outpost";
@@ -101,11 +102,13 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub max_body_bytes: u64,
+    /// `(cert_file, key_file)` when the API serves HTTPS (gateway role).
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub upstream: Option<Upstream>,
     pub queue: QueueConfig,
     pub max_clock_skew_s: u64,
     pub store_engine: String,
-    pub tools: Vec<RawTool>,
+    pub tools: Vec<ExternalToolConfig>,
     pub drain_timeout_ms: u64,
     /// Where this config came from (for messages), main file first.
     pub sources: Vec<PathBuf>,
@@ -257,6 +260,22 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         errs.push("api.max_body_bytes must be at least 1024".into());
     }
 
+    let tls = match (raw.api.tls_cert_file.clone(), raw.api.tls_key_file.clone()) {
+        (None, None) => None,
+        (Some(c), Some(k)) => {
+            if role != Role::Gateway {
+                errs.push(
+                    "api.tls_cert_file/tls_key_file are supported for the gateway role only".into(),
+                );
+            }
+            Some((c, k))
+        }
+        _ => {
+            errs.push("api.tls_cert_file and api.tls_key_file go together".into());
+            None
+        }
+    };
+
     let upstream = raw.upstream.map(|u| {
         if role == Role::Gateway {
             errs.push("[upstream] is for the node role only".into());
@@ -378,8 +397,8 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             )),
             _ => {}
         }
-        if t.timeout_ms == Some(0) {
-            errs.push(format!("tools.{}: timeout_ms must be > 0", t.name));
+        if let Err(e) = t.check() {
+            errs.push(format!("tools.{}: {e}", t.name));
         }
     }
 
@@ -392,6 +411,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         data_dir,
         listen,
         max_body_bytes,
+        tls,
         upstream,
         queue,
         max_clock_skew_s,

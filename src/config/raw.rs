@@ -24,7 +24,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub store: RawStore,
     #[serde(default)]
-    pub tools: Vec<RawTool>,
+    pub tools: Vec<crate::tools::ExternalToolConfig>,
     #[serde(default)]
     pub shutdown: RawShutdown,
 }
@@ -42,6 +42,9 @@ pub struct RawIdentity {
 pub struct RawApi {
     pub listen: Option<String>,
     pub max_body_bytes: Option<u64>,
+    /// PEM certificate chain and key: the gateway then serves HTTPS (rustls).
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,16 +88,4 @@ pub struct RawStore {
 #[serde(deny_unknown_fields)]
 pub struct RawShutdown {
     pub drain_timeout_ms: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTool {
-    pub name: String,
-    pub command: Vec<String>,
-    pub timeout_ms: Option<u64>,
-    pub max_output_bytes: Option<u64>,
-    pub max_concurrency: Option<u32>,
-    pub args_schema: Option<serde_json::Value>,
-    pub description: Option<String>,
 }

@@ -1,1 +1,68 @@
-//! (filled in by its issue)
+//! Identities, trust store logic, envelope v1 seal/open and HTTP request signatures
+//! (SPEC §1, §2, §6; byte layouts in `docs/PROTOCOL.md`).
+//!
+//! Pure logic: no I/O except [`Keys::save`] / [`Keys::load`], and no clock — every
+//! time-dependent function takes `now_ms`, which callers compute as
+//! `max(clock.now_ms(), store time floor)` so a device that boots with a wrong clock
+//! neither accepts expired envelopes nor rejects everything.
+//!
+//! ## API the rest of outpost calls
+//!
+//! - Encoding: [`pae`], [`b64_encode`], [`b64_decode`].
+//! - Node ids: [`validate_node_id`] / [`is_valid_node_id`].
+//! - Keys: [`Keys::generate`], [`Keys::save`] (0600, atomic), [`Keys::load`] (refuses
+//!   group/world-readable files), [`Keys::sign_pk`], [`Keys::kex_pk`], [`Keys::sign`]
+//!   (Ed25519, e.g. for audit checkpoints).
+//! - Identity: [`IdentityDocument::new`]`(node_id, role, &keys, created_at)`,
+//!   [`IdentityDocument::verify`].
+//! - Trust: [`TrustStore`] `add / remove / get / list / to_bytes / from_bytes`, [`Rights`].
+//! - Envelopes: [`seal`]`(&keys, sender_id, &recipient_doc, &SealParams, plaintext, &mut rng)
+//!   -> Envelope`; [`open`]`(bytes, &OpenContext, &seen) -> Result<Opened, OpenError>`
+//!   (and [`open_parsed`] for an already parsed [`Envelope`]); [`OpenError::code`] gives
+//!   the API error code. `seen(sender, message_id)` answers "already accepted?"; after a
+//!   successful open the caller stores the message and remembers the id durably until
+//!   [`replay_keep_until_ms`]`(expires_at_ms, skew_ms)`.
+//! - Relaying without decrypting (gateway queues): [`check_relay`]`(&env, &trust, now_ms,
+//!   skew_ms, max_ttl_ms)`.
+//! - Request signatures: [`sign_request`], [`verify_request`], [`SeenSignatures`].
+//!
+//! ## Error codes of `open` (→ suggested HTTP status)
+//!
+//! `payload_too_large` 413 · `bad_request` 400 · `unsupported_version` 400 ·
+//! `wrong_recipient` 400 · `expired` / `not_yet_valid` / `ttl_too_long` 400 ·
+//! `unknown_sender` 401 · `bad_signature` 401 · `forbidden` 403 · `duplicate` 200
+//! `{"duplicate":true}` · `decrypt_failed` 400.
+
+mod identity;
+mod keys;
+mod node_id;
+mod open;
+mod pae;
+mod request_sig;
+mod seal;
+mod trust;
+mod wire;
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub use identity::{
+    kex_pk_is_contributory, parse_kex_pk, parse_sign_pk, IdentityDocument, IdentityError,
+    VerifiedKeys, IDENTITY_DOMAIN,
+};
+pub use keys::{KeyFileError, Keys};
+pub use node_id::{is_valid_node_id, validate_node_id, InvalidNodeId};
+pub use open::{
+    check_relay, hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError, Opened,
+};
+pub use pae::{b64_decode, b64_decode_array, b64_encode, pae};
+pub use request_sig::{
+    request_signed_bytes, sign_request, verify_request, RequestSigError, SeenSignatures,
+    VerifiedRequest, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP, HTTP_DOMAIN,
+};
+pub use seal::{hpke_derive_public, hpke_seal, seal, FixedRng, SealError, SealParams};
+pub use trust::{Peer, Rights, TrustError, TrustStore};
+pub use wire::{
+    is_valid_message_id, is_valid_payload_type, Envelope, WireError, ENVELOPE_DOMAIN,
+    ENVELOPE_SIG_DOMAIN, ENVELOPE_VERSION, SUITE,
+};

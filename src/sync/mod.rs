@@ -1,1 +1,142 @@
-//! (filled in by its issue)
+//! Node ↔ gateway sync (SPEC §4.9, §6 node side, §7 sync).
+//!
+//! - [`machine`]: the protocol as a pure state machine `(event, now) → action`
+//!   (reconnect order, backoff, what is due), property-tested.
+//! - [`transport`]: signed HTTP requests with reqwest + rustls.
+//! - [`worker`]: the thin async loop that performs each action and feeds the outcome
+//!   back as the next event.
+//!
+//! The node daemon plugs in through [`NodeLink`] (the one seam: how a pulled envelope
+//! enters the node's receive pipeline, and how the node signs an audit checkpoint) and
+//! gets a [`SyncHandle`] for `/v1/status`, metrics and wake-ups.
+//!
+//! Store conventions the loop relies on: the node's outgoing envelopes sit in queue
+//! [`Q_OUTBOX`] (any peer: the gateway forwards what is not addressed to it); state kept
+//! in KV namespaces [`KV_SYNC`] and [`KV_META`]; revoked token ids in KV namespace [`KV_REVOKED`]
+//! (key = jti), which the node's token check consults.
+
+mod chores;
+pub mod machine;
+pub mod transport;
+pub mod worker;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+pub use machine::{Action, Event, Machine, MachineConfig, Phase};
+pub use transport::{SyncError, Transport};
+pub use worker::{spawn, SyncDeps};
+
+pub const Q_OUTBOX: &str = "outbox";
+pub const KV_SYNC: &str = "sync";
+pub const KV_REVOKED: &str = "revoked";
+/// KV namespace + key of the audit size the gateway last confirmed (decimal text; the
+/// node's `/v1/status` reads it as `audit.synced_size`).
+pub const KV_META: &str = "meta";
+pub const KEY_AUDIT_SYNCED: &str = "audit_synced_size";
+pub const KEY_REVOCATIONS_VERSION: &str = "revocations_version";
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the node did with a pulled envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboundOutcome {
+    /// Durably stored: ack it.
+    Accepted,
+    /// Already had it: ack it (the gateway must stop resending).
+    Duplicate,
+    /// Refused by the pipeline (bad signature, expired …): ack it too, a resend would
+    /// be refused again. `code` is logged.
+    Rejected { code: String },
+    /// Could not store it now (store full, shutting down): leave it queued upstream and
+    /// stop this batch so FIFO order holds.
+    Retry,
+}
+
+/// The node daemon side of sync. Contract:
+/// - `receive` runs the full receive pipeline on the envelope's JSON bytes and resolves
+///   only after the outcome is durable (Accepted means fsynced).
+/// - `audit_batch(confirmed, max)` returns the node's audit entries from the gateway's
+///   confirmed size (at most `max`) with a checkpoint signed for exactly that extended
+///   tree — `AuditLog::sync_batch` does this — or `Ok(None)` when nothing is new.
+pub trait NodeLink: Send + Sync + 'static {
+    fn receive(&self, envelope_json: Vec<u8>) -> BoxFuture<'_, InboundOutcome>;
+    fn audit_batch(
+        &self,
+        confirmed_size: u64,
+        max_entries: usize,
+    ) -> BoxFuture<'_, Result<Option<crate::audit::SyncBatch>, String>>;
+    /// An outbound message left the outbox without delivery: `event` is `dead`
+    /// (attempts exhausted) or `rejected` (refused upstream, `reason` = its code), so the
+    /// node can audit and count it.
+    fn outbound_failed<'a>(
+        &'a self,
+        event: &'static str,
+        peer: &'a str,
+        message_id: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, ()>;
+}
+
+/// What `/v1/status` shows under `upstream`.
+#[derive(Debug, Clone, Default)]
+pub struct SyncStatus {
+    pub state: String,
+    pub connected: bool,
+    pub last_ok_ms: Option<u64>,
+    pub last_error: Option<String>,
+    pub audit_synced_size: u64,
+    pub pulled: u64,
+    pub pushed: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub status: Mutex<SyncStatus>,
+    pub wake: Notify,
+}
+
+/// Handle the daemon keeps: status for the API, `wake()` after queueing outbox work.
+#[derive(Debug, Clone)]
+pub struct SyncHandle {
+    pub(crate) shared: Arc<Shared>,
+    pub url: String,
+}
+
+impl SyncHandle {
+    /// The node queued something for upstream: interrupt the long-poll and push now.
+    pub fn wake(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    pub fn status(&self) -> SyncStatus {
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn connected(&self) -> bool {
+        self.status().connected
+    }
+
+    /// `{state, url, last_ok_ms, last_error, audit_synced_size}` for `/v1/status`.
+    pub fn status_json(&self) -> Value {
+        let s = self.status();
+        json!({
+            "state": s.state,
+            "url": self.url,
+            "connected": s.connected,
+            "last_ok_ms": s.last_ok_ms,
+            "last_error": s.last_error,
+            "audit_synced_size": s.audit_synced_size,
+            "envelopes_pulled": s.pulled,
+            "envelopes_pushed": s.pushed,
+        })
+    }
+}

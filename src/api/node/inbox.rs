@@ -1,0 +1,36 @@
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{bearer, Core};
+use crate::api::json::QueryParams;
+use crate::api::ApiResult;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxQuery {
+    pub from: Option<String>,
+    pub limit: Option<usize>,
+}
+
+pub async fn list(
+    State(core): State<Core>,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<InboxQuery>,
+) -> ApiResult<Json<Value>> {
+    core.authorize_admin(bearer(&headers).as_deref())?;
+    let messages = core.inbox_list(q.from.as_deref(), q.limit.unwrap_or(100).min(1000))?;
+    Ok(Json(json!({ "messages": messages })))
+}
+
+pub async fn ack(
+    State(core): State<Core>,
+    headers: HeaderMap,
+    Path(message_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    core.authorize_admin(bearer(&headers).as_deref())?;
+    core.inbox_ack(&message_id).await?;
+    Ok(Json(json!({"ok": true, "message_id": message_id})))
+}

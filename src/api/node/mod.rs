@@ -1,0 +1,80 @@
+//! The node's local HTTP API (SPEC §5). One file per route group; every handler
+//! returns `ApiResult`, so every failure has the documented JSON shape.
+
+mod envelopes;
+mod health;
+mod inbox;
+mod messages;
+mod outbox;
+mod tools;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+
+use super::ApiError;
+use crate::app::core::NodeCore;
+
+pub type Core = Arc<NodeCore>;
+
+pub fn router(core: Core) -> Router {
+    let limit = core.cfg.max_body_bytes as usize;
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/status", get(health::status))
+        .route("/v1/tools", get(tools::list))
+        .route("/v1/tool_call", post(tools::call))
+        .route("/v1/envelopes", post(envelopes::receive))
+        .route("/v1/inbox", get(inbox::list))
+        .route("/v1/inbox/{message_id}/ack", post(inbox::ack))
+        .route("/v1/outbox", post(outbox::queue))
+        .route("/v1/messages/{message_id}", get(messages::status))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(core.clone(), count_requests))
+        .with_state(core)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("not_found", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this route",
+    )
+}
+
+async fn count_requests(State(core): State<Core>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let class = match resp.status().as_u16() {
+        200..=299 => "2xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    };
+    core.metrics.http_requests_total.inc(&[class]);
+    resp
+}
+
+/// The bearer token from `Authorization: Bearer …`, if any.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
+    let v = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, tok) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| tok.trim().to_string())
+        .filter(|t| !t.is_empty())
+}

@@ -1,0 +1,67 @@
+//! Capability checks for local calls: the token from the body or `Authorization`,
+//! checked fully offline against the trust store (plus this node's own key, which may
+//! always issue tokens for itself) and the synced revocation list.
+
+use super::core::NodeCore;
+use crate::api::ApiError;
+use crate::token::{self, Claims, Decision, DenyReason, Request};
+
+impl NodeCore {
+    fn check_token(
+        &self,
+        token: Option<&str>,
+        req: Request<'_>,
+    ) -> Result<Claims, (ApiError, &'static str)> {
+        let token = token.unwrap_or("");
+        let skew = self.cfg.max_clock_skew_s * 1000;
+        let revoked = |jti: &str| self.is_revoked(jti);
+        let mut decision = token::check(token, &req, self.now_ms(), skew, &self.trust(), &revoked);
+        if let Decision::Deny {
+            reason: DenyReason::UnknownIssuer,
+            ..
+        } = decision
+        {
+            self.reload_trust_if_stale();
+            decision = token::check(token, &req, self.now_ms(), skew, &self.trust(), &revoked);
+        }
+        match decision {
+            Decision::Allow { claims } => Ok(claims),
+            Decision::Deny { code, reason } => {
+                let msg = match reason {
+                    DenyReason::Missing => {
+                        "a capability token is required (body \"token\" or Authorization: Bearer)"
+                            .to_string()
+                    }
+                    r => format!("token refused: {}", r.as_str()),
+                };
+                let err = if code.http_status() == 401 {
+                    ApiError::unauthorized(msg)
+                } else {
+                    ApiError::forbidden(msg)
+                };
+                Err((err, reason.as_str()))
+            }
+        }
+    }
+
+    /// Token check for running `tool_name`. On refusal, the error's message names the
+    /// reason (safe to show: it says nothing about keys).
+    pub fn authorize_tool(&self, token: Option<&str>, tool_name: &str) -> Result<Claims, ApiError> {
+        self.check_token(token, Request::tool(&self.cfg.node_id, tool_name))
+            .map_err(|(e, _)| e)
+    }
+
+    /// Reason text for a refusal, for the audit log.
+    pub fn refusal_reason(&self, token: Option<&str>, tool_name: &str) -> &'static str {
+        match self.check_token(token, Request::tool(&self.cfg.node_id, tool_name)) {
+            Ok(_) => "allowed",
+            Err((_, r)) => r,
+        }
+    }
+
+    /// Inbox and outbox need the `admin` scope.
+    pub fn authorize_admin(&self, token: Option<&str>) -> Result<Claims, ApiError> {
+        self.check_token(token, Request::scope(&self.cfg.node_id, "admin"))
+            .map_err(|(e, _)| e)
+    }
+}

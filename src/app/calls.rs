@@ -1,0 +1,200 @@
+//! The tool-call flow shared by `POST /v1/tool_call` and inbound `TASK_REQUEST`s:
+//! refuse early (shutdown, token, unknown tool) → idempotency by `job_id` → run →
+//! audit entry and stored result in one durable batch → answer with evidence.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::core::NodeCore;
+use crate::api::ApiError;
+use crate::audit::AuditOutcome;
+use crate::telemetry::ToolCallFinished;
+
+/// Results are kept at least this long for `job_id` idempotency (SPEC §4.11).
+pub const RESULT_KEEP_MS: u64 = 25 * 3600 * 1000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallRequest {
+    pub job_id: Option<String>,
+    pub tool_name: String,
+    #[serde(default = "empty_object")]
+    pub tool_args: Value,
+    pub token: Option<String>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn valid_job_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+}
+
+impl NodeCore {
+    /// Run a tool call end to end. `actor` names who asked (for the audit log): the
+    /// token's subject, or the envelope's sender for `TASK_REQUEST`s.
+    pub async fn tool_call(&self, req: ToolCallRequest, via: &str) -> Result<Value, ApiError> {
+        if !self.accepting() {
+            return Err(ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                "shutting down; the call was not run",
+            ));
+        }
+        if req.tool_name.is_empty() || req.tool_name.len() > 64 {
+            return Err(ApiError::bad_request("tool_name must be 1..64 characters"));
+        }
+        if let Some(j) = &req.job_id {
+            if !valid_job_id(j) {
+                return Err(ApiError::bad_request(
+                    "job_id must be 1..128 characters of [A-Za-z0-9._:-]",
+                ));
+            }
+        }
+        let job_id = req
+            .job_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let args_bytes = serde_json::to_vec(&req.tool_args).unwrap_or_default();
+        let args_sha = sha256_hex(&args_bytes);
+
+        // 1. Capability: no tool runs without a valid token.
+        let claims = match self.authorize_tool(req.token.as_deref(), &req.tool_name) {
+            Ok(c) => c,
+            Err(e) => {
+                let reason = e.message.trim_start_matches("token refused: ").to_string();
+                let detail = if req.token.is_none() {
+                    "missing_token"
+                } else {
+                    reason.as_str()
+                };
+                self.audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    via,
+                    &args_sha,
+                    AuditOutcome::Refused,
+                    detail,
+                )
+                .await;
+                ToolCallFinished {
+                    tool: &req.tool_name,
+                    outcome: "refused",
+                    job_id: &job_id,
+                    duration: None,
+                }
+                .emit(&self.metrics);
+                return Err(e);
+            }
+        };
+        let actor = if claims.sub.is_empty() {
+            claims.iss.clone()
+        } else {
+            claims.sub.clone()
+        };
+
+        // 2. Known tool?
+        if self.tools.spec(&req.tool_name).is_none() {
+            self.audit_call_outcome(
+                &job_id,
+                &req.tool_name,
+                &actor,
+                &args_sha,
+                AuditOutcome::Refused,
+                "unknown_tool",
+            )
+            .await;
+            return Err(ApiError::not_found(
+                "unknown_tool",
+                format!("no tool named {:?}; see GET /v1/tools", req.tool_name),
+            ));
+        }
+
+        // 3. Idempotency: one run per job id, even under concurrent repeats.
+        let lock = self.job_lock(&job_id);
+        let _guard = lock.lock().await;
+        if let Some(stored) = self
+            .store
+            .result_get(&job_id)
+            .map_err(NodeCore::map_store_error)?
+        {
+            if let Ok(v) = serde_json::from_slice::<Value>(&stored) {
+                return Ok(v);
+            }
+        }
+
+        // 4. Run.
+        let started = tokio::time::Instant::now();
+        let outcome = self.tools.call(&req.tool_name, req.tool_args).await;
+        let elapsed: Duration = started.elapsed();
+
+        match outcome {
+            Ok(result) => {
+                let result_sha = sha256_hex(&serde_json::to_vec(&result).unwrap_or_default());
+                let tool = req.tool_name.clone();
+                let (_, _, body) = self
+                    .record_tool_success(
+                        &job_id,
+                        &req.tool_name,
+                        &actor,
+                        &args_sha,
+                        &result_sha,
+                        |index, leaf| success_body(&job_id, &tool, result, index, leaf),
+                    )
+                    .await?;
+                ToolCallFinished {
+                    tool: &req.tool_name,
+                    outcome: "ok",
+                    job_id: &job_id,
+                    duration: Some(elapsed),
+                }
+                .emit(&self.metrics);
+                Ok(body)
+            }
+            Err(err) => {
+                let api = super::errors::tool_error(&err);
+                let audit_outcome = err.audit_outcome();
+                let outcome = audit_outcome.as_str();
+                self.audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    &actor,
+                    &args_sha,
+                    audit_outcome,
+                    api.code,
+                )
+                .await;
+                ToolCallFinished {
+                    tool: &req.tool_name,
+                    outcome,
+                    job_id: &job_id,
+                    duration: Some(elapsed),
+                }
+                .emit(&self.metrics);
+                Err(api)
+            }
+        }
+    }
+}
+
+pub fn success_body(job_id: &str, tool: &str, result: Value, index: u64, leaf_hex: &str) -> Value {
+    json!({
+        "ok": true,
+        "job_id": job_id,
+        "tool_name": tool,
+        "result": result,
+        "evidence": {"audit_index": index, "audit_leaf_hash": leaf_hex},
+    })
+}

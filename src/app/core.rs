@@ -1,0 +1,187 @@
+//! `NodeCore`: everything the node's API handlers and workers share, and the flows that
+//! cross components (tool call = token check → idempotency → run → audit + result in one
+//! durable batch; inbound envelope = pipeline → durable inbox; outbox = seal → enqueue).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde_json::{json, Value};
+
+use crate::api::ApiError;
+use crate::audit::AuditLog;
+use crate::clock::{self, SharedClock};
+use crate::config::Config;
+use crate::envelope::{IdentityDocument, Keys, TrustStore};
+use crate::store::Store;
+use crate::telemetry::Metrics;
+use crate::tools::Registry;
+use tokio::sync::Notify;
+
+use super::keyfile;
+use super::store_audit::StoreAudit;
+
+/// KV namespaces this role keeps in the store.
+pub const KV_META: &str = "meta";
+pub const KV_REVOKED: &str = "revoked";
+
+pub struct NodeCore {
+    pub cfg: Arc<Config>,
+    pub store: Store,
+    pub keys: Arc<Keys>,
+    pub identity: IdentityDocument,
+    pub trust: RwLock<Arc<TrustStore>>,
+    pub audit: AuditLog<StoreAudit>,
+    pub tools: Registry,
+    pub metrics: Arc<Metrics>,
+    pub clock: SharedClock,
+    accepting: AtomicBool,
+    ready: AtomicBool,
+    pub started_ms: u64,
+    /// Bumped by the main loop (sweeper) each time it completes a pass; the watchdog
+    /// only pings systemd when this moved.
+    pub progress: AtomicU64,
+    pub boot_instant: tokio::time::Instant,
+    /// The last periodic time-floor write succeeded (the store is writable).
+    pub store_ok: AtomicBool,
+    /// Woken when a `TASK_REQUEST` lands in the tasks queue.
+    pub tasks_waiting: Notify,
+    job_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    upstream: Mutex<Option<Arc<dyn Upstream>>>,
+    last_trust_reload_ms: AtomicU64,
+}
+
+/// What the node's upstream link (the sync loop) shows to the rest of the node.
+pub trait Upstream: Send + Sync {
+    /// `{"state": …}` for `/v1/status`.
+    fn status_json(&self) -> Value;
+    /// New outbox work: flush soon.
+    fn wake(&self);
+}
+
+impl NodeCore {
+    pub fn open(cfg: Config) -> anyhow::Result<Self> {
+        let clock = clock::system();
+        let keys = Keys::load(&keyfile::keys_path(&cfg.data_dir))?;
+        let identity = keyfile::read_identity(&cfg.data_dir)?;
+        if identity.node_id != cfg.node_id
+            || identity.sign_pk_b64() != crate::envelope::b64_encode(keys.sign_pk().as_bytes())
+        {
+            anyhow::bail!(
+                "identity.json in {} does not match node_id {} and keys.json",
+                cfg.data_dir.display(),
+                cfg.node_id
+            );
+        }
+        let store = super::open_store(&cfg, clock.clone())?;
+        let trust = super::trust::effective(&store, &identity)?;
+        let audit = AuditLog::open(StoreAudit::new(store.clone()))?;
+        let tools = super::build_registry(&cfg)?;
+        let started_ms = store.now_ms();
+        Ok(Self {
+            cfg: Arc::new(cfg),
+            store,
+            keys: Arc::new(keys),
+            identity,
+            trust: RwLock::new(Arc::new(trust)),
+            audit,
+            tools,
+            metrics: Arc::new(Metrics::new()),
+            clock,
+            accepting: AtomicBool::new(true),
+            ready: AtomicBool::new(false),
+            started_ms,
+            progress: AtomicU64::new(0),
+            boot_instant: tokio::time::Instant::now(),
+            store_ok: AtomicBool::new(true),
+            tasks_waiting: Notify::new(),
+            job_locks: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(None),
+            last_trust_reload_ms: AtomicU64::new(0),
+        })
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.store.now_ms()
+    }
+
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::SeqCst);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && self.accepting.load(Ordering::SeqCst)
+    }
+    pub fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::SeqCst);
+    }
+    pub fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::SeqCst)
+    }
+
+    pub fn close(&self) {
+        self.store.close();
+    }
+
+    pub fn trust(&self) -> Arc<TrustStore> {
+        self.trust
+            .read()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// `outpost trust add` writes the store while the daemon runs; an unknown peer makes
+    /// us re-read the trust store (at most once a second) before refusing.
+    pub fn reload_trust_if_stale(&self) {
+        let now = self.now_ms();
+        let last = self.last_trust_reload_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1_000 {
+            return;
+        }
+        self.last_trust_reload_ms.store(now, Ordering::Relaxed);
+        match super::trust::effective(&self.store, &self.identity) {
+            Ok(t) => {
+                if let Ok(mut g) = self.trust.write() {
+                    *g = Arc::new(t);
+                }
+            }
+            Err(e) => tracing::warn!(event = "trust_reload_failed", error = %e),
+        }
+    }
+
+    pub fn is_revoked(&self, jti: &str) -> bool {
+        matches!(self.store.kv_get(KV_REVOKED, jti), Ok(Some(_)))
+    }
+
+    /// One lock per job id, so two concurrent calls with the same id run the tool once.
+    pub fn job_lock(&self, job_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut g = self.job_locks.lock().unwrap_or_else(|p| p.into_inner());
+        if g.len() > 10_000 {
+            g.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        g.entry(job_id.to_string()).or_default().clone()
+    }
+
+    pub fn set_upstream(&self, h: Arc<dyn Upstream>) {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+
+    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        self.upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn upstream_status(&self) -> Value {
+        match self.upstream().as_ref() {
+            Some(h) => h.status_json(),
+            None => {
+                json!({"state": "none", "detail": "no [upstream] configured: fully offline node"})
+            }
+        }
+    }
+
+    pub fn map_store_error(e: crate::store::StoreError) -> ApiError {
+        super::errors::store_error(e)
+    }
+}

@@ -1,0 +1,180 @@
+//! Inbound envelopes (pushed to `POST /v1/envelopes` or pulled from the gateway): the
+//! security pipeline, then one durable write that stores the message and remembers its
+//! id for replay protection. `TASK_REQUEST`s go to the `tasks` queue (the task worker
+//! runs them), everything else to the `inbox` for local consumers.
+
+use serde_json::{json, Value};
+
+use super::core::NodeCore;
+use crate::api::ApiError;
+use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
+use crate::envelope::{open, OpenContext, OpenError, Opened};
+use crate::store::{EnqueueOutcome, NewMessage};
+use crate::telemetry::{EnvelopeReceived, MessageEvent};
+
+pub const Q_INBOX: &str = "inbox";
+pub const Q_TASKS: &str = "tasks";
+pub const Q_OUTBOX: &str = "outbox";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    Accepted { message_id: String },
+    Duplicate { message_id: String },
+}
+
+/// The record kept in the inbox / tasks queues: the decrypted payload plus who sent it.
+pub fn inbox_record(o: &Opened, payload: Value, received_at_ms: u64) -> Value {
+    json!({
+        "message_id": o.message_id,
+        "from": o.sender_node_id,
+        "payload_type": o.payload_type,
+        "payload": payload,
+        "received_at_ms": received_at_ms,
+        "created_at_ms": o.created_at_ms,
+        "expires_at_ms": o.expires_at_ms,
+    })
+}
+
+impl NodeCore {
+    fn open_envelope(&self, bytes: &[u8]) -> Result<Opened, OpenError> {
+        let attempt = |trust: &crate::envelope::TrustStore| {
+            let ctx = OpenContext {
+                me: &self.cfg.node_id,
+                keys: &self.keys,
+                trust,
+                now_ms: self.now_ms(),
+                skew_ms: self.cfg.max_clock_skew_s * 1000,
+                max_bytes: self.cfg.queue.max_message_bytes as usize,
+                max_ttl_ms: self.cfg.queue.max_ttl_s * 1000,
+            };
+            // Dedup scopes are the receiving queues; ids are unique per sender and in
+            // practice globally (UUIDv7/ULID), so either queue having it is a replay.
+            let seen = |_sender: &str, id: &str| {
+                [Q_INBOX, Q_TASKS]
+                    .iter()
+                    .any(|q| self.store.seen(q, id).unwrap_or(false))
+            };
+            open(bytes, &ctx, &seen)
+        };
+        match attempt(&self.trust()) {
+            Err(OpenError::UnknownSender) => {
+                self.reload_trust_if_stale();
+                attempt(&self.trust())
+            }
+            other => other,
+        }
+    }
+
+    pub async fn receive_envelope(&self, bytes: &[u8]) -> Result<Received, ApiError> {
+        if !self.accepting() {
+            return Err(ApiError::not_ready());
+        }
+        let opened = match self.open_envelope(bytes) {
+            Ok(o) => o,
+            Err(OpenError::Duplicate) => {
+                let (sender, id) = peek_ids(bytes);
+                MessageEvent {
+                    queue: Q_INBOX,
+                    event: "duplicate",
+                    peer: &sender,
+                    message_id: &id,
+                    reason: None,
+                }
+                .emit(&self.metrics);
+                return Ok(Received::Duplicate { message_id: id });
+            }
+            Err(e) => {
+                let (sender, id) = peek_ids(bytes);
+                EnvelopeReceived {
+                    result: e.code(),
+                    sender: &sender,
+                    message_id: &id,
+                }
+                .emit(&self.metrics);
+                self.audit_event(
+                    Event::EnvelopeRejected,
+                    Outcome::Rejected,
+                    &id,
+                    Some(&sender),
+                    Some(e.code()),
+                )
+                .await;
+                return Err(super::errors::open_error(&e));
+            }
+        };
+        let payload: Value = serde_json::from_slice(&opened.plaintext)
+            .map_err(|_| ApiError::bad_request("payload is not JSON"))?;
+        let now = self.now_ms();
+        let queue = if opened.payload_type == "TASK_REQUEST" {
+            Q_TASKS
+        } else {
+            Q_INBOX
+        };
+        let record = inbox_record(&opened, payload, now);
+        let skew_ms = self.cfg.max_clock_skew_s * 1000;
+        let msg = NewMessage {
+            queue: queue.to_string(),
+            peer: opened.sender_node_id.clone(),
+            message_id: opened.message_id.clone(),
+            payload_type: opened.payload_type.clone(),
+            priority: opened.priority.min(255) as u8,
+            created_at_ms: opened.created_at_ms,
+            expires_at_ms: opened.expires_at_ms,
+            body: serde_json::to_vec(&record).unwrap_or_default(),
+            max_attempts: None,
+            dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * skew_ms)),
+        };
+        match self.store.enqueue(msg).await {
+            Ok(EnqueueOutcome::Duplicate) => Ok(Received::Duplicate {
+                message_id: opened.message_id,
+            }),
+            Ok(_) => {
+                EnvelopeReceived {
+                    result: "accepted",
+                    sender: &opened.sender_node_id,
+                    message_id: &opened.message_id,
+                }
+                .emit(&self.metrics);
+                MessageEvent {
+                    queue,
+                    event: "enqueued",
+                    peer: &opened.sender_node_id,
+                    message_id: &opened.message_id,
+                    reason: None,
+                }
+                .emit(&self.metrics);
+                self.audit_event(
+                    Event::EnvelopeAccepted,
+                    Outcome::Ok,
+                    &opened.message_id,
+                    Some(&opened.sender_node_id),
+                    Some(&opened.payload_type),
+                )
+                .await;
+                if queue == Q_TASKS {
+                    self.tasks_waiting.notify_one();
+                }
+                Ok(Received::Accepted {
+                    message_id: opened.message_id,
+                })
+            }
+            Err(e) => {
+                self.audit_overflow(&e, &opened.message_id, &opened.sender_node_id)
+                    .await;
+                Err(NodeCore::map_store_error(e))
+            }
+        }
+    }
+}
+
+/// Best-effort sender and id of a refused envelope, for logs only (never trusted).
+fn peek_ids(bytes: &[u8]) -> (String, String) {
+    let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .map(|x| x.chars().take(100).collect())
+            .unwrap_or_default()
+    };
+    (s("sender_node_id"), s("message_id"))
+}

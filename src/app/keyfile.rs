@@ -1,0 +1,65 @@
+//! Where a role keeps its files inside the data directory, and how they are written.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::envelope::IdentityDocument;
+
+pub fn keys_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("keys.json")
+}
+
+pub fn identity_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("identity.json")
+}
+
+pub fn store_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("store")
+}
+
+/// The data dir holds keys: 0700, created if missing.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// temp + fsync + rename + fsync(dir): the file is either the old or the new one after
+/// a power cut, never half-written.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+    ));
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+pub fn write_identity(data_dir: &Path, doc: &IdentityDocument) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(doc)?;
+    bytes.push(b'\n');
+    write_atomic(&identity_path(data_dir), &bytes, 0o644)?;
+    Ok(())
+}
+
+pub fn read_identity(data_dir: &Path) -> anyhow::Result<IdentityDocument> {
+    let p = identity_path(data_dir);
+    let bytes = std::fs::read(&p)
+        .with_context(|| format!("reading {} (run `outpost init` first)", p.display()))?;
+    let doc: IdentityDocument =
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?;
+    Ok(doc)
+}

@@ -1,0 +1,77 @@
+//! The node role: opens the store and keys, builds [`NodeCore`], serves the local API,
+//! runs the background workers (sweeper, task runner, upstream sync, watchdog), and on
+//! shutdown stops accepting, drains within the deadline and closes the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::core::NodeCore;
+use super::listen;
+use crate::config::Config;
+use crate::service::Notifier;
+
+pub async fn run(
+    cfg: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let core = Arc::new(NodeCore::open(cfg.clone())?);
+    let tracker = TaskTracker::new();
+
+    // Background workers, each ending on `shutdown`.
+    tracker.spawn(super::maintenance::sweeper(core.clone(), shutdown.clone()));
+    tracker.spawn(super::tasks::worker(core.clone(), shutdown.clone()));
+    tracker.spawn(super::maintenance::watchdog(core.clone(), shutdown.clone()));
+    super::upstream::start(&core, &tracker, shutdown.clone());
+
+    let app = crate::api::node::router(core.clone());
+    listen::write_addr_file(&cfg.data_dir, addr)?;
+    core.set_ready();
+    Notifier.ready();
+    tracing::info!(event = "ready", node_id = %cfg.node_id, %addr, "node ready");
+
+    let drain = shutdown.clone();
+    let serve_core = core.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        drain.cancelled().await;
+        // From here on, new tool calls are refused before anything runs.
+        serve_core.stop_accepting();
+    });
+    // In-flight requests get the drain deadline after the signal, then are dropped
+    // (an external tool still running is killed with its process group).
+    let deadline = Duration::from_millis(cfg.drain_timeout_ms);
+    let mut serving = std::pin::pin!(std::future::IntoFuture::into_future(server));
+    tokio::select! {
+        r = &mut serving => r?,
+        _ = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(deadline).await;
+        } => {
+            tracing::warn!(
+                event = "drain_deadline_exceeded",
+                deadline_ms = cfg.drain_timeout_ms,
+                "requests still in flight at the drain deadline; dropping them"
+            );
+        }
+    }
+
+    tracker.close();
+    if tokio::time::timeout(deadline, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            event = "drain_deadline_exceeded",
+            deadline_ms = cfg.drain_timeout_ms,
+            "background work still running at the drain deadline"
+        );
+    }
+    // A last checkpoint covers everything this run appended.
+    core.checkpoint_audit().await;
+    core.close();
+    Ok(())
+}

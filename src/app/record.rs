@@ -1,0 +1,150 @@
+//! Audit records for what the node does, written through the store's group commit:
+//! the entry (and, for a successful tool call, its stored result) go in one atomic
+//! request, and the caller waits for durability without holding the audit lock.
+
+use crate::api::ApiError;
+use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditOutcome, AuditRecord};
+use crate::store::{OpOutcome, StoreError, WriteOp};
+
+use super::calls::RESULT_KEEP_MS;
+use super::core::NodeCore;
+
+impl NodeCore {
+    /// Append `record` plus `extra` ops atomically; returns `(index, leaf_hash_hex)`.
+    async fn append_durable(
+        &self,
+        record: AuditRecord,
+        extra: impl FnOnce(u64, &str) -> Vec<WriteOp>,
+    ) -> Result<(u64, String), StoreError> {
+        let now = self.now_ms();
+        let store = &self.store;
+        let submitted = self
+            .audit
+            .append_submit(vec![record], now, |first, entries| {
+                let leaf = entries
+                    .first()
+                    .map(|e| to_hex(&leaf_hash(e)))
+                    .unwrap_or_default();
+                let extra = extra(first, &leaf);
+                let mut ops: Vec<WriteOp> = entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, entry)| WriteOp::AuditAppend {
+                        index: first + i as u64,
+                        entry,
+                    })
+                    .collect();
+                ops.extend(extra);
+                store.write(ops)
+            });
+        let (hashes, handle) = match submitted {
+            Ok(x) => x,
+            Err(e) => return Err(StoreError::Corrupt(e.to_string())),
+        };
+        match handle.await {
+            Ok(outcomes) => {
+                debug_assert!(outcomes
+                    .iter()
+                    .all(|o| matches!(o, OpOutcome::Done | OpOutcome::Enqueued(_))));
+                let (index, leaf) = hashes[0];
+                Ok((index, to_hex(&leaf)))
+            }
+            Err(e) => {
+                self.audit.mark_failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// A successful tool call: audit entry and stored result in one durable batch.
+    pub async fn record_tool_success(
+        &self,
+        job_id: &str,
+        tool: &str,
+        actor: &str,
+        args_sha: &str,
+        result_sha: &str,
+        body_for: impl FnOnce(u64, &str) -> serde_json::Value,
+    ) -> Result<(u64, String, serde_json::Value), ApiError> {
+        let mut rec = AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok);
+        rec.job_id = Some(job_id.into());
+        rec.tool_name = Some(tool.into());
+        rec.actor = Some(actor.into());
+        rec.args_sha256 = Some(args_sha.into());
+        rec.result_sha256 = Some(result_sha.into());
+        // The answer carries the entry's index and leaf hash, known only under the
+        // audit lock: build it there, and store it in the same atomic request.
+        let keep = self.now_ms() + RESULT_KEEP_MS;
+        let mut body = serde_json::Value::Null;
+        let (index, leaf) = self
+            .append_durable(rec, |index, leaf| {
+                body = body_for(index, leaf);
+                vec![WriteOp::ResultPut {
+                    job_id: job_id.to_string(),
+                    result: serde_json::to_vec(&body).unwrap_or_default(),
+                    keep_until_ms: keep,
+                }]
+            })
+            .await
+            .map_err(NodeCore::map_store_error)?;
+        Ok((index, leaf, body))
+    }
+
+    /// A refused, failed or timed-out call. Best effort: the refusal is answered even
+    /// if the disk is full, and the failure to record it is logged loudly.
+    pub async fn audit_call_outcome(
+        &self,
+        job_id: &str,
+        tool: &str,
+        actor: &str,
+        args_sha: &str,
+        outcome: AuditOutcome,
+        detail: &str,
+    ) {
+        let mut rec = AuditRecord::new(AuditEvent::ToolCall, outcome);
+        rec.job_id = Some(job_id.into());
+        rec.tool_name = Some(tool.into());
+        rec.actor = Some(actor.into());
+        rec.args_sha256 = Some(args_sha.into());
+        rec.detail = Some(detail.into());
+        if let Err(e) = self.append_durable(rec, |_, _| Vec::new()).await {
+            tracing::error!(event = "audit_append_failed", job_id, error = %e);
+        }
+    }
+
+    /// A write refused for lack of room (queue cap or byte budget / full disk). On a full
+    /// disk this entry may not make it either; the refusal is still answered and logged.
+    pub async fn audit_overflow(&self, e: &StoreError, message_id: &str, peer: &str) {
+        let detail = match e {
+            StoreError::QueueFull { .. } => "queue_full",
+            StoreError::StorageFull => "storage_full",
+            _ => return,
+        };
+        self.audit_event(
+            AuditEvent::Overflow,
+            AuditOutcome::Overflow,
+            message_id,
+            Some(peer),
+            Some(detail),
+        )
+        .await;
+    }
+
+    /// Envelope accepted/rejected, expiry, dead letter, overflow.
+    pub async fn audit_event(
+        &self,
+        event: AuditEvent,
+        outcome: AuditOutcome,
+        message_id: &str,
+        actor: Option<&str>,
+        detail: Option<&str>,
+    ) {
+        let mut rec = AuditRecord::new(event, outcome);
+        rec.message_id = (!message_id.is_empty()).then(|| message_id.to_string());
+        rec.actor = actor.filter(|a| !a.is_empty()).map(str::to_string);
+        rec.detail = detail.map(str::to_string);
+        if let Err(e) = self.append_durable(rec, |_, _| Vec::new()).await {
+            tracing::error!(event = "audit_append_failed", message_id, error = %e);
+        }
+    }
+}

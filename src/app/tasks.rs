@@ -1,0 +1,133 @@
+//! The task worker: runs `TASK_REQUEST`s from the `tasks` queue as local tool calls
+//! (token inside the payload), seals the `TASK_RESULT` to the requester into the
+//! outbox, then acks the task. A crash between the two re-runs the task on restart,
+//! and `job_id` idempotency answers it from the stored result without running the
+//! tool again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::calls::ToolCallRequest;
+use super::core::NodeCore;
+use super::inbound::Q_TASKS;
+use super::outbox::{task_result_err, task_result_ok};
+
+pub async fn worker(core: Arc<NodeCore>, shutdown: CancellationToken) {
+    loop {
+        let did = run_ready_tasks(&core, &shutdown).await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if did == 0 {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = core.tasks_waiting.notified() => {}
+                // Retry tasks whose result could not be queued (disk or outbox full).
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        }
+    }
+}
+
+async fn run_ready_tasks(core: &NodeCore, shutdown: &CancellationToken) -> usize {
+    let now = core.now_ms();
+    let peers = match core.store.peers(Q_TASKS) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(event = "task_scan_failed", error = %e);
+            return 0;
+        }
+    };
+    let mut done = 0;
+    for peer in peers {
+        let batch = match core.store.next_batch(Q_TASKS, &peer, 16, now) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(event = "task_scan_failed", error = %e);
+                continue;
+            }
+        };
+        for m in batch {
+            if shutdown.is_cancelled() {
+                return done;
+            }
+            run_one(core, &peer, &m.message_id, &m.body).await;
+            done += 1;
+        }
+    }
+    done
+}
+
+async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]) {
+    let record: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let payload = record.get("payload").cloned().unwrap_or(Value::Null);
+    let req: Result<ToolCallRequest, _> = serde_json::from_value(payload.clone());
+    let job_id = payload
+        .get("job_id")
+        .and_then(|j| j.as_str())
+        .unwrap_or(message_id)
+        .to_string();
+    let result = match req {
+        Ok(mut r) => {
+            r.job_id.get_or_insert_with(|| job_id.clone());
+            match core.tool_call(r, requester).await {
+                Ok(body) => task_result_ok(&job_id, &body),
+                Err(e) if e.code == "not_ready" => return, // shutting down: leave it queued
+                Err(e) => task_result_err(&job_id, &e),
+            }
+        }
+        Err(e) => task_result_err(
+            &job_id,
+            &crate::api::ApiError::bad_request(format!("TASK_REQUEST payload: {e}")),
+        ),
+    };
+    match core.queue_task_result(requester, result).await {
+        Ok(_) => {
+            if let Err(e) = core
+                .store
+                .ack(
+                    Q_TASKS,
+                    requester,
+                    vec![message_id.to_string()],
+                    core.now_ms(),
+                )
+                .await
+            {
+                tracing::warn!(event = "task_ack_failed", message_id, error = %e);
+            }
+        }
+        Err(e) if e.status.is_server_error() || e.status.as_u16() == 429 => {
+            // Outbox full, disk full, shutting down: keep the task; it is retried on the
+            // next pass and answered from the stored result.
+            tracing::warn!(event = "task_result_not_queued", message_id, code = e.code);
+        }
+        Err(e) => {
+            // The result can never be sealed (e.g. the requester is not in the trust
+            // store): retrying would loop forever. Drop the task, loudly and audited.
+            tracing::error!(event = "task_result_undeliverable", message_id, requester, code = e.code, reason = %e.message);
+            core.audit_event(
+                crate::audit::AuditEvent::DeadLetter,
+                crate::audit::AuditOutcome::Dead,
+                message_id,
+                Some(requester),
+                Some(e.code),
+            )
+            .await;
+            if let Err(err) = core
+                .store
+                .ack(
+                    Q_TASKS,
+                    requester,
+                    vec![message_id.to_string()],
+                    core.now_ms(),
+                )
+                .await
+            {
+                tracing::warn!(event = "task_ack_failed", message_id, error = %err);
+            }
+        }
+    }
+}

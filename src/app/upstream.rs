@@ -1,0 +1,120 @@
+//! Starting the node's link to its gateway (the sync loop), when `[upstream]` is set.
+//!
+//! The glue between [`crate::sync`] and [`NodeCore`]: pulled envelopes enter the same
+//! receive pipeline as `POST /v1/envelopes`; audit batches come from
+//! `AuditLog::sync_batch`; the [`SyncHandle`] shows up in `/v1/status` and is woken when
+//! the outbox gets work.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::core::{NodeCore, Upstream};
+use super::inbound::Received;
+use crate::audit::SyncBatch;
+use crate::sync::{BoxFuture, InboundOutcome, NodeLink, SyncDeps, SyncHandle};
+
+struct Link(Arc<NodeCore>);
+
+impl NodeLink for Link {
+    fn receive(&self, envelope_json: Vec<u8>) -> BoxFuture<'_, InboundOutcome> {
+        Box::pin(async move {
+            match self.0.receive_envelope(&envelope_json).await {
+                Ok(Received::Accepted { .. }) => InboundOutcome::Accepted,
+                Ok(Received::Duplicate { .. }) => InboundOutcome::Duplicate,
+                // Our own trouble (store full, shutting down): keep it queued upstream.
+                Err(e) if e.status.is_server_error() || e.status.as_u16() == 429 => {
+                    InboundOutcome::Retry
+                }
+                Err(e) => InboundOutcome::Rejected {
+                    code: e.code.to_string(),
+                },
+            }
+        })
+    }
+
+    fn outbound_failed<'a>(
+        &'a self,
+        event: &'static str,
+        peer: &'a str,
+        message_id: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            crate::telemetry::MessageEvent {
+                queue: super::inbound::Q_OUTBOX,
+                event,
+                peer,
+                message_id,
+                reason: Some(reason),
+            }
+            .emit(&self.0.metrics);
+            let (ev, outcome) = if event == "dead" {
+                (
+                    crate::audit::AuditEvent::DeadLetter,
+                    crate::audit::AuditOutcome::Dead,
+                )
+            } else {
+                (
+                    crate::audit::AuditEvent::EnvelopeRejected,
+                    crate::audit::AuditOutcome::Rejected,
+                )
+            };
+            self.0
+                .audit_event(ev, outcome, message_id, Some(peer), Some(reason))
+                .await;
+        })
+    }
+
+    fn audit_batch(
+        &self,
+        confirmed_size: u64,
+        max_entries: usize,
+    ) -> BoxFuture<'_, Result<Option<SyncBatch>, String>> {
+        let core = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                if core.audit.size() <= confirmed_size {
+                    return Ok(None);
+                }
+                core.audit
+                    .sync_batch(
+                        confirmed_size,
+                        max_entries,
+                        core.keys.signing_key(),
+                        &core.cfg.node_id,
+                    )
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        })
+    }
+}
+
+impl Upstream for SyncHandle {
+    fn status_json(&self) -> Value {
+        SyncHandle::status_json(self)
+    }
+    fn wake(&self) {
+        SyncHandle::wake(self)
+    }
+}
+
+pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: CancellationToken) {
+    let deps = SyncDeps {
+        cfg: core.cfg.clone(),
+        store: core.store.clone(),
+        keys: core.keys.clone(),
+        metrics: core.metrics.clone(),
+        node: Arc::new(Link(core.clone())),
+    };
+    match crate::sync::spawn(deps, tracker, shutdown) {
+        Ok(Some(h)) => core.set_upstream(Arc::new(h)),
+        Ok(None) => {}
+        Err(e) => tracing::error!(event = "upstream_setup_failed", error = %e),
+    }
+}

@@ -1,0 +1,102 @@
+//! Read-side views the API serves: inbox listing/ack, message status.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Value};
+
+use super::core::NodeCore;
+use super::inbound::Q_INBOX;
+use crate::api::ApiError;
+use crate::telemetry::MessageEvent;
+
+impl NodeCore {
+    /// Unacknowledged inbox messages, oldest first (per sender FIFO, senders in order).
+    pub fn inbox_list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Value>, ApiError> {
+        let now = self.now_ms();
+        let page = self
+            .store
+            .list(Q_INBOX, from, None, limit)
+            .map_err(NodeCore::map_store_error)?;
+        let mut out: Vec<(u64, Value)> = page
+            .items
+            .into_iter()
+            .filter(|m| m.expires_at_ms > now)
+            .filter_map(|m| {
+                let v: Value = serde_json::from_slice(&m.body).ok()?;
+                let received = v["received_at_ms"].as_u64().unwrap_or(0);
+                Some((
+                    received,
+                    json!({
+                        "message_id": m.message_id,
+                        "from": v["from"],
+                        "payload_type": v["payload_type"],
+                        "payload": v["payload"],
+                        "received_at_ms": received,
+                        "expires_at_ms": m.expires_at_ms,
+                    }),
+                ))
+            })
+            .collect();
+        out.sort_by_key(|(t, _)| *t);
+        Ok(out.into_iter().map(|(_, v)| v).collect())
+    }
+
+    pub async fn inbox_ack(&self, message_id: &str) -> Result<(), ApiError> {
+        let Some(st) = self
+            .store
+            .status(message_id)
+            .map_err(NodeCore::map_store_error)?
+        else {
+            return Err(ApiError::not_found("not_found", "no such inbox message"));
+        };
+        if st.queue != Q_INBOX {
+            return Err(ApiError::not_found("not_found", "no such inbox message"));
+        }
+        let out = self
+            .store
+            .ack(
+                Q_INBOX,
+                &st.peer,
+                vec![message_id.to_string()],
+                self.now_ms(),
+            )
+            .await
+            .map_err(NodeCore::map_store_error)?;
+        if out.iter().any(|a| a.was_stored) {
+            MessageEvent {
+                queue: Q_INBOX,
+                event: "delivered",
+                peer: &st.peer,
+                message_id,
+                reason: None,
+            }
+            .emit(&self.metrics);
+        }
+        Ok(())
+    }
+
+    pub fn message_status(&self, message_id: &str) -> Result<Option<Value>, ApiError> {
+        let st = self
+            .store
+            .status(message_id)
+            .map_err(NodeCore::map_store_error)?;
+        Ok(st.map(|s| {
+            let mut v = json!({
+                "message_id": message_id,
+                "state": s.state.as_str(),
+                "queue": s.queue,
+                "peer": s.peer,
+                "attempts": s.attempts,
+                "next_attempt_at": s.next_attempt_at_ms,
+            });
+            if let Some(r) = s.reason {
+                v["reason"] = json!(r);
+            }
+            v
+        }))
+    }
+
+    pub fn store_writable(&self) -> bool {
+        self.store_ok.load(Ordering::Relaxed)
+    }
+}

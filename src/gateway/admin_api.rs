@@ -1,0 +1,173 @@
+//! Gateway inbox (messages nodes sent upstream, other than results), token revocation,
+//! and the health/metrics endpoints.
+
+use std::sync::Arc;
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::require;
+use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_INBOX};
+use crate::api::json::JsonBody;
+use crate::api::{ApiError, ApiResult};
+use crate::token::Need;
+
+#[derive(Debug, Deserialize)]
+pub struct InboxQuery {
+    pub from: Option<String>,
+}
+
+/// `GET /v1/inbox?from=ID`: oldest first, decrypted, same shape as the node's inbox.
+pub async fn inbox(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<InboxQuery>,
+) -> ApiResult<Json<Value>> {
+    require(&gw, &headers, Need::Scope("admin"))?;
+    let page = gw
+        .store
+        .list(Q_INBOX, q.from.as_deref(), None, 500)
+        .map_err(store_error)?;
+    let messages: Vec<Value> = page
+        .items
+        .iter()
+        .filter_map(|m| serde_json::from_slice(&m.body).ok())
+        .collect();
+    Ok(Json(json!({"messages": messages})))
+}
+
+/// `POST /v1/inbox/{message_id}/ack`.
+pub async fn inbox_ack(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    require(&gw, &headers, Need::Scope("admin"))?;
+    let st = gw.store.status(&id).map_err(store_error)?;
+    let Some(st) = st.filter(|s| s.queue == Q_INBOX) else {
+        return Err(ApiError::not_found("not_found", "no such inbox message"));
+    };
+    let out = gw
+        .store
+        .ack(Q_INBOX, &st.peer, vec![id.clone()], gw.now_ms())
+        .await
+        .map_err(store_error)?;
+    let acked = out.iter().any(|a| a.was_stored);
+    Ok(Json(json!({"ok": true, "message_id": id, "acked": acked})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeBody {
+    pub jti: String,
+}
+
+/// `POST /v1/revocations` (admin): add a token id to the list nodes fetch.
+pub async fn revoke(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<RevokeBody>,
+) -> ApiResult<Response> {
+    require(&gw, &headers, Need::Scope("admin"))?;
+    if b.jti.is_empty() || b.jti.len() > 128 {
+        return Err(ApiError::bad_request("jti must be 1..=128 characters"));
+    }
+    // Serialised by the audit lock so two revocations never take the same version.
+    let _g = gw.audit.lock().await;
+    let rows = gw.store.kv_list(KV_REVOCATIONS).map_err(store_error)?;
+    if rows.iter().any(|(_, v)| v.as_slice() == b.jti.as_bytes()) {
+        return Ok(Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response());
+    }
+    let version = rows
+        .iter()
+        .filter_map(|(k, _)| k.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    gw.store
+        .kv_put(
+            KV_REVOCATIONS,
+            &format!("{version:020}"),
+            b.jti.clone().into_bytes(),
+        )
+        .await
+        .map_err(store_error)?;
+    tracing::info!(event = "token_revoked", jti = %b.jti, version);
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"ok": true, "jti": b.jti, "version": version})),
+    )
+        .into_response())
+}
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+pub async fn readyz(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
+    if gw.is_ready() {
+        Ok(Json(json!({"status": "ready"})))
+    } else {
+        Err(ApiError::not_ready())
+    }
+}
+
+pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    if let Ok(stats) = gw.store.queue_stats(gw.now_ms()) {
+        let depth = stats
+            .iter()
+            .map(|s| (vec![s.queue.clone(), s.peer.clone()], s.depth as f64))
+            .collect();
+        let age = stats
+            .iter()
+            .map(|s| (vec![s.queue.clone(), s.peer.clone()], s.oldest_age_s as f64))
+            .collect();
+        gw.metrics.queue_depth.replace_all(depth);
+        gw.metrics.queue_oldest_age_seconds.replace_all(age);
+        gw.metrics
+            .store_bytes
+            .set(&[], stats.iter().map(|s| s.bytes as f64).sum());
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        gw.metrics.render(),
+    )
+        .into_response()
+}
+
+/// `GET /v1/status`, the node's shape where it applies (`outpost status` reads it):
+/// open on loopback, otherwise a `read` token is needed — the queue list names nodes.
+pub async fn status(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    if !peer.ip().is_loopback() {
+        require(&gw, &headers, Need::Scope("read"))?;
+    }
+    let now = gw.now_ms();
+    let queues: Vec<Value> = gw
+        .store
+        .queue_stats(now)
+        .map_err(store_error)?
+        .into_iter()
+        .map(|s| json!({"queue": s.queue, "peer": s.peer, "depth": s.depth, "oldest_age_s": s.oldest_age_s}))
+        .collect();
+    let nodes = gw.trust().list().filter(|p| p.doc.role == "node").count();
+    Ok(Json(json!({
+        "node_id": gw.cfg.node_id,
+        "role": "gateway",
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": now.saturating_sub(gw.started_ms) / 1000,
+        "upstream": {"state": "none", "detail": "this is the gateway"},
+        "audit": {"size": 0, "synced_size": 0},
+        "nodes_enrolled": nodes,
+        "queues": queues,
+    })))
+}

@@ -1,0 +1,142 @@
+//! Who may call what at the gateway.
+//!
+//! - Client side: a bearer PASETO token whose audience is this gateway (or `*`), issued
+//!   by the gateway's own key or a trust-store peer marked `issue`, with `admin` or the
+//!   scope the route needs.
+//! - Node side: every request signed by the node (SPEC §6 headers), within the clock
+//!   skew, never seen before, from a trusted node with `send`, and for its own path.
+//!   Anything else is 401 — one code, so a prober learns nothing about which check failed.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderMap, StatusCode};
+
+use super::state::Gateway;
+use crate::api::ApiError;
+use crate::envelope::{
+    verify_request, RequestSigError, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+};
+use crate::token::{check, Decision, Need, Request as TokenRequest};
+
+/// The bearer token of a request, if any.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// Check the caller's bearer token for `need`; returns the token subject.
+pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<String, ApiError> {
+    let token = bearer(headers).unwrap_or("");
+    let req = TokenRequest {
+        node_id: &gw.cfg.node_id,
+        need,
+    };
+    let decide = |trust: &crate::envelope::TrustStore| {
+        check(token, &req, gw.now_ms(), gw.skew_ms(), trust, &|jti| {
+            gw.revoked(jti)
+        })
+    };
+    let mut d = decide(&gw.trust());
+    if let Decision::Deny { reason, .. } = &d {
+        if reason.as_str() == "unknown_issuer" {
+            gw.reload_trust_if_stale();
+            d = decide(&gw.trust());
+        }
+    }
+    match d {
+        Decision::Allow { claims } => Ok(claims.sub),
+        Decision::Deny { code, reason } => {
+            let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::FORBIDDEN);
+            Err(ApiError::new(
+                status,
+                code.as_str(),
+                format!("token refused: {}", reason.as_str()),
+            ))
+        }
+    }
+}
+
+/// A node-side request that passed signature verification. `body` is exactly the bytes
+/// that were signed.
+pub struct SignedNode {
+    pub node_id: String,
+    pub body: Bytes,
+}
+
+fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+impl FromRequest<Arc<Gateway>> for SignedNode {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, gw: &Arc<Gateway>) -> Result<Self, ApiError> {
+        let unauthorized = |why: &str| {
+            tracing::warn!(event = "node_request_refused", reason = why);
+            ApiError::unauthorized("request signature missing or invalid")
+        };
+        let (parts, body) = req.into_parts();
+        let node_id = header_str(&parts.headers, HEADER_NODE)
+            .ok_or_else(|| unauthorized("no Outpost-Node"))?
+            .to_string();
+        let ts = header_str(&parts.headers, HEADER_TIMESTAMP)
+            .ok_or_else(|| unauthorized("no Outpost-Timestamp"))?
+            .to_string();
+        let sig = header_str(&parts.headers, HEADER_SIGNATURE)
+            .ok_or_else(|| unauthorized("no Outpost-Signature"))?
+            .to_string();
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| parts.uri.path().to_string());
+        let limit = gw.cfg.max_body_bytes as usize;
+        let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "request body exceeds the configured limit",
+            )
+        })?;
+        let verify = |trust: &crate::envelope::TrustStore| {
+            verify_request(
+                trust,
+                &node_id,
+                parts.method.as_str(),
+                &path_and_query,
+                &ts,
+                &sig,
+                &body,
+                gw.now_ms(),
+                gw.skew_ms(),
+            )
+        };
+        let mut r = verify(&gw.trust());
+        if r == Err(RequestSigError::UnknownNode) {
+            gw.reload_trust_if_stale();
+            r = verify(&gw.trust());
+        }
+        let v = r.map_err(|e| unauthorized(&e.to_string()))?;
+        if !v.rights.send {
+            return Err(unauthorized("peer lacks the send right"));
+        }
+        // The path names the node; it must be the signer.
+        let path_node = parts.uri.path().split('/').nth(3).unwrap_or("");
+        if path_node != node_id {
+            return Err(unauthorized("path names another node"));
+        }
+        {
+            let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
+            seen.insert(&v, gw.now_ms())
+                .map_err(|e| unauthorized(&e.to_string()))?;
+        }
+        gw.seen(&node_id);
+        Ok(SignedNode { node_id, body })
+    }
+}

@@ -1,0 +1,206 @@
+//! Node side of the gateway (SPEC §6): long-poll pull, ack, upload, revocations.
+//! Every handler takes a [`SignedNode`], so nothing here runs for an unsigned request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::SignedNode;
+use super::events::GatewayEvent;
+use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_NODE};
+use crate::api::json::parse;
+use crate::api::{ApiError, ApiResult};
+use crate::store::{OpOutcome, WriteOp};
+use crate::telemetry::MessageEvent;
+
+/// Upper bound of a long-poll, whatever the node asks for.
+pub const MAX_WAIT_S: u64 = 60;
+pub const MAX_BATCH: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+pub struct PullQuery {
+    pub wait_s: Option<u64>,
+    pub max: Option<usize>,
+}
+
+/// Decrements the poll count however the handler ends (answer, disconnect, shutdown).
+struct PollGuard<'a>(&'a Gateway, &'a str);
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.0.poll_ended(self.1);
+    }
+}
+
+/// `GET /v1/nodes/{id}/pull?wait_s=&max=`: `{"pending_count","envelopes":[…]}` in queue
+/// order (stored messages first, because they were queued first). Waits on the node's
+/// `Notify` until something is queued, the wait ends or the gateway shuts down.
+pub async fn pull(
+    State(gw): State<Arc<Gateway>>,
+    Query(q): Query<PullQuery>,
+    signed: SignedNode,
+) -> ApiResult<Json<Value>> {
+    let node = signed.node_id.as_str();
+    let wait = Duration::from_secs(q.wait_s.unwrap_or(0).min(MAX_WAIT_S));
+    let max = q
+        .max
+        .unwrap_or(gw.cfg.queue.flush_batch as usize)
+        .clamp(1, MAX_BATCH);
+    gw.poll_started(node);
+    let _guard = PollGuard(&gw, node);
+    let deadline = tokio::time::Instant::now() + wait;
+    let waker = gw.waker(node);
+    let batch = loop {
+        // Register interest before looking, so an enqueue between the look and the
+        // wait still wakes us.
+        let notified = waker.notified();
+        let batch = gw
+            .store
+            .next_batch(Q_NODE, node, max, gw.now_ms())
+            .map_err(store_error)?;
+        if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
+            break batch;
+        }
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = gw.shutdown.cancelled() => break batch,
+        }
+    };
+    let pending = gw.store.pending(Q_NODE, node).map_err(store_error)?;
+    let ids: Vec<String> = batch.iter().map(|m| m.message_id.clone()).collect();
+    if !ids.is_empty() {
+        gw.store
+            .mark_delivering(Q_NODE, node, ids)
+            .await
+            .map_err(store_error)?;
+    }
+    let envelopes: Vec<Value> = batch
+        .iter()
+        .filter_map(|m| serde_json::from_slice(&m.body).ok())
+        .collect();
+    Ok(Json(
+        json!({"pending_count": pending, "envelopes": envelopes}),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AckBody {
+    message_ids: Vec<String>,
+    /// Envelopes the node's pipeline refused: they leave the queue too (a resend would
+    /// be refused again) but are reported as `rejected`, not `delivered`.
+    #[serde(default)]
+    rejected: Vec<RejectedId>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RejectedId {
+    id: String,
+    code: String,
+}
+
+/// `POST /v1/nodes/{id}/ack`: removes the messages from the node's queue and emits
+/// `delivered` (with `was_stored`) — or `rejected` with the node's code — for each that
+/// was there.
+pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
+    let body: AckBody = parse(&signed.body)?;
+    if body.message_ids.len() + body.rejected.len() > MAX_BATCH {
+        return Err(ApiError::bad_request("at most 1000 ids per ack"));
+    }
+    let node = signed.node_id;
+    let now = gw.now_ms();
+    let mut ops = vec![WriteOp::Ack {
+        queue: Q_NODE.into(),
+        peer: node.clone(),
+        ids: body.message_ids,
+        now_ms: now,
+    }];
+    for r in &body.rejected {
+        ops.push(WriteOp::Ack {
+            queue: Q_NODE.into(),
+            peer: node.clone(),
+            ids: vec![r.id.clone()],
+            now_ms: now,
+        });
+        ops.push(WriteOp::Reject {
+            queue: Q_NODE.into(),
+            peer: node.clone(),
+            message_id: r.id.clone(),
+            reason: r.code.chars().take(64).collect(),
+            now_ms: now,
+        });
+    }
+    let out = gw.store.write(ops).await.map_err(store_error)?;
+    let removed: Vec<String> = out
+        .into_iter()
+        .filter_map(|o| match o {
+            OpOutcome::Acked(a) => Some(a),
+            _ => None,
+        })
+        .flatten()
+        .filter(|a| a.was_stored)
+        .map(|a| a.message_id)
+        .collect();
+    let mut acked = Vec::new();
+    for id in removed {
+        let was_stored = gw.take_was_stored(&id);
+        let rejected = body.rejected.iter().find(|r| r.id == id);
+        MessageEvent {
+            queue: Q_NODE,
+            event: if rejected.is_some() {
+                "rejected"
+            } else {
+                "delivered"
+            },
+            peer: &node,
+            message_id: &id,
+            reason: rejected.map(|r| r.code.as_str()),
+        }
+        .emit(&gw.metrics);
+        gw.publish(match rejected {
+            Some(r) => GatewayEvent::Rejected {
+                message_id: id.clone(),
+                node_id: node.clone(),
+                code: r.code.clone(),
+            },
+            None => GatewayEvent::Delivered {
+                message_id: id.clone(),
+                node_id: node.clone(),
+                was_stored,
+            },
+        });
+        acked.push(id);
+    }
+    Ok(Json(json!({"acked": acked})))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SinceQuery {
+    pub since: Option<u64>,
+}
+
+/// `GET /v1/nodes/{id}/revocations?since=N`: revoked token ids added after version N,
+/// and the current version to pass next time.
+pub async fn revocations(
+    State(gw): State<Arc<Gateway>>,
+    Query(q): Query<SinceQuery>,
+    _signed: SignedNode,
+) -> ApiResult<Json<Value>> {
+    let since = q.since.unwrap_or(0);
+    let rows = gw.store.kv_list(KV_REVOCATIONS).map_err(store_error)?;
+    let mut version = 0;
+    let mut revoked = Vec::new();
+    for (k, v) in rows {
+        let n: u64 = k.parse().unwrap_or(0);
+        version = version.max(n);
+        if n > since {
+            revoked.push(String::from_utf8_lossy(&v).into_owned());
+        }
+    }
+    Ok(Json(json!({"version": version, "revoked": revoked})))
+}

@@ -1,0 +1,306 @@
+//! What every gateway handler and task shares: config, store, keys, trust, events,
+//! per-node wake-ups and liveness.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{Bus, GatewayEvent};
+use super::liveness::{classify, Liveness};
+use crate::api::ApiError;
+use crate::audit::Frontier;
+use crate::config::Config;
+use crate::envelope::{IdentityDocument, Keys, Rights, SeenSignatures, TrustStore};
+use crate::store::{Store, StoreError};
+use crate::telemetry::Metrics;
+
+/// Queue (store namespace) of messages waiting for a node; `peer` = the node id.
+pub const Q_NODE: &str = "to_node";
+/// Queue of non-result messages nodes sent to the gateway; `peer` = the sender.
+pub const Q_INBOX: &str = "inbox";
+/// Dedup scope for results received.
+pub const SCOPE_RESULTS: &str = "results";
+/// KV: trust store (same record the CLI's `trust add` writes).
+pub const KV_TRUST: &str = "trust";
+/// KV: job_id → message_id of the TASK_REQUEST.
+pub const KV_JOBS: &str = "gw_jobs";
+/// KV: message_id of a TASK_REQUEST → its TASK_RESULT payload (JSON).
+pub const KV_RESULTS: &str = "gw_results";
+/// KV: revoked token ids, key = zero-padded version, value = jti.
+pub const KV_REVOCATIONS: &str = "gw_revocations";
+
+/// Per-node runtime state (not persisted: after a restart every node is `offline` until
+/// it calls in, which is the truth as far as this process knows).
+#[derive(Debug, Default)]
+pub struct NodeLive {
+    pub last_seen_ms: Option<u64>,
+    pub polling: u32,
+    pub online: bool,
+}
+
+pub struct Gateway {
+    pub cfg: Arc<Config>,
+    pub store: Store,
+    pub keys: Arc<Keys>,
+    pub me: IdentityDocument,
+    trust: RwLock<Arc<TrustStore>>,
+    last_trust_reload_ms: AtomicU64,
+    pub metrics: Arc<Metrics>,
+    pub bus: Bus,
+    pub shutdown: CancellationToken,
+    wake: Mutex<HashMap<String, Arc<Notify>>>,
+    live: Mutex<HashMap<String, NodeLive>>,
+    /// Messages enqueued while their node was connected: acked as `was_stored: false`.
+    live_sent: Mutex<HashSet<String>>,
+    pub seen_sigs: Mutex<SeenSignatures>,
+    /// Per-node audit frontier, loaded lazily from the KV rows; the lock also serialises
+    /// audit uploads per gateway so two cannot interleave.
+    pub audit: tokio::sync::Mutex<HashMap<String, Frontier>>,
+    pub progress: AtomicU64,
+    pub started_ms: u64,
+    ready: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Gateway {
+    pub fn new(
+        cfg: Config,
+        store: Store,
+        keys: Keys,
+        trust: TrustStore,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let skew_ms = cfg.max_clock_skew_s * 1000;
+        let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
+        let started_ms = store.now_ms();
+        Self {
+            cfg: Arc::new(cfg),
+            store,
+            keys: Arc::new(keys),
+            me,
+            trust: RwLock::new(Arc::new(trust)),
+            last_trust_reload_ms: AtomicU64::new(0),
+            metrics: Arc::new(Metrics::new()),
+            bus: Bus::new(),
+            shutdown,
+            wake: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+            live_sent: Mutex::new(HashSet::new()),
+            seen_sigs: Mutex::new(SeenSignatures::new(skew_ms, 1_000_000)),
+            audit: tokio::sync::Mutex::new(HashMap::new()),
+            progress: AtomicU64::new(0),
+            started_ms,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.store.now_ms()
+    }
+
+    pub fn skew_ms(&self) -> u64 {
+        self.cfg.max_clock_skew_s * 1000
+    }
+
+    pub fn set_ready(&self, r: bool) {
+        self.ready.store(r, Ordering::SeqCst);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && !self.shutdown.is_cancelled()
+    }
+
+    pub fn publish(&self, ev: GatewayEvent) {
+        self.bus.publish(self.now_ms(), ev);
+    }
+
+    /// Peers plus the gateway itself as an issuer, so tokens it minted (or an operator
+    /// issued with `outpost token issue` on the gateway) verify here.
+    pub fn trust(&self) -> Arc<TrustStore> {
+        self.trust
+            .read()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// `outpost trust add` writes the store while we run: on an unknown peer, re-read
+    /// (at most once a second) before refusing.
+    pub fn reload_trust_if_stale(&self) {
+        let now = self.now_ms();
+        let last = self.last_trust_reload_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1_000 {
+            return;
+        }
+        self.last_trust_reload_ms.store(now, Ordering::Relaxed);
+        match load_trust(&self.store, &self.me) {
+            Ok(t) => {
+                if let Ok(mut g) = self.trust.write() {
+                    *g = Arc::new(t);
+                }
+            }
+            Err(e) => tracing::warn!(event = "trust_reload_failed", error = %e),
+        }
+    }
+
+    /// An enrolled node: in the trust store with role `node`.
+    pub fn enrolled(&self, node_id: &str) -> Option<IdentityDocument> {
+        let find = |t: &TrustStore| {
+            t.get(node_id)
+                .filter(|p| p.doc.role == "node")
+                .map(|p| p.doc.clone())
+        };
+        find(&self.trust()).or_else(|| {
+            self.reload_trust_if_stale();
+            find(&self.trust())
+        })
+    }
+
+    pub fn waker(&self, node_id: &str) -> Arc<Notify> {
+        lock(&self.wake)
+            .entry(node_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Wake a node's long-poll (something was queued for it).
+    pub fn wake_node(&self, node_id: &str) {
+        self.waker(node_id).notify_waiters();
+    }
+
+    /// A signed request from `node_id` arrived: update liveness, emit `node_online` on
+    /// the transition.
+    pub fn seen(&self, node_id: &str) {
+        let now = self.now_ms();
+        let became_online = {
+            let mut g = lock(&self.live);
+            let e = g.entry(node_id.to_string()).or_default();
+            e.last_seen_ms = Some(now);
+            let was = e.online;
+            e.online = true;
+            !was
+        };
+        if became_online {
+            tracing::info!(event = "node_online", node_id);
+            self.publish(GatewayEvent::NodeOnline {
+                node_id: node_id.to_string(),
+            });
+        }
+    }
+
+    pub fn poll_started(&self, node_id: &str) {
+        lock(&self.live)
+            .entry(node_id.to_string())
+            .or_default()
+            .polling += 1;
+    }
+
+    pub fn poll_ended(&self, node_id: &str) {
+        let now = self.now_ms();
+        let mut g = lock(&self.live);
+        let e = g.entry(node_id.to_string()).or_default();
+        e.polling = e.polling.saturating_sub(1);
+        e.last_seen_ms = Some(now);
+    }
+
+    pub fn liveness(&self, node_id: &str) -> (Liveness, Option<u64>) {
+        let now = self.now_ms();
+        let g = lock(&self.live);
+        match g.get(node_id) {
+            Some(e) => (classify(e.last_seen_ms, e.polling > 0, now), e.last_seen_ms),
+            None => (Liveness::Offline, None),
+        }
+    }
+
+    /// Holding a long-poll right now: a message queued now goes out at once.
+    pub fn polling(&self, node_id: &str) -> bool {
+        lock(&self.live).get(node_id).is_some_and(|e| e.polling > 0)
+    }
+
+    /// Connected = online (polling now or heard from within 30 s).
+    pub fn connected(&self, node_id: &str) -> bool {
+        self.liveness(node_id).0 == Liveness::Online
+    }
+
+    /// Emit `node_offline` for nodes that stopped being online (called by the sweeper).
+    pub fn check_offline(&self) {
+        let now = self.now_ms();
+        let gone: Vec<String> = {
+            let mut g = lock(&self.live);
+            g.iter_mut()
+                .filter(|(_, e)| {
+                    e.online && classify(e.last_seen_ms, e.polling > 0, now) != Liveness::Online
+                })
+                .map(|(id, e)| {
+                    e.online = false;
+                    id.clone()
+                })
+                .collect()
+        };
+        for node_id in gone {
+            tracing::warn!(event = "node_offline", node_id = %node_id);
+            self.publish(GatewayEvent::NodeOffline { node_id });
+        }
+    }
+
+    pub fn mark_live_sent(&self, message_id: &str) {
+        let mut g = lock(&self.live_sent);
+        if g.len() > 100_000 {
+            g.clear();
+        }
+        g.insert(message_id.to_string());
+    }
+
+    /// `was_stored` for an acked message: false only if the node was holding a
+    /// long-poll when it was enqueued (it went straight out); true if it waited.
+    pub fn take_was_stored(&self, message_id: &str) -> bool {
+        !lock(&self.live_sent).remove(message_id)
+    }
+
+    pub fn revoked(&self, jti: &str) -> bool {
+        match self.store.kv_list(KV_REVOCATIONS) {
+            Ok(rows) => rows.iter().any(|(_, v)| v.as_slice() == jti.as_bytes()),
+            Err(_) => false,
+        }
+    }
+}
+
+/// The persisted trust store, plus the gateway itself with `issue`.
+pub fn load_trust(store: &Store, me: &IdentityDocument) -> Result<TrustStore, String> {
+    let mut t = match store.kv_get(KV_TRUST, "peers").map_err(|e| e.to_string())? {
+        Some(b) => TrustStore::from_bytes(&b).map_err(|e| e.to_string())?,
+        None => TrustStore::new(),
+    };
+    if t.get(&me.node_id).is_none() {
+        t.add(
+            me.clone(),
+            Rights {
+                send: false,
+                issue: true,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(t)
+}
+
+/// One mapping from store failures to the API's errors.
+pub fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::QueueFull { retry_after_s } => ApiError::queue_full(retry_after_s),
+        StoreError::StorageFull => ApiError::storage_full(),
+        StoreError::TooLarge { .. } => ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "message exceeds the configured size limit",
+        ),
+        StoreError::Expired => ApiError::bad_request("message already expired"),
+        StoreError::Invalid(m) => ApiError::bad_request(m),
+        StoreError::Closed => ApiError::not_ready(),
+        other => ApiError::internal(other),
+    }
+}

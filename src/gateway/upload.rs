@@ -1,0 +1,226 @@
+//! `POST /v1/nodes/{id}/upload`: envelopes a node sends upstream.
+//!
+//! Each envelope goes through the receive pipeline on its own, so one bad envelope
+//! never costs the others:
+//! - addressed to the gateway, `TASK_RESULT` → stored as the result of the original
+//!   request (found through the `job_id` → `message_id` map), `result` event;
+//! - addressed to the gateway, anything else → the gateway inbox;
+//! - addressed to another enrolled node → forwarded unopened into that node's queue
+//!   (the gateway cannot read it: it is sealed to the recipient).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::SignedNode;
+use super::events::GatewayEvent;
+use super::state::{store_error, Gateway, KV_JOBS, KV_RESULTS, Q_INBOX, Q_NODE, SCOPE_RESULTS};
+use crate::api::json::parse;
+use crate::api::{ApiError, ApiResult};
+use crate::envelope::{open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError};
+use crate::store::{EnqueueOutcome, NewMessage, WriteOp};
+use crate::telemetry::{EnvelopeReceived, MessageEvent};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UploadBody {
+    envelopes: Vec<Value>,
+}
+
+enum Verdict {
+    Accepted,
+    Duplicate,
+    Rejected(String),
+}
+
+pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
+    let body: UploadBody = parse(&signed.body)?;
+    if body.envelopes.len() > super::node_api::MAX_BATCH {
+        return Err(ApiError::bad_request("at most 1000 envelopes per upload"));
+    }
+    let (mut accepted, mut duplicates, mut rejected) = (Vec::new(), Vec::new(), Vec::new());
+    for v in body.envelopes {
+        let id = v
+            .get("message_id")
+            .and_then(|x| x.as_str())
+            .map(|s| s.chars().take(100).collect::<String>())
+            .unwrap_or_default();
+        match receive_one(&gw, &signed.node_id, &v).await {
+            Ok(Verdict::Accepted) => accepted.push(id),
+            Ok(Verdict::Duplicate) => duplicates.push(id),
+            Ok(Verdict::Rejected(code)) => {
+                EnvelopeReceived {
+                    result: &code,
+                    sender: &signed.node_id,
+                    message_id: &id,
+                }
+                .emit(&gw.metrics);
+                gw.publish(GatewayEvent::Rejected {
+                    message_id: id.clone(),
+                    node_id: signed.node_id.clone(),
+                    code: code.clone(),
+                });
+                rejected.push(json!({"id": id, "code": code}));
+            }
+            // Storage trouble is the gateway's, not the envelope's: fail the request so
+            // the node keeps everything queued and retries.
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Json(
+        json!({"accepted": accepted, "duplicates": duplicates, "rejected": rejected}),
+    ))
+}
+
+async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict, ApiError> {
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
+        return Ok(Verdict::Rejected("payload_too_large".into()));
+    }
+    let env = match Envelope::from_json(&bytes) {
+        Ok(e) => e,
+        Err(e) => return Ok(Verdict::Rejected(OpenError::from(e).code().into())),
+    };
+    if env.sender_node_id != uploader {
+        return Ok(Verdict::Rejected("forbidden".into()));
+    }
+    if env.recipient_node_id != gw.cfg.node_id {
+        return forward(gw, env, bytes).await;
+    }
+    let now = gw.now_ms();
+    let trust = gw.trust();
+    let ctx = OpenContext {
+        me: &gw.cfg.node_id,
+        keys: &gw.keys,
+        trust: &trust,
+        now_ms: now,
+        skew_ms: gw.skew_ms(),
+        max_bytes: gw.cfg.queue.max_message_bytes as usize,
+        max_ttl_ms: gw.cfg.queue.max_ttl_s * 1000,
+    };
+    let seen = |_s: &str, id: &str| {
+        gw.store.seen(SCOPE_RESULTS, id).unwrap_or(false)
+            || gw.store.seen(Q_INBOX, id).unwrap_or(false)
+    };
+    let opened = match open_parsed(&env, &ctx, &seen) {
+        Ok(o) => o,
+        Err(OpenError::Duplicate) => return Ok(Verdict::Duplicate),
+        Err(e) => return Ok(Verdict::Rejected(e.code().into())),
+    };
+    let payload: Value = serde_json::from_slice(&opened.plaintext).unwrap_or(Value::Null);
+    let keep = replay_keep_until_ms(opened.expires_at_ms, 2 * gw.skew_ms());
+    if opened.payload_type == "TASK_RESULT" {
+        let Some(job_id) = payload.get("job_id").and_then(|j| j.as_str()) else {
+            return Ok(Verdict::Rejected("bad_request".into()));
+        };
+        let request_id = match gw.store.kv_get(KV_JOBS, job_id).map_err(store_error)? {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            // A result for a job we never sent (e.g. a node-initiated call): keep it
+            // under its own id so it is still retrievable.
+            None => opened.message_id.clone(),
+        };
+        gw.store
+            .write(vec![
+                WriteOp::KvPut {
+                    ns: KV_RESULTS.into(),
+                    key: request_id.clone(),
+                    value: opened.plaintext.clone(),
+                },
+                WriteOp::Remember {
+                    scope: SCOPE_RESULTS.into(),
+                    id: opened.message_id.clone(),
+                    keep_until_ms: keep,
+                },
+            ])
+            .await
+            .map_err(store_error)?;
+        let ok = payload.get("ok").and_then(|o| o.as_bool()).unwrap_or(false);
+        tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id, ok);
+        gw.publish(GatewayEvent::Result {
+            message_id: request_id,
+            job_id: job_id.to_string(),
+            node_id: uploader.to_string(),
+            ok,
+        });
+        return Ok(Verdict::Accepted);
+    }
+    let record = json!({
+        "message_id": opened.message_id,
+        "from": opened.sender_node_id,
+        "payload_type": opened.payload_type,
+        "payload": payload,
+        "received_at_ms": now,
+    });
+    let msg = NewMessage {
+        queue: Q_INBOX.into(),
+        peer: uploader.to_string(),
+        message_id: opened.message_id.clone(),
+        payload_type: opened.payload_type.clone(),
+        priority: opened.priority.min(255) as u8,
+        created_at_ms: opened.created_at_ms,
+        expires_at_ms: opened.expires_at_ms,
+        body: serde_json::to_vec(&record).unwrap_or_default(),
+        max_attempts: Some(0),
+        dedup_until_ms: Some(keep),
+    };
+    match gw.store.enqueue(msg).await {
+        Ok(EnqueueOutcome::Duplicate) => Ok(Verdict::Duplicate),
+        Ok(EnqueueOutcome::Queued { .. }) => Ok(Verdict::Accepted),
+        Err(crate::store::StoreError::Expired) => Ok(Verdict::Rejected("expired".into())),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// Node → node: queue the sealed envelope for its recipient, unopened.
+async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict, ApiError> {
+    let to = env.recipient_node_id.clone();
+    if gw.enrolled(&to).is_none() {
+        return Ok(Verdict::Rejected("unknown_recipient".into()));
+    }
+    let now = gw.now_ms();
+    if now >= env.expires_at_ms.saturating_add(gw.skew_ms()) {
+        return Ok(Verdict::Rejected("expired".into()));
+    }
+    let msg = NewMessage {
+        queue: Q_NODE.into(),
+        peer: to.clone(),
+        message_id: env.message_id.clone(),
+        payload_type: env.payload_type.clone(),
+        priority: env.priority.min(255) as u8,
+        created_at_ms: env.created_at_ms,
+        expires_at_ms: env.expires_at_ms,
+        body: bytes,
+        max_attempts: Some(gw.cfg.queue.max_attempts),
+        dedup_until_ms: None,
+    };
+    match gw.store.enqueue(msg).await {
+        Ok(EnqueueOutcome::Duplicate) => Ok(Verdict::Duplicate),
+        Ok(EnqueueOutcome::Queued { .. }) => {
+            MessageEvent {
+                queue: Q_NODE,
+                event: "enqueued",
+                peer: &to,
+                message_id: &env.message_id,
+                reason: None,
+            }
+            .emit(&gw.metrics);
+            gw.publish(GatewayEvent::Queued {
+                message_id: env.message_id.clone(),
+                node_id: to.clone(),
+                payload_type: env.payload_type.clone(),
+                expires_at_ms: env.expires_at_ms,
+            });
+            gw.wake_node(&to);
+            Ok(Verdict::Accepted)
+        }
+        Err(crate::store::StoreError::Expired) => Ok(Verdict::Rejected("expired".into())),
+        Err(e @ crate::store::StoreError::QueueFull { .. }) => {
+            tracing::warn!(event = "forward_refused", to = %to, error = %e);
+            Ok(Verdict::Rejected("queue_full".into()))
+        }
+        Err(e) => Err(store_error(e)),
+    }
+}

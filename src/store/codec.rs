@@ -1,0 +1,303 @@
+//! Key layout and record encoding — the on-disk format, in one place.
+//!
+//! Keys are built so the engine's byte order *is* the order we need: a queue position
+//! is `queue 0x00 peer 0x00 (255 - priority) seq(BE)`, so a prefix scan of one
+//! recipient yields strict FIFO within priority, higher priority first. Names therefore
+//! may not contain NUL (checked on enqueue).
+//!
+//! Values carry a version byte and a CRC-32, so a flipped bit on an SD card is detected
+//! as a corrupt record (quarantined and reported) instead of being delivered.
+
+use super::engine::Tree;
+
+pub const T_META: Tree = 1;
+pub const T_MSG: Tree = 2;
+pub const T_BYID: Tree = 3;
+pub const T_EXP: Tree = 4;
+pub const T_STATUS: Tree = 5;
+pub const T_STATUS_EXP: Tree = 6;
+pub const T_DEAD: Tree = 7;
+pub const T_COUNT: Tree = 8;
+pub const T_SEEN: Tree = 9;
+pub const T_SEEN_EXP: Tree = 10;
+pub const T_KV: Tree = 11;
+pub const T_RESULT: Tree = 12;
+pub const T_RESULT_EXP: Tree = 13;
+pub const T_AUDIT: Tree = 14;
+pub const T_CKPT: Tree = 15;
+pub const T_BLOBREF: Tree = 16;
+pub const T_QUAR: Tree = 17;
+
+pub const META_SCHEMA: &[u8] = b"schema_version";
+pub const META_NEXT_SEQ: &[u8] = b"next_seq";
+pub const META_TIME_FLOOR: &[u8] = b"time_floor_ms";
+pub const META_BYTES: &[u8] = b"total_bytes";
+pub const META_AUDIT_LEN: &[u8] = b"audit_len";
+
+const REC_VERSION: u8 = 1;
+
+/// Why a stored value could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable record: {0}")]
+pub struct DecodeError(pub String);
+
+fn derr(what: &str) -> DecodeError {
+    DecodeError(what.to_owned())
+}
+
+// ---------- CRC-32 (IEEE), table built at compile time ----------
+
+const CRC_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut c = 0xFFFF_FFFFu32;
+    for b in data {
+        c = CRC_TABLE[((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
+    }
+    c ^ 0xFFFF_FFFF
+}
+
+// ---------- primitive writer / reader ----------
+
+#[derive(Default)]
+pub struct W(pub Vec<u8>);
+
+impl W {
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    pub fn str(&mut self, v: &str) -> &mut Self {
+        self.bytes(v.as_bytes())
+    }
+}
+
+pub struct R<'a>(pub &'a [u8]);
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(derr("truncated"));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    pub fn string(&mut self) -> Result<String, DecodeError> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| derr("string is not UTF-8"))
+    }
+    pub fn end(&self) -> Result<(), DecodeError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(derr("trailing bytes"))
+        }
+    }
+}
+
+/// Wraps a payload as `version | crc32(payload) | payload`.
+pub fn seal(payload: W) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.0.len() + 5);
+    out.push(REC_VERSION);
+    out.extend_from_slice(&crc32(&payload.0).to_le_bytes());
+    out.extend_from_slice(&payload.0);
+    out
+}
+
+/// Checks version and CRC and returns the payload.
+pub fn unseal(v: &[u8]) -> Result<&[u8], DecodeError> {
+    if v.len() < 5 {
+        return Err(derr("too short"));
+    }
+    if v[0] != REC_VERSION {
+        return Err(DecodeError(format!("unknown record version {}", v[0])));
+    }
+    let mut c = [0u8; 4];
+    c.copy_from_slice(&v[1..5]);
+    if u32::from_le_bytes(c) != crc32(&v[5..]) {
+        return Err(derr("checksum mismatch"));
+    }
+    Ok(&v[5..])
+}
+
+// ---------- keys ----------
+
+/// `queue 0 peer 0` — the prefix of one recipient's queue.
+pub fn recipient_prefix(queue: &str, peer: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(queue.len() + peer.len() + 2);
+    k.extend_from_slice(queue.as_bytes());
+    k.push(0);
+    k.extend_from_slice(peer.as_bytes());
+    k.push(0);
+    k
+}
+
+/// `queue 0` — the prefix of every recipient of one queue.
+pub fn queue_prefix(queue: &str) -> Vec<u8> {
+    let mut k = queue.as_bytes().to_vec();
+    k.push(0);
+    k
+}
+
+pub fn msg_key(queue: &str, peer: &str, priority: u8, seq: u64) -> Vec<u8> {
+    let mut k = recipient_prefix(queue, peer);
+    k.push(255 - priority);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Splits a message key back into `(queue, peer, priority, seq)`.
+pub fn parse_msg_key(k: &[u8]) -> Option<(String, String, u8, u64)> {
+    if k.len() < 9 {
+        return None;
+    }
+    let (names, tail) = k.split_at(k.len() - 9);
+    let prio = 255 - tail[0];
+    let mut s = [0u8; 8];
+    s.copy_from_slice(&tail[1..]);
+    let mut parts = names.split(|b| *b == 0);
+    let q = std::str::from_utf8(parts.next()?).ok()?.to_owned();
+    let p = std::str::from_utf8(parts.next()?).ok()?.to_owned();
+    Some((q, p, prio, u64::from_be_bytes(s)))
+}
+
+/// Counter key of one recipient: `queue 0 peer`.
+pub fn count_key(queue: &str, peer: &str) -> Vec<u8> {
+    let mut k = queue_prefix(queue);
+    k.extend_from_slice(peer.as_bytes());
+    k
+}
+
+/// `time(BE) | rest` — expiry indexes sort by time first.
+pub fn time_key(t: u64, rest: &[u8]) -> Vec<u8> {
+    let mut k = t.to_be_bytes().to_vec();
+    k.extend_from_slice(rest);
+    k
+}
+
+pub fn split_time_key(k: &[u8]) -> Option<(u64, &[u8])> {
+    if k.len() < 8 {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&k[..8]);
+    Some((u64::from_be_bytes(b), &k[8..]))
+}
+
+pub fn scoped_key(scope: &str, id: &str) -> Vec<u8> {
+    let mut k = scope.as_bytes().to_vec();
+    k.push(0);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// The smallest key greater than every key starting with `prefix` (None = no bound).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut p = prefix.to_vec();
+    while let Some(last) = p.pop() {
+        if last < 0xFF {
+            p.push(last + 1);
+            return Some(p);
+        }
+    }
+    None
+}
+
+pub fn u64_val(v: u64) -> Vec<u8> {
+    v.to_le_bytes().to_vec()
+}
+
+pub fn parse_u64(v: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = v.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc_matches_known_vector() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn msg_keys_sort_by_priority_desc_then_seq() {
+        let a = msg_key("outbox", "gw", 5, 10);
+        let b = msg_key("outbox", "gw", 9, 11);
+        let c = msg_key("outbox", "gw", 5, 2);
+        let mut v = vec![a.clone(), b.clone(), c.clone()];
+        v.sort();
+        assert_eq!(v, vec![b, c, a.clone()]);
+        assert_eq!(
+            parse_msg_key(&a),
+            Some(("outbox".into(), "gw".into(), 5, 10))
+        );
+    }
+
+    #[test]
+    fn unseal_detects_a_flipped_bit() {
+        let mut w = W::default();
+        w.str("hello");
+        let mut v = seal(w);
+        assert!(unseal(&v).is_ok());
+        let last = v.len() - 1;
+        v[last] ^= 1;
+        assert!(unseal(&v).is_err());
+    }
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xFF]), None);
+    }
+}

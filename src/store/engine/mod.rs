@@ -1,0 +1,141 @@
+//! The storage-engine seam: the only trait in the store.
+//!
+//! Everything above this seam (queues, dedup, results, audit rows) is written once and
+//! runs unchanged on every engine; the conformance suite in `store::tests` runs the same
+//! behaviours against each implementation.
+//!
+//! ## Contract
+//!
+//! An engine holds named *trees* (small integers, see [`Tree`]) of ordered byte keys →
+//! byte values.
+//!
+//! - [`Engine::get`] and [`Engine::scan`] see every batch whose [`Engine::apply`] has
+//!   returned `Ok`, and never a part of a batch.
+//! - [`Engine::scan`] visits keys of one tree in ascending byte order from `start`
+//!   (inclusive) to `end` (exclusive, `None` = end of tree) and streams: it hands each
+//!   pair to the callback and never loads the whole range into memory. The callback
+//!   returns `false` to stop early.
+//! - [`Engine::apply`] is **atomic and durable when it returns `Ok`**: all puts and
+//!   deletes of the batch, across trees, survive a power cut together (fsync, not
+//!   `sync_file_range`), or none of them do. On `Err` nothing of the batch is visible.
+//!   Only one thread calls `apply` at a time (the store's writer), but `get`/`scan` may
+//!   run concurrently from any thread.
+//! - Out-of-space conditions are reported as [`EngineError::Full`] so the store can
+//!   answer `storage_full` instead of crashing.
+
+use std::path::Path;
+
+#[cfg(feature = "sled")]
+pub mod sled_engine;
+pub mod sqlite;
+
+/// A tree id. Trees are a key prefix, not separate files, in both engines.
+pub type Tree = u8;
+
+/// One operation of a write batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOp {
+    Put {
+        tree: Tree,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        tree: Tree,
+        key: Vec<u8>,
+    },
+}
+
+/// Errors an engine reports. Cloneable so one failed group commit can answer every caller.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    /// The disk (or quota) is full: ENOSPC, EDQUOT, SQLITE_FULL.
+    #[error("storage full: {0}")]
+    Full(String),
+    /// The database is damaged beyond what a record-level quarantine can handle.
+    #[error("storage corrupt: {0}")]
+    Corrupt(String),
+    #[error("storage engine error: {0}")]
+    Other(String),
+}
+
+impl EngineError {
+    /// Classifies an I/O error, so a full disk becomes [`EngineError::Full`].
+    pub fn from_io(e: &std::io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(code) if code == libc::ENOSPC || code == libc::EDQUOT => {
+                EngineError::Full(e.to_string())
+            }
+            _ if e.kind() == std::io::ErrorKind::StorageFull => EngineError::Full(e.to_string()),
+            _ => EngineError::Other(e.to_string()),
+        }
+    }
+}
+
+/// The narrow seam between queue semantics and bytes on disk. See the module docs for
+/// the contract every implementation must keep.
+pub trait Engine: Send + Sync + 'static {
+    /// Short name for logs and reports (`"sqlite"`, `"sled"`).
+    fn name(&self) -> &'static str;
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+    /// Streams `[start, end)` of `tree` in key order; `f` returns `false` to stop.
+    fn scan(
+        &self,
+        tree: Tree,
+        start: &[u8],
+        end: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), EngineError>;
+    /// Applies the whole batch atomically and durably (see contract).
+    fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError>;
+    /// Engine-level integrity check; returns human-readable problems (empty = healthy).
+    fn integrity_check(&self) -> Result<Vec<String>, EngineError>;
+    /// Writes a consistent snapshot of the database into the directory `dest` while the
+    /// store stays online.
+    fn backup_to(&self, dest: &Path) -> Result<(), EngineError>;
+    /// Bytes the engine occupies on disk (files, WAL, logs).
+    fn disk_bytes(&self) -> u64;
+    /// Gives space back to the filesystem where the engine can (best effort).
+    fn compact(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// Which engine [`crate::store::Store::open`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineKind {
+    /// SQLite in WAL mode with `synchronous=FULL` (the default; see docs/DECISIONS.md).
+    #[default]
+    Sqlite,
+    /// sled 0.34, made durable by fsyncing its files after every flush.
+    #[cfg(feature = "sled")]
+    Sled,
+}
+
+impl EngineKind {
+    /// Every engine compiled into this binary, for the conformance suite and benchmarks.
+    pub fn all() -> Vec<EngineKind> {
+        #[allow(unused_mut)]
+        let mut v = vec![EngineKind::Sqlite];
+        #[cfg(feature = "sled")]
+        v.push(EngineKind::Sled);
+        v
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Sqlite => "sqlite",
+            #[cfg(feature = "sled")]
+            EngineKind::Sled => "sled",
+        }
+    }
+}
+
+/// Opens the engine of `kind` with its files under `dir`.
+pub fn open(kind: EngineKind, dir: &Path) -> Result<Box<dyn Engine>, EngineError> {
+    match kind {
+        EngineKind::Sqlite => Ok(Box::new(sqlite::SqliteEngine::open(dir)?)),
+        #[cfg(feature = "sled")]
+        EngineKind::Sled => Ok(Box::new(sled_engine::SledEngine::open(dir)?)),
+    }
+}

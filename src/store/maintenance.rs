@@ -1,0 +1,228 @@
+//! Doctor (integrity + damage report), damage scan on open, and online backup.
+
+use std::path::Path;
+
+use super::blobs::{hex, Blobs};
+use super::codec::*;
+use super::engine::{BatchOp, Engine};
+use super::types::{Body, MsgRecord};
+use super::{Store, StoreError};
+
+/// What `outpost doctor` prints.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoctorReport {
+    pub engine: String,
+    /// Engine-level problems (`PRAGMA integrity_check` lines for SQLite).
+    pub integrity: Vec<String>,
+    /// Records that fail to decode (version, CRC, layout): `tree/key: reason`.
+    pub undecodable: Vec<String>,
+    /// Message records whose blob file is missing.
+    pub missing_blobs: Vec<String>,
+    /// Blob files whose content no longer matches their hash.
+    pub corrupt_blobs: Vec<String>,
+    /// Records already moved aside: `tree/key: reason`.
+    pub quarantined: Vec<String>,
+    /// Live messages seen by the scan, and what the counters claim.
+    pub messages: u64,
+    pub counted: u64,
+}
+
+impl DoctorReport {
+    pub fn healthy(&self) -> bool {
+        self.integrity.is_empty()
+            && self.undecodable.is_empty()
+            && self.missing_blobs.is_empty()
+            && self.corrupt_blobs.is_empty()
+            && self.messages == self.counted
+    }
+}
+
+pub struct Damage {
+    pub tree: u8,
+    pub key: Vec<u8>,
+    pub reason: String,
+    pub kind: DamageKind,
+}
+
+#[derive(PartialEq, Eq)]
+pub enum DamageKind {
+    Undecodable,
+    MissingBlob,
+    CorruptBlob,
+}
+
+/// Streams every message and dead-letter record and checks it decodes and that its
+/// blob is present and intact. Holds only the list of damaged keys.
+pub fn scan_damage(
+    engine: &dyn Engine,
+    blobs: &Blobs,
+    live: &mut u64,
+) -> Result<Vec<Damage>, StoreError> {
+    let mut out = Vec::new();
+    for tree in [T_MSG, T_DEAD] {
+        engine.scan(tree, &[], None, &mut |k, v| {
+            match MsgRecord::decode(v) {
+                Ok(rec) => {
+                    if tree == T_MSG {
+                        *live += 1;
+                    }
+                    if let Body::Blob { sha256, .. } = rec.body {
+                        match blobs.get(&sha256) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                                out.push(Damage {
+                                    tree,
+                                    key: k.to_vec(),
+                                    reason: format!("blob {} missing", hex(&sha256)),
+                                    kind: DamageKind::MissingBlob,
+                                })
+                            }
+                            Err(e) => out.push(Damage {
+                                tree,
+                                key: k.to_vec(),
+                                reason: format!("blob {}: {e}", hex(&sha256)),
+                                kind: DamageKind::CorruptBlob,
+                            }),
+                        }
+                    }
+                }
+                Err(e) => out.push(Damage {
+                    tree,
+                    key: k.to_vec(),
+                    reason: e.0,
+                    kind: DamageKind::Undecodable,
+                }),
+            }
+            true
+        })?;
+    }
+    Ok(out)
+}
+
+/// Moves damaged records to the quarantine tree in one batch (used on open, before the
+/// writer runs). Returns report lines.
+pub fn quarantine_now(engine: &dyn Engine, damage: Vec<Damage>) -> Result<Vec<String>, StoreError> {
+    let mut batch = Vec::new();
+    let mut lines = Vec::new();
+    for d in damage {
+        let v = match engine.get(d.tree, &d.key)? {
+            Some(v) => v,
+            None => continue,
+        };
+        let mut qk = vec![d.tree];
+        qk.extend_from_slice(&d.key);
+        let mut w = W::default();
+        w.str(&d.reason).bytes(&v);
+        lines.push(format!("{}/{}: {}", d.tree, hex(&d.key), d.reason));
+        batch.push(BatchOp::Put {
+            tree: T_QUAR,
+            key: qk,
+            value: w.0,
+        });
+        batch.push(BatchOp::Delete {
+            tree: d.tree,
+            key: d.key,
+        });
+    }
+    if !batch.is_empty() {
+        engine.apply(&batch)?;
+    }
+    Ok(lines)
+}
+
+pub fn quarantine_list(engine: &dyn Engine) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    engine.scan(T_QUAR, &[], None, &mut |k, v| {
+        let mut r = R(v);
+        let reason = r.string().unwrap_or_else(|_| "?".into());
+        let (tree, key) = k.split_first().map(|(t, k)| (*t, k)).unwrap_or((0, &[]));
+        out.push(format!("{tree}/{}: {reason}", hex(key)));
+        true
+    })?;
+    Ok(out)
+}
+
+impl Store {
+    /// Full health check: engine integrity, every record decoded, every blob hashed,
+    /// counters compared with the records, and the quarantine list. Reads the whole
+    /// store once (streaming); run it from a blocking context.
+    pub fn doctor(&self) -> Result<DoctorReport, StoreError> {
+        let e = self.inner.engine.as_ref();
+        let mut report = DoctorReport {
+            engine: e.name().to_owned(),
+            ..Default::default()
+        };
+        // Engine errors are findings here, not failures of the doctor.
+        match e.integrity_check() {
+            Ok(lines) => report.integrity = lines,
+            Err(err) => report.integrity.push(err.to_string()),
+        }
+        let mut live = 0;
+        let damage = match scan_damage(e, &self.inner.blobs, &mut live) {
+            Ok(d) => d,
+            Err(err) => {
+                report.integrity.push(format!("scan stopped: {err}"));
+                Vec::new()
+            }
+        };
+        for d in damage {
+            let line = format!("{}/{}: {}", d.tree, hex(&d.key), d.reason);
+            match d.kind {
+                DamageKind::Undecodable => report.undecodable.push(line),
+                DamageKind::MissingBlob => report.missing_blobs.push(line),
+                DamageKind::CorruptBlob => report.corrupt_blobs.push(line),
+            }
+        }
+        report.messages = live;
+        let mut counted = 0;
+        if let Err(err) = e.scan(T_COUNT, &[], None, &mut |_, v| {
+            counted += super::types::Counter::decode(v)
+                .map(|c| c.depth)
+                .unwrap_or(0);
+            true
+        }) {
+            report.integrity.push(format!("counters: {err}"));
+        }
+        report.counted = counted;
+        // Counters include records that are damaged but not yet quarantined.
+        report.messages += report
+            .undecodable
+            .iter()
+            .chain(&report.missing_blobs)
+            .chain(&report.corrupt_blobs)
+            .filter(|l| l.starts_with(&format!("{T_MSG}/")))
+            .count() as u64;
+        match quarantine_list(e) {
+            Ok(q) => report.quarantined = q,
+            Err(err) => report.integrity.push(format!("quarantine list: {err}")),
+        }
+        Ok(report)
+    }
+
+    /// Consistent online snapshot into directory `dest` (must not exist or be empty):
+    /// the engine's own snapshot plus the blob files.
+    pub fn backup_to(&self, dest: &Path) -> Result<(), StoreError> {
+        std::fs::create_dir_all(dest).map_err(|e| StoreError::from_io("create backup dir", &e))?;
+        self.inner.engine.backup_to(dest)?;
+        let src = &self.inner.blobs;
+        let dst = Blobs::open(dest).map_err(|e| StoreError::from_io("create backup blobs", &e))?;
+        for h in src
+            .list()
+            .map_err(|e| StoreError::from_io("list blobs", &e))?
+        {
+            match src.get(&h) {
+                Ok(data) => dst
+                    .put(&h, &data)
+                    .map_err(|e| StoreError::from_io("copy blob", &e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::from_io("read blob", &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives free pages back to the filesystem (after a large backlog drained).
+    pub fn compact(&self) -> Result<(), StoreError> {
+        Ok(self.inner.engine.compact()?)
+    }
+}

@@ -1,0 +1,212 @@
+//! Schema version and migrations, run on open before the writer starts.
+//!
+//! - v1: message records, indexes, tombstones — but no per-recipient counters.
+//! - v2: persisted per-recipient counters and the global byte total, so depth and
+//!   budget checks need no scan. Migrating v1 → v2 rebuilds them with one streaming
+//!   pass (the same pass repairs counters if they are ever suspected wrong).
+//!
+//! A store newer than this binary is refused: silently writing an old format into a
+//! newer store could lose data the newer version relies on.
+
+use std::collections::BTreeMap;
+
+use super::blobs::Blobs;
+use super::codec::*;
+use super::engine::{BatchOp, Engine};
+use super::types::{Counter, MsgRecord};
+use super::{StoreError, SCHEMA_VERSION};
+
+pub struct Opened {
+    pub next_seq: u64,
+    pub time_floor_ms: u64,
+    pub quarantined: Vec<String>,
+}
+
+fn meta(engine: &dyn Engine, key: &[u8]) -> Result<Option<u64>, StoreError> {
+    Ok(engine.get(T_META, key)?.as_deref().and_then(parse_u64))
+}
+
+fn is_empty(engine: &dyn Engine) -> Result<bool, StoreError> {
+    let mut any = false;
+    for tree in [T_META, T_MSG, T_KV, T_AUDIT, T_DEAD] {
+        engine.scan(tree, &[], None, &mut |_, _| {
+            any = true;
+            false
+        })?;
+        if any {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opened, StoreError> {
+    let mut quarantined = Vec::new();
+    let version = match meta(engine, META_SCHEMA)? {
+        Some(v) => v,
+        None if is_empty(engine)? => {
+            engine.apply(&[BatchOp::Put {
+                tree: T_META,
+                key: META_SCHEMA.to_vec(),
+                value: u64_val(SCHEMA_VERSION),
+            }])?;
+            SCHEMA_VERSION
+        }
+        // Data without a version key predates versioning: the first format.
+        None => 1,
+    };
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let mut rebuild = version < 2;
+    if version < 2 {
+        tracing::info!(
+            from = version,
+            to = SCHEMA_VERSION,
+            "migrating store schema"
+        );
+    } else if verify {
+        // Damaged records are moved aside before anything can deliver them.
+        let mut live = 0;
+        let damage = match super::maintenance::scan_damage(engine, blobs, &mut live) {
+            Ok(d) => d,
+            Err(e) => {
+                // Page-level damage the engine itself cannot read past: open anyway (so
+                // the daemon is not stuck in a crash loop), report it, let doctor say more.
+                tracing::error!(error = %e, "store damaged below record level");
+                quarantined.push(format!("engine: {e}"));
+                Vec::new()
+            }
+        };
+        if !damage.is_empty() {
+            let lines = super::maintenance::quarantine_now(engine, damage)?;
+            for l in &lines {
+                tracing::warn!(record = %l, "quarantined damaged record on open");
+            }
+            quarantined.extend(lines);
+            rebuild = true;
+        }
+    }
+    if rebuild {
+        rebuild_counters(engine, &mut quarantined)?;
+    }
+    collect_orphan_blobs(engine, blobs);
+    Ok(Opened {
+        next_seq: meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(1),
+        time_floor_ms: meta(engine, META_TIME_FLOOR)?.unwrap_or(0),
+        quarantined,
+    })
+}
+
+/// Recomputes counters and the byte total from the message records (streaming; only
+/// one counter per recipient is held in memory) and sets the schema to current.
+pub fn rebuild_counters(
+    engine: &dyn Engine,
+    quarantined: &mut Vec<String>,
+) -> Result<(), StoreError> {
+    let mut counters: BTreeMap<Vec<u8>, Counter> = BTreeMap::new();
+    let mut total = 0u64;
+    let mut bad = Vec::new();
+    let mut max_seq = 0u64;
+    engine.scan(T_MSG, &[], None, &mut |k, v| {
+        match (MsgRecord::decode(v), parse_msg_key(k)) {
+            (Ok(rec), Some((q, p, _, _))) => {
+                let blob = match rec.body {
+                    super::types::Body::Blob { len, .. } => len,
+                    super::types::Body::Inline(_) => 0,
+                };
+                let cost = (k.len() + v.len()) as u64 + blob + 64;
+                let c = counters.entry(count_key(&q, &p)).or_default();
+                c.depth += 1;
+                c.bytes += cost;
+                total += cost;
+                max_seq = max_seq.max(rec.seq);
+            }
+            (Err(e), _) => bad.push((k.to_vec(), v.to_vec(), e.0)),
+            (_, None) => bad.push((k.to_vec(), v.to_vec(), "bad key".to_owned())),
+        }
+        true
+    })?;
+    engine.scan(T_DEAD, &[], None, &mut |_, v| {
+        total += (8 + v.len()) as u64 + 64;
+        true
+    })?;
+    let mut batch = Vec::new();
+    let mut old = Vec::new();
+    engine.scan(T_COUNT, &[], None, &mut |k, _| {
+        old.push(k.to_vec());
+        true
+    })?;
+    for k in old {
+        batch.push(BatchOp::Delete {
+            tree: T_COUNT,
+            key: k,
+        });
+    }
+    for (k, c) in counters {
+        batch.push(BatchOp::Put {
+            tree: T_COUNT,
+            key: k,
+            value: c.encode(),
+        });
+    }
+    for (k, v, reason) in bad {
+        quarantined.push(format!(
+            "message record {}: {reason}",
+            super::blobs::hex(&k)
+        ));
+        let mut qk = vec![T_MSG];
+        qk.extend_from_slice(&k);
+        let mut w = W::default();
+        w.str(&reason).bytes(&v);
+        batch.push(BatchOp::Put {
+            tree: T_QUAR,
+            key: qk,
+            value: w.0,
+        });
+        batch.push(BatchOp::Delete {
+            tree: T_MSG,
+            key: k,
+        });
+    }
+    let next_seq = meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(max_seq + 1);
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_NEXT_SEQ.to_vec(),
+        value: u64_val(next_seq),
+    });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_BYTES.to_vec(),
+        value: u64_val(total),
+    });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_SCHEMA.to_vec(),
+        value: u64_val(SCHEMA_VERSION),
+    });
+    engine.apply(&batch)?;
+    Ok(())
+}
+
+/// Removes blob files nothing references: leftovers of a crash between writing a blob
+/// and committing its message, or of a failed group commit.
+fn collect_orphan_blobs(engine: &dyn Engine, blobs: &Blobs) {
+    let list = match blobs.list() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list blobs");
+            return;
+        }
+    };
+    for h in list {
+        if let Ok(None) = engine.get(T_BLOBREF, &h) {
+            if let Err(e) = blobs.remove(&h) {
+                tracing::warn!(error = %e, "could not remove orphan blob");
+            }
+        }
+    }
+}

@@ -1,0 +1,600 @@
+//! The conformance suite: one generic fn per behaviour, run for every engine.
+
+use super::*;
+
+for_each_engine!(
+    fifo_within_priority,
+    duplicates_are_detected_while_queued_and_after_ack,
+    queue_full_at_the_per_recipient_cap,
+    byte_budget_gives_storage_full_without_eviction,
+    too_large_and_already_expired_are_refused,
+    ack_removes_and_leaves_a_delivered_tombstone,
+    expired_messages_are_never_returned_and_are_swept,
+    failure_backoff_blocks_the_head_then_dead_letters,
+    large_bodies_live_in_blobs_and_are_collected,
+    dedup_window_survives_restart_and_is_pruned,
+    kv_put_get_list_delete,
+    results_are_kept_until_keep_until,
+    audit_append_checks_the_index_and_is_atomic_with_a_result,
+    concurrent_producers_all_commit,
+    everything_survives_reopen,
+    list_pages_peers_stats_and_next_expiry,
+    time_floor_survives_a_1970_boot,
+    newer_schema_is_refused_older_is_migrated,
+    backup_is_a_usable_store,
+    invalid_names_are_refused_without_panic,
+);
+
+fn fifo_within_priority(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    for (id, prio) in [("a", 1), ("b", 5), ("c", 1), ("d", 5), ("e", 0)] {
+        s.enqueue(msg("gw", id, prio, b"x")).wait().unwrap();
+    }
+    s.enqueue(msg("other", "z", 9, b"x")).wait().unwrap();
+    let got = s.next_batch("outbox", "gw", 10, T0).unwrap();
+    assert_eq!(ids(&got), vec!["b", "d", "a", "c", "e"]);
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 5);
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 2, T0).unwrap()),
+        vec!["b", "d"]
+    );
+}
+
+fn duplicates_are_detected_while_queued_and_after_ack(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    assert!(matches!(
+        s.enqueue(msg("gw", "m1", 0, b"x")).wait().unwrap(),
+        EnqueueOutcome::Queued { .. }
+    ));
+    assert_eq!(
+        s.enqueue(msg("gw", "m1", 0, b"x")).wait().unwrap(),
+        EnqueueOutcome::Duplicate
+    );
+    s.ack("outbox", "gw", vec!["m1".into()], T0).wait().unwrap();
+    assert_eq!(
+        s.enqueue(msg("gw", "m1", 0, b"x")).wait().unwrap(),
+        EnqueueOutcome::Duplicate
+    );
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 0);
+}
+
+fn queue_full_at_the_per_recipient_cap(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let o = StoreOptions {
+        max_messages_per_recipient: 3,
+        ..opts(kind)
+    };
+    let s = Store::open(d.path(), o, Arc::new(c.clone())).unwrap();
+    for i in 0..3 {
+        s.enqueue(msg("gw", &format!("m{i}"), 0, b"x"))
+            .wait()
+            .unwrap();
+    }
+    let e = s.enqueue(msg("gw", "m3", 0, b"x")).wait().unwrap_err();
+    assert!(matches!(e, StoreError::QueueFull { retry_after_s } if retry_after_s > 0));
+    // Another recipient is unaffected, and an ack makes room.
+    s.enqueue(msg("gw2", "n0", 0, b"x")).wait().unwrap();
+    s.ack("outbox", "gw", vec!["m0".into()], T0).wait().unwrap();
+    s.enqueue(msg("gw", "m3", 0, b"x")).wait().unwrap();
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["m1", "m2", "m3"]
+    );
+}
+
+fn byte_budget_gives_storage_full_without_eviction(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let o = StoreOptions {
+        max_store_bytes: 8 * 1024,
+        ..opts(kind)
+    };
+    let s = Store::open(d.path(), o, Arc::new(c.clone())).unwrap();
+    let mut n = 0;
+    loop {
+        match s
+            .enqueue(msg("gw", &format!("m{n:03}"), 0, &[7u8; 1000]))
+            .wait()
+        {
+            Ok(_) => n += 1,
+            Err(StoreError::StorageFull) => break,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        assert!(n < 100, "budget never enforced");
+    }
+    assert!(n >= 5, "budget hit too early: {n}");
+    assert_eq!(s.pending("outbox", "gw").unwrap(), n);
+    let first = s.next_batch("outbox", "gw", 1, T0).unwrap();
+    s.ack("outbox", "gw", ids(&first), T0).wait().unwrap();
+    s.enqueue(msg("gw", "after", 0, &[7u8; 1000]))
+        .wait()
+        .unwrap();
+}
+
+fn too_large_and_already_expired_are_refused(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let o = StoreOptions {
+        max_message_bytes: 1000,
+        ..opts(kind)
+    };
+    let s = Store::open(d.path(), o, Arc::new(c.clone())).unwrap();
+    assert!(matches!(
+        s.enqueue(msg("gw", "big", 0, &[0u8; 1001])).wait(),
+        Err(StoreError::TooLarge {
+            size: 1001,
+            max: 1000
+        })
+    ));
+    let mut m = msg("gw", "old", 0, b"x");
+    m.expires_at_ms = T0;
+    assert_eq!(s.enqueue(m).wait(), Err(StoreError::Expired));
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 0);
+}
+
+fn ack_removes_and_leaves_a_delivered_tombstone(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    s.enqueue(msg("gw", "m1", 0, b"x")).wait().unwrap();
+    s.enqueue(msg("gw", "m2", 0, b"x")).wait().unwrap();
+    s.mark_delivering("outbox", "gw", vec!["m1".into()])
+        .wait()
+        .unwrap();
+    assert_eq!(
+        s.status("m1").unwrap().unwrap().state,
+        MessageState::Delivering
+    );
+    let out = s
+        .ack("outbox", "gw", vec!["m1".into(), "nope".into()], T0)
+        .wait()
+        .unwrap();
+    assert_eq!(
+        out[0],
+        AckOutcome {
+            message_id: "m1".into(),
+            was_stored: true
+        }
+    );
+    assert_eq!(
+        out[1],
+        AckOutcome {
+            message_id: "nope".into(),
+            was_stored: false
+        }
+    );
+    // Acking again is harmless and says it was not stored any more.
+    let again = s.ack("outbox", "gw", vec!["m1".into()], T0).wait().unwrap();
+    assert!(!again[0].was_stored);
+    // Acking through the wrong recipient does not remove anything.
+    let wrong = s
+        .ack("outbox", "other", vec!["m2".into()], T0)
+        .wait()
+        .unwrap();
+    assert!(!wrong[0].was_stored);
+    assert_eq!(
+        s.status("m1").unwrap().unwrap().state,
+        MessageState::Delivered
+    );
+    assert_eq!(s.status("m2").unwrap().unwrap().state, MessageState::Queued);
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["m2"]
+    );
+}
+
+fn expired_messages_are_never_returned_and_are_swept(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let mut short = msg("gw", "short", 5, b"x");
+    short.expires_at_ms = T0 + 1_000;
+    s.enqueue(short).wait().unwrap();
+    s.enqueue(msg("gw", "long", 0, b"x")).wait().unwrap();
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 1_000));
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0 + 999).unwrap()),
+        vec!["short", "long"]
+    );
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0 + 1_000).unwrap()),
+        vec!["long"]
+    );
+    let swept = s.sweep_expired(T0 + 1_000).wait().unwrap();
+    assert_eq!(swept.len(), 1);
+    assert_eq!(swept[0].message_id, "short");
+    let st = s.status("short").unwrap().unwrap();
+    assert_eq!(st.state, MessageState::Expired);
+    assert_eq!(st.reason.as_deref(), Some(REASON_TIMEOUT));
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 1);
+    assert!(s.sweep_expired(T0 + 1_000).wait().unwrap().is_empty());
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 3_600_000));
+}
+
+fn failure_backoff_blocks_the_head_then_dead_letters(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let mut m = msg("gw", "a", 0, b"x");
+    m.max_attempts = Some(3);
+    s.enqueue(m).wait().unwrap();
+    s.enqueue(msg("gw", "b", 0, b"x")).wait().unwrap();
+    let dead = s
+        .record_failure("outbox", "gw", vec!["a".into()], T0, 0.0)
+        .wait()
+        .unwrap();
+    assert!(dead.is_empty());
+    let st = s.status("a").unwrap().unwrap();
+    assert_eq!((st.attempts, st.next_attempt_at_ms), (1, T0 + 5_000));
+    // "a" is backing off: nothing overtakes it.
+    assert!(s
+        .next_batch("outbox", "gw", 10, T0 + 4_999)
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0 + 5_000).unwrap()),
+        vec!["a", "b"]
+    );
+    s.record_failure("outbox", "gw", vec!["a".into()], T0 + 5_000, 0.0)
+        .wait()
+        .unwrap();
+    assert_eq!(
+        s.status("a").unwrap().unwrap().next_attempt_at_ms,
+        T0 + 15_000
+    );
+    let dead = s
+        .record_failure("outbox", "gw", vec!["a".into()], T0 + 15_000, 0.0)
+        .wait()
+        .unwrap();
+    assert_eq!(dead, vec!["a".to_string()]);
+    assert_eq!(s.status("a").unwrap().unwrap().state, MessageState::Dead);
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0 + 15_000).unwrap()),
+        vec!["b"]
+    );
+    let dl = s.dead_letters(None, 10).unwrap();
+    assert_eq!(ids(&dl.items), vec!["a"]);
+    s.requeue("a").wait().unwrap();
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0 + 15_000).unwrap()),
+        vec!["a", "b"]
+    );
+    assert_eq!(s.status("a").unwrap().unwrap().attempts, 0);
+    assert_eq!(s.requeue("a").wait(), Err(StoreError::NotFound));
+    // Dead again, then purged.
+    for _ in 0..3 {
+        s.record_failure("outbox", "gw", vec!["a".into()], T0 + 20_000, 0.0)
+            .wait()
+            .unwrap();
+    }
+    assert_eq!(s.purge_dead().wait().unwrap(), 1);
+    assert!(s.dead_letters(None, 10).unwrap().items.is_empty());
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 1);
+}
+
+fn large_bodies_live_in_blobs_and_are_collected(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    s.enqueue(msg("gw", "big", 0, &body)).wait().unwrap();
+    s.enqueue(msg("gw", "big2", 0, &body)).wait().unwrap();
+    let path = s.inner.blobs.path(&blobs::sha256(&body));
+    assert!(path.is_file());
+    let got = s.next_batch("outbox", "gw", 10, T0).unwrap();
+    assert_eq!(got[0].body, body);
+    s.ack("outbox", "gw", vec!["big".into()], T0)
+        .wait()
+        .unwrap();
+    assert!(path.is_file(), "still referenced by big2");
+    s.ack("outbox", "gw", vec!["big2".into()], T0)
+        .wait()
+        .unwrap();
+    assert!(!path.exists(), "unreferenced blob not deleted");
+    assert_eq!(s.bytes_used().unwrap(), 0);
+}
+
+fn dedup_window_survives_restart_and_is_pruned(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    {
+        let s = open(kind, d.path(), &c);
+        s.remember("inbox", "r1", T0 + 10_000).wait().unwrap();
+        let mut m = msg("app", "r2", 0, b"x");
+        m.queue = "inbox".into();
+        m.dedup_until_ms = Some(T0 + 20_000);
+        s.enqueue(m).wait().unwrap();
+        assert!(s.seen("inbox", "r1").unwrap());
+        assert!(!s.seen("other", "r1").unwrap());
+    }
+    let s = open(kind, d.path(), &c);
+    assert!(s.seen("inbox", "r1").unwrap());
+    assert!(s.seen("inbox", "r2").unwrap());
+    c.set(T0 + 10_001);
+    s.sweep_expired(T0 + 10_001).wait().unwrap();
+    assert!(!s.seen("inbox", "r1").unwrap());
+    assert!(s.seen("inbox", "r2").unwrap());
+}
+
+fn kv_put_get_list_delete(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    s.kv_put("trust", "b", b"2".to_vec()).wait().unwrap();
+    s.kv_put("trust", "a", b"1".to_vec()).wait().unwrap();
+    s.kv_put("trustx", "c", b"3".to_vec()).wait().unwrap();
+    assert_eq!(s.kv_get("trust", "a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(
+        s.kv_list("trust").unwrap(),
+        vec![
+            ("a".to_string(), b"1".to_vec()),
+            ("b".to_string(), b"2".to_vec())
+        ]
+    );
+    s.kv_delete("trust", "a").wait().unwrap();
+    assert_eq!(s.kv_get("trust", "a").unwrap(), None);
+}
+
+fn results_are_kept_until_keep_until(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    s.result_put("job1", b"ok".to_vec(), T0 + 1_000)
+        .wait()
+        .unwrap();
+    assert_eq!(s.result_get("job1").unwrap(), Some(b"ok".to_vec()));
+    c.set(T0 + 1_000);
+    assert_eq!(s.result_get("job1").unwrap(), None);
+    s.sweep_expired(T0 + 1_000).wait().unwrap();
+    assert_eq!(s.inner.engine.get(codec::T_RESULT, b"job1").unwrap(), None);
+}
+
+fn audit_append_checks_the_index_and_is_atomic_with_a_result(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    s.audit_append(0, b"e0".to_vec()).wait().unwrap();
+    assert_eq!(
+        s.audit_append(5, b"bad".to_vec()).wait(),
+        Err(StoreError::AuditIndex {
+            expected: 1,
+            got: 5
+        })
+    );
+    // Result + audit in one request: a bad index drops the result too.
+    let r = s
+        .write(vec![
+            WriteOp::ResultPut {
+                job_id: "j".into(),
+                result: b"r".to_vec(),
+                keep_until_ms: T0 + 9_999,
+            },
+            WriteOp::AuditAppend {
+                index: 7,
+                entry: b"x".to_vec(),
+            },
+        ])
+        .wait();
+    assert!(r.is_err());
+    assert_eq!(s.result_get("j").unwrap(), None);
+    s.write(vec![
+        WriteOp::ResultPut {
+            job_id: "j".into(),
+            result: b"r".to_vec(),
+            keep_until_ms: T0 + 9_999,
+        },
+        WriteOp::AuditAppend {
+            index: 1,
+            entry: b"e1".to_vec(),
+        },
+    ])
+    .wait()
+    .unwrap();
+    assert_eq!(s.result_get("j").unwrap(), Some(b"r".to_vec()));
+    assert_eq!(s.audit_len().unwrap(), 2);
+    assert_eq!(s.audit_read(1, 10).unwrap(), vec![(1, b"e1".to_vec())]);
+    s.checkpoint_put(2, "sig".into()).wait().unwrap();
+    assert_eq!(s.checkpoints().unwrap(), vec![(2, "sig".to_string())]);
+}
+
+fn concurrent_producers_all_commit(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    s.enqueue(msg(&format!("p{t}"), &format!("{t}-{i}"), 0, b"x"))
+                        .wait()
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for t in 0..16 {
+        let got = s.next_batch("outbox", &format!("p{t}"), 100, T0).unwrap();
+        let want: Vec<String> = (0..20).map(|i| format!("{t}-{i}")).collect();
+        assert_eq!(ids(&got), want, "per-producer order kept");
+    }
+}
+
+fn everything_survives_reopen(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    {
+        let s = open(kind, d.path(), &c);
+        s.enqueue(msg("gw", "a", 0, b"1")).wait().unwrap();
+        s.enqueue(msg("gw", "b", 0, b"2")).wait().unwrap();
+        s.ack("outbox", "gw", vec!["a".into()], T0).wait().unwrap();
+        s.kv_put("n", "k", b"v".to_vec()).wait().unwrap();
+        s.close();
+        assert_eq!(
+            s.enqueue(msg("gw", "c", 0, b"3")).wait(),
+            Err(StoreError::Closed)
+        );
+    }
+    let s = open(kind, d.path(), &c);
+    let got = s.next_batch("outbox", "gw", 10, T0).unwrap();
+    assert_eq!(ids(&got), vec!["b"]);
+    assert_eq!(got[0].body, b"2");
+    assert_eq!(
+        s.status("a").unwrap().unwrap().state,
+        MessageState::Delivered
+    );
+    assert_eq!(s.kv_get("n", "k").unwrap(), Some(b"v".to_vec()));
+    // Sequence numbers keep increasing across restarts (FIFO by arrival).
+    s.enqueue(msg("gw", "c", 0, b"3")).wait().unwrap();
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["b", "c"]
+    );
+}
+
+fn list_pages_peers_stats_and_next_expiry(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    for i in 0..5 {
+        s.enqueue(msg("gw", &format!("g{i}"), 0, b"xy"))
+            .wait()
+            .unwrap();
+    }
+    s.enqueue(msg("hq", "h0", 0, b"xy")).wait().unwrap();
+    let p1 = s.list("outbox", Some("gw"), None, 2).unwrap();
+    assert_eq!(ids(&p1.items), vec!["g0", "g1"]);
+    let p2 = s.list("outbox", Some("gw"), p1.next.as_deref(), 2).unwrap();
+    assert_eq!(ids(&p2.items), vec!["g2", "g3"]);
+    let p3 = s.list("outbox", Some("gw"), p2.next.as_deref(), 2).unwrap();
+    assert_eq!(ids(&p3.items), vec!["g4"]);
+    assert_eq!(p3.next, None);
+    assert_eq!(s.list("outbox", None, None, 100).unwrap().items.len(), 6);
+    assert_eq!(s.peers("outbox").unwrap(), vec!["gw", "hq"]);
+    let stats = s.queue_stats(T0 + 61_000).unwrap();
+    assert_eq!(stats.len(), 2);
+    assert_eq!(
+        (
+            stats[0].peer.as_str(),
+            stats[0].depth,
+            stats[0].oldest_age_s
+        ),
+        ("gw", 5, 61)
+    );
+    assert!(stats[0].bytes > 0);
+    assert!(s.list("outbox", None, Some("zz"), 1).is_err());
+}
+
+fn time_floor_survives_a_1970_boot(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    {
+        let s = open(kind, d.path(), &c);
+        let mut m = msg("gw", "soon", 0, b"x");
+        m.expires_at_ms = T0 + 60_000;
+        s.enqueue(m).wait().unwrap();
+        c.set(T0 + 30_000);
+        s.touch_time().wait().unwrap();
+    }
+    // Reboot without RTC: the clock says 1970.
+    let c2 = ManualClock::new(10_000);
+    let s = open(kind, d.path(), &c2);
+    assert_eq!(s.now_ms(), T0 + 30_000);
+    assert_eq!(
+        s.next_batch("outbox", "gw", 10, s.now_ms()).unwrap().len(),
+        1
+    );
+    c2.advance_ms(30_000);
+    let now = s.now_ms();
+    assert_eq!(now, T0 + 60_000);
+    assert!(s.next_batch("outbox", "gw", 10, now).unwrap().is_empty());
+    assert_eq!(s.sweep_expired(now).wait().unwrap().len(), 1);
+}
+
+fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    {
+        let s = open(kind, d.path(), &c);
+        s.enqueue(msg("gw", "a", 0, b"x")).wait().unwrap();
+        s.enqueue(msg("gw", "b", 0, b"x")).wait().unwrap();
+        // Pretend this is a v1 store: no counters.
+        s.inner
+            .engine
+            .apply(&[
+                engine::BatchOp::Delete {
+                    tree: codec::T_COUNT,
+                    key: codec::count_key("outbox", "gw"),
+                },
+                engine::BatchOp::Put {
+                    tree: codec::T_META,
+                    key: codec::META_SCHEMA.to_vec(),
+                    value: codec::u64_val(1),
+                },
+            ])
+            .unwrap();
+    }
+    {
+        let s = open(kind, d.path(), &c);
+        assert_eq!(
+            s.pending("outbox", "gw").unwrap(),
+            2,
+            "counters rebuilt by migration"
+        );
+        s.inner
+            .engine
+            .apply(&[engine::BatchOp::Put {
+                tree: codec::T_META,
+                key: codec::META_SCHEMA.to_vec(),
+                value: codec::u64_val(SCHEMA_VERSION + 1),
+            }])
+            .unwrap();
+    }
+    let e = Store::open(d.path(), opts(kind), Arc::new(c.clone())).unwrap_err();
+    assert!(matches!(e, StoreError::SchemaTooNew { .. }));
+    assert!(e.to_string().contains("newer"));
+}
+
+fn backup_is_a_usable_store(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let big = vec![3u8; 100_000];
+    s.enqueue(msg("gw", "a", 0, b"x")).wait().unwrap();
+    s.enqueue(msg("gw", "big", 0, &big)).wait().unwrap();
+    let dest = b.path().join("snap");
+    s.backup_to(&dest).unwrap();
+    s.enqueue(msg("gw", "after", 0, b"x")).wait().unwrap();
+    let restored = open(kind, &dest, &c);
+    let got = restored.next_batch("outbox", "gw", 10, T0).unwrap();
+    assert_eq!(ids(&got), vec!["a", "big"]);
+    assert_eq!(got[1].body, big);
+}
+
+fn invalid_names_are_refused_without_panic(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let mut m = msg("g\0w", "a", 0, b"x");
+    assert!(matches!(
+        s.enqueue(m.clone()).wait(),
+        Err(StoreError::Invalid(_))
+    ));
+    m.peer = String::new();
+    assert!(matches!(s.enqueue(m).wait(), Err(StoreError::Invalid(_))));
+    assert!(matches!(
+        s.enqueue(msg("gw", "", 0, b"x")).wait(),
+        Err(StoreError::Invalid(_))
+    ));
+    // A failing request does not fail the others of its group.
+    s.enqueue(msg("gw", "ok", 0, b"x")).wait().unwrap();
+}

@@ -1,0 +1,356 @@
+//! Public value types of the store API and their on-disk records.
+
+use super::codec::{seal, unseal, DecodeError, R, W};
+
+/// A message to enqueue. `queue` names the role's mailbox (`"outbox"`, `"inbox"`,
+/// `"node"`, …) and `peer` the recipient inside it; FIFO holds per `(queue, peer)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMessage {
+    pub queue: String,
+    pub peer: String,
+    pub message_id: String,
+    pub payload_type: String,
+    /// Higher is delivered first; equal priorities go by arrival.
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub body: Vec<u8>,
+    /// `None` = the store default; `Some(0)` = retry until expiry.
+    pub max_attempts: Option<u32>,
+    /// When set, the id is also remembered in the dedup window of scope `queue` until
+    /// this time, in the same transaction (replay protection for received messages).
+    pub dedup_until_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// Durable (fsynced) under this global sequence number.
+    Queued { seq: u64 },
+    /// The `message_id` is already queued, delivered, or in the dedup window; nothing
+    /// was written.
+    Duplicate,
+}
+
+/// Lifecycle state reported by [`super::Store::status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageState {
+    Queued,
+    Delivering,
+    Delivered,
+    Expired,
+    Dead,
+    Rejected,
+}
+
+impl MessageState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageState::Queued => "queued",
+            MessageState::Delivering => "delivering",
+            MessageState::Delivered => "delivered",
+            MessageState::Expired => "expired",
+            MessageState::Dead => "dead",
+            MessageState::Rejected => "rejected",
+        }
+    }
+    fn code(self) -> u8 {
+        self as u8
+    }
+    fn from_code(c: u8) -> Result<Self, DecodeError> {
+        Ok(match c {
+            0 => MessageState::Queued,
+            1 => MessageState::Delivering,
+            2 => MessageState::Delivered,
+            3 => MessageState::Expired,
+            4 => MessageState::Dead,
+            5 => MessageState::Rejected,
+            _ => return Err(DecodeError(format!("unknown state {c}"))),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageStatus {
+    pub state: MessageState,
+    pub queue: String,
+    pub peer: String,
+    pub attempts: u32,
+    pub next_attempt_at_ms: u64,
+    /// Why it reached a terminal state (`timeout_in_queue`, `max_attempts`, …).
+    pub reason: Option<String>,
+}
+
+/// A queued (or dead-lettered) message as read back, body included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub seq: u64,
+    pub queue: String,
+    pub peer: String,
+    pub message_id: String,
+    pub payload_type: String,
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub attempts: u32,
+    /// 0 = until expiry.
+    pub max_attempts: u32,
+    pub next_attempt_at_ms: u64,
+    pub state: MessageState,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckOutcome {
+    pub message_id: String,
+    /// True when this ack removed the message from the queue (it had waited there);
+    /// false when it was unknown or already acknowledged.
+    pub was_stored: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredMessage {
+    pub message_id: String,
+    pub queue: String,
+    pub peer: String,
+    pub payload_type: String,
+    pub expires_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStat {
+    pub queue: String,
+    pub peer: String,
+    pub depth: u64,
+    /// Age of the message at the head of the queue (next to deliver).
+    pub oldest_age_s: u64,
+    /// Record bytes (keys + values + blob sizes) this recipient occupies.
+    pub bytes: u64,
+}
+
+/// One page of a listing; pass `next` back as `after` to continue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// The body of a record: inline, or a content-addressed blob file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    Inline(Vec<u8>),
+    Blob { sha256: [u8; 32], len: u64 },
+}
+
+impl Body {
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Inline(b) => b.len() as u64,
+            Body::Blob { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The stored form of a queued or dead message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgRecord {
+    pub seq: u64,
+    pub queue: String,
+    pub peer: String,
+    pub message_id: String,
+    pub payload_type: String,
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub next_attempt_at_ms: u64,
+    pub state: MessageState,
+    pub body: Body,
+}
+
+impl MsgRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = W::default();
+        w.u64(self.seq)
+            .u8(self.priority)
+            .u64(self.created_at_ms)
+            .u64(self.expires_at_ms)
+            .u32(self.attempts)
+            .u32(self.max_attempts)
+            .u64(self.next_attempt_at_ms)
+            .u8(self.state.code())
+            .str(&self.queue)
+            .str(&self.peer)
+            .str(&self.message_id)
+            .str(&self.payload_type);
+        match &self.body {
+            Body::Inline(b) => {
+                w.u8(0).bytes(b);
+            }
+            Body::Blob { sha256, len } => {
+                w.u8(1).bytes(sha256).u64(*len);
+            }
+        }
+        seal(w)
+    }
+
+    pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = R(unseal(v)?);
+        let seq = r.u64()?;
+        let priority = r.u8()?;
+        let created_at_ms = r.u64()?;
+        let expires_at_ms = r.u64()?;
+        let attempts = r.u32()?;
+        let max_attempts = r.u32()?;
+        let next_attempt_at_ms = r.u64()?;
+        let state = MessageState::from_code(r.u8()?)?;
+        let queue = r.string()?;
+        let peer = r.string()?;
+        let message_id = r.string()?;
+        let payload_type = r.string()?;
+        let body = match r.u8()? {
+            0 => Body::Inline(r.bytes()?.to_vec()),
+            1 => {
+                let h: [u8; 32] = r
+                    .bytes()?
+                    .try_into()
+                    .map_err(|_| DecodeError("bad blob hash length".into()))?;
+                Body::Blob {
+                    sha256: h,
+                    len: r.u64()?,
+                }
+            }
+            k => return Err(DecodeError(format!("unknown body kind {k}"))),
+        };
+        r.end()?;
+        Ok(Self {
+            seq,
+            queue,
+            peer,
+            message_id,
+            payload_type,
+            priority,
+            created_at_ms,
+            expires_at_ms,
+            attempts,
+            max_attempts,
+            next_attempt_at_ms,
+            state,
+            body,
+        })
+    }
+
+    pub fn into_stored(self, body: Vec<u8>) -> StoredMessage {
+        StoredMessage {
+            seq: self.seq,
+            queue: self.queue,
+            peer: self.peer,
+            message_id: self.message_id,
+            payload_type: self.payload_type,
+            priority: self.priority,
+            created_at_ms: self.created_at_ms,
+            expires_at_ms: self.expires_at_ms,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            next_attempt_at_ms: self.next_attempt_at_ms,
+            state: self.state,
+            body,
+        }
+    }
+}
+
+/// The stored form of a terminal (or dead) status: a tombstone kept for `status()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusRecord {
+    pub state: MessageState,
+    pub queue: String,
+    pub peer: String,
+    pub attempts: u32,
+    pub next_attempt_at_ms: u64,
+    pub reason: String,
+    /// When the tombstone may be pruned (`u64::MAX` = kept until purged).
+    pub keep_until_ms: u64,
+    /// For dead letters: the key of the record in the dead tree.
+    pub dead_seq: u64,
+}
+
+impl StatusRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = W::default();
+        w.u8(self.state.code())
+            .u32(self.attempts)
+            .u64(self.next_attempt_at_ms)
+            .u64(self.keep_until_ms)
+            .u64(self.dead_seq)
+            .str(&self.reason)
+            .str(&self.queue)
+            .str(&self.peer);
+        seal(w)
+    }
+
+    pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = R(unseal(v)?);
+        let state = MessageState::from_code(r.u8()?)?;
+        let attempts = r.u32()?;
+        let next_attempt_at_ms = r.u64()?;
+        let keep_until_ms = r.u64()?;
+        let dead_seq = r.u64()?;
+        let reason = r.string()?;
+        let queue = r.string()?;
+        let peer = r.string()?;
+        r.end()?;
+        Ok(Self {
+            state,
+            queue,
+            peer,
+            attempts,
+            next_attempt_at_ms,
+            reason,
+            keep_until_ms,
+            dead_seq,
+        })
+    }
+
+    pub fn to_status(&self) -> MessageStatus {
+        MessageStatus {
+            state: self.state,
+            queue: self.queue.clone(),
+            peer: self.peer.clone(),
+            attempts: self.attempts,
+            next_attempt_at_ms: self.next_attempt_at_ms,
+            reason: if self.reason.is_empty() {
+                None
+            } else {
+                Some(self.reason.clone())
+            },
+        }
+    }
+}
+
+/// Per-recipient counters, persisted so depth and bytes need no scan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub depth: u64,
+    pub bytes: u64,
+}
+
+impl Counter {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = self.depth.to_le_bytes().to_vec();
+        v.extend_from_slice(&self.bytes.to_le_bytes());
+        v
+    }
+    pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = R(v);
+        let c = Counter {
+            depth: r.u64()?,
+            bytes: r.u64()?,
+        };
+        r.end()?;
+        Ok(c)
+    }
+}

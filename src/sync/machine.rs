@@ -1,0 +1,272 @@
+//! The sync protocol as a pure state machine: `(event, now) → action`. No I/O, no clock,
+//! no randomness (jitter comes in with the failure event), so every schedule is tested
+//! with plain numbers.
+//!
+//! Order on every (re)connect (SPEC §4.9):
+//! 1. a pull with `wait_s = 0`: the gateway answers how many messages are pending and
+//!    the first batch (the handshake);
+//! 2. stored messages are flushed in batches of `flush_batch` with `wait_s = 0` until the
+//!    pending count is drained;
+//! 3. only then live traffic: the outbox is pushed, the audit log and revocations are
+//!    synced when due, and otherwise the node sits in a long-poll.
+//!
+//! Any failure drops to `Offline` and retries on the SPEC §4.7 schedule (5, 10, 20 … 300 s
+//! ±10 %); a success resets it.
+
+use crate::store::backoff::delay_ms;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineConfig {
+    pub poll_wait_s: u64,
+    pub flush_batch: u32,
+    /// Push the outbox at least this often even without a wake-up (catches messages
+    /// whose retry time came).
+    pub outbox_every_ms: u64,
+    pub audit_every_ms: u64,
+    pub revocations_every_ms: u64,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        Self {
+            poll_wait_s: 25,
+            flush_batch: 50,
+            outbox_every_ms: 5_000,
+            audit_every_ms: 30_000,
+            revocations_every_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Not connected; next attempt at `retry_at_ms`.
+    Offline,
+    /// Waiting for the answer to the first pull (pending count).
+    Handshake,
+    /// Draining messages the gateway stored while we were away.
+    Flushing,
+    /// Stored messages drained; live traffic.
+    Live,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Offline => "offline",
+            Phase::Handshake => "connecting",
+            Phase::Flushing => "flushing",
+            Phase::Live => "connected",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Start,
+    /// A `Wait` ended on its own.
+    Timer,
+    /// The node queued something (or a long-poll was interrupted for that reason).
+    Woken,
+    /// A pull answered: `pending_count` as the gateway reported it (including this
+    /// batch) and how many of the batch the node took (acked).
+    Pulled {
+        pending_count: u64,
+        received: u64,
+    },
+    /// An outbox upload finished; `more` = a full batch went, there may be more.
+    Pushed {
+        more: bool,
+    },
+    AuditSynced,
+    RevocationsFetched,
+    /// A request failed (network, 5xx, 401 …). `jitter` in [-1, 1] from the caller's RNG.
+    Failed {
+        error: String,
+        jitter: f64,
+    },
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Pull {
+        wait_s: u64,
+        max: u32,
+    },
+    Push {
+        max: u32,
+    },
+    SyncAudit,
+    FetchRevocations,
+    /// Sleep until `until_ms` (or a wake-up / shutdown).
+    Wait {
+        until_ms: u64,
+    },
+    Stop,
+}
+
+#[derive(Debug, Clone)]
+pub struct Machine {
+    cfg: MachineConfig,
+    phase: Phase,
+    failures: u32,
+    retry_at_ms: u64,
+    remaining: u64,
+    outbox_dirty: bool,
+    outbox_due_ms: u64,
+    audit_due_ms: u64,
+    revocations_due_ms: u64,
+    last_ok_ms: Option<u64>,
+    last_error: Option<String>,
+}
+
+impl Machine {
+    pub fn new(cfg: MachineConfig) -> Self {
+        Self {
+            cfg,
+            phase: Phase::Offline,
+            failures: 0,
+            retry_at_ms: 0,
+            remaining: 0,
+            outbox_dirty: true,
+            outbox_due_ms: 0,
+            audit_due_ms: 0,
+            revocations_due_ms: 0,
+            last_ok_ms: None,
+            last_error: None,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+    pub fn connected(&self) -> bool {
+        matches!(self.phase, Phase::Flushing | Phase::Live)
+    }
+    pub fn last_ok_ms(&self) -> Option<u64> {
+        self.last_ok_ms
+    }
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+    pub fn retry_at_ms(&self) -> u64 {
+        self.retry_at_ms
+    }
+
+    fn handshake(&mut self) -> Action {
+        self.phase = Phase::Handshake;
+        Action::Pull {
+            wait_s: 0,
+            max: self.cfg.flush_batch,
+        }
+    }
+
+    fn ok(&mut self, now: u64) {
+        self.failures = 0;
+        self.last_ok_ms = Some(now);
+        self.last_error = None;
+    }
+
+    /// Feed one event; get the one thing to do next.
+    pub fn handle(&mut self, ev: Event, now: u64) -> Action {
+        match ev {
+            Event::Shutdown => return Action::Stop,
+            Event::Start => {
+                self.outbox_dirty = true;
+                return self.handshake();
+            }
+            Event::Failed { error, jitter } => {
+                self.phase = Phase::Offline;
+                self.failures = self.failures.saturating_add(1);
+                self.last_error = Some(error);
+                // Failure n is followed by attempt n+1 of the schedule (5 s first).
+                self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
+                // Everything is due again once we are back.
+                self.outbox_dirty = true;
+                self.audit_due_ms = 0;
+                self.revocations_due_ms = 0;
+                return Action::Wait {
+                    until_ms: self.retry_at_ms,
+                };
+            }
+            Event::Timer | Event::Woken if self.phase == Phase::Offline => {
+                if matches!(ev, Event::Woken) {
+                    self.outbox_dirty = true;
+                }
+                if now >= self.retry_at_ms {
+                    return self.handshake();
+                }
+                return Action::Wait {
+                    until_ms: self.retry_at_ms,
+                };
+            }
+            Event::Timer => {}
+            Event::Woken => self.outbox_dirty = true,
+            Event::Pulled {
+                pending_count,
+                received,
+            } => {
+                self.ok(now);
+                self.remaining = pending_count.saturating_sub(received);
+                if self.remaining > 0 {
+                    self.phase = Phase::Flushing;
+                } else {
+                    self.phase = Phase::Live;
+                }
+            }
+            Event::Pushed { more } => {
+                self.ok(now);
+                if !more {
+                    self.outbox_dirty = false;
+                    self.outbox_due_ms = now + self.cfg.outbox_every_ms;
+                }
+                // Results pushed mean new audit entries: sync them next.
+                self.audit_due_ms = now;
+            }
+            Event::AuditSynced => {
+                self.ok(now);
+                self.audit_due_ms = now + self.cfg.audit_every_ms;
+            }
+            Event::RevocationsFetched => {
+                self.ok(now);
+                self.revocations_due_ms = now + self.cfg.revocations_every_ms;
+            }
+        }
+        self.next(now)
+    }
+
+    /// Connected: flush first, then the due chores, then the long-poll.
+    fn next(&mut self, now: u64) -> Action {
+        if self.phase == Phase::Handshake {
+            // A chore event arrived before the handshake answered (cannot happen with a
+            // sequential loop); ask again rather than go live unannounced.
+            return self.handshake();
+        }
+        let max = self.cfg.flush_batch;
+        if self.remaining > 0 {
+            self.phase = Phase::Flushing;
+            return Action::Pull { wait_s: 0, max };
+        }
+        self.phase = Phase::Live;
+        if self.outbox_dirty || now >= self.outbox_due_ms {
+            return Action::Push { max };
+        }
+        if now >= self.audit_due_ms {
+            return Action::SyncAudit;
+        }
+        if now >= self.revocations_due_ms {
+            return Action::FetchRevocations;
+        }
+        Action::Pull {
+            wait_s: self.cfg.poll_wait_s,
+            max,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

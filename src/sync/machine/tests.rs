@@ -1,0 +1,203 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn m() -> Machine {
+    Machine::new(MachineConfig {
+        poll_wait_s: 25,
+        flush_batch: 50,
+        outbox_every_ms: 5_000,
+        audit_every_ms: 30_000,
+        revocations_every_ms: 60_000,
+    })
+}
+
+#[test]
+fn reconnect_order_is_count_then_flush_then_live() {
+    let mut s = m();
+    assert_eq!(
+        s.handle(Event::Start, 0),
+        Action::Pull { wait_s: 0, max: 50 }
+    );
+    assert_eq!(s.phase(), Phase::Handshake);
+    // 120 pending, took 50: keep flushing without waiting.
+    assert_eq!(
+        s.handle(
+            Event::Pulled {
+                pending_count: 120,
+                received: 50
+            },
+            1
+        ),
+        Action::Pull { wait_s: 0, max: 50 }
+    );
+    assert_eq!(s.phase(), Phase::Flushing);
+    assert_eq!(
+        s.handle(
+            Event::Pulled {
+                pending_count: 70,
+                received: 50
+            },
+            2
+        ),
+        Action::Pull { wait_s: 0, max: 50 }
+    );
+    // Drained: now the outbox (dirty since start), then audit, revocations, long-poll.
+    assert_eq!(
+        s.handle(
+            Event::Pulled {
+                pending_count: 20,
+                received: 20
+            },
+            3
+        ),
+        Action::Push { max: 50 }
+    );
+    assert_eq!(s.phase(), Phase::Live);
+    assert_eq!(
+        s.handle(Event::Pushed { more: false }, 4),
+        Action::SyncAudit
+    );
+    assert_eq!(s.handle(Event::AuditSynced, 5), Action::FetchRevocations);
+    assert_eq!(
+        s.handle(Event::RevocationsFetched, 6),
+        Action::Pull {
+            wait_s: 25,
+            max: 50
+        }
+    );
+    assert!(s.connected());
+}
+
+#[test]
+fn failure_backs_off_on_the_spec_schedule_and_success_resets() {
+    let mut s = m();
+    s.handle(Event::Start, 0);
+    let fail = |s: &mut Machine, now| {
+        s.handle(
+            Event::Failed {
+                error: "x".into(),
+                jitter: 0.0,
+            },
+            now,
+        )
+    };
+    assert_eq!(fail(&mut s, 1_000), Action::Wait { until_ms: 6_000 });
+    assert!(!s.connected());
+    // Too early: keep waiting, even when woken.
+    assert_eq!(
+        s.handle(Event::Woken, 2_000),
+        Action::Wait { until_ms: 6_000 }
+    );
+    assert_eq!(
+        s.handle(Event::Timer, 6_000),
+        Action::Pull { wait_s: 0, max: 50 }
+    );
+    assert_eq!(fail(&mut s, 6_000), Action::Wait { until_ms: 16_000 });
+    s.handle(Event::Timer, 16_000);
+    assert_eq!(fail(&mut s, 16_000), Action::Wait { until_ms: 36_000 });
+    s.handle(Event::Timer, 36_000);
+    s.handle(
+        Event::Pulled {
+            pending_count: 0,
+            received: 0,
+        },
+        36_100,
+    );
+    assert_eq!(s.failures(), 0);
+    assert_eq!(s.last_ok_ms(), Some(36_100));
+    assert_eq!(fail(&mut s, 40_000), Action::Wait { until_ms: 45_000 });
+    assert_eq!(s.last_error(), Some("x"));
+}
+
+#[test]
+fn wake_during_live_pushes_before_polling_again() {
+    let mut s = m();
+    s.handle(Event::Start, 0);
+    s.handle(
+        Event::Pulled {
+            pending_count: 0,
+            received: 0,
+        },
+        1,
+    );
+    s.handle(Event::Pushed { more: false }, 2);
+    s.handle(Event::AuditSynced, 3);
+    assert_eq!(
+        s.handle(Event::RevocationsFetched, 4),
+        Action::Pull {
+            wait_s: 25,
+            max: 50
+        }
+    );
+    assert_eq!(s.handle(Event::Woken, 5), Action::Push { max: 50 });
+    assert_eq!(
+        s.handle(Event::Pushed { more: true }, 6),
+        Action::Push { max: 50 }
+    );
+    assert_eq!(
+        s.handle(Event::Pushed { more: false }, 7),
+        Action::SyncAudit
+    );
+    assert_eq!(s.handle(Event::Shutdown, 8), Action::Stop);
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        Just(Event::Timer),
+        Just(Event::Woken),
+        (0u64..300, 0u64..60).prop_map(|(p, r)| Event::Pulled {
+            pending_count: p,
+            received: r.min(p)
+        }),
+        any::<bool>().prop_map(|more| Event::Pushed { more }),
+        Just(Event::AuditSynced),
+        Just(Event::RevocationsFetched),
+        (-1.0f64..=1.0).prop_map(|jitter| Event::Failed {
+            error: "e".into(),
+            jitter
+        }),
+    ]
+}
+
+proptest! {
+    /// Invariants over any event sequence:
+    /// - no live long-poll while the gateway still reports stored messages pending;
+    /// - offline, nothing goes on the wire before the retry time;
+    /// - backoff is within the SPEC bounds (≤ 300 s + 10 %), never zero after a failure;
+    /// - shutdown always stops.
+    #[test]
+    fn invariants(events in proptest::collection::vec((event(), 0u64..20_000), 1..200)) {
+        let mut s = m();
+        let mut now = 0u64;
+        let mut last_remaining = 0u64;
+        s.handle(Event::Start, now);
+        for (ev, dt) in events {
+            now += dt;
+            let was_offline = s.phase() == Phase::Offline;
+            let retry_at = s.retry_at_ms();
+            if let Event::Pulled { pending_count, received } = &ev {
+                last_remaining = pending_count - received;
+            }
+            let failed = matches!(ev, Event::Failed { .. });
+            let idle = matches!(ev, Event::Timer | Event::Woken);
+            let a = s.handle(ev, now);
+            if let Action::Pull { wait_s, .. } = a {
+                if wait_s > 0 {
+                    prop_assert_eq!(last_remaining, 0, "live poll while stored messages pending");
+                }
+            }
+            if was_offline && idle && now < retry_at {
+                prop_assert!(matches!(a, Action::Wait { .. }), "network action before retry time: {:?}", a);
+            }
+            if failed {
+                let Action::Wait { until_ms } = a else { panic!("failure must wait") };
+                prop_assert!(until_ms > now && until_ms <= now + 330_000);
+            }
+            if !matches!(a, Action::Pull { .. }) && matches!(s.phase(), Phase::Handshake) {
+                prop_assert!(false, "handshake must be a pull");
+            }
+        }
+        prop_assert_eq!(s.handle(Event::Shutdown, now), Action::Stop);
+    }
+}

@@ -1,0 +1,214 @@
+//! The async loop: ask the [`Machine`] what to do, do it over [`Transport`], feed the
+//! outcome back. All protocol decisions live in the machine; this file only moves bytes
+//! between the gateway, the store and the node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::machine::{Action, Event, Machine, MachineConfig};
+use super::transport::{SyncError, Transport};
+use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
+use crate::config::Config;
+use crate::envelope::Keys;
+use crate::store::Store;
+use crate::telemetry::{Metrics, UpstreamState};
+
+/// Audit entries per upload, at most (keeps one request well under the body limit).
+pub(super) const AUDIT_CHUNK: usize = 2_000;
+
+pub struct SyncDeps {
+    pub cfg: Arc<Config>,
+    pub store: Store,
+    pub keys: Arc<Keys>,
+    pub metrics: Arc<Metrics>,
+    pub node: Arc<dyn NodeLink>,
+}
+
+/// Start the sync loop on `tracker` if the config has an `[upstream]`; it ends promptly
+/// when `shutdown` fires.
+pub fn spawn(
+    deps: SyncDeps,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+) -> Result<Option<SyncHandle>, SyncError> {
+    let Some(up) = deps.cfg.upstream.clone() else {
+        return Ok(None);
+    };
+    let transport = Transport::new(&up, &deps.cfg.node_id, deps.keys.clone())?;
+    let shared = Arc::new(Shared::default());
+    let handle = SyncHandle {
+        shared: shared.clone(),
+        url: up.url.clone(),
+    };
+    let mcfg = MachineConfig {
+        poll_wait_s: up.poll_wait_s,
+        flush_batch: deps.cfg.queue.flush_batch,
+        ..MachineConfig::default()
+    };
+    let w = Worker {
+        deps,
+        t: transport,
+        shared,
+        shutdown,
+        confirmed_audit: None,
+        url: up.url,
+    };
+    tracker.spawn(w.run(Machine::new(mcfg)));
+    Ok(Some(handle))
+}
+
+pub(super) struct Worker {
+    pub(super) deps: SyncDeps,
+    pub(super) t: Transport,
+    pub(super) shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    /// The gateway's confirmed audit size, asked once per connection.
+    pub(super) confirmed_audit: Option<u64>,
+    url: String,
+}
+
+pub(super) fn failed(e: &SyncError) -> Event {
+    Event::Failed {
+        error: e.to_string(),
+        jitter: rand::thread_rng().gen_range(-1.0..=1.0),
+    }
+}
+
+impl Worker {
+    pub(super) fn now(&self) -> u64 {
+        self.deps.store.now_ms()
+    }
+
+    async fn run(mut self, mut m: Machine) {
+        let mut ev = Event::Start;
+        let mut was_connected = false;
+        loop {
+            if self.shutdown.is_cancelled() {
+                ev = Event::Shutdown;
+            }
+            let now = self.now();
+            let action = m.handle(ev, now);
+            self.publish(&m, &mut was_connected);
+            tracing::trace!(event = "sync_action", ?action);
+            ev = match action {
+                Action::Stop => return,
+                Action::Wait { until_ms } => self.wait(until_ms).await,
+                Action::Pull { wait_s, max } => self.pull(wait_s, max).await,
+                Action::Push { max } => self.push(max).await,
+                Action::SyncAudit => self.sync_audit().await,
+                Action::FetchRevocations => self.revocations().await,
+            };
+            if matches!(ev, Event::Failed { .. }) {
+                self.confirmed_audit = None;
+            }
+        }
+    }
+
+    fn publish(&self, m: &Machine, was_connected: &mut bool) {
+        let connected = m.connected();
+        {
+            let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.state = m.phase().as_str().to_string();
+            s.connected = connected;
+            s.last_ok_ms = m.last_ok_ms();
+            s.last_error = m.last_error().map(str::to_string);
+            if let Some(c) = self.confirmed_audit {
+                s.audit_synced_size = c;
+            }
+        }
+        if connected != *was_connected {
+            UpstreamState {
+                connected,
+                url: &self.url,
+                detail: m.last_error().unwrap_or(""),
+            }
+            .emit(&self.deps.metrics);
+            *was_connected = connected;
+        }
+    }
+
+    async fn wait(&self, until_ms: u64) -> Event {
+        let d = Duration::from_millis(until_ms.saturating_sub(self.now()));
+        tokio::select! {
+            _ = self.shutdown.cancelled() => Event::Shutdown,
+            _ = self.shared.wake.notified() => Event::Woken,
+            _ = tokio::time::sleep(d) => Event::Timer,
+        }
+    }
+
+    async fn pull(&self, wait_s: u64, max: u32) -> Event {
+        let pq = format!("{}?wait_s={wait_s}&max={max}", self.t.node_path("pull"));
+        let call = self.t.call(
+            reqwest::Method::GET,
+            &pq,
+            None,
+            self.now(),
+            Duration::from_secs(wait_s),
+        );
+        let resp = if wait_s > 0 {
+            tokio::select! {
+                r = call => r,
+                _ = self.shared.wake.notified() => return Event::Woken,
+                _ = self.shutdown.cancelled() => return Event::Shutdown,
+            }
+        } else {
+            tokio::select! {
+                r = call => r,
+                _ = self.shutdown.cancelled() => return Event::Shutdown,
+            }
+        };
+        let v = match resp {
+            Ok(v) => v,
+            Err(e) => return failed(&e),
+        };
+        let pending = v["pending_count"].as_u64().unwrap_or(0);
+        let envs = v["envelopes"].as_array().cloned().unwrap_or_default();
+        let mut ack = Vec::new();
+        let mut rejected = Vec::new();
+        for env in envs {
+            let id = env["message_id"].as_str().unwrap_or_default().to_string();
+            let bytes = serde_json::to_vec(&env).unwrap_or_default();
+            match self.deps.node.receive(bytes).await {
+                InboundOutcome::Accepted | InboundOutcome::Duplicate => ack.push(id),
+                InboundOutcome::Rejected { code } => {
+                    tracing::warn!(event = "pulled_envelope_rejected", message_id = %id, code = %code);
+                    rejected.push(json!({"id": id, "code": code}));
+                }
+                InboundOutcome::Retry => break,
+            }
+        }
+        let received = (ack.len() + rejected.len()) as u64;
+        if received > 0 {
+            let body = json!({"message_ids": ack, "rejected": rejected});
+            let pq = self.t.node_path("ack");
+            if let Err(e) = self
+                .t
+                .call(
+                    reqwest::Method::POST,
+                    &pq,
+                    Some(&body),
+                    self.now(),
+                    Duration::ZERO,
+                )
+                .await
+            {
+                // Stored locally already; the gateway resends and we answer duplicate.
+                return failed(&e);
+            }
+            self.shared
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pulled += received;
+        }
+        Event::Pulled {
+            pending_count: pending,
+            received,
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Starts real `outpost` processes on temp dirs and port 0, and talks to them over
+//! real sockets. Every wait polls a condition with a deadline; nothing sleeps blindly.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+}
+
+/// Run `outpost ARGS` to completion.
+pub fn outpost(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env_remove("OUTPOST_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .expect("spawn outpost")
+}
+
+pub fn outpost_stdin(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(bin())
+        .args(args)
+        .env_remove("OUTPOST_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn outpost");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Poll `f` until it returns Some or the deadline passes.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A directory with a config, keys and store made by `outpost init`.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+    pub node_id: String,
+}
+
+impl Home {
+    pub fn init(role: &str, node_id: &str, extra_toml: &str) -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let cfg = dir.path().join("outpost.toml");
+        let o = outpost(&[
+            "init",
+            "--role",
+            role,
+            "--node-id",
+            node_id,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        assert!(o.status.success(), "init failed: {}", text(&o));
+        if !extra_toml.is_empty() {
+            // As a drop-in, the way operators customize a packaged config.
+            let d = dir.path().join("outpost.d");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("50-test.toml"), extra_toml).unwrap();
+        }
+        Home {
+            dir,
+            node_id: node_id.to_string(),
+        }
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("outpost.toml")
+    }
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// `outpost ARGS --config <this home>`.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let cfg = self.config();
+        let mut a: Vec<&str> = args.to_vec();
+        a.push("--config");
+        a.push(cfg.to_str().unwrap());
+        outpost(&a)
+    }
+
+    pub fn cli_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let cfg = self.config();
+        let mut a: Vec<&str> = args.to_vec();
+        a.push("--config");
+        a.push(cfg.to_str().unwrap());
+        outpost_stdin(&a, stdin)
+    }
+
+    pub fn identity_json(&self) -> String {
+        let o = self.cli(&["identity", "--json"]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// A token issued by this home's own key.
+    pub fn token(&self, aud: &str, scopes: &[&str], ttl: &str) -> String {
+        let mut args = vec!["token", "issue", "--aud", aud, "--ttl", ttl, "--scope"];
+        args.extend_from_slice(scopes);
+        let o = self.cli(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    }
+
+    pub fn start(&self) -> Daemon {
+        self.start_with_env(&[])
+    }
+
+    pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
+        let addr_file = self.data().join("api.addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "--config", self.config().to_str().unwrap()])
+            .env_remove("OUTPOST_CONFIG")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .env("OUTPOST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn outpost run");
+        let mut d = Daemon {
+            child,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            log: self.dir.path().join("daemon.log"),
+        };
+        let addr = wait_for("api.addr", Duration::from_secs(20), || {
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("daemon exited early ({st}): {}", d.log_text());
+            }
+            std::fs::read_to_string(&addr_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<SocketAddr>().ok())
+        });
+        d.addr = addr;
+        d
+    }
+}
+
+/// A running `outpost run` child; killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        wait_for("daemon exit", Duration::from_secs(30), || {
+            self.child.try_wait().ok().flatten()
+        })
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP client for tests (no proxy, short timeouts).
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+pub fn read_file(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}

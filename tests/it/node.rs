@@ -1,0 +1,307 @@
+//! The node daemon as a field engineer meets it: `outpost run` with no upstream, local
+//! tool calls with tokens, every refusal with its code, and a process that never dies.
+
+use serde_json::{json, Value};
+
+use crate::harness::{http, text, Home};
+
+async fn call(d: &crate::harness::Daemon, body: Value, bearer: Option<&str>) -> (u16, Value) {
+    let mut r = http().post(d.url("/v1/tool_call")).json(&body);
+    if let Some(t) = bearer {
+        r = r.bearer_auth(t);
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    (status, v)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_call_with_token_works_fully_offline() {
+    let home = Home::init("node", "node:pump-17", "");
+    let d = home.start();
+    let tok = home.token("node:pump-17", &["tool:pii_redact"], "10m");
+
+    let (st, v) = call(
+        &d,
+        json!({"tool_name": "pii_redact", "tool_args": {"text": "write to ops@example.com"}}),
+        Some(&tok),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["result"]["text"], "write to [EMAIL]");
+    assert!(v["evidence"]["audit_leaf_hash"].as_str().unwrap().len() == 64);
+
+    // Token in the body works too, and the audit index moves on.
+    let (st2, v2) = call(
+        &d,
+        json!({"tool_name": "pii_redact", "tool_args": {"text": "x"}, "token": tok}),
+        None,
+    )
+    .await;
+    assert_eq!(st2, 200, "{v2}");
+    assert!(v2["evidence"]["audit_index"].as_u64() > v["evidence"]["audit_index"].as_u64());
+
+    let status: Value = http()
+        .get(d.url("/v1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["node_id"], "node:pump-17");
+    assert_eq!(status["upstream"]["state"], "none");
+    assert!(d.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_refusal_gets_its_code_and_is_audited() {
+    let home = Home::init("node", "node:a", "");
+    let other = Home::init("node", "node:stranger", "");
+    let d = home.start();
+    let good = home.token("node:a", &["tool:echo"], "10m");
+    let wrong_aud = home.token("node:b", &["tool:echo"], "10m");
+    let wrong_scope = home.token("node:a", &["tool:sysinfo"], "10m");
+    let expired = home.token("node:a", &["tool:echo"], "1s");
+    let untrusted = other.token("node:a", &["tool:echo"], "10m");
+    let mut forged = good.clone();
+    // Flip one character in the signature part of the token.
+    let last = forged.pop().unwrap();
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+
+    let args = json!({"tool_name": "echo", "tool_args": {"x": 1}});
+    let (st, v) = call(&d, args.clone(), None).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
+    let (st, v) = call(&d, args.clone(), Some(&forged)).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
+    let (st, v) = call(&d, args.clone(), Some(&untrusted)).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
+    let (st, v) = call(&d, args.clone(), Some(&wrong_aud)).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{v}"
+    );
+    let (st, v) = call(&d, args.clone(), Some(&wrong_scope)).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{v}"
+    );
+    crate::harness::wait_for("token expiry", std::time::Duration::from_secs(5), || {
+        let out = crate::harness::outpost(&["token", "inspect", &expired]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let exp = v["claims"]["exp"].as_str()?.to_string();
+        let exp_ms = outpost::token::parse_rfc3339_ms(&exp)?;
+        (outpost::clock::Clock::now_ms(&outpost::clock::SystemClock) > exp_ms).then_some(())
+    });
+    let (st, v) = call(&d, args.clone(), Some(&expired)).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("expired"),
+        "{v}"
+    );
+    let (st, v) = call(
+        &d,
+        json!({"tool_name": "nope", "tool_args": {}}),
+        Some(&home.token("node:a", &["tool:*"], "10m")),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (404, Some("unknown_tool")),
+        "{v}"
+    );
+
+    // Refusals are in the audit log, and the log verifies.
+    drop(d);
+    let out = home.cli(&["audit", "export", "--jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let refused = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"outcome\":\"refused\""))
+        .count();
+    assert!(
+        refused >= 7,
+        "expected ≥7 refusals in the audit log, got {refused}"
+    );
+    let out = home.cli(&["audit", "verify"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn job_id_makes_tool_calls_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("runs");
+    let script = dir.path().join("count.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho run >> {}\ncat >/dev/null\necho '{{\"n\":1}}'\n",
+            counter.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = Home::init(
+        "node",
+        "node:a",
+        &format!(
+            "[[tools]]\nname = \"count\"\ncommand = [\"{}\"]\n",
+            script.display()
+        ),
+    );
+    let d = home.start();
+    let tok = home.token("node:a", &["tool:count"], "10m");
+    let body = json!({"job_id": "job-42", "tool_name": "count", "tool_args": {}});
+    let (s1, v1) = call(&d, body.clone(), Some(&tok)).await;
+    assert_eq!(s1, 200, "{v1}");
+    // Concurrent repeats and a repeat after restart: the tool never runs again.
+    let (a, b) = tokio::join!(
+        call(&d, body.clone(), Some(&tok)),
+        call(&d, body.clone(), Some(&tok))
+    );
+    assert_eq!(a, (200, v1.clone()));
+    assert_eq!(b, (200, v1.clone()));
+    assert!(d.stop().success());
+    let d = home.start();
+    let (s3, v3) = call(&d, body.clone(), Some(&tok)).await;
+    assert_eq!((s3, &v3), (200, &v1));
+    let runs = std::fs::read_to_string(&counter).unwrap().lines().count();
+    assert_eq!(runs, 1, "the tool ran {runs} times for one job id");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_past_its_timeout_is_killed_with_its_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("grandchild.pid");
+    let script = dir.path().join("hang.sh");
+    // The tool starts a grandchild that would outlive a naive kill, then hangs.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsleep 300 &\necho $! > {}\nsleep 300\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = Home::init(
+        "node",
+        "node:a",
+        &format!(
+            "[[tools]]\nname = \"hang\"\ncommand = [\"{}\"]\ntimeout_ms = 500\n",
+            script.display()
+        ),
+    );
+    let d = home.start();
+    let tok = home.token("node:a", &["tool:hang"], "10m");
+    let started = std::time::Instant::now();
+    let (st, v) = call(
+        &d,
+        json!({"tool_name": "hang", "tool_args": {}}),
+        Some(&tok),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (504, Some("tool_timeout")),
+        "{v}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    crate::harness::wait_for("grandchild gone", std::time::Duration::from_secs(5), || {
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true);
+        (!alive || zombie).then_some(())
+    });
+    assert!(d.stop().success());
+    let out = home.cli(&["audit", "export", "--jsonl"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"outcome\":\"timeout\""));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_pass_promtool_and_count_calls() {
+    let home = Home::init("node", "node:m", "");
+    let d = home.start();
+    let tok = home.token("node:m", &["tool:echo"], "10m");
+    for _ in 0..3 {
+        let (st, _) = call(
+            &d,
+            json!({"tool_name": "echo", "tool_args": {}}),
+            Some(&tok),
+        )
+        .await;
+        assert_eq!(st, 200);
+    }
+    let resp = http().get(d.url("/metrics")).send().await.unwrap();
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let body = resp.text().await.unwrap();
+    assert!(
+        body.contains("outpost_tool_calls_total{tool=\"echo\",outcome=\"ok\"} 3"),
+        "{body}"
+    );
+    assert!(body.contains("outpost_audit_size 3"), "{body}");
+    for name in [
+        "outpost_queue_depth",
+        "outpost_queue_oldest_age_seconds",
+        "outpost_messages_total",
+        "outpost_delivery_attempts_total",
+        "outpost_tool_call_duration_seconds_bucket",
+        "outpost_upstream_connected",
+        "outpost_audit_unsynced_entries",
+        "outpost_store_bytes",
+    ] {
+        assert!(body.contains(name), "{name} missing");
+    }
+    match std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(mut child) => {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool check metrics failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(_) => eprintln!(
+            "promtool not installed (Debian package `prometheus`; .ci/run installs it): exposition checked by the assertions above only"
+        ),
+    }
+}
