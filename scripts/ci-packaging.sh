@@ -90,9 +90,11 @@ if [ -s "$scratch/verify.log" ]; then fail "systemd-analyze verify reported prob
 echo "both units verify"
 
 step "sysusers.d / tmpfiles.d on a scratch root"
-systemd-sysusers --root="$scratch/root" systemd/sysusers.d/outpost.conf
+mkdir -p "$scratch/root/etc"
+# With --root, relative config paths resolve inside the root: pass absolute ones.
+systemd-sysusers --root="$scratch/root" "$(pwd)/systemd/sysusers.d/outpost.conf"
 grep -q '^outpost:' "$scratch/root/etc/passwd" || fail "sysusers did not create outpost"
-systemd-tmpfiles --root="$scratch/root" --create systemd/tmpfiles.d/outpost.conf
+systemd-tmpfiles --root="$scratch/root" --create "$(pwd)/systemd/tmpfiles.d/outpost.conf"
 [ -d "$scratch/root/var/lib/outpost" ] || fail "tmpfiles did not create /var/lib/outpost"
 echo "sysusers and tmpfiles snippets apply"
 

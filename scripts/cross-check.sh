@@ -9,7 +9,7 @@
 #                      Default none: tests/it spawns the outpost binary, which needs
 #                      binfmt_misc to run an aarch64 child (CI machines have none).
 #                      The store conformance tests are lib tests (store::tests::conformance).
-#       CROSS_ARMV7=0  skip the best-effort armv7 leg
+#       CROSS_ARMV7    1 (default): armv7 build + tests; build: release binary only; 0: skip
 #       CROSS_TARGET_DIR  cargo target dir (default target/cross)
 #
 # Idempotent: every install step is skipped when its result is already present.
@@ -116,6 +116,10 @@ check_arch() {
   log "[$arch] release binary under $qemu: --version"
   "$qemu" -L "/usr/$gnu" "$bin" --version || echo "(--version not available yet in this build)"
 
+  if [ "${2-}" = build-only ]; then
+    log "[$arch] build-only: test binaries not built"
+    return 0
+  fi
   log "[$arch] building test binaries ($(elapsed))"
   s=$SECONDS
   cargo test --locked --target "$rtarget" --target-dir "$TARGET_DIR" --lib --no-run
@@ -140,16 +144,16 @@ check_arch() {
 
 if [ "$setup" -eq 1 ]; then
   setup_arch arm64
-  if [ "$CROSS_ARMV7" = 1 ]; then
+  if [ "$CROSS_ARMV7" != 0 ]; then
     setup_arch armhf || echo "WARNING: armv7 toolchain did not install (best effort; see docs/INSTALL.md)"
   fi
 fi
 [ "$build" -eq 1 ] || { log "setup done ($(elapsed))"; exit 0; }
 
 check_arch arm64
-if [ "$CROSS_ARMV7" = 1 ]; then
+if [ "$CROSS_ARMV7" != 0 ]; then
   if [ -d /usr/lib/rustlib/armv7-unknown-linux-gnueabihf/lib ] && command -v arm-linux-gnueabihf-gcc >/dev/null; then
-    check_arch armhf
+    if [ "$CROSS_ARMV7" = build ]; then check_arch armhf build-only; else check_arch armhf; fi
   else
     log "armv7 toolchain not installed: armv7 leg skipped (best effort)"
   fi
