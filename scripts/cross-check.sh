@@ -131,9 +131,9 @@ check_arch() {
   echo "test build: $((SECONDS - s))s"
   log "[$arch] lib tests under $qemu, filters: ${SMOKE_FILTERS:-<all>}"
   s=$SECONDS
-  # shellcheck disable=SC2086 # filters are a word list on purpose
   local skips=() k
   for k in $SMOKE_SKIPS; do skips+=(--skip "$k"); done
+  # shellcheck disable=SC2086 # filters are a word list on purpose
   cargo test --locked --target "$rtarget" --target-dir "$TARGET_DIR" --lib -- $SMOKE_FILTERS "${skips[@]}"
   echo "lib tests under qemu: $((SECONDS - s))s"
   local t
