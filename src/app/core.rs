@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
@@ -30,7 +30,7 @@ pub struct NodeCore {
     pub store: Store,
     pub keys: Arc<Keys>,
     pub identity: IdentityDocument,
-    pub trust: RwLock<Arc<TrustStore>>,
+    pub trust: super::trust::TrustCache,
     pub audit: AuditLog<StoreAudit>,
     pub tools: Registry,
     pub metrics: Arc<Metrics>,
@@ -48,7 +48,6 @@ pub struct NodeCore {
     pub tasks_waiting: Notify,
     job_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     upstream: Mutex<Option<Arc<dyn Upstream>>>,
-    last_trust_reload_ms: AtomicU64,
 }
 
 /// What the node's upstream link (the sync loop) shows to the rest of the node.
@@ -74,7 +73,7 @@ impl NodeCore {
             );
         }
         let store = super::open_store(&cfg, clock.clone())?;
-        let trust = super::trust::effective(&store, &identity)?;
+        let trust = super::trust::TrustCache::load(&store, &identity)?;
         let audit = AuditLog::open(StoreAudit::new(store.clone()))?;
         let tools = super::build_registry(&cfg)?;
         let started_ms = store.now_ms();
@@ -83,7 +82,7 @@ impl NodeCore {
             store,
             keys: Arc::new(keys),
             identity,
-            trust: RwLock::new(Arc::new(trust)),
+            trust,
             audit,
             tools,
             metrics: Arc::new(Metrics::new()),
@@ -97,7 +96,6 @@ impl NodeCore {
             tasks_waiting: Notify::new(),
             job_locks: Mutex::new(HashMap::new()),
             upstream: Mutex::new(None),
-            last_trust_reload_ms: AtomicU64::new(0),
         })
     }
 
@@ -123,29 +121,12 @@ impl NodeCore {
     }
 
     pub fn trust(&self) -> Arc<TrustStore> {
-        self.trust
-            .read()
-            .map(|g| g.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+        self.trust.get()
     }
 
-    /// `outpost trust add` writes the store while the daemon runs; an unknown peer makes
-    /// us re-read the trust store (at most once a second) before refusing.
+    /// An unknown peer: re-read the trust store (at most once a second) before refusing.
     pub fn reload_trust_if_stale(&self) {
-        let now = self.now_ms();
-        let last = self.last_trust_reload_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1_000 {
-            return;
-        }
-        self.last_trust_reload_ms.store(now, Ordering::Relaxed);
-        match super::trust::effective(&self.store, &self.identity) {
-            Ok(t) => {
-                if let Ok(mut g) = self.trust.write() {
-                    *g = Arc::new(t);
-                }
-            }
-            Err(e) => tracing::warn!(event = "trust_reload_failed", error = %e),
-        }
+        self.trust.reload_if_stale(self.now_ms());
     }
 
     pub fn is_revoked(&self, jti: &str) -> bool {

@@ -164,16 +164,7 @@ impl NodeCore {
     pub fn refresh_gauges(&self) {
         let now = self.now_ms();
         if let Ok(stats) = self.store.queue_stats(now) {
-            let depth = stats
-                .iter()
-                .map(|s| (vec![s.queue.clone(), s.peer.clone()], s.depth as f64))
-                .collect();
-            let age = stats
-                .iter()
-                .map(|s| (vec![s.queue.clone(), s.peer.clone()], s.oldest_age_s as f64))
-                .collect();
-            self.metrics.queue_depth.replace_all(depth);
-            self.metrics.queue_oldest_age_seconds.replace_all(age);
+            self.metrics.set_queue_stats(&stats);
         }
         let size = self.audit.size();
         self.metrics.audit_size.set(&[], size as f64);

@@ -34,3 +34,51 @@ pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustSt
     }
     Ok(t)
 }
+
+/// The trust store a running role verifies with, shared by its handlers.
+///
+/// `outpost trust add` writes the store while the daemon runs, so a lookup that misses
+/// (unknown sender or issuer) calls [`TrustCache::reload_if_stale`], which re-reads the
+/// record at most once a second before the caller refuses.
+pub struct TrustCache {
+    store: Store,
+    me: IdentityDocument,
+    current: std::sync::RwLock<std::sync::Arc<TrustStore>>,
+    last_reload_ms: std::sync::atomic::AtomicU64,
+}
+
+impl TrustCache {
+    pub fn load(store: &Store, me: &IdentityDocument) -> anyhow::Result<Self> {
+        let t = effective(store, me)?;
+        Ok(Self {
+            store: store.clone(),
+            me: me.clone(),
+            current: std::sync::RwLock::new(std::sync::Arc::new(t)),
+            last_reload_ms: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    pub fn get(&self) -> std::sync::Arc<TrustStore> {
+        self.current
+            .read()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    pub fn reload_if_stale(&self, now_ms: u64) {
+        use std::sync::atomic::Ordering;
+        let last = self.last_reload_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < 1_000 {
+            return;
+        }
+        self.last_reload_ms.store(now_ms, Ordering::Relaxed);
+        match effective(&self.store, &self.me) {
+            Ok(t) => {
+                if let Ok(mut g) = self.current.write() {
+                    *g = std::sync::Arc::new(t);
+                }
+            }
+            Err(e) => tracing::warn!(event = "trust_reload_failed", error = %e),
+        }
+    }
+}

@@ -120,16 +120,7 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
 
 pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
     if let Ok(stats) = gw.store.queue_stats(gw.now_ms()) {
-        let depth = stats
-            .iter()
-            .map(|s| (vec![s.queue.clone(), s.peer.clone()], s.depth as f64))
-            .collect();
-        let age = stats
-            .iter()
-            .map(|s| (vec![s.queue.clone(), s.peer.clone()], s.oldest_age_s as f64))
-            .collect();
-        gw.metrics.queue_depth.replace_all(depth);
-        gw.metrics.queue_oldest_age_seconds.replace_all(age);
+        gw.metrics.set_queue_stats(&stats);
         gw.metrics
             .store_bytes
             .set(&[], stats.iter().map(|s| s.bytes as f64).sum());

@@ -122,7 +122,8 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, Gateway
         &keys,
         "1970-01-01T00:00:00Z",
     );
-    let trust = state::load_trust(&store, &me).map_err(GatewayError::Trust)?;
+    let trust = crate::app::trust::TrustCache::load(&store, &me)
+        .map_err(|e| GatewayError::Trust(e.to_string()))?;
     Ok(Gateway::new(cfg, store, keys, trust, shutdown))
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -13,7 +13,7 @@ use super::liveness::{classify, Liveness};
 use crate::api::ApiError;
 use crate::audit::Frontier;
 use crate::config::Config;
-use crate::envelope::{IdentityDocument, Keys, Rights, SeenSignatures, TrustStore};
+use crate::envelope::{IdentityDocument, Keys, SeenSignatures, TrustStore};
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 
@@ -46,8 +46,7 @@ pub struct Gateway {
     pub store: Store,
     pub keys: Arc<Keys>,
     pub me: IdentityDocument,
-    trust: RwLock<Arc<TrustStore>>,
-    last_trust_reload_ms: AtomicU64,
+    trust: crate::app::trust::TrustCache,
     pub metrics: Arc<Metrics>,
     pub bus: Bus,
     pub shutdown: CancellationToken,
@@ -73,7 +72,7 @@ impl Gateway {
         cfg: Config,
         store: Store,
         keys: Keys,
-        trust: TrustStore,
+        trust: crate::app::trust::TrustCache,
         shutdown: CancellationToken,
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;
@@ -84,8 +83,7 @@ impl Gateway {
             store,
             keys: Arc::new(keys),
             me,
-            trust: RwLock::new(Arc::new(trust)),
-            last_trust_reload_ms: AtomicU64::new(0),
+            trust,
             metrics: Arc::new(Metrics::new()),
             bus: Bus::new(),
             shutdown,
@@ -122,29 +120,13 @@ impl Gateway {
     /// Peers plus the gateway itself as an issuer, so tokens it minted (or an operator
     /// issued with `outpost token issue` on the gateway) verify here.
     pub fn trust(&self) -> Arc<TrustStore> {
-        self.trust
-            .read()
-            .map(|g| g.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+        self.trust.get()
     }
 
     /// `outpost trust add` writes the store while we run: on an unknown peer, re-read
     /// (at most once a second) before refusing.
     pub fn reload_trust_if_stale(&self) {
-        let now = self.now_ms();
-        let last = self.last_trust_reload_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1_000 {
-            return;
-        }
-        self.last_trust_reload_ms.store(now, Ordering::Relaxed);
-        match load_trust(&self.store, &self.me) {
-            Ok(t) => {
-                if let Ok(mut g) = self.trust.write() {
-                    *g = Arc::new(t);
-                }
-            }
-            Err(e) => tracing::warn!(event = "trust_reload_failed", error = %e),
-        }
+        self.trust.reload_if_stale(self.now_ms());
     }
 
     /// An enrolled node: in the trust store with role `node`.
@@ -267,25 +249,6 @@ impl Gateway {
             Err(_) => false,
         }
     }
-}
-
-/// The persisted trust store, plus the gateway itself with `issue`.
-pub fn load_trust(store: &Store, me: &IdentityDocument) -> Result<TrustStore, String> {
-    let mut t = match store.kv_get(KV_TRUST, "peers").map_err(|e| e.to_string())? {
-        Some(b) => TrustStore::from_bytes(&b).map_err(|e| e.to_string())?,
-        None => TrustStore::new(),
-    };
-    if t.get(&me.node_id).is_none() {
-        t.add(
-            me.clone(),
-            Rights {
-                send: false,
-                issue: true,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    Ok(t)
 }
 
 /// One mapping from store failures to the API's errors.

@@ -295,6 +295,20 @@ impl Metrics {
         }
     }
 
+    /// Mirror the store's per-queue numbers into the queue gauges (queues that emptied
+    /// disappear).
+    pub fn set_queue_stats(&self, stats: &[crate::store::QueueStat]) {
+        let series = |f: fn(&crate::store::QueueStat) -> f64| {
+            stats
+                .iter()
+                .map(|s| (vec![s.queue.clone(), s.peer.clone()], f(s)))
+                .collect()
+        };
+        self.queue_depth.replace_all(series(|s| s.depth as f64));
+        self.queue_oldest_age_seconds
+            .replace_all(series(|s| s.oldest_age_s as f64));
+    }
+
     /// Prometheus text exposition format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
