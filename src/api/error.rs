@@ -63,6 +63,12 @@ impl ApiError {
             )
         }
     }
+    /// Our own trouble (full queue or disk, shutting down, internal): the same request
+    /// may succeed later, so work behind it is kept and retried rather than dropped.
+    pub fn is_transient(&self) -> bool {
+        self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS
+    }
+
     /// An unexpected failure: logged with its detail, answered without it.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(event = "internal_error", detail = %detail);

@@ -86,20 +86,9 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
     };
     match core.queue_task_result(requester, result).await {
         Ok(_) => {
-            if let Err(e) = core
-                .store
-                .ack(
-                    Q_TASKS,
-                    requester,
-                    vec![message_id.to_string()],
-                    core.now_ms(),
-                )
-                .await
-            {
-                tracing::warn!(event = "task_ack_failed", message_id, error = %e);
-            }
+            ack_task(core, requester, message_id).await;
         }
-        Err(e) if e.status.is_server_error() || e.status.as_u16() == 429 => {
+        Err(e) if e.is_transient() => {
             // Outbox full, disk full, shutting down: keep the task; it is retried on the
             // next pass and answered from the stored result.
             tracing::warn!(event = "task_result_not_queued", message_id, code = e.code);
@@ -116,18 +105,16 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
                 Some(e.code),
             )
             .await;
-            if let Err(err) = core
-                .store
-                .ack(
-                    Q_TASKS,
-                    requester,
-                    vec![message_id.to_string()],
-                    core.now_ms(),
-                )
-                .await
-            {
-                tracing::warn!(event = "task_ack_failed", message_id, error = %err);
-            }
+            ack_task(core, requester, message_id).await;
         }
+    }
+}
+
+/// Remove a finished (or undeliverable) task. A failed ack only means the task runs
+/// again, and `job_id` idempotency answers it from the stored result.
+async fn ack_task(core: &NodeCore, requester: &str, message_id: &str) {
+    let ids = vec![message_id.to_string()];
+    if let Err(e) = core.store.ack(Q_TASKS, requester, ids, core.now_ms()).await {
+        tracing::warn!(event = "task_ack_failed", message_id, error = %e);
     }
 }

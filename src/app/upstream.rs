@@ -25,9 +25,7 @@ impl NodeLink for Link {
                 Ok(Received::Accepted { .. }) => InboundOutcome::Accepted,
                 Ok(Received::Duplicate { .. }) => InboundOutcome::Duplicate,
                 // Our own trouble (store full, shutting down): keep it queued upstream.
-                Err(e) if e.status.is_server_error() || e.status.as_u16() == 429 => {
-                    InboundOutcome::Retry
-                }
+                Err(e) if e.is_transient() => InboundOutcome::Retry,
                 Err(e) => InboundOutcome::Rejected {
                     code: e.code.to_string(),
                 },

@@ -230,3 +230,16 @@ pub fn http() -> reqwest::Client {
 pub fn read_file(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
+
+/// Write an executable `/bin/sh` tool `name` into `dir` and return the `[[tools]]`
+/// config block for it (`extra` adds keys such as `timeout_ms = 500\n`).
+pub fn tool_script(dir: &Path, name: &str, body: &str, extra: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join(format!("{name}.sh"));
+    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "[[tools]]\nname = \"{name}\"\ncommand = [\"{}\"]\n{extra}",
+        script.display()
+    )
+}

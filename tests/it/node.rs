@@ -151,24 +151,16 @@ async fn every_refusal_gets_its_code_and_is_audited() {
 async fn job_id_makes_tool_calls_idempotent() {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("runs");
-    let script = dir.path().join("count.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho run >> {}\ncat >/dev/null\necho '{{\"n\":1}}'\n",
+    let tool = crate::harness::tool_script(
+        dir.path(),
+        "count",
+        &format!(
+            "echo run >> {}\ncat >/dev/null\necho '{{\"n\":1}}'",
             counter.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let home = Home::init(
-        "node",
-        "node:a",
-        &format!(
-            "[[tools]]\nname = \"count\"\ncommand = [\"{}\"]\n",
-            script.display()
-        ),
+        "",
     );
+    let home = Home::init("node", "node:a", &tool);
     let d = home.start();
     let tok = home.token("node:a", &["tool:count"], "10m");
     let body = json!({"job_id": "job-42", "tool_name": "count", "tool_args": {}});
@@ -193,25 +185,14 @@ async fn job_id_makes_tool_calls_idempotent() {
 async fn a_tool_past_its_timeout_is_killed_with_its_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("grandchild.pid");
-    let script = dir.path().join("hang.sh");
     // The tool starts a grandchild that would outlive a naive kill, then hangs.
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nsleep 300 &\necho $! > {}\nsleep 300\n",
-            pidfile.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let home = Home::init(
-        "node",
-        "node:a",
-        &format!(
-            "[[tools]]\nname = \"hang\"\ncommand = [\"{}\"]\ntimeout_ms = 500\n",
-            script.display()
-        ),
+    let tool = crate::harness::tool_script(
+        dir.path(),
+        "hang",
+        &format!("sleep 300 &\necho $! > {}\nsleep 300", pidfile.display()),
+        "timeout_ms = 500\n",
     );
+    let home = Home::init("node", "node:a", &tool);
     let d = home.start();
     let tok = home.token("node:a", &["tool:hang"], "10m");
     let started = std::time::Instant::now();
