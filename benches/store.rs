@@ -6,7 +6,7 @@
 //! - durable enqueue latency p50/p99 and throughput with 1 producer;
 //! - throughput with 64 producers (group commit) and bytes written per message
 //!   (`/proc/self/io` write_bytes);
-//! - draining 10,000 messages (read + ack in batches of 50);
+//! - draining 10,000 messages (read + ack in batches of 50, reads pipelined with acks);
 //! - peak RSS of a fresh process working on a store with 100,000 queued (`VmHWM`),
 //!   measured in a child process per engine so the numbers are not polluted.
 //!
@@ -45,6 +45,11 @@ fn msg(peer: &str, id: String) -> NewMessage {
         max_attempts: None,
         dedup_until_ms: None,
     }
+}
+
+/// Message ids as the product makes them (SPEC §2: ULID or UUIDv7, time-ordered).
+fn id() -> String {
+    uuid::Uuid::now_v7().to_string()
 }
 
 fn opts(kind: EngineKind) -> StoreOptions {
@@ -115,6 +120,8 @@ struct Row {
     tput1: f64,
     tput64: f64,
     wb_per_msg_64: f64,
+    tput64r: f64,
+    wb_per_msg_64r: f64,
     wb_per_msg_1: f64,
     drain: Duration,
     rss_kib: u64,
@@ -126,11 +133,9 @@ fn one_producer(kind: EngineKind, dir: &Path, n: usize) -> (Duration, Duration, 
     let mut lat = Vec::with_capacity(n);
     let wb0 = write_bytes();
     let t0 = now();
-    for i in 0..n {
+    for _ in 0..n {
         let t = now();
-        s.enqueue(msg("one", format!("one-{i}")))
-            .wait()
-            .expect("enqueue");
+        s.enqueue(msg("one", id())).wait().expect("enqueue");
         lat.push(t.elapsed());
     }
     let total = t0.elapsed();
@@ -144,7 +149,15 @@ fn one_producer(kind: EngineKind, dir: &Path, n: usize) -> (Duration, Duration, 
     )
 }
 
-fn many_producers(kind: EngineKind, dir: &Path, producers: usize, per: usize) -> (f64, f64) {
+/// `producers` threads enqueue `per` messages each, to one shared recipient
+/// (`recipients == 1`, the node's outbox to its gateway) or one recipient each.
+fn many_producers(
+    kind: EngineKind,
+    dir: &Path,
+    producers: usize,
+    recipients: usize,
+    per: usize,
+) -> (f64, f64) {
     let s = open(kind, dir);
     let wb0 = write_bytes();
     let t0 = now();
@@ -152,8 +165,8 @@ fn many_producers(kind: EngineKind, dir: &Path, producers: usize, per: usize) ->
         .map(|p| {
             let s = s.clone();
             std::thread::spawn(move || {
-                for i in 0..per {
-                    s.enqueue(msg(&format!("p{p}"), format!("m{p}-{i}")))
+                for _ in 0..per {
+                    s.enqueue(msg(&format!("p{}", p % recipients), id()))
                         .wait()
                         .expect("enqueue");
                 }
@@ -171,23 +184,36 @@ fn many_producers(kind: EngineKind, dir: &Path, producers: usize, per: usize) ->
 
 fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
     let s = open(kind, dir);
-    for c in 0..n / 1000 {
+    for _ in 0..n / 1000 {
         let ops = (0..1000)
-            .map(|i| WriteOp::Enqueue(msg("drain", format!("d{c}-{i}"))))
+            .map(|_| WriteOp::Enqueue(msg("drain", id())))
             .collect();
         s.write(ops).wait().expect("fill");
     }
+    // Read batch n+1 while the ack of batch n commits (a cursor instead of the head);
+    // at most 8 acks in flight, and the drain ends when every ack is durable.
     let t0 = now();
     let mut done = 0;
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut last = None;
     loop {
         let now_ms = s.now_ms();
-        let batch = s.next_batch("outbox", "drain", 50, now_ms).expect("read");
-        if batch.is_empty() {
+        let batch = s
+            .next_batch_after("outbox", "drain", last.as_ref(), 50, now_ms)
+            .expect("read");
+        let Some(tail) = batch.last().cloned() else {
             break;
-        }
+        };
         let ids = batch.into_iter().map(|m| m.message_id).collect::<Vec<_>>();
         done += ids.len();
-        s.ack("outbox", "drain", ids, now_ms).wait().expect("ack");
+        in_flight.push_back(s.ack("outbox", "drain", ids, now_ms));
+        if in_flight.len() > 8 {
+            in_flight.pop_front().expect("ack").wait().expect("ack");
+        }
+        last = Some(tail);
+    }
+    for a in in_flight {
+        a.wait().expect("ack");
     }
     let el = t0.elapsed();
     assert_eq!(done, n, "drained everything");
@@ -271,13 +297,26 @@ fn main() {
 
     let (f50, f99) = fdatasync_floor(&root, if quick { 200 } else { 2000 });
     let mut rows = Vec::new();
+    let only = std::env::var("OUTPOST_BENCH_ENGINE").ok();
     for kind in EngineKind::all() {
         let name = kind.name();
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let d = |what: &str| root.join(format!("{name}-{what}"));
+        if std::env::var("OUTPOST_BENCH_DRAIN_ONLY").is_ok() {
+            // For profiling the drain alone: `perf record` this.
+            let el = drain(kind, &d("drain"), 10_000);
+            println!("[{name}] drain 10,000: {:.3} s", el.as_secs_f64());
+            continue;
+        }
         eprintln!("[{name}] 1 producer");
         let (p50, p99, tput1, wb1) = one_producer(kind, &d("one"), if quick { 300 } else { 3000 });
-        eprintln!("[{name}] 64 producers");
-        let (tput64, wb64) = many_producers(kind, &d("many"), 64, if quick { 50 } else { 400 });
+        eprintln!("[{name}] 64 producers, 1 recipient");
+        let per = if quick { 50 } else { 400 };
+        let (tput64, wb64) = many_producers(kind, &d("many"), 64, 1, per);
+        eprintln!("[{name}] 64 producers, 64 recipients");
+        let (tput64r, wb64r) = many_producers(kind, &d("many64"), 64, 64, per);
         eprintln!("[{name}] drain 10,000");
         let drain = drain(kind, &d("drain"), 10_000);
         eprintln!("[{name}] rss with 100,000 queued");
@@ -290,6 +329,8 @@ fn main() {
             tput1,
             tput64,
             wb_per_msg_64: wb64,
+            tput64r,
+            wb_per_msg_64r: wb64r,
             wb_per_msg_1: wb1,
             drain,
             rss_kib,
@@ -302,11 +343,11 @@ fn main() {
         us(f50),
         us(f99)
     );
-    println!("| engine | enqueue p50 | p99 | p50 / floor | 1-producer msg/s | 64-producer msg/s | 64 / 1 | bytes written/msg (64 prod.) | (1 prod.) | drain 10k | peak RSS, 100k queued (fill process) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| engine | enqueue p50 | p99 | p50 / floor | 1 producer msg/s | 64 producers msg/s | 64 / 1 | bytes written/msg, 64 prod. | 1 prod. | 64 prod. → 64 recipients msg/s | bytes/msg | drain 10k | peak RSS, 100k queued (fill process) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.0} µs | {:.0} µs | {:.2}× | {:.0} | {:.0} | {:.1}× | {:.0} B | {:.0} B | {:.3} s | {:.1} MiB ({:.1} MiB) |",
+            "| {} | {:.0} µs | {:.0} µs | {:.2}× | {:.0} | {:.0} | {:.1}× | {:.0} B | {:.0} B | {:.0} | {:.0} B | {:.3} s | {:.1} MiB ({:.1} MiB) |",
             r.engine,
             us(r.p50),
             us(r.p99),
@@ -316,6 +357,8 @@ fn main() {
             r.tput64 / r.tput1.max(1.0),
             r.wb_per_msg_64,
             r.wb_per_msg_1,
+            r.tput64r,
+            r.wb_per_msg_64r,
             r.drain.as_secs_f64(),
             r.rss_kib as f64 / 1024.0,
             r.rss_fill_kib as f64 / 1024.0,

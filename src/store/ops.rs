@@ -431,7 +431,7 @@ fn load_live(
 
 /// Removes a live message and everything that points at it; keeps the counters right.
 fn remove_live(tx: &mut Tx<'_>, key: Vec<u8>, rec: &MsgRecord) -> Result<(), StoreError> {
-    let value_len = rec.encode().len();
+    let value_len = rec.encoded_len();
     let cost = (key.len() + value_len) as i64 + blob_len(rec) as i64 + 64;
     tx.delete(T_BYID, rec.message_id.as_bytes().to_vec());
     tx.delete(T_EXP, time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()));
@@ -555,7 +555,7 @@ fn record_failure(
 fn sweep(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<Vec<ExpiredMessage>, StoreError> {
     let mut hits = Vec::new();
     let end = time_key(now_ms.saturating_add(1), &[]);
-    tx.engine.scan(T_EXP, &[], Some(&end), &mut |k, v| {
+    tx.view.scan(T_EXP, &[], Some(&end), &mut |k, v| {
         hits.push((k.to_vec(), v.to_vec()));
         hits.len() < limit
     })?;
@@ -602,7 +602,7 @@ fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError
         (T_STATUS_EXP, T_STATUS),
     ] {
         let mut hits = Vec::new();
-        tx.engine.scan(exp_tree, &[], Some(&end), &mut |k, _| {
+        tx.view.scan(exp_tree, &[], Some(&end), &mut |k, _| {
             hits.push(k.to_vec());
             hits.len() < limit
         })?;
@@ -692,7 +692,7 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
 
 fn purge_dead(tx: &mut Tx<'_>, limit: usize) -> Result<usize, StoreError> {
     let mut hits = Vec::new();
-    tx.engine.scan(T_DEAD, &[], None, &mut |k, v| {
+    tx.view.scan(T_DEAD, &[], None, &mut |k, v| {
         hits.push((k.to_vec(), v.to_vec()));
         hits.len() < limit
     })?;

@@ -81,12 +81,36 @@ impl Store {
         max: usize,
         now_ms: u64,
     ) -> Result<Vec<StoredMessage>, StoreError> {
+        self.next_batch_after(queue, peer, None, max, now_ms)
+    }
+
+    /// Like [`Store::next_batch`], but continues after `after` (the last message of the
+    /// previous batch) instead of at the head. This lets a consumer pipeline: read the
+    /// next batch while the ack of the previous one is still being committed. Messages
+    /// of a higher priority enqueued behind the cursor are not seen until the consumer
+    /// starts again from the head.
+    pub fn next_batch_after(
+        &self,
+        queue: &str,
+        peer: &str,
+        after: Option<&StoredMessage>,
+        max: usize,
+        now_ms: u64,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
         let mut out = Vec::new();
         if max == 0 {
             return Ok(out);
         }
         let prefix = recipient_prefix(queue, peer);
-        self.scan_prefix(T_MSG, &prefix, &prefix, &mut |k, v| {
+        let start = match after {
+            Some(m) => {
+                let mut k = msg_key(queue, peer, m.priority, m.seq);
+                k.push(0); // the smallest key after it
+                k
+            }
+            None => prefix.clone(),
+        };
+        self.scan_prefix(T_MSG, &prefix, &start, &mut |k, v| {
             let m = match self.materialize(k, v) {
                 Some(m) => m,
                 None => return true,

@@ -170,6 +170,22 @@ pub struct MsgRecord {
 }
 
 impl MsgRecord {
+    /// `encode().len()` without encoding (what the record was charged on enqueue:
+    /// every field but the strings and the body is fixed width).
+    pub fn encoded_len(&self) -> usize {
+        let fixed = 5 + 8 + 1 + 8 + 8 + 4 + 4 + 8 + 1 + 4 * 4 + 1;
+        let body = match &self.body {
+            Body::Inline(b) => 4 + b.len(),
+            Body::Blob { .. } => 4 + 32 + 8,
+        };
+        fixed
+            + self.queue.len()
+            + self.peer.len()
+            + self.message_id.len()
+            + self.payload_type.len()
+            + body
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = W::default();
         w.u64(self.seq)
@@ -349,5 +365,44 @@ impl Counter {
         };
         r.end()?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn encoded_len_matches_encode(
+            peer in "[a-z0-9-]{0,40}",
+            id in "[A-Za-z0-9-]{1,64}",
+            ty in "[A-Z_]{0,20}",
+            body in proptest::collection::vec(any::<u8>(), 0..2048),
+            blob in any::<bool>(),
+            attempts in any::<u32>(),
+        ) {
+            let rec = MsgRecord {
+                seq: 7,
+                queue: "outbox".into(),
+                peer,
+                message_id: id,
+                payload_type: ty,
+                priority: 3,
+                created_at_ms: 1,
+                expires_at_ms: 2,
+                attempts,
+                max_attempts: 9,
+                next_attempt_at_ms: 4,
+                state: MessageState::Delivering,
+                body: if blob {
+                    Body::Blob { sha256: [1; 32], len: body.len() as u64 }
+                } else {
+                    Body::Inline(body)
+                },
+            };
+            prop_assert_eq!(rec.encoded_len(), rec.encode().len());
+        }
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use super::blobs::Blobs;
 use super::codec::{u64_val, META_TIME_FLOOR, T_BLOBREF, T_META};
-use super::engine::{BatchOp, Engine, EngineError, Tree};
+use super::engine::{BatchOp, Engine, Reader, Tree};
 use super::ops::{self, OpOutcome, WriteOp};
 use super::time::TimeKeeper;
 use super::{StoreError, StoreOptions};
@@ -37,32 +37,43 @@ pub enum Msg {
     Shutdown,
 }
 
-/// Pending writes of a group or a request: `None` = delete.
+/// Pending writes of a group or a request, per tree: `None` = delete. Per-tree maps so
+/// a lookup borrows the key instead of building a `(tree, Vec)` to search with.
 #[derive(Default)]
 pub struct Overlay {
-    map: BTreeMap<(Tree, Vec<u8>), Option<Vec<u8>>>,
+    trees: BTreeMap<Tree, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
 }
 
 impl Overlay {
+    fn get(&self, tree: Tree, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.trees.get(&tree)?.get(key)
+    }
+    fn set(&mut self, tree: Tree, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.trees.entry(tree).or_default().insert(key, value);
+    }
     fn merge(&mut self, other: Overlay) {
-        self.map.extend(other.map);
+        for (tree, m) in other.trees {
+            self.trees.entry(tree).or_default().extend(m);
+        }
     }
     fn into_batch(self) -> Vec<BatchOp> {
-        self.map
-            .into_iter()
-            .map(|((tree, key), v)| match v {
+        let mut out = Vec::new();
+        for (tree, m) in self.trees {
+            out.extend(m.into_iter().map(|(key, v)| match v {
                 Some(value) => BatchOp::Put { tree, key, value },
                 None => BatchOp::Delete { tree, key },
-            })
-            .collect()
+            }));
+        }
+        out
     }
 }
 
 /// One request's view while it is evaluated: its own writes over the group's over the
-/// engine. Point reads only; ops that need a range scan read committed state and
-/// re-check every hit through [`Tx::get`].
+/// engine's committed state (read through the writer's own [`Reader`]). Point reads
+/// only; ops that need a range scan read committed state and re-check every hit through
+/// [`Tx::get`].
 pub struct Tx<'a> {
-    pub engine: &'a dyn Engine,
+    pub view: &'a dyn Reader,
     pub blobs: &'a Blobs,
     pub opts: &'a StoreOptions,
     group: &'a Overlay,
@@ -75,20 +86,19 @@ pub struct Tx<'a> {
 
 impl Tx<'_> {
     pub fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let k = (tree, key.to_vec());
-        if let Some(v) = self.local.map.get(&k) {
+        if let Some(v) = self.local.get(tree, key) {
             return Ok(v.clone());
         }
-        if let Some(v) = self.group.map.get(&k) {
+        if let Some(v) = self.group.get(tree, key) {
             return Ok(v.clone());
         }
-        Ok(self.engine.get(tree, key)?)
+        Ok(self.view.get(tree, key)?)
     }
     pub fn put(&mut self, tree: Tree, key: Vec<u8>, value: Vec<u8>) {
-        self.local.map.insert((tree, key), Some(value));
+        self.local.set(tree, key, Some(value));
     }
     pub fn delete(&mut self, tree: Tree, key: Vec<u8>) {
-        self.local.map.insert((tree, key), None);
+        self.local.set(tree, key, None);
     }
 }
 
@@ -129,61 +139,74 @@ impl Writer {
 
     fn commit_group(&mut self, reqs: Vec<(Vec<WriteOp>, Option<Reply>)>) {
         let now_ms = self.time.now_ms();
-        let mut group = Overlay::default();
         let mut answers = Vec::with_capacity(reqs.len());
         let mut unreferenced = Vec::new();
-        for (ops, reply) in reqs {
-            let mut tx = Tx {
-                engine: self.engine.as_ref(),
-                blobs: &self.blobs,
-                opts: &self.opts,
-                group: &group,
-                local: Overlay::default(),
-                now_ms,
-                next_seq: &mut self.next_seq,
-                unreferenced_blobs: Vec::new(),
+        let mut reqs = Some(reqs);
+        let engine = self.engine.clone();
+        let result = engine.write_group(&mut |view| {
+            let Some(reqs) = reqs.take() else {
+                return Vec::new();
             };
-            let mut outcomes = Vec::with_capacity(ops.len());
-            let mut failed = None;
-            for op in ops {
-                match ops::apply(&mut tx, op) {
-                    Ok(o) => outcomes.push(o),
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
+            let mut group = Overlay::default();
+            for (ops, reply) in reqs {
+                let mut tx = Tx {
+                    view,
+                    blobs: &self.blobs,
+                    opts: &self.opts,
+                    group: &group,
+                    local: Overlay::default(),
+                    now_ms,
+                    next_seq: &mut self.next_seq,
+                    unreferenced_blobs: Vec::new(),
+                };
+                let mut outcomes = Vec::with_capacity(ops.len());
+                let mut failed = None;
+                for op in ops {
+                    match ops::apply(&mut tx, op) {
+                        Ok(o) => outcomes.push(o),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
                     }
                 }
-            }
-            match failed {
-                None => {
-                    let Tx {
-                        local,
-                        unreferenced_blobs,
-                        ..
-                    } = tx;
-                    group.merge(local);
-                    unreferenced.extend(unreferenced_blobs);
-                    answers.push((reply, Ok(outcomes)));
+                match failed {
+                    None => {
+                        let Tx {
+                            local,
+                            unreferenced_blobs,
+                            ..
+                        } = tx;
+                        group.merge(local);
+                        unreferenced.extend(unreferenced_blobs);
+                        answers.push((reply, Ok(outcomes)));
+                    }
+                    Some(e) => answers.push((reply, Err(e))),
                 }
-                Some(e) => answers.push((reply, Err(e))),
             }
-        }
-        let any_ok = answers.iter().any(|(_, r)| r.is_ok());
-        let mut result: Result<(), EngineError> = Ok(());
-        if any_ok {
+            if !answers.iter().any(|(_, r)| r.is_ok()) {
+                return Vec::new();
+            }
             // Advance the persisted time floor with every commit (see `time`).
-            group
-                .map
-                .insert((T_META, META_TIME_FLOOR.to_vec()), Some(u64_val(now_ms)));
-            let batch = group.into_batch();
-            result = self.engine.apply(&batch);
-        }
+            group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(now_ms)));
+            group.into_batch()
+        });
         match &result {
             Ok(()) => {
-                self.time.persisted(now_ms);
+                if answers.iter().any(|(_, r)| r.is_ok()) {
+                    self.time.persisted(now_ms);
+                }
                 self.collect_blobs(&unreferenced);
             }
             Err(e) => tracing::warn!(error = %e, "store group commit failed"),
+        }
+        if answers.is_empty() {
+            // The engine failed before the group was evaluated: answer everyone.
+            for (_, reply) in reqs.into_iter().flatten() {
+                if let (Some(reply), Err(e)) = (reply, &result) {
+                    let _ = reply.send(Err(StoreError::from(e.clone())));
+                }
+            }
         }
         for (reply, answer) in answers {
             let answer = match (&result, answer) {

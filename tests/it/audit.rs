@@ -150,14 +150,14 @@ async fn audit_export_and_checkpoint_verify_independently_and_tampering_is_caugh
             let mut v: Value = serde_json::from_slice(&lines[2]).unwrap();
             v["outcome"] = json!("refused");
             c.execute(
-                "UPDATE kv SET value = ?1 WHERE tree = 14 AND key = ?2",
+                "UPDATE t14 SET v = ?1 WHERE k = ?2",
                 rusqlite::params![serde_json::to_vec(&v).unwrap(), 2u64.to_be_bytes().to_vec()],
             )
             .unwrap();
         }),
         ("removed", &|c| {
             c.execute(
-                "DELETE FROM kv WHERE tree = 14 AND key = ?1",
+                "DELETE FROM t14 WHERE k = ?1",
                 rusqlite::params![5u64.to_be_bytes().to_vec()],
             )
             .unwrap();
@@ -165,7 +165,7 @@ async fn audit_export_and_checkpoint_verify_independently_and_tampering_is_caugh
         ("reordered", &|c| {
             for (k, l) in [(1u64, &lines[3]), (3u64, &lines[1])] {
                 c.execute(
-                    "UPDATE kv SET value = ?1 WHERE tree = 14 AND key = ?2",
+                    "UPDATE t14 SET v = ?1 WHERE k = ?2",
                     rusqlite::params![l.clone(), k.to_be_bytes().to_vec()],
                 )
                 .unwrap();

@@ -52,21 +52,12 @@ async fn damaged_record_is_reported_quarantined_and_the_daemon_still_starts() {
     // Damage one queued message record (tree 2) in place.
     {
         let c = rusqlite::Connection::open(home.data().join("store/store.sqlite3")).unwrap();
+        // Tree 2 (messages) lives in table t2 (store layout 2, see engine/sqlite.rs).
         let n = c
             .execute(
-                "UPDATE kv SET value = x'01deadbeef00' WHERE rowid IN (SELECT rowid FROM kv WHERE tree = 2 LIMIT 1)",
+                "UPDATE t2 SET v = x'01deadbeef00' WHERE rid = (SELECT min(rid) FROM t2)",
                 [],
             )
-            .or_else(|_| {
-                // WITHOUT ROWID table: pick the first key instead.
-                let key: Vec<u8> = c
-                    .query_row("SELECT key FROM kv WHERE tree = 2 ORDER BY key LIMIT 1", [], |r| r.get(0))
-                    .unwrap();
-                c.execute(
-                    "UPDATE kv SET value = x'01deadbeef00' WHERE tree = 2 AND key = ?1",
-                    rusqlite::params![key],
-                )
-            })
             .unwrap();
         assert_eq!(n, 1);
     }

@@ -20,6 +20,11 @@
 //!   `sync_file_range`), or none of them do. On `Err` nothing of the batch is visible.
 //!   Only one thread calls `apply` at a time (the store's writer), but `get`/`scan` may
 //!   run concurrently from any thread.
+//! - [`Engine::write_group`] is how the store's writer commits: it reads through the
+//!   [`Reader`] it is handed (committed state; on SQLite one snapshot held by the
+//!   writer's own connection, so its page cache stays warm), builds the batch, and the
+//!   engine applies it with the same guarantees as `apply`. An empty batch writes
+//!   nothing and costs no fsync.
 //! - Out-of-space conditions are reported as [`EngineError::Full`] so the store can
 //!   answer `storage_full` instead of crashing.
 
@@ -72,6 +77,22 @@ impl EngineError {
     }
 }
 
+/// Reads of committed state, as the writer sees them while it builds a group.
+pub trait Reader {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+    /// Same contract as [`Engine::scan`].
+    fn scan(
+        &self,
+        tree: Tree,
+        start: &[u8],
+        end: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), EngineError>;
+}
+
+/// What a group's builder returns: the batch to apply (may be empty).
+pub type GroupBuilder<'a> = dyn FnMut(&dyn Reader) -> Vec<BatchOp> + 'a;
+
 /// The narrow seam between queue semantics and bytes on disk. See the module docs for
 /// the contract every implementation must keep.
 pub trait Engine: Send + Sync + 'static {
@@ -88,6 +109,9 @@ pub trait Engine: Send + Sync + 'static {
     ) -> Result<(), EngineError>;
     /// Applies the whole batch atomically and durably (see contract).
     fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError>;
+    /// One group commit (see contract): `build` reads through the given [`Reader`] and
+    /// returns the batch, which is then applied atomically and durably.
+    fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError>;
     /// Engine-level integrity check; returns human-readable problems (empty = healthy).
     fn integrity_check(&self) -> Result<Vec<String>, EngineError>;
     /// Writes a consistent snapshot of the database into the directory `dest` while the

@@ -17,7 +17,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
-use super::{BatchOp, Engine, EngineError, Tree};
+use super::{BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
 
 /// Directory of the sled database inside the store directory.
 pub const SLED_DIR: &str = "sled";
@@ -203,6 +203,13 @@ impl Engine for SledEngine {
         })
     }
 
+    fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        // sled has no read transaction to hold; the writer is the only one writing, so
+        // committed state cannot move under the builder anyway.
+        let batch = build(self);
+        self.apply(&batch)
+    }
+
     fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
         if batch.is_empty() {
             return Ok(());
@@ -277,5 +284,20 @@ impl Engine for SledEngine {
     fn disk_bytes(&self) -> u64 {
         self.with_db(|db| Ok(db.size_on_disk().unwrap_or(0)))
             .unwrap_or(0)
+    }
+}
+
+impl Reader for SledEngine {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        Engine::get(self, tree, key)
+    }
+    fn scan(
+        &self,
+        tree: Tree,
+        start: &[u8],
+        end: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), EngineError> {
+        Engine::scan(self, tree, start, end, f)
     }
 }

@@ -1,25 +1,140 @@
-//! The default engine: one SQLite table in WAL mode.
+//! The default engine: SQLite in WAL mode, one table per tree.
 //!
 //! Why these settings: `synchronous=FULL` makes every commit fsync the WAL, so a returned
 //! `apply` is durable; WAL lets readers run while the writer commits; `auto_vacuum =
 //! INCREMENTAL` and `journal_size_limit` give space back after a long offline period
-//! drains; a small `cache_size` keeps RSS low on a Pi. All trees share one `WITHOUT
-//! ROWID` table keyed by `(tree, key)`, so a batch across trees is one transaction.
+//! drains; a small `cache_size` keeps RSS low on a Pi.
+//!
+//! Layout (format 2): WAL writes every page a commit touches whole (and the checkpoint
+//! writes it again), so bytes written per message are set by how many pages a commit
+//! dirties. Each tree gets its own table so its pages stay dense, in one of two shapes:
+//! - small values (indexes, counters, meta): `t<N>(k BLOB PRIMARY KEY, v) WITHOUT
+//!   ROWID`, one B-tree holding key and value;
+//! - large values (messages, audit entries, results, dead letters, quarantine): `t<N>(rid
+//!   INTEGER PRIMARY KEY, k BLOB UNIQUE, v)`. New rows get the next rowid, so records
+//!   are appended to the end of the table B-tree — SQLite's cheap append path, with no
+//!   sibling rebalancing — and a big record is stored in the leaf instead of spilling
+//!   to overflow pages; the ordering lives in the small `k` index.
+//!
+//! Format 1 kept every tree in one `kv(tree, key, value)` table with 1 KiB pages; such
+//! a store is migrated on open in one transaction (its page size stays what it was).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rusqlite::{params, Connection, ErrorCode, OpenFlags};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
-use super::{BatchOp, Engine, EngineError, Tree};
+use super::{BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
 
 /// File name of the database inside the store directory.
 pub const DB_FILE: &str = "store.sqlite3";
 /// How many idle read connections are kept (more are opened on demand and dropped).
 const READ_POOL: usize = 4;
+/// Tree ids are `0..TREES`; each has its table (created empty when the store is).
+const TREES: usize = 32;
+
+/// Trees whose values are large records (see module docs).
+fn large_values(tree: Tree) -> bool {
+    use crate::store::codec::{T_AUDIT, T_DEAD, T_MSG, T_QUAR, T_RESULT};
+    matches!(tree, T_MSG | T_AUDIT | T_RESULT | T_DEAD | T_QUAR)
+}
+
+/// The SQL of each tree, built once.
+struct TreeSql {
+    get: String,
+    scan_to: String,
+    scan_all: String,
+    put: String,
+    del: String,
+}
+
+fn tree_sql() -> Vec<TreeSql> {
+    (0..TREES)
+        .map(|t| {
+            let put = if large_values(t as Tree) {
+                // Upsert keeps the row (and its place) when a record is rewritten.
+                format!("INSERT INTO t{t} (k, v) VALUES (?1, ?2) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
+            } else {
+                format!("INSERT OR REPLACE INTO t{t} (k, v) VALUES (?1, ?2)")
+            };
+            TreeSql {
+                get: format!("SELECT v FROM t{t} WHERE k = ?1"),
+                scan_to: format!("SELECT k, v FROM t{t} WHERE k >= ?1 AND k < ?2 ORDER BY k"),
+                scan_all: format!("SELECT k, v FROM t{t} WHERE k >= ?1 ORDER BY k"),
+                put,
+                del: format!("DELETE FROM t{t} WHERE k = ?1"),
+            }
+        })
+        .collect()
+}
+
+fn sql_for(sql: &[TreeSql], tree: Tree) -> Result<&TreeSql, EngineError> {
+    sql.get(tree as usize)
+        .ok_or_else(|| EngineError::Other(format!("tree {tree} is out of range")))
+}
+
+fn create_tables(conn: &Connection) -> Result<(), EngineError> {
+    let mut ddl = String::new();
+    for t in 0..TREES {
+        if large_values(t as Tree) {
+            ddl.push_str(&format!(
+                "CREATE TABLE IF NOT EXISTS t{t} (rid INTEGER PRIMARY KEY, k BLOB NOT NULL UNIQUE, v BLOB NOT NULL);"
+            ));
+        } else {
+            ddl.push_str(&format!(
+                "CREATE TABLE IF NOT EXISTS t{t} (k BLOB NOT NULL PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;"
+            ));
+        }
+    }
+    conn.execute_batch(&ddl).map_err(err)
+}
+
+/// Moves a format-1 store (`kv` table) into the per-tree tables, in one transaction.
+fn migrate_from_kv(conn: &mut Connection) -> Result<(), EngineError> {
+    let has_kv: bool = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kv'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map_err(err)?
+        > 0;
+    if !has_kv {
+        return Ok(());
+    }
+    tracing::info!("migrating SQLite store layout 1 -> 2 (one table per tree)");
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    for t in 0..TREES {
+        tx.execute(
+            &format!(
+                "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
+            ),
+            params![t as i64],
+        )
+        .map_err(err)?;
+    }
+    let left: i64 = tx
+        .query_row(
+            "SELECT count(*) FROM kv WHERE tree >= ?1",
+            params![TREES as i64],
+            |r| r.get(0),
+        )
+        .map_err(err)?;
+    if left > 0 {
+        // Not ours to drop: refuse rather than lose rows of an unknown tree.
+        return Err(EngineError::Corrupt(format!(
+            "{left} rows of unknown trees in the format-1 table; not migrating"
+        )));
+    }
+    tx.execute_batch("DROP TABLE kv;").map_err(err)?;
+    tx.commit().map_err(err)
+}
 
 pub struct SqliteEngine {
     path: PathBuf,
+    sql: Vec<TreeSql>,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
 }
@@ -47,6 +162,92 @@ fn err(e: rusqlite::Error) -> EngineError {
     }
 }
 
+fn get_on(
+    c: &Connection,
+    sql: &[TreeSql],
+    tree: Tree,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, EngineError> {
+    let mut st = c.prepare_cached(&sql_for(sql, tree)?.get).map_err(err)?;
+    let mut rows = st.query(params![key]).map_err(err)?;
+    match rows.next().map_err(err)? {
+        Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
+        None => Ok(None),
+    }
+}
+
+fn scan_on(
+    c: &Connection,
+    sql: &[TreeSql],
+    tree: Tree,
+    start: &[u8],
+    end: Option<&[u8]>,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<(), EngineError> {
+    let sql = sql_for(sql, tree)?;
+    let mut st;
+    let mut rows = match end {
+        Some(end) => {
+            st = c.prepare_cached(&sql.scan_to).map_err(err)?;
+            st.query(params![start, end]).map_err(err)?
+        }
+        None => {
+            st = c.prepare_cached(&sql.scan_all).map_err(err)?;
+            st.query(params![start]).map_err(err)?
+        }
+    };
+    while let Some(r) = rows.next().map_err(err)? {
+        let k = r
+            .get_ref(0)
+            .map_err(err)?
+            .as_blob()
+            .map_err(|e| EngineError::Corrupt(format!("key is not a blob: {e}")))?;
+        let v = r
+            .get_ref(1)
+            .map_err(err)?
+            .as_blob()
+            .map_err(|e| EngineError::Corrupt(format!("value is not a blob: {e}")))?;
+        if !f(k, v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn write_batch(c: &Connection, sql: &[TreeSql], batch: &[BatchOp]) -> Result<(), EngineError> {
+    for op in batch {
+        match op {
+            BatchOp::Put { tree, key, value } => {
+                let mut st = c.prepare_cached(&sql_for(sql, *tree)?.put).map_err(err)?;
+                st.execute(params![key, value]).map_err(err)?;
+            }
+            BatchOp::Delete { tree, key } => {
+                let mut st = c.prepare_cached(&sql_for(sql, *tree)?.del).map_err(err)?;
+                st.execute(params![key]).map_err(err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The writer's view inside its open transaction.
+struct ConnReader<'a>(&'a Connection, &'a [TreeSql]);
+
+impl Reader for ConnReader<'_> {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        get_on(self.0, self.1, tree, key)
+    }
+    fn scan(
+        &self,
+        tree: Tree,
+        start: &[u8],
+        end: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), EngineError> {
+        scan_on(self.0, self.1, tree, start, end, f)
+    }
+}
+
 fn configure(conn: &Connection) -> Result<(), EngineError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(err)?;
@@ -55,6 +256,8 @@ fn configure(conn: &Connection) -> Result<(), EngineError> {
     conn.pragma_update(None, "mmap_size", 0).map_err(err)?;
     conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(err)?;
+    // Five statements per tree; keep them all prepared.
+    conn.set_prepared_statement_cache_capacity(TREES * 5);
     Ok(())
 }
 
@@ -64,11 +267,11 @@ impl SqliteEngine {
         let path = dir.join(DB_FILE);
         let conn = Connection::open(&path).map_err(err)?;
         configure(&conn)?;
-        // Small pages: WAL writes every touched page whole, and one enqueue touches
-        // ~6 leaves (record, id index, expiry index, counter, meta). 1 KiB pages cut the
-        // bytes written per commit ~4x versus 4 KiB (docs/BENCHMARKS-store.md). Like
-        // auto_vacuum, only effective before the first table exists.
-        conn.pragma_update(None, "page_size", 1024).map_err(err)?;
+        // The OS page size: the kernel writes back (and accounts) whole 4 KiB pages, so
+        // smaller SQLite pages scattered by a checkpoint cost a full page each, and
+        // large records would spill into overflow pages. Like auto_vacuum, only
+        // effective before the first table exists (docs/BENCHMARKS-store.md).
+        conn.pragma_update(None, "page_size", 4096).map_err(err)?;
         // auto_vacuum must be set before the first table exists to take effect.
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
             .map_err(err)?;
@@ -84,17 +287,12 @@ impl SqliteEngine {
             .map_err(err)?;
         conn.pragma_update(None, "journal_size_limit", 16 * 1024 * 1024)
             .map_err(err)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS kv (
-                tree INTEGER NOT NULL,
-                key BLOB NOT NULL,
-                value BLOB NOT NULL,
-                PRIMARY KEY (tree, key)
-            ) WITHOUT ROWID;",
-        )
-        .map_err(err)?;
+        let mut conn = conn;
+        create_tables(&conn)?;
+        migrate_from_kv(&mut conn)?;
         Ok(Self {
             path,
+            sql: tree_sql(),
             writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
         })
@@ -134,16 +332,7 @@ impl Engine for SqliteEngine {
     }
 
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        self.with_reader(|c| {
-            let mut st = c
-                .prepare_cached("SELECT value FROM kv WHERE tree = ?1 AND key = ?2")
-                .map_err(err)?;
-            let mut rows = st.query(params![tree, key]).map_err(err)?;
-            match rows.next().map_err(err)? {
-                Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
-                None => Ok(None),
-            }
-        })
+        self.with_reader(|c| get_on(c, &self.sql, tree, key))
     }
 
     fn scan(
@@ -153,39 +342,27 @@ impl Engine for SqliteEngine {
         end: Option<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), EngineError> {
-        self.with_reader(|c| {
-            let mut st;
-            let mut rows = match end {
-                Some(end) => {
-                    st = c
-                        .prepare_cached(
-                            "SELECT key, value FROM kv WHERE tree = ?1 AND key >= ?2 AND key < ?3 ORDER BY key",
-                        )
-                        .map_err(err)?;
-                    st.query(params![tree, start, end]).map_err(err)?
-                }
-                None => {
-                    st = c
-                        .prepare_cached(
-                            "SELECT key, value FROM kv WHERE tree = ?1 AND key >= ?2 ORDER BY key",
-                        )
-                        .map_err(err)?;
-                    st.query(params![tree, start]).map_err(err)?
-                }
-            };
-            while let Some(r) = rows.next().map_err(err)? {
-                let k = r.get_ref(0).map_err(err)?.as_blob().map_err(|e| {
-                    EngineError::Corrupt(format!("key is not a blob: {e}"))
-                })?;
-                let v = r.get_ref(1).map_err(err)?.as_blob().map_err(|e| {
-                    EngineError::Corrupt(format!("value is not a blob: {e}"))
-                })?;
-                if !f(k, v) {
-                    break;
-                }
-            }
-            Ok(())
-        })
+        self.with_reader(|c| scan_on(c, &self.sql, tree, start, end, f))
+    }
+
+    fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        let mut conn = self
+            .writer
+            .lock()
+            .map_err(|_| EngineError::Other("writer connection poisoned".into()))?;
+        // IMMEDIATE: take the write lock before reading, so the snapshot the builder
+        // reads cannot be invalidated by another process (the CLI) before we write.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let batch = build(&ConnReader(&tx, &self.sql));
+        if batch.is_empty() {
+            // Nothing to write: end the transaction without a commit (no fsync).
+            return tx.rollback().map_err(err);
+        }
+        write_batch(&tx, &self.sql, &batch)?;
+        // With synchronous=FULL the commit fsyncs the WAL before returning.
+        tx.commit().map_err(err)
     }
 
     fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
@@ -197,25 +374,7 @@ impl Engine for SqliteEngine {
             .lock()
             .map_err(|_| EngineError::Other("writer connection poisoned".into()))?;
         let tx = conn.transaction().map_err(err)?;
-        {
-            let mut put = tx
-                .prepare_cached("INSERT OR REPLACE INTO kv (tree, key, value) VALUES (?1, ?2, ?3)")
-                .map_err(err)?;
-            let mut del = tx
-                .prepare_cached("DELETE FROM kv WHERE tree = ?1 AND key = ?2")
-                .map_err(err)?;
-            for op in batch {
-                match op {
-                    BatchOp::Put { tree, key, value } => {
-                        put.execute(params![tree, key, value]).map_err(err)?;
-                    }
-                    BatchOp::Delete { tree, key } => {
-                        del.execute(params![tree, key]).map_err(err)?;
-                    }
-                }
-            }
-        }
-        // With synchronous=FULL the commit fsyncs the WAL before returning.
+        write_batch(&tx, &self.sql, batch)?;
         tx.commit().map_err(err)
     }
 
@@ -272,5 +431,104 @@ impl Engine for SqliteEngine {
             .map_err(|_| EngineError::Other("writer connection poisoned".into()))?;
         conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")
             .map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::codec::{T_AUDIT, T_META, T_MSG};
+
+    #[test]
+    fn a_format_1_store_is_migrated_to_one_table_per_tree() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            // The format-1 layout, as the previous release created it.
+            let c = Connection::open(d.path().join(DB_FILE)).unwrap();
+            c.pragma_update(None, "page_size", 1024).unwrap();
+            c.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+                .unwrap();
+            c.execute_batch(
+                "CREATE TABLE kv (tree INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
+                 PRIMARY KEY (tree, key)) WITHOUT ROWID;",
+            )
+            .unwrap();
+            for (t, k, v) in [
+                (T_META, &b"next_seq"[..], &b"7"[..]),
+                (T_MSG, b"q\0p\0\xff\0\0\0\0\0\0\0\x02", b"second"),
+                (T_MSG, b"q\0p\0\xff\0\0\0\0\0\0\0\x01", b"first"),
+                (T_AUDIT, b"\0\0\0\0\0\0\0\0", b"entry"),
+            ] {
+                c.execute(
+                    "INSERT INTO kv (tree, key, value) VALUES (?1, ?2, ?3)",
+                    params![t, k, v],
+                )
+                .unwrap();
+            }
+        }
+        let e = SqliteEngine::open(d.path()).unwrap();
+        assert_eq!(
+            e.get(T_META, b"next_seq").unwrap().as_deref(),
+            Some(&b"7"[..])
+        );
+        let mut seen = Vec::new();
+        e.scan(T_MSG, b"q\0p\0", None, &mut |_, v| {
+            seen.push(v.to_vec());
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, vec![b"first".to_vec(), b"second".to_vec()]);
+        assert_eq!(
+            e.get(T_AUDIT, &[0; 8]).unwrap().as_deref(),
+            Some(&b"entry"[..])
+        );
+        let c = e.writer.lock().unwrap();
+        let kv_left: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'kv'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kv_left, 0, "the format-1 table is gone");
+        drop(c);
+        // Reopening a migrated store is a no-op.
+        drop(e);
+        let e = SqliteEngine::open(d.path()).unwrap();
+        assert_eq!(
+            e.get(T_MSG, b"q\0p\0\xff\0\0\0\0\0\0\0\x01")
+                .unwrap()
+                .as_deref(),
+            Some(&b"first"[..])
+        );
+    }
+
+    #[test]
+    fn a_rewritten_large_record_keeps_its_row() {
+        let d = tempfile::tempdir().unwrap();
+        let e = SqliteEngine::open(d.path()).unwrap();
+        let put = |v: &[u8]| BatchOp::Put {
+            tree: T_MSG,
+            key: b"k".to_vec(),
+            value: v.to_vec(),
+        };
+        e.apply(&[put(b"one")]).unwrap();
+        e.apply(&[put(b"two")]).unwrap();
+        let c = e.writer.lock().unwrap();
+        let (n, rid): (i64, i64) = c
+            .query_row("SELECT count(*), max(rid) FROM t2", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((n, rid), (1, 1));
+        drop(c);
+        assert_eq!(e.get(T_MSG, b"k").unwrap().as_deref(), Some(&b"two"[..]));
+        assert!(e
+            .apply(&[BatchOp::Put {
+                tree: 40,
+                key: vec![1],
+                value: vec![]
+            }])
+            .is_err());
     }
 }

@@ -4,6 +4,7 @@ use super::*;
 
 for_each_engine!(
     fifo_within_priority,
+    a_pipelined_drain_with_a_cursor_sees_each_message_once_in_order,
     duplicates_are_detected_while_queued_and_after_ack,
     queue_full_at_the_per_recipient_cap,
     byte_budget_gives_storage_full_without_eviction,
@@ -40,6 +41,44 @@ fn fifo_within_priority(kind: EngineKind) {
         ids(&s.next_batch("outbox", "gw", 2, T0).unwrap()),
         vec!["b", "d"]
     );
+}
+
+fn a_pipelined_drain_with_a_cursor_sees_each_message_once_in_order(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let mut want = Vec::new();
+    for (i, prio) in (0..23).zip([0u8, 2, 1].into_iter().cycle()) {
+        let id = format!("m{i:02}");
+        s.enqueue(msg("gw", &id, prio, b"x")).wait().unwrap();
+        want.push((std::cmp::Reverse(prio), i, id));
+    }
+    s.enqueue(msg("other", "z", 9, b"x")).wait().unwrap();
+    want.sort();
+    let want: Vec<String> = want.into_iter().map(|w| w.2).collect();
+    // Read batch n+1 while the ack of batch n is still in flight.
+    let mut got = Vec::new();
+    let mut in_flight = Vec::new();
+    let mut last: Option<StoredMessage> = None;
+    loop {
+        let b = s
+            .next_batch_after("outbox", "gw", last.as_ref(), 5, T0)
+            .unwrap();
+        let Some(tail) = b.last().cloned() else {
+            break;
+        };
+        let batch_ids = ids(&b);
+        got.extend(batch_ids.clone());
+        in_flight.push(s.ack("outbox", "gw", batch_ids, T0));
+        last = Some(tail);
+    }
+    for a in in_flight {
+        assert!(a.wait().unwrap().iter().all(|o| o.was_stored));
+    }
+    assert_eq!(got, want);
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 0);
+    assert_eq!(s.pending("outbox", "other").unwrap(), 1);
+    assert!(s.next_batch("outbox", "gw", 10, T0).unwrap().is_empty());
 }
 
 fn duplicates_are_detected_while_queued_and_after_ack(kind: EngineKind) {

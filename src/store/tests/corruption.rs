@@ -155,11 +155,13 @@ fn sqlite_damaged_record_bytes_in_the_file_are_quarantined() {
 fn sqlite_damaged_page_is_reported_and_open_still_works() {
     let d = tempfile::tempdir().unwrap();
     let c = ManualClock::new(T0);
-    let path = sqlite_with_marker(d.path(), &c, &[b'Q'; 300]);
+    let marker = [b'Q'; 300];
+    let path = sqlite_with_marker(d.path(), &c, &marker);
     let mut bytes = std::fs::read(&path).unwrap();
+    // Smash the b-tree page header of the leaf that holds the marked message.
     let page = 4096;
-    let mid = (bytes.len() / page / 2) * page;
-    for b in &mut bytes[mid..mid + 8] {
+    let start = (find(&bytes, &marker).unwrap() / page) * page;
+    for b in &mut bytes[start..start + 8] {
         *b = 0xEE;
     }
     std::fs::write(&path, &bytes).unwrap();
