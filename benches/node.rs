@@ -53,34 +53,72 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn load(url: &str, token: &str, conns: usize, per_conn: usize) -> (f64, Duration, Duration) {
+/// One keep-alive HTTP/1.1 connection, spoken by hand: the load generator shares the
+/// machine's two cores with the daemon, so it does as little as a client can (no
+/// pooling, no header maps), leaving the CPU to the thing being measured.
+struct Conn {
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Conn {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Conn {
+            stream,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Sends one request and reads one response; returns the status code.
+    async fn call(&mut self, req: &[u8]) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.stream.write_all(req).await.unwrap();
+        self.buf.clear();
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "daemon closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = std::str::from_utf8(&self.buf[..end])
+                    .unwrap()
+                    .to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .expect("content-length");
+                if self.buf.len() >= end + 4 + len {
+                    let status = head[9..12].parse().unwrap();
+                    assert_eq!(self.buf.len(), end + 4 + len, "one response per request");
+                    return status;
+                }
+            }
+        }
+    }
+}
+
+async fn load(addr: &str, token: &str, conns: usize, per_conn: usize) -> (f64, Duration, Duration) {
     let mut tasks = Vec::new();
     let start = Instant::now();
     for c in 0..conns {
-        let url = url.to_string();
+        let addr = addr.to_string();
         let token = token.to_string();
         tasks.push(tokio::spawn(async move {
-            // One client (one keep-alive connection) per simulated caller.
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .pool_max_idle_per_host(1)
-                .build()
-                .unwrap();
+            let mut conn = Conn::open(&addr).await;
             let mut lat = Vec::with_capacity(per_conn);
             for i in 0..per_conn {
                 let body =
                     format!("{{\"tool_name\":\"echo\",\"tool_args\":{{\"c\":{c},\"i\":{i}}}}}");
+                let req = format!(
+                    "POST /v1/tool_call HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
                 let t = Instant::now();
-                let r = client
-                    .post(&url)
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-                let _ = r.bytes().await.unwrap();
+                let status = conn.call(req.as_bytes()).await;
+                assert_eq!(status, 200);
                 lat.push(t.elapsed());
             }
             lat
@@ -156,7 +194,7 @@ fn main() {
     .unwrap()
     .trim()
     .to_string();
-    let url = format!("http://{addr}/v1/tool_call");
+    let url = addr.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -169,7 +207,9 @@ fn main() {
     let (t64, p50_64, p99_64) = rt.block_on(load(&url, &token, 64, 300));
     let peak_kib = proc_status(pid, "VmHWM:");
 
-    std::thread::sleep(Duration::from_secs(5));
+    // Idle = 10 s without requests (the daemon trims its heap on the first quiet
+    // sweeper pass, at most 8 s after the last request).
+    std::thread::sleep(Duration::from_secs(10));
     let rss_idle_kib = proc_status(pid, "VmRSS:");
     let c0 = ctx_switches(pid);
     std::thread::sleep(Duration::from_secs(10));

@@ -7,6 +7,24 @@ use crate::api::ApiError;
 use crate::token::{self, Claims, Decision, DenyReason, Request};
 
 impl NodeCore {
+    fn decide(
+        &self,
+        token: &str,
+        req: &Request<'_>,
+        skew_ms: u64,
+        revoked: &dyn Fn(&str) -> bool,
+    ) -> Decision {
+        token::check_cached(
+            token,
+            req,
+            self.now_ms(),
+            skew_ms,
+            &self.trust(),
+            revoked,
+            Some(&self.verify_cache),
+        )
+    }
+
     fn check_token(
         &self,
         token: Option<&str>,
@@ -15,14 +33,14 @@ impl NodeCore {
         let token = token.unwrap_or("");
         let skew = self.cfg.max_clock_skew_s * 1000;
         let revoked = |jti: &str| self.is_revoked(jti);
-        let mut decision = token::check(token, &req, self.now_ms(), skew, &self.trust(), &revoked);
+        let mut decision = self.decide(token, &req, skew, &revoked);
         if let Decision::Deny {
             reason: DenyReason::UnknownIssuer,
             ..
         } = decision
         {
             self.reload_trust_if_stale();
-            decision = token::check(token, &req, self.now_ms(), skew, &self.trust(), &revoked);
+            decision = self.decide(token, &req, skew, &revoked);
         }
         match decision {
             Decision::Allow { claims } => Ok(claims),

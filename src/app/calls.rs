@@ -31,8 +31,7 @@ fn empty_object() -> Value {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    crate::audit::to_hex(&Sha256::digest(bytes))
 }
 
 pub fn valid_job_id(s: &str) -> bool {
@@ -63,6 +62,9 @@ impl NodeCore {
                 ));
             }
         }
+        // A job id we mint ourselves is new by construction: no stored result to find
+        // and nobody else to race with, so idempotency bookkeeping is skipped for it.
+        let minted = req.job_id.is_none();
         let job_id = req
             .job_id
             .clone()
@@ -123,15 +125,25 @@ impl NodeCore {
         }
 
         // 3. Idempotency: one run per job id, even under concurrent repeats.
-        let lock = self.job_lock(&job_id);
-        let _guard = lock.lock().await;
-        if let Some(stored) = self
-            .store
-            .result_get(&job_id)
-            .map_err(NodeCore::map_store_error)?
-        {
-            if let Ok(v) = serde_json::from_slice::<Value>(&stored) {
-                return Ok(v);
+        let lock = (!minted).then(|| self.job_lock(&job_id));
+        let _guard = match &lock {
+            Some(l) => Some(JobGuard {
+                core: self,
+                job_id: &job_id,
+                lock: l.clone(),
+                _held: l.clone().lock_owned().await,
+            }),
+            None => None,
+        };
+        if !minted {
+            if let Some(stored) = self
+                .store
+                .result_get(&job_id)
+                .map_err(NodeCore::map_store_error)?
+            {
+                if let Ok(v) = serde_json::from_slice::<Value>(&stored) {
+                    return Ok(v);
+                }
             }
         }
 
@@ -186,6 +198,21 @@ impl NodeCore {
                 Err(api)
             }
         }
+    }
+}
+
+/// Holds a job id's lock for the call; on drop, forgets the lock when no one else
+/// holds or waits for it (the result is durable by then, so a later repeat finds it).
+struct JobGuard<'a> {
+    core: &'a NodeCore,
+    job_id: &'a str,
+    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for JobGuard<'_> {
+    fn drop(&mut self) {
+        self.core.forget_job_lock(self.job_id, &self.lock);
     }
 }
 

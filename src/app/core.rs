@@ -25,6 +25,9 @@ use super::store_audit::StoreAudit;
 pub const KV_META: &str = "meta";
 pub const KV_REVOKED: &str = "revoked";
 
+/// Distinct tokens whose verification is remembered (a few hundred bytes each).
+const VERIFY_CACHE_TOKENS: usize = 256;
+
 pub struct NodeCore {
     pub cfg: Arc<Config>,
     pub store: Store,
@@ -48,6 +51,11 @@ pub struct NodeCore {
     pub tasks_waiting: Notify,
     job_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     upstream: Mutex<Option<Arc<dyn Upstream>>>,
+    /// Memo of token signature checks (a field device sees the same few tokens over
+    /// and over; the Ed25519 verification was a third of a tool call's CPU).
+    pub verify_cache: crate::token::VerifyCache,
+    /// HTTP requests answered (the sweeper trims memory once this stops moving).
+    pub served: AtomicU64,
 }
 
 /// What the node's upstream link (the sync loop) shows to the rest of the node.
@@ -96,6 +104,8 @@ impl NodeCore {
             tasks_waiting: Notify::new(),
             job_locks: Mutex::new(HashMap::new()),
             upstream: Mutex::new(None),
+            verify_cache: crate::token::VerifyCache::new(VERIFY_CACHE_TOKENS),
+            served: AtomicU64::new(0),
         })
     }
 
@@ -140,6 +150,20 @@ impl NodeCore {
             g.retain(|_, l| Arc::strong_count(l) > 1);
         }
         g.entry(job_id.to_string()).or_default().clone()
+    }
+
+    /// Drops `job_id`'s lock from the table if only `lock`'s holder (the finishing
+    /// call, whose guard is being dropped) still refers to it.
+    pub fn forget_job_lock(&self, job_id: &str, lock: &Arc<tokio::sync::Mutex<()>>) {
+        let mut g = self.job_locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Ours: the table's, `lock`, and the owned guard's.
+        if Arc::strong_count(lock) <= 3 {
+            if let Some(l) = g.get(job_id) {
+                if Arc::ptr_eq(l, lock) {
+                    g.remove(job_id);
+                }
+            }
+        }
     }
 
     pub fn set_upstream(&self, h: Arc<dyn Upstream>) {

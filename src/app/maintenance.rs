@@ -29,6 +29,7 @@ const CHECKPOINT_EVERY_MS: u64 = 60_000;
 pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
     let mut last_touch_ms = 0u64;
     let mut last_checkpoint_ms = 0u64;
+    let mut idle = crate::service::memory::IdleTrim::default();
     loop {
         let now = core.now_ms();
         match core.store.sweep_expired(now).await {
@@ -64,6 +65,12 @@ pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
         if now.saturating_sub(last_checkpoint_ms) >= CHECKPOINT_EVERY_MS {
             core.checkpoint_audit().await;
             last_checkpoint_ms = now;
+        }
+        // Quiet again after a burst: give caches and free heap back to the kernel.
+        if idle.observe(core.served.load(std::sync::atomic::Ordering::Relaxed)) {
+            core.store.release_memory();
+            crate::service::memory::trim();
+            tracing::debug!(event = "memory_trimmed");
         }
         core.mark_progress();
         let wait = match core.store.next_expiry_ms() {

@@ -30,6 +30,7 @@ pub enum StartError {
 
 /// `outpost run`: build the runtime, bind, run the role until SIGTERM/SIGINT.
 pub fn run_blocking(cfg: Config) -> anyhow::Result<()> {
+    service::memory::limit_arenas();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("outpost")

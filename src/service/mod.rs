@@ -4,6 +4,8 @@
 //! Everything here degrades to a no-op outside systemd (no `NOTIFY_SOCKET`, no
 //! `JOURNAL_STREAM`), so the same binary runs in a terminal, in tests and on a Pi.
 
+pub mod memory;
+
 use std::time::Duration;
 
 use sd_notify::NotifyState;

@@ -363,6 +363,11 @@ impl Store {
     }
 
     /// Bytes the engine files occupy on disk (not counting blobs).
+    /// Frees the engine's caches (they refill from disk on demand).
+    pub fn release_memory(&self) {
+        self.inner.engine.release_memory();
+    }
+
     pub fn disk_bytes(&self) -> u64 {
         self.inner.engine.disk_bytes()
     }

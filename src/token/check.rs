@@ -10,10 +10,10 @@
 //! may be ahead), but never after `exp`: SPEC §3 "no token ever authorizes anything after
 //! exp", and a device with a slow clock is covered by the store's time floor, not by skew.
 
-use super::claims::Claims;
+use super::claims::{ClaimTimes, Claims};
 use super::issue::{parse_claims, parse_footer};
 use super::paseto::{self, Parsed};
-use crate::envelope::TrustStore;
+use crate::envelope::{Peer, TrustStore};
 
 /// What is being asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,31 +148,37 @@ pub fn check(
     trust: &TrustStore,
     revoked: &dyn Fn(&str) -> bool,
 ) -> Decision {
+    check_cached(token, req, now_ms, skew_ms, trust, revoked, None)
+}
+
+/// [`check`] with a memo of signature verifications (see [`VerifyCache`]): the same
+/// decision, without repeating the Ed25519 verification of a token already seen with
+/// the same issuer key.
+pub fn check_cached(
+    token: &str,
+    req: &Request<'_>,
+    now_ms: u64,
+    skew_ms: u64,
+    trust: &TrustStore,
+    revoked: &dyn Fn(&str) -> bool,
+    cache: Option<&VerifyCache>,
+) -> Decision {
     use DenyReason as R;
     if token.is_empty() {
         return Decision::deny(R::Missing);
     }
-    let Ok(parsed) = Parsed::parse(token) else {
-        return Decision::deny(R::Malformed);
+    let (issuer, claims, times) = match cache.and_then(|c| c.lookup(token, trust)) {
+        Some(hit) => hit,
+        None => match authenticate(token, trust) {
+            Ok((issuer, claims, times)) => {
+                if let Some(c) = cache {
+                    c.insert(token, issuer, &claims, times);
+                }
+                (issuer, claims, times)
+            }
+            Err(reason) => return Decision::deny(reason),
+        },
     };
-    let Ok(footer) = parse_footer(parsed.footer()) else {
-        return Decision::deny(R::Malformed);
-    };
-    let Some(issuer) = trust.get(&footer.kid) else {
-        return Decision::deny(R::UnknownIssuer);
-    };
-    let Ok(payload) = paseto::verify(issuer.keys.sign.as_bytes(), &parsed, b"") else {
-        return Decision::deny(R::BadSignature);
-    };
-    let Ok(claims) = parse_claims(&payload) else {
-        return Decision::deny(R::Malformed);
-    };
-    let Ok(times) = claims.validate() else {
-        return Decision::deny(R::Malformed);
-    };
-    if claims.iss != footer.kid {
-        return Decision::deny(R::Malformed);
-    }
     if now_ms >= times.exp_ms {
         return Decision::deny(R::Expired);
     }
@@ -193,6 +199,97 @@ pub fn check(
         return Decision::deny(R::Revoked);
     }
     Decision::Allow { claims }
+}
+
+/// Authenticity: parse, known issuer, signature by the footer's issuer, well-formed
+/// claims naming that issuer. Everything here is a pure function of the token and the
+/// issuer's key, which is what makes it safe to memoize.
+fn authenticate<'t>(
+    token: &str,
+    trust: &'t TrustStore,
+) -> Result<(&'t Peer, Claims, ClaimTimes), DenyReason> {
+    use DenyReason as R;
+    let parsed = Parsed::parse(token).map_err(|_| R::Malformed)?;
+    let footer = parse_footer(parsed.footer()).map_err(|_| R::Malformed)?;
+    let issuer = trust.get(&footer.kid).ok_or(R::UnknownIssuer)?;
+    let payload =
+        paseto::verify(issuer.keys.sign.as_bytes(), &parsed, b"").map_err(|_| R::BadSignature)?;
+    let claims = parse_claims(&payload).map_err(|_| R::Malformed)?;
+    let times = claims.validate().map_err(|_| R::Malformed)?;
+    if claims.iss != footer.kid {
+        return Err(R::Malformed);
+    }
+    Ok((issuer, claims, times))
+}
+
+/// A bounded memo of successful signature checks: token text → (issuer id, the issuer
+/// key it verified under, its claims).
+///
+/// Verifying an Ed25519 signature is deterministic, so a hit is exactly as strong as
+/// verifying again — *provided* the issuer still has that key, which every lookup
+/// re-checks against the current trust store. Time window, issuer rights, audience,
+/// scope and revocation are never cached: [`check_cached`] decides them on every call.
+/// Only authentic tokens enter; a refused token is verified (and refused) every time.
+/// When full, the memo is emptied (callers re-verify; nothing is ever wrongly allowed).
+pub struct VerifyCache {
+    map: std::sync::Mutex<std::collections::HashMap<String, Verified>>,
+    capacity: usize,
+}
+
+struct Verified {
+    issuer: String,
+    key: [u8; 32],
+    claims: Claims,
+    times: ClaimTimes,
+}
+
+impl VerifyCache {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            map: std::sync::Mutex::new(std::collections::HashMap::new()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lookup<'t>(
+        &self,
+        token: &str,
+        trust: &'t TrustStore,
+    ) -> Option<(&'t Peer, Claims, ClaimTimes)> {
+        let map = self.map.lock().ok()?;
+        let v = map.get(token)?;
+        let issuer = trust.get(&v.issuer)?;
+        if issuer.keys.sign.as_bytes() != &v.key {
+            return None;
+        }
+        Some((issuer, v.claims.clone(), v.times))
+    }
+
+    fn insert(&self, token: &str, issuer: &Peer, claims: &Claims, times: ClaimTimes) {
+        let Ok(mut map) = self.map.lock() else {
+            return;
+        };
+        if map.len() >= self.capacity {
+            map.clear();
+        }
+        map.insert(
+            token.to_owned(),
+            Verified {
+                issuer: claims.iss.clone(),
+                key: *issuer.keys.sign.as_bytes(),
+                claims: claims.clone(),
+                times,
+            },
+        );
+    }
 }
 
 /// Whether `scopes` grant `need` (see [`Need`]).

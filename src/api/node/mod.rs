@@ -63,6 +63,8 @@ async fn count_requests(State(core): State<Core>, req: Request, next: Next) -> R
         _ => "other",
     };
     core.metrics.http_requests_total.inc(&[class]);
+    core.served
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     resp
 }
 

@@ -123,6 +123,8 @@ pub trait Engine: Send + Sync + 'static {
     fn compact(&self) -> Result<(), EngineError> {
         Ok(())
     }
+    /// Drops caches that can be rebuilt from disk (called when the daemon goes idle).
+    fn release_memory(&self) {}
 }
 
 /// Which engine [`crate::store::Store::open`] uses.

@@ -424,6 +424,17 @@ impl Engine for SqliteEngine {
         total
     }
 
+    fn release_memory(&self) {
+        // Idle readers are closed (they are reopened on demand); the writer keeps its
+        // connection and frees its page cache.
+        if let Ok(mut pool) = self.readers.lock() {
+            pool.clear();
+        }
+        if let Ok(conn) = self.writer.lock() {
+            let _ = conn.execute_batch("PRAGMA shrink_memory");
+        }
+    }
+
     fn compact(&self) -> Result<(), EngineError> {
         let conn = self
             .writer

@@ -2,7 +2,10 @@
 
 use super::{world, World, ME, SKEW, T0};
 use crate::envelope::{b64_encode, Keys};
-use crate::token::{check, issue, paseto, Claims, Decision, DenyCode, DenyReason, Request};
+use crate::token::{
+    check, check_cached, issue, paseto, Claims, Decision, DenyCode, DenyReason, Request,
+    VerifyCache,
+};
 
 fn claims(iss: &str, aud: &str, scopes: &[&str]) -> Claims {
     Claims::new(
@@ -226,8 +229,99 @@ fn deny_matrix() {
             Some(DenyReason::BadSignature),
         ),
     ];
-    for (name, token, req, now, want) in cases {
-        assert_eq!(reason(decide(&w, &token, req, now)), want, "{name}");
+    for (name, token, req, now, want) in &cases {
+        assert_eq!(reason(decide(&w, token, *req, *now)), *want, "{name}");
+    }
+    // The memo of verifications changes no decision: one shared cache, the whole
+    // matrix twice (cold, then with every authentic token already remembered).
+    let cache = VerifyCache::new(64);
+    for round in ["cold", "warm"] {
+        for (name, token, req, now, want) in &cases {
+            let d = check_cached(
+                token,
+                req,
+                *now,
+                SKEW,
+                &w.trust,
+                &|jti: &str| jti == "revoked-jti",
+                Some(&cache),
+            );
+            assert_eq!(reason(d), *want, "{name} ({round} cache)");
+        }
+    }
+    assert!(!cache.is_empty());
+}
+
+#[test]
+fn the_verify_cache_follows_the_trust_store_and_stays_bounded() {
+    let w = world();
+    let t = issue(&w.gw, &claims("gateway:main", ME, &["tool:echo"])).unwrap();
+    let echo = Request::tool(ME, "echo");
+    let no = |_: &str| false;
+    let cache = VerifyCache::new(2);
+    assert!(check_cached(&t, &echo, T0, SKEW, &w.trust, &no, Some(&cache)).is_allow());
+    assert_eq!(cache.len(), 1);
+
+    // The issuer was re-keyed: the remembered verification no longer counts.
+    let rekeyed = Keys::from_secret_bytes(&[0x61; 32], &[0x62; 32]);
+    let mut trust = crate::envelope::TrustStore::new();
+    trust
+        .add(
+            crate::envelope::IdentityDocument::new(
+                "gateway:main",
+                "gateway",
+                &rekeyed,
+                "2025-11-22T08:00:00Z",
+            ),
+            crate::envelope::Rights {
+                send: true,
+                issue: true,
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        reason(check_cached(&t, &echo, T0, SKEW, &trust, &no, Some(&cache))),
+        Some(DenyReason::BadSignature)
+    );
+    // The issuer is no longer trusted at all.
+    let empty = crate::envelope::TrustStore::new();
+    assert_eq!(
+        reason(check_cached(&t, &echo, T0, SKEW, &empty, &no, Some(&cache))),
+        Some(DenyReason::UnknownIssuer)
+    );
+    // Revocation and audience are decided per call, cached or not.
+    let revoked = |_: &str| true;
+    assert_eq!(
+        reason(check_cached(
+            &t,
+            &echo,
+            T0,
+            SKEW,
+            &w.trust,
+            &revoked,
+            Some(&cache)
+        )),
+        Some(DenyReason::Revoked)
+    );
+    assert_eq!(
+        reason(check_cached(
+            &t,
+            &Request::tool("node:else", "echo"),
+            T0,
+            SKEW,
+            &w.trust,
+            &no,
+            Some(&cache)
+        )),
+        Some(DenyReason::WrongAudience)
+    );
+    // Bounded: more distinct tokens than capacity never grow it past capacity.
+    for i in 0..5 {
+        let mut c = claims("gateway:main", ME, &["tool:echo"]);
+        c.jti = format!("jti-{i}");
+        let t = issue(&w.gw, &c).unwrap();
+        assert!(check_cached(&t, &echo, T0, SKEW, &w.trust, &no, Some(&cache)).is_allow());
+        assert!(cache.len() <= 2);
     }
 }
 
