@@ -150,7 +150,7 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
                 let was_stored = match load_live(tx, &queue, &peer, &id)? {
                     Some((key, rec)) => {
                         remove_live(tx, key, &rec)?;
-                        put_status(tx, &id, &rec, MessageState::Delivered, "", now_ms);
+                        put_status(tx, &id, &rec, MessageState::Delivered, "", now_ms, true);
                         true
                     }
                     None => false,
@@ -461,6 +461,9 @@ fn deref_blob(tx: &mut Tx<'_>, rec: &MsgRecord) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Writes the terminal status of a message. `was_live`: the message was queued until
+/// now, so it has no status record yet (enqueue refuses ids that have one, requeue
+/// removes it) and the old-record lookup is skipped — an ack's hottest read.
 fn put_status(
     tx: &mut Tx<'_>,
     id: &str,
@@ -468,6 +471,7 @@ fn put_status(
     state: MessageState,
     reason: &str,
     now_ms: u64,
+    was_live: bool,
 ) {
     let st = StatusRecord {
         state,
@@ -479,6 +483,10 @@ fn put_status(
         keep_until_ms: now_ms.saturating_add(tx.opts.status_retention_ms),
         dead_seq: 0,
     };
+    if was_live {
+        put_status_record(tx, id, &st);
+        return;
+    }
     // Only fails on an engine read; a lost tombstone is preferable to a failed ack.
     if let Err(e) = write_status(tx, id, &st) {
         tracing::warn!(error = %e, message_id = id, "status tombstone not written");
@@ -491,6 +499,13 @@ fn write_status(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) -> Result<(), Stor
             tx.delete(T_STATUS_EXP, time_key(old.keep_until_ms, id.as_bytes()));
         }
     }
+    put_status_record(tx, id, st);
+    Ok(())
+}
+
+/// The status record and its expiry entry (a stale expiry entry of an older record
+/// is harmless: pruning checks it still matches before deleting).
+fn put_status_record(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) {
     tx.put(T_STATUS, id.as_bytes().to_vec(), st.encode());
     if st.keep_until_ms != u64::MAX {
         tx.put(
@@ -499,7 +514,6 @@ fn write_status(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) -> Result<(), Stor
             Vec::new(),
         );
     }
-    Ok(())
 }
 
 fn record_failure(
@@ -581,7 +595,15 @@ fn sweep(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<Vec<ExpiredMessag
         }
         let id = rec.message_id.clone();
         remove_live(tx, mk, &rec)?;
-        put_status(tx, &id, &rec, MessageState::Expired, REASON_TIMEOUT, now_ms);
+        put_status(
+            tx,
+            &id,
+            &rec,
+            MessageState::Expired,
+            REASON_TIMEOUT,
+            now_ms,
+            true,
+        );
         out.push(ExpiredMessage {
             message_id: id,
             queue: rec.queue,
@@ -703,7 +725,15 @@ fn purge_dead(tx: &mut Tx<'_>, limit: usize) -> Result<usize, StoreError> {
                 add_total(tx, -((8 + v.len()) as i64 + blob_len(&rec) as i64 + 64))?;
                 deref_blob(tx, &rec)?;
                 let now = tx.now_ms;
-                put_status(tx, &rec.message_id, &rec, MessageState::Dead, "purged", now);
+                put_status(
+                    tx,
+                    &rec.message_id,
+                    &rec,
+                    MessageState::Dead,
+                    "purged",
+                    now,
+                    false,
+                );
             }
             Err(_) => add_total(tx, -((8 + v.len()) as i64 + 64))?,
         }
