@@ -35,6 +35,7 @@ use std::sync::{mpsc, Mutex};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::{BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
+use crate::store::codec::{u64_val, META_SCHEMA, T_META};
 
 /// File name of the database inside the store directory.
 pub const DB_FILE: &str = "store.sqlite3";
@@ -102,9 +103,34 @@ fn create_tables(conn: &Connection) -> Result<(), EngineError> {
     conn.execute_batch(&ddl).map_err(err)
 }
 
-/// Moves a format-1 store (`kv` table) into the per-tree tables, in one transaction.
-fn migrate_from_kv(conn: &mut Connection) -> Result<(), EngineError> {
-    let has_kv: bool = conn
+/// `PRAGMA user_version` of a layout-2 store (layout 1 never set it: 0).
+const LAYOUT: i64 = 2;
+/// What a layout-1 binary (outpost 0.1) reads as the schema version from the `kv` table
+/// a layout-2 store keeps for it: higher than the 2 it supports, so a downgraded binary
+/// refuses the store ("store is newer", see OPERATIONS.md) instead of starting on an
+/// empty `kv` with the data hidden in tables it does not know.
+const OLD_BINARY_FENCE: u64 = 3;
+
+/// Brings the file to layout 2 in one transaction: creates the per-tree tables, moves a
+/// layout-1 store's `kv` rows into them, and leaves the fence row for old binaries.
+fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
+    let layout: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err)?;
+    if layout > LAYOUT {
+        return Err(EngineError::Other(format!(
+            "store file layout {layout} is newer than this outpost supports ({LAYOUT}); \
+             install the newer version or restore a backup"
+        )));
+    }
+    if layout == LAYOUT {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    create_tables(&tx)?;
+    let has_kv: bool = tx
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kv'",
             [],
@@ -112,36 +138,45 @@ fn migrate_from_kv(conn: &mut Connection) -> Result<(), EngineError> {
         )
         .map_err(err)?
         > 0;
-    if !has_kv {
-        return Ok(());
-    }
-    tracing::info!("migrating SQLite store layout 1 -> 2 (one table per tree)");
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(err)?;
-    for t in 0..TREES {
-        tx.execute(
-            &format!(
-                "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
-            ),
-            params![t as i64],
+    if has_kv {
+        tracing::info!("migrating SQLite store layout 1 -> 2 (one table per tree)");
+        let left: i64 = tx
+            .query_row(
+                "SELECT count(*) FROM kv WHERE tree >= ?1",
+                params![TREES as i64],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        if left > 0 {
+            // Not ours to drop: refuse rather than lose rows of an unknown tree.
+            return Err(EngineError::Corrupt(format!(
+                "{left} rows of unknown trees in the layout-1 table; not migrating"
+            )));
+        }
+        for t in 0..TREES {
+            tx.execute(
+                &format!(
+                    "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
+                ),
+                params![t as i64],
+            )
+            .map_err(err)?;
+        }
+        tx.execute("DELETE FROM kv", []).map_err(err)?;
+    } else {
+        tx.execute_batch(
+            "CREATE TABLE kv (tree INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
+             PRIMARY KEY (tree, key)) WITHOUT ROWID;",
         )
         .map_err(err)?;
     }
-    let left: i64 = tx
-        .query_row(
-            "SELECT count(*) FROM kv WHERE tree >= ?1",
-            params![TREES as i64],
-            |r| r.get(0),
-        )
+    tx.execute(
+        "INSERT INTO kv (tree, key, value) VALUES (?1, ?2, ?3)",
+        params![T_META, META_SCHEMA, u64_val(OLD_BINARY_FENCE)],
+    )
+    .map_err(err)?;
+    tx.pragma_update(None, "user_version", LAYOUT)
         .map_err(err)?;
-    if left > 0 {
-        // Not ours to drop: refuse rather than lose rows of an unknown tree.
-        return Err(EngineError::Corrupt(format!(
-            "{left} rows of unknown trees in the format-1 table; not migrating"
-        )));
-    }
-    tx.execute_batch("DROP TABLE kv;").map_err(err)?;
     tx.commit().map_err(err)
 }
 
@@ -363,8 +398,7 @@ impl SqliteEngine {
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(err)?;
         let mut conn = conn;
-        create_tables(&conn)?;
-        migrate_from_kv(&mut conn)?;
+        prepare_layout(&mut conn)?;
         let checkpointer = Checkpointer::start(&path);
         Ok(Self {
             path,
@@ -549,7 +583,7 @@ impl Engine for SqliteEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::codec::{T_AUDIT, T_META, T_MSG};
+    use crate::store::codec::{parse_u64, T_AUDIT, T_MSG};
 
     #[test]
     fn a_format_1_store_is_migrated_to_one_table_per_tree() {
@@ -595,14 +629,13 @@ mod tests {
             Some(&b"entry"[..])
         );
         let c = e.writer.lock().unwrap();
-        let kv_left: i64 = c
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name = 'kv'",
-                [],
-                |r| r.get(0),
-            )
+        let kv_rows: i64 = c
+            .query_row("SELECT count(*) FROM kv", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(kv_left, 0, "the format-1 table is gone");
+        assert_eq!(
+            kv_rows, 1,
+            "only the fence row is left in the layout-1 table"
+        );
         drop(c);
         // Reopening a migrated store is a no-op.
         drop(e);
@@ -638,6 +671,30 @@ mod tests {
                 .map(|v| v.len()),
             Some(3000)
         );
+    }
+
+    #[test]
+    fn a_layout_1_binary_would_see_a_newer_schema_and_refuse() {
+        let d = tempfile::tempdir().unwrap();
+        drop(SqliteEngine::open(d.path()).unwrap());
+        // What outpost 0.1 reads on open: tree 1 (meta), key "schema_version", in `kv`.
+        let c = Connection::open(d.path().join(DB_FILE)).unwrap();
+        let v: Vec<u8> = c
+            .query_row(
+                "SELECT value FROM kv WHERE tree = 1 AND key = ?1",
+                params![META_SCHEMA],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(
+            parse_u64(&v).unwrap() > 2,
+            "0.1 supports schema 2 and refuses newer"
+        );
+        // A layout from the future is refused by this binary, not misread.
+        c.pragma_update(None, "user_version", 9).unwrap();
+        drop(c);
+        let e = SqliteEngine::open(d.path()).err().expect("refused");
+        assert!(e.to_string().contains("newer"), "{e}");
     }
 
     #[test]
