@@ -218,6 +218,7 @@ impl Writer {
                 let _ = reply.send(answer);
             }
         }
+        self.engine.after_group();
     }
 
     /// Deletes blob files whose reference count reached zero in a committed batch.

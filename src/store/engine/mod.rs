@@ -123,6 +123,9 @@ pub trait Engine: Send + Sync + 'static {
     fn compact(&self) -> Result<(), EngineError> {
         Ok(())
     }
+    /// Housekeeping the writer runs after it has answered a group's callers, so it
+    /// never delays an acknowledgement (SQLite: completing a background checkpoint).
+    fn after_group(&self) {}
     /// Drops caches that can be rebuilt from disk (called when the daemon goes idle).
     fn release_memory(&self) {}
 }

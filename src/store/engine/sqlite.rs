@@ -22,8 +22,9 @@
 //! fsyncing the database file, which set the tail latency of every write. SQLite only
 //! restarts the WAL from its start when a write begins with *every* frame copied, which
 //! a background checkpoint racing a busy writer rarely achieves; so once the background
-//! pass is done, the writer's next commit finishes the job itself (a `PASSIVE` pass over
-//! the few frames added meanwhile) and the WAL stays bounded under sustained load.
+//! pass is done, the writer finishes the job itself after its next group has been
+//! answered (a `PASSIVE` pass over the few frames added meanwhile), and the WAL stays
+//! bounded under sustained load.
 //!
 //! Format 1 kept every tree in one `kv(tree, key, value)` table with 1 KiB pages; such
 //! a store is migrated on open in one transaction (its page size stays what it was).
@@ -410,18 +411,12 @@ impl SqliteEngine {
         })
     }
 
-    /// After each commit, on the writer connection: counts it, wakes the checkpointer
-    /// every [`CHECKPOINT_EVERY`], and completes a finished background pass.
-    fn committed(&self, conn: &Connection) {
+    /// After each commit: counts it and wakes the checkpointer every
+    /// [`CHECKPOINT_EVERY`] commits.
+    fn committed(&self) {
         let Some(c) = &self.checkpointer else {
             return;
         };
-        if c.passed.swap(false, Ordering::Acquire) {
-            // Only the frames written since the background pass are left to copy.
-            if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);") {
-                tracing::warn!(error = %e, "checkpoint failed");
-            }
-        }
         let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
         if n % CHECKPOINT_EVERY == 0 {
             // Full channel = a pass is already pending: coalesce.
@@ -494,7 +489,7 @@ impl Engine for SqliteEngine {
         write_batch(&tx, &self.sql, &batch)?;
         // With synchronous=FULL the commit fsyncs the WAL before returning.
         tx.commit().map_err(err)?;
-        self.committed(&conn);
+        self.committed();
         Ok(())
     }
 
@@ -509,7 +504,7 @@ impl Engine for SqliteEngine {
         let tx = conn.transaction().map_err(err)?;
         write_batch(&tx, &self.sql, batch)?;
         tx.commit().map_err(err)?;
-        self.committed(&conn);
+        self.committed();
         Ok(())
     }
 
@@ -557,6 +552,21 @@ impl Engine for SqliteEngine {
             }
         }
         total
+    }
+
+    fn after_group(&self) {
+        let Some(c) = &self.checkpointer else {
+            return;
+        };
+        if c.passed.swap(false, Ordering::Acquire) {
+            // Only the frames written since the background pass are left to copy; then
+            // the next write can restart the WAL from its start (see module docs).
+            if let Ok(conn) = self.writer.lock() {
+                if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);") {
+                    tracing::warn!(error = %e, "checkpoint failed");
+                }
+            }
+        }
     }
 
     fn release_memory(&self) {
@@ -660,6 +670,7 @@ mod tests {
                 value: vec![7; 3000],
             }])
             .unwrap();
+            e.after_group(); // as the store's writer does after answering a group
         }
         let wal = std::fs::metadata(d.path().join(format!("{DB_FILE}-wal")))
             .unwrap()
