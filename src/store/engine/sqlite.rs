@@ -9,7 +9,8 @@
 //! writes it again), so bytes written per message are set by how many pages a commit
 //! dirties. Each tree gets its own table so its pages stay dense, in one of two shapes:
 //! - small values (indexes, counters, meta): `t<N>(k BLOB PRIMARY KEY, v) WITHOUT
-//!   ROWID`, one B-tree holding key and value;
+//!   ROWID`, one B-tree holding key and value; meta and the recipient counters, which
+//!   nearly every commit touches, share `t1` under a tree-id key prefix;
 //! - large values (messages, audit entries, results, dead letters, quarantine): `t<N>(rid
 //!   INTEGER PRIMARY KEY, k BLOB UNIQUE, v)`. New rows get the next rowid, so records
 //!   are appended to the end of the table B-tree — SQLite's cheap append path, with no
@@ -54,6 +55,28 @@ fn large_values(tree: Tree) -> bool {
     matches!(tree, T_MSG | T_AUDIT | T_RESULT | T_DEAD | T_QUAR)
 }
 
+/// Small trees that nearly every commit touches (meta: time floor, sequence, byte total;
+/// the recipient counters) share table `t1`, each row's key prefixed with its tree id,
+/// so such a commit dirties one leaf for both instead of two (one WAL frame fewer per
+/// commit). Every other tree has a table of its own.
+fn shared(tree: Tree) -> bool {
+    use crate::store::codec::T_COUNT;
+    matches!(tree, T_META | T_COUNT)
+}
+const SHARED_TABLE: usize = T_META as usize;
+
+/// The key as stored: prefixed with the tree id for a shared tree.
+fn stored_key(tree: Tree, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if shared(tree) {
+        let mut k = Vec::with_capacity(key.len() + 1);
+        k.push(tree);
+        k.extend_from_slice(key);
+        std::borrow::Cow::Owned(k)
+    } else {
+        std::borrow::Cow::Borrowed(key)
+    }
+}
+
 /// The SQL of each tree, built once.
 struct TreeSql {
     get: String,
@@ -65,7 +88,8 @@ struct TreeSql {
 
 fn tree_sql() -> Vec<TreeSql> {
     (0..TREES)
-        .map(|t| {
+        .map(|tree| {
+            let t = if shared(tree as Tree) { SHARED_TABLE } else { tree };
             let put = if large_values(t as Tree) {
                 // Upsert keeps the row (and its place) when a record is rewritten.
                 format!("INSERT INTO t{t} (k, v) VALUES (?1, ?2) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
@@ -154,14 +178,37 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
                 "{left} rows of unknown trees in the layout-1 table; not migrating"
             )));
         }
+        let sql = tree_sql();
         for t in 0..TREES {
-            tx.execute(
-                &format!(
-                    "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
-                ),
-                params![t as i64],
-            )
-            .map_err(err)?;
+            if shared(t as Tree) {
+                // Few rows (meta keys, one counter per recipient): prefix them here.
+                let rows: Vec<(Vec<u8>, Vec<u8>)> = {
+                    let mut st = tx
+                        .prepare("SELECT key, value FROM kv WHERE tree = ?1")
+                        .map_err(err)?;
+                    let it = st
+                        .query_map(params![t as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .map_err(err)?;
+                    it.collect::<Result<_, _>>().map_err(err)?
+                };
+                let batch: Vec<BatchOp> = rows
+                    .into_iter()
+                    .map(|(key, value)| BatchOp::Put {
+                        tree: t as Tree,
+                        key,
+                        value,
+                    })
+                    .collect();
+                write_batch(&tx, &sql, &batch)?;
+            } else {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
+                    ),
+                    params![t as i64],
+                )
+                .map_err(err)?;
+            }
         }
         tx.execute("DELETE FROM kv", []).map_err(err)?;
     } else {
@@ -277,7 +324,7 @@ fn get_on(
     key: &[u8],
 ) -> Result<Option<Vec<u8>>, EngineError> {
     let mut st = c.prepare_cached(&sql_for(sql, tree)?.get).map_err(err)?;
-    let mut rows = st.query(params![key]).map_err(err)?;
+    let mut rows = st.query(params![stored_key(tree, key)]).map_err(err)?;
     match rows.next().map_err(err)? {
         Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
         None => Ok(None),
@@ -293,13 +340,21 @@ fn scan_on(
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), EngineError> {
     let sql = sql_for(sql, tree)?;
+    let strip = usize::from(shared(tree));
     let mut st;
-    let mut rows = match end {
-        Some(end) => {
+    let mut rows = match (end, shared(tree)) {
+        (Some(end), _) => {
             st = c.prepare_cached(&sql.scan_to).map_err(err)?;
-            st.query(params![start, end]).map_err(err)?
+            st.query(params![stored_key(tree, start), stored_key(tree, end)])
+                .map_err(err)?
         }
-        None => {
+        // A shared tree ends where the next tree id's prefix begins.
+        (None, true) => {
+            st = c.prepare_cached(&sql.scan_to).map_err(err)?;
+            st.query(params![stored_key(tree, start), [tree.wrapping_add(1)]])
+                .map_err(err)?
+        }
+        (None, false) => {
             st = c.prepare_cached(&sql.scan_all).map_err(err)?;
             st.query(params![start]).map_err(err)?
         }
@@ -310,6 +365,7 @@ fn scan_on(
             .map_err(err)?
             .as_blob()
             .map_err(|e| EngineError::Corrupt(format!("key is not a blob: {e}")))?;
+        let k = k.get(strip..).unwrap_or_default();
         let v = r
             .get_ref(1)
             .map_err(err)?
@@ -327,11 +383,12 @@ fn write_batch(c: &Connection, sql: &[TreeSql], batch: &[BatchOp]) -> Result<(),
         match op {
             BatchOp::Put { tree, key, value } => {
                 let mut st = c.prepare_cached(&sql_for(sql, *tree)?.put).map_err(err)?;
-                st.execute(params![key, value]).map_err(err)?;
+                st.execute(params![stored_key(*tree, key), value])
+                    .map_err(err)?;
             }
             BatchOp::Delete { tree, key } => {
                 let mut st = c.prepare_cached(&sql_for(sql, *tree)?.del).map_err(err)?;
-                st.execute(params![key]).map_err(err)?;
+                st.execute(params![stored_key(*tree, key)]).map_err(err)?;
             }
         }
     }
@@ -706,6 +763,56 @@ mod tests {
         drop(c);
         let e = SqliteEngine::open(d.path()).err().expect("refused");
         assert!(e.to_string().contains("newer"), "{e}");
+    }
+
+    #[test]
+    fn trees_sharing_a_table_stay_apart() {
+        use crate::store::codec::T_COUNT;
+        let d = tempfile::tempdir().unwrap();
+        let e = SqliteEngine::open(d.path()).unwrap();
+        let put = |tree, k: &[u8], v: &[u8]| BatchOp::Put {
+            tree,
+            key: k.to_vec(),
+            value: v.to_vec(),
+        };
+        e.apply(&[
+            put(T_META, b"next_seq", b"m1"),
+            put(T_META, b"", b"m0"),
+            put(T_COUNT, b"outbox\0gw", b"c1"),
+            put(T_COUNT, b"\xff", b"c2"),
+        ])
+        .unwrap();
+        let all = |tree| {
+            let mut v = Vec::new();
+            e.scan(tree, &[], None, &mut |k, val| {
+                v.push((k.to_vec(), val.to_vec()));
+                true
+            })
+            .unwrap();
+            v
+        };
+        assert_eq!(
+            all(T_META),
+            vec![
+                (b"".to_vec(), b"m0".to_vec()),
+                (b"next_seq".to_vec(), b"m1".to_vec())
+            ]
+        );
+        assert_eq!(
+            all(T_COUNT),
+            vec![
+                (b"outbox\0gw".to_vec(), b"c1".to_vec()),
+                (b"\xff".to_vec(), b"c2".to_vec())
+            ]
+        );
+        assert_eq!(e.get(T_COUNT, b"next_seq").unwrap(), None);
+        e.apply(&[BatchOp::Delete {
+            tree: T_COUNT,
+            key: b"\xff".to_vec(),
+        }])
+        .unwrap();
+        assert_eq!(all(T_COUNT).len(), 1);
+        assert_eq!(all(T_META).len(), 2);
     }
 
     #[test]
