@@ -163,6 +163,23 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
         )
         .map_err(err)?
         > 0;
+    // A kv table holding only our fence is already layout 2 (its user_version was lost,
+    // e.g. copied by a tool that does not keep it): never "migrate" the fence over the
+    // real schema version.
+    let fenced = has_kv
+        && tx
+            .query_row(
+                "SELECT value FROM kv WHERE tree = ?1 AND key = ?2",
+                params![T_META, META_SCHEMA],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+            .ok()
+            .is_some_and(|v| v == u64_val(OLD_BINARY_FENCE));
+    if fenced {
+        tx.pragma_update(None, "user_version", LAYOUT)
+            .map_err(err)?;
+        return tx.commit().map_err(err);
+    }
     if has_kv {
         tracing::info!("migrating SQLite store layout 1 -> 2 (one table per tree)");
         let left: i64 = tx
@@ -650,7 +667,7 @@ impl Engine for SqliteEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::codec::{parse_u64, T_AUDIT, T_MSG};
+    use crate::store::codec::{parse_u64, T_AUDIT, T_META, T_MSG};
 
     #[test]
     fn a_format_1_store_is_migrated_to_one_table_per_tree() {
@@ -758,6 +775,17 @@ mod tests {
             parse_u64(&v).unwrap() > 2,
             "0.1 supports schema 2 and refuses newer"
         );
+        // A lost user_version does not turn the fence into data.
+        c.pragma_update(None, "user_version", 0).unwrap();
+        drop(c);
+        let e = SqliteEngine::open(d.path()).unwrap();
+        assert_eq!(
+            e.get(T_META, META_SCHEMA).unwrap(),
+            None,
+            "fence not migrated"
+        );
+        drop(e);
+        let c = Connection::open(d.path().join(DB_FILE)).unwrap();
         // A layout from the future is refused by this binary, not misread.
         c.pragma_update(None, "user_version", 9).unwrap();
         drop(c);
