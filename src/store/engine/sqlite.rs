@@ -46,7 +46,8 @@ const READ_POOL: usize = 4;
 /// Commits between two background checkpoints (~ SQLite's 1,000-page default at a
 /// handful of pages per commit).
 const CHECKPOINT_EVERY: u64 = 128;
-/// Tree ids are `0..TREES`; each has its table (created empty when the store is).
+/// Tree ids are `0..TREES`; table `t<N>` is created for each when the store is (the
+/// counters' own `t8` stays empty: they share `t1`, see [`shared`]).
 const TREES: usize = 32;
 
 /// Trees whose values are large records (see module docs).
