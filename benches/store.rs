@@ -122,6 +122,7 @@ struct Row {
     p99: Duration,
     tput1: f64,
     tput64: f64,
+    group64: f64,
     wb_per_msg_64: f64,
     tput64r: f64,
     wb_per_msg_64r: f64,
@@ -160,7 +161,7 @@ fn many_producers(
     producers: usize,
     recipients: usize,
     per: usize,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let s = open(kind, dir);
     let wb0 = write_bytes();
     let t0 = now();
@@ -182,7 +183,12 @@ fn many_producers(
     let total = t0.elapsed();
     let wb = write_bytes() - wb0;
     let n = producers * per;
-    (n as f64 / total.as_secs_f64(), wb as f64 / n as f64)
+    let (commits, requests) = s.commit_stats();
+    (
+        n as f64 / total.as_secs_f64(),
+        wb as f64 / n as f64,
+        requests as f64 / commits.max(1) as f64,
+    )
 }
 
 fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
@@ -322,9 +328,9 @@ fn main() {
         let (p50, p99, tput1, wb1) = one_producer(kind, &d("one"), if quick { 300 } else { 3000 });
         eprintln!("[{name}] 64 producers, 1 recipient");
         let per = if quick { 50 } else { 400 };
-        let (tput64, wb64) = many_producers(kind, &d("many"), 64, 1, per);
+        let (tput64, wb64, group64) = many_producers(kind, &d("many"), 64, 1, per);
         eprintln!("[{name}] 64 producers, 64 recipients");
-        let (tput64r, wb64r) = many_producers(kind, &d("many64"), 64, 64, per);
+        let (tput64r, wb64r, _) = many_producers(kind, &d("many64"), 64, 64, per);
         eprintln!("[{name}] drain 10,000");
         let drain = drain(kind, &d("drain"), 10_000);
         eprintln!("[{name}] rss with 100,000 queued");
@@ -336,6 +342,7 @@ fn main() {
             p99,
             tput1,
             tput64,
+            group64,
             wb_per_msg_64: wb64,
             tput64r,
             wb_per_msg_64r: wb64r,
@@ -358,11 +365,11 @@ fn main() {
         us(c50) / us(f50).max(1.0),
         us(c99)
     );
-    println!("| engine | enqueue p50 | p99 | p50 / floor | 1 producer msg/s | 64 producers msg/s | 64 / 1 | bytes written/msg, 64 prod. | 1 prod. | 64 prod. → 64 recipients msg/s | bytes/msg | drain 10k | peak RSS, 100k queued (fill process) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| engine | enqueue p50 | p99 | p50 / floor | 1 producer msg/s | 64 producers msg/s | 64 / 1 | messages per fsync | bytes written/msg, 64 prod. | 1 prod. | 64 prod. → 64 recipients msg/s | bytes/msg | drain 10k | peak RSS, 100k queued (fill process) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.0} µs | {:.0} µs | {:.2}× | {:.0} | {:.0} | {:.1}× | {:.0} B | {:.0} B | {:.0} | {:.0} B | {:.3} s | {:.1} MiB ({:.1} MiB) |",
+            "| {} | {:.0} µs | {:.0} µs | {:.2}× | {:.0} | {:.0} | {:.1}× | {:.1} | {:.0} B | {:.0} B | {:.0} | {:.0} B | {:.3} s | {:.1} MiB ({:.1} MiB) |",
             r.engine,
             us(r.p50),
             us(r.p99),
@@ -370,6 +377,7 @@ fn main() {
             r.tput1,
             r.tput64,
             r.tput64 / r.tput1.max(1.0),
+            r.group64,
             r.wb_per_msg_64,
             r.wb_per_msg_1,
             r.tput64r,

@@ -168,6 +168,7 @@ struct Inner {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Records quarantined since open (reported by `doctor` and `open_report`).
     quarantined_on_open: Vec<String>,
+    stats: Arc<writer::CommitStats>,
 }
 
 impl Drop for Inner {
@@ -257,7 +258,9 @@ impl Store {
         let opened = schema::prepare(engine.as_ref(), &blobs, opts.verify_on_open)?;
         let time = Arc::new(time::TimeKeeper::new(clock, opened.time_floor_ms));
         let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(writer::CommitStats::default());
         let w = writer::Writer {
+            stats: stats.clone(),
             engine: engine.clone(),
             blobs: blobs.clone(),
             opts: opts.clone(),
@@ -285,8 +288,19 @@ impl Store {
                 tx: Mutex::new(Some(tx)),
                 thread: Mutex::new(Some(thread)),
                 quarantined_on_open: opened.quarantined,
+                stats,
             }),
         })
+    }
+
+    /// `(commits, requests)` the writer has made durable since open: requests per
+    /// commit is how well group commit is batching.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.stats.commits.load(Relaxed),
+            self.inner.stats.requests.load(Relaxed),
+        )
     }
 
     /// Stops the writer after it committed everything already submitted. Later writes

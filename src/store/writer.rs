@@ -102,7 +102,17 @@ impl Tx<'_> {
     }
 }
 
+/// Counters of committed groups, read by [`crate::store::Store::commit_stats`].
+#[derive(Debug, Default)]
+pub struct CommitStats {
+    /// Engine commits (one fsync each).
+    pub commits: std::sync::atomic::AtomicU64,
+    /// Requests made durable by those commits.
+    pub requests: std::sync::atomic::AtomicU64,
+}
+
 pub struct Writer {
+    pub stats: Arc<CommitStats>,
     pub engine: Arc<dyn Engine>,
     pub blobs: Blobs,
     pub opts: StoreOptions,
@@ -193,8 +203,12 @@ impl Writer {
         });
         match &result {
             Ok(()) => {
-                if answers.iter().any(|(_, r)| r.is_ok()) {
+                let ok = answers.iter().filter(|(_, r)| r.is_ok()).count() as u64;
+                if ok > 0 {
+                    use std::sync::atomic::Ordering::Relaxed;
                     self.time.persisted(now_ms);
+                    self.stats.commits.fetch_add(1, Relaxed);
+                    self.stats.requests.fetch_add(ok, Relaxed);
                 }
                 self.collect_blobs(&unreferenced);
             }
