@@ -9,9 +9,9 @@
 //! An engine holds named *trees* (small integers, see [`Tree`]) of ordered byte keys →
 //! byte values.
 //!
-//! - [`Engine::get`] and [`Engine::scan`] see every batch whose [`Engine::apply`] has
+//! - [`Reader::get`] and [`Reader::scan`] (every engine is a [`Reader`]) see every batch whose [`Engine::apply`] has
 //!   returned `Ok`, and never a part of a batch.
-//! - [`Engine::scan`] visits keys of one tree in ascending byte order from `start`
+//! - [`Reader::scan`] visits keys of one tree in ascending byte order from `start`
 //!   (inclusive) to `end` (exclusive, `None` = end of tree) and streams: it hands each
 //!   pair to the callback and never loads the whole range into memory. The callback
 //!   returns `false` to stop early.
@@ -77,10 +77,11 @@ impl EngineError {
     }
 }
 
-/// Reads of committed state, as the writer sees them while it builds a group.
+/// Reads of committed state: every engine is one (see the contract for what `get` and
+/// `scan` see), and so is the writer's view while it builds a group.
 pub trait Reader {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
-    /// Same contract as [`Engine::scan`].
+    /// Streams `[start, end)` of `tree` in key order; `f` returns `false` to stop.
     fn scan(
         &self,
         tree: Tree,
@@ -95,18 +96,9 @@ pub type GroupBuilder<'a> = dyn FnMut(&dyn Reader) -> Vec<BatchOp> + 'a;
 
 /// The narrow seam between queue semantics and bytes on disk. See the module docs for
 /// the contract every implementation must keep.
-pub trait Engine: Send + Sync + 'static {
+pub trait Engine: Reader + Send + Sync + 'static {
     /// Short name for logs and reports (`"sqlite"`, `"sled"`).
     fn name(&self) -> &'static str;
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
-    /// Streams `[start, end)` of `tree` in key order; `f` returns `false` to stop.
-    fn scan(
-        &self,
-        tree: Tree,
-        start: &[u8],
-        end: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), EngineError>;
     /// Applies the whole batch atomically and durably (see contract).
     fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError>;
     /// One group commit (see contract): `build` reads through the given [`Reader`] and

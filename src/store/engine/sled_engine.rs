@@ -170,39 +170,6 @@ impl Engine for SledEngine {
         "sled"
     }
 
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        self.with_db(|db| {
-            Ok(db
-                .get(prefixed(tree, key))
-                .map_err(err)?
-                .map(|v| v.to_vec()))
-        })
-    }
-
-    fn scan(
-        &self,
-        tree: Tree,
-        start: &[u8],
-        end: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), EngineError> {
-        self.with_db(|db| {
-            let lo = prefixed(tree, start);
-            let iter = match end {
-                Some(e) => db.range(lo..prefixed(tree, e)),
-                None if tree == u8::MAX => db.range(lo..),
-                None => db.range(lo..vec![tree + 1]),
-            };
-            for item in iter {
-                let (k, v) = item.map_err(err)?;
-                if !f(&k[1..], &v) {
-                    break;
-                }
-            }
-            Ok(())
-        })
-    }
-
     fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
         // sled has no read transaction to hold; the writer is the only one writing, so
         // committed state cannot move under the builder anyway.
@@ -289,8 +256,14 @@ impl Engine for SledEngine {
 
 impl Reader for SledEngine {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        Engine::get(self, tree, key)
+        self.with_db(|db| {
+            Ok(db
+                .get(prefixed(tree, key))
+                .map_err(err)?
+                .map(|v| v.to_vec()))
+        })
     }
+
     fn scan(
         &self,
         tree: Tree,
@@ -298,6 +271,20 @@ impl Reader for SledEngine {
         end: Option<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), EngineError> {
-        Engine::scan(self, tree, start, end, f)
+        self.with_db(|db| {
+            let lo = prefixed(tree, start);
+            let iter = match end {
+                Some(e) => db.range(lo..prefixed(tree, e)),
+                None if tree == u8::MAX => db.range(lo..),
+                None => db.range(lo..vec![tree + 1]),
+            };
+            for item in iter {
+                let (k, v) = item.map_err(err)?;
+                if !f(&k[1..], &v) {
+                    break;
+                }
+            }
+            Ok(())
+        })
     }
 }

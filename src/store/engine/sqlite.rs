@@ -527,11 +527,7 @@ impl SqliteEngine {
     }
 }
 
-impl Engine for SqliteEngine {
-    fn name(&self) -> &'static str {
-        "sqlite"
-    }
-
+impl Reader for SqliteEngine {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         self.with_reader(|c| get_on(c, &self.sql, tree, key))
     }
@@ -544,6 +540,12 @@ impl Engine for SqliteEngine {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), EngineError> {
         self.with_reader(|c| scan_on(c, &self.sql, tree, start, end, f))
+    }
+}
+
+impl Engine for SqliteEngine {
+    fn name(&self) -> &'static str {
+        "sqlite"
     }
 
     fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
