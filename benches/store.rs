@@ -86,6 +86,16 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// utime + stime of this process, in clock ticks (USER_HZ, 100 on Linux).
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    num(11) + num(12)
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -183,11 +193,11 @@ fn many_producers(
     let total = t0.elapsed();
     let wb = write_bytes() - wb0;
     let n = producers * per;
-    let (commits, requests) = s.commit_stats();
+    let c = s.commit_stats();
     (
         n as f64 / total.as_secs_f64(),
         wb as f64 / n as f64,
-        requests as f64 / commits.max(1) as f64,
+        c.requests as f64 / c.syncs.max(1) as f64,
     )
 }
 
@@ -304,6 +314,17 @@ fn main() {
     std::fs::create_dir_all(&root).expect("bench dir");
     let exe = std::env::current_exe().expect("exe");
 
+    if std::env::var("OUTPOST_BENCH_MANY_ONLY").is_ok() {
+        // For tracing one 64-producer run alone (`strace`/`perf` this); keeps the store.
+        let kind = EngineKind::Sqlite;
+        let cpu0 = cpu_ticks();
+        let (t, wb, g) = many_producers(kind, &root.join("sqlite-many"), 64, 1, 400);
+        let cpu_us = (cpu_ticks() - cpu0) as f64 * 10_000.0 / (64.0 * 400.0);
+        println!(
+            "64 producers: {t:.0} msg/s, {wb:.0} B/msg, {g:.1} per fsync, {cpu_us:.1} µs CPU/msg"
+        );
+        return;
+    }
     let (f50, f99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, BODY);
     // What a one-message SQLite commit must write: 5 WAL frames (record, its key-index
     // entry, id index, expiry index, meta + recipient counter; 4,096-byte page + 24-byte

@@ -192,6 +192,17 @@ impl Inner {
     }
 }
 
+/// Counters of the writer since the store was opened ([`Store::commit_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitCounts {
+    /// Engine commits (groups).
+    pub commits: u64,
+    /// fsyncs that made them durable (one can cover several commits).
+    pub syncs: u64,
+    /// Requests answered `Ok` after those syncs.
+    pub requests: u64,
+}
+
 /// The store handle: cheap to clone, shareable across threads and tasks.
 #[derive(Clone)]
 pub struct Store {
@@ -253,6 +264,16 @@ impl Store {
     pub fn open(dir: &Path, opts: StoreOptions, clock: SharedClock) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::from_io("create store dir", &e))?;
         let engine: Arc<dyn engine::Engine> = Arc::from(engine::open(opts.engine, dir)?);
+        Self::open_on(dir, opts, clock, engine)
+    }
+
+    /// [`Store::open`] on an engine already opened in `dir` (tests wrap one).
+    pub(crate) fn open_on(
+        dir: &Path,
+        opts: StoreOptions,
+        clock: SharedClock,
+        engine: Arc<dyn engine::Engine>,
+    ) -> Result<Store, StoreError> {
         let blobs =
             blobs::Blobs::open(dir).map_err(|e| StoreError::from_io("open blob dir", &e))?;
         let opened = schema::prepare(engine.as_ref(), &blobs, opts.verify_on_open)?;
@@ -266,6 +287,7 @@ impl Store {
             opts: opts.clone(),
             time: time.clone(),
             next_seq: opened.next_seq,
+            wake: tx.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("outpost-store-writer".into())
@@ -293,14 +315,15 @@ impl Store {
         })
     }
 
-    /// `(commits, requests)` the writer has made durable since open: requests per
-    /// commit is how well group commit is batching.
-    pub fn commit_stats(&self) -> (u64, u64) {
+    /// What the writer has made durable since open: requests per sync is how well
+    /// group commit is batching.
+    pub fn commit_stats(&self) -> CommitCounts {
         use std::sync::atomic::Ordering::Relaxed;
-        (
-            self.inner.stats.commits.load(Relaxed),
-            self.inner.stats.requests.load(Relaxed),
-        )
+        CommitCounts {
+            commits: self.inner.stats.commits.load(Relaxed),
+            syncs: self.inner.stats.syncs.load(Relaxed),
+            requests: self.inner.stats.requests.load(Relaxed),
+        }
     }
 
     /// Stops the writer after it committed everything already submitted. Later writes

@@ -2,9 +2,10 @@
 //!
 //! Callers send a request (a `Vec<WriteOp>` plus a oneshot reply) over a channel. The
 //! writer takes the first request, drains whatever else is already waiting, evaluates
-//! each request against a read-your-writes overlay of the group, and applies the whole
-//! group as ONE engine batch (one fsync). Only then does it answer. So many concurrent
-//! enqueues cost one fsync, and nobody hears `Ok` before the data is on disk.
+//! each request against a read-your-writes overlay of the group, and commits the whole
+//! group as ONE engine batch. It answers only after a sync that started after that
+//! commit (see [`Writer::run`]). So many concurrent enqueues cost one fsync, and nobody
+//! hears `Ok` before the data is on disk.
 //!
 //! Requests are independent: one whose ops are invalid (queue full, bad audit index) is
 //! answered with its own error and its writes are dropped from the group; the others
@@ -35,6 +36,8 @@ pub enum Msg {
         reply: Option<Reply>,
     },
     Shutdown,
+    /// From the sync thread: the sync it was handed is done.
+    Synced,
 }
 
 /// Pending writes of a group or a request, per tree: `None` = delete. Per-tree maps so
@@ -105,8 +108,10 @@ impl Tx<'_> {
 /// Counters of committed groups, read by [`crate::store::Store::commit_stats`].
 #[derive(Debug, Default)]
 pub struct CommitStats {
-    /// Engine commits (one fsync each).
+    /// Engine commits.
     pub commits: std::sync::atomic::AtomicU64,
+    /// Syncs (fsyncs) that made commits durable; one may cover several commits.
+    pub syncs: std::sync::atomic::AtomicU64,
     /// Requests made durable by those commits.
     pub requests: std::sync::atomic::AtomicU64,
 }
@@ -118,47 +123,214 @@ pub struct Writer {
     pub opts: StoreOptions,
     pub time: Arc<TimeKeeper>,
     pub next_seq: u64,
+    /// The writer's own channel, for the sync thread's [`Msg::Synced`].
+    pub wake: mpsc::Sender<Msg>,
+}
+
+type Answer = (Option<Reply>, Result<Vec<OpOutcome>, StoreError>);
+
+/// A group the engine has committed (or refused), waiting for the sync that makes it
+/// durable before anyone is answered.
+struct Committed {
+    answers: Vec<Answer>,
+    /// Requests whose writes the commit holds (0: nothing was written, nothing to sync).
+    ok: u64,
+    now_ms: u64,
+    /// Blob files to delete once the commit is durable.
+    unreferenced: Vec<[u8; 32]>,
+}
+
+/// Makes committed groups durable and answers them; shared by the writer (inline) and
+/// the sync thread.
+#[derive(Clone)]
+struct Settler {
+    engine: Arc<dyn Engine>,
+    time: Arc<TimeKeeper>,
+    stats: Arc<CommitStats>,
+}
+
+impl Settler {
+    /// One sync for all of `groups` (each committed before this is called), then
+    /// `durable` if it succeeded, then the answers.
+    fn settle(&self, groups: Vec<Committed>, durable: &mut dyn FnMut()) {
+        let synced = if groups.iter().any(|g| g.ok > 0) {
+            let r = self.engine.sync();
+            if r.is_ok() {
+                self.stats
+                    .syncs
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            r
+        } else {
+            Ok(())
+        };
+        if synced.is_ok() {
+            durable();
+        }
+        for g in groups {
+            if g.ok > 0 && synced.is_ok() {
+                use std::sync::atomic::Ordering::Relaxed;
+                self.time.persisted(g.now_ms);
+                self.stats.commits.fetch_add(1, Relaxed);
+                self.stats.requests.fetch_add(g.ok, Relaxed);
+            }
+            for (reply, answer) in g.answers {
+                let answer = match (&synced, answer) {
+                    (Err(e), Ok(_)) => Err(StoreError::from(e.clone())),
+                    (_, a) => a,
+                };
+                if let Some(reply) = reply {
+                    // A caller that stopped waiting is fine: the write is durable anyway.
+                    let _ = reply.send(answer);
+                }
+            }
+        }
+    }
+}
+
+/// Where a group's requests come from: `first`, then whatever [`Feed::more`] yields.
+struct Feed<'a> {
+    rx: &'a mpsc::Receiver<Msg>,
+    /// A sync handed to the sync thread has not reported back yet.
+    in_flight: bool,
+    shutdown: bool,
+    taken: usize,
+}
+
+impl Feed<'_> {
+    /// The next request for the group being built. While a sync is in flight it waits
+    /// for one (the group keeps growing until the disk is free again); otherwise it only
+    /// takes what is already queued. `None` ends the group.
+    fn more(&mut self) -> Option<(Vec<WriteOp>, Option<Reply>)> {
+        while !self.shutdown && self.taken < MAX_GROUP {
+            let msg = if self.in_flight {
+                self.rx.recv().ok()
+            } else {
+                self.rx.try_recv().ok()
+            };
+            match msg {
+                Some(Msg::Write { ops, reply }) => {
+                    self.taken += 1;
+                    return Some((ops, reply));
+                }
+                Some(Msg::Synced) => self.in_flight = false,
+                Some(Msg::Shutdown) => self.shutdown = true,
+                None => {
+                    if self.in_flight {
+                        // Disconnected: no more requests will come.
+                        self.shutdown = true;
+                    }
+                    return None;
+                }
+            }
+        }
+        None
+    }
 }
 
 impl Writer {
+    /// The writer loop. A committed group is answered after a sync that started after
+    /// its commit. When more requests are already waiting after a commit, that sync is
+    /// handed to the sync thread and the writer starts the next group at once: it
+    /// evaluates requests while the disk works and commits when the sync reports back,
+    /// so each fsync covers everything that arrived during the previous one and the
+    /// CPU work overlaps the disk's. With nothing waiting, the writer syncs itself,
+    /// which keeps a lone caller's latency at one commit plus one fsync.
     pub fn run(mut self, rx: mpsc::Receiver<Msg>) {
-        let mut shutdown = false;
-        while !shutdown {
-            let first = match rx.recv() {
-                Ok(m) => m,
-                Err(_) => break,
+        let settler = Settler {
+            engine: self.engine.clone(),
+            time: self.time.clone(),
+            stats: self.stats.clone(),
+        };
+        let (to_sync, sync_rx) = mpsc::channel::<Committed>();
+        let background = settler.clone();
+        let wake = self.wake.clone();
+        let syncer = std::thread::Builder::new()
+            .name("outpost-store-sync".into())
+            .spawn(move || {
+                while let Ok(first) = sync_rx.recv() {
+                    let mut groups = vec![first];
+                    while let Ok(g) = sync_rx.try_recv() {
+                        groups.push(g);
+                    }
+                    background.settle(groups, &mut || {});
+                    let _ = wake.send(Msg::Synced);
+                }
+            })
+            .map_err(|e| tracing::warn!(error = %e, "no store sync thread; syncing inline"))
+            .ok();
+        let mut feed = Feed {
+            rx: &rx,
+            in_flight: false,
+            shutdown: false,
+            taken: 0,
+        };
+        // A message taken to see whether anything is waiting (mpsc cannot peek).
+        let mut carry = None;
+        while !feed.shutdown {
+            let first = match carry.take().map_or_else(|| rx.recv(), Ok) {
+                Ok(Msg::Write { ops, reply }) => (ops, reply),
+                Ok(Msg::Synced) => {
+                    feed.in_flight = false;
+                    continue;
+                }
+                Ok(Msg::Shutdown) | Err(_) => break,
             };
-            let mut reqs = Vec::new();
-            match first {
-                Msg::Write { ops, reply } => reqs.push((ops, reply)),
-                Msg::Shutdown => shutdown = true,
-            }
-            while reqs.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(Msg::Write { ops, reply }) => reqs.push((ops, reply)),
-                    Ok(Msg::Shutdown) => shutdown = true,
-                    Err(_) => break,
+            feed.taken = 1;
+            let group = self.commit_group(first, &mut feed);
+            // Blob files may only go once the commit that dropped them is durable, and
+            // only the writer may delete them (it also writes them): settle inline.
+            let mut group = Some(group);
+            let hand_off = group
+                .as_ref()
+                .is_some_and(|g| g.ok > 0 && g.unreferenced.is_empty())
+                && syncer.is_some()
+                && !feed.shutdown
+                && !feed.in_flight;
+            if hand_off {
+                if let Ok(next) = rx.try_recv() {
+                    let write = matches!(next, Msg::Write { .. });
+                    carry = Some(next);
+                    if let (true, Some(g)) = (write, group.take()) {
+                        match to_sync.send(g) {
+                            Ok(()) => feed.in_flight = true,
+                            Err(mpsc::SendError(g)) => group = Some(g),
+                        }
+                    }
                 }
             }
-            if !reqs.is_empty() {
-                self.commit_group(reqs);
+            if let Some(mut g) = group {
+                let unreferenced = std::mem::take(&mut g.unreferenced);
+                settler.settle(vec![g], &mut || self.collect_blobs(&unreferenced));
             }
+            self.engine.after_group();
+        }
+        drop(to_sync);
+        if let Some(t) = syncer {
+            let _ = t.join();
         }
         tracing::debug!(engine = self.engine.name(), "store writer stopped");
     }
 
-    fn commit_group(&mut self, reqs: Vec<(Vec<WriteOp>, Option<Reply>)>) {
+    /// Evaluates and commits one group: `first`, then what `feed` yields while the
+    /// engine's write transaction is open. Nobody is answered yet (see [`Settler`]).
+    fn commit_group(
+        &mut self,
+        first: (Vec<WriteOp>, Option<Reply>),
+        feed: &mut Feed<'_>,
+    ) -> Committed {
         let now_ms = self.time.now_ms();
-        let mut answers = Vec::with_capacity(reqs.len());
+        let mut answers: Vec<Answer> = Vec::new();
         let mut unreferenced = Vec::new();
-        let mut reqs = Some(reqs);
+        let mut first = Some(first);
         let engine = self.engine.clone();
-        let result = engine.write_group(&mut |view| {
-            let Some(reqs) = reqs.take() else {
+        let result = engine.commit_group(&mut |view| {
+            let Some(first) = first.take() else {
                 return Vec::new();
             };
             let mut group = Overlay::default();
-            for (ops, reply) in reqs {
+            let mut next = Some(first);
+            while let Some((ops, reply)) = next.take().or_else(|| feed.more()) {
                 let mut tx = Tx {
                     view,
                     blobs: &self.blobs,
@@ -201,38 +373,27 @@ impl Writer {
             group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(now_ms)));
             group.into_batch()
         });
-        match &result {
-            Ok(()) => {
-                let ok = answers.iter().filter(|(_, r)| r.is_ok()).count() as u64;
-                if ok > 0 {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    self.time.persisted(now_ms);
-                    self.stats.commits.fetch_add(1, Relaxed);
-                    self.stats.requests.fetch_add(ok, Relaxed);
-                }
-                self.collect_blobs(&unreferenced);
-            }
-            Err(e) => tracing::warn!(error = %e, "store group commit failed"),
-        }
-        if answers.is_empty() {
-            // The engine failed before the group was evaluated: answer everyone.
-            for (_, reply) in reqs.into_iter().flatten() {
-                if let (Some(reply), Err(e)) = (reply, &result) {
-                    let _ = reply.send(Err(StoreError::from(e.clone())));
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "store group commit failed");
+            // Nothing of the group is visible: every caller gets the error.
+            for (_, answer) in answers.iter_mut() {
+                if answer.is_ok() {
+                    *answer = Err(StoreError::from(e.clone()));
                 }
             }
-        }
-        for (reply, answer) in answers {
-            let answer = match (&result, answer) {
-                (Err(e), Ok(_)) => Err(StoreError::from(e.clone())),
-                (_, a) => a,
-            };
-            if let Some(reply) = reply {
-                // A caller that stopped waiting is fine: the write is durable anyway.
-                let _ = reply.send(answer);
+            unreferenced.clear();
+            if let Some((_, reply)) = first.take() {
+                // The engine failed before the group was evaluated.
+                answers.push((reply, Err(StoreError::from(e.clone()))));
             }
         }
-        self.engine.after_group();
+        let ok = answers.iter().filter(|(_, r)| r.is_ok()).count() as u64;
+        Committed {
+            answers,
+            ok,
+            now_ms,
+            unreferenced,
+        }
     }
 
     /// Deletes blob files whose reference count reached zero in a committed batch.

@@ -25,6 +25,16 @@
 //!   writer's own connection, so its page cache stays warm), builds the batch, and the
 //!   engine applies it with the same guarantees as `apply`. An empty batch writes
 //!   nothing and costs no fsync.
+//! - [`Engine::commit_group`] and [`Engine::sync`] split `write_group` in two, so the
+//!   writer can build the next group while the previous one's fsync is in flight.
+//!   `commit_group` makes the batch atomic, visible and crash-consistent (a crash keeps
+//!   or loses it whole, and never keeps a later batch without an earlier one). The batch
+//!   is durable once a `sync` *called after `commit_group` returned* has returned `Ok`.
+//!   `sync` may run on another thread, concurrently with `commit_group`. A failed `sync`
+//!   is sticky: it and every later `commit_group` fail until the engine is reopened,
+//!   because after a failed fsync the kernel may have dropped the pages, and nothing
+//!   committed on top of them can be promised. Engines whose commit is durable anyway
+//!   keep the defaults.
 //! - Out-of-space conditions are reported as [`EngineError::Full`] so the store can
 //!   answer `storage_full` instead of crashing.
 
@@ -104,6 +114,15 @@ pub trait Engine: Reader + Send + Sync + 'static {
     /// One group commit (see contract): `build` reads through the given [`Reader`] and
     /// returns the batch, which is then applied atomically and durably.
     fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError>;
+    /// One group commit whose durability waits for the next [`Engine::sync`] (see
+    /// contract). The default commits durably at once.
+    fn commit_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        self.write_group(build)
+    }
+    /// Makes every batch committed before this call durable (see contract).
+    fn sync(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
     /// Engine-level integrity check; returns human-readable problems (empty = healthy).
     fn integrity_check(&self) -> Result<Vec<String>, EngineError>;
     /// Writes a consistent snapshot of the database into the directory `dest` while the

@@ -1,7 +1,8 @@
 //! The default engine: SQLite in WAL mode, one table per tree.
 //!
-//! Why these settings: `synchronous=FULL` makes every commit fsync the WAL, so a returned
-//! `apply` is durable; WAL lets readers run while the writer commits; `auto_vacuum =
+//! Why these settings: every commit is made durable by an fdatasync of the WAL before
+//! anyone is told (see "Commit, then sync" below); WAL lets readers run while the writer
+//! commits; `auto_vacuum =
 //! INCREMENTAL` and `journal_size_limit` give space back after a long offline period
 //! drains; a small `cache_size` keeps RSS low on a Pi.
 //!
@@ -26,6 +27,16 @@
 //! pass is done, the writer finishes the job itself after its next group has been
 //! answered (a `PASSIVE` pass over the few frames added meanwhile), and the WAL stays
 //! bounded under sustained load.
+//!
+//! Commit, then sync: the writer's connection runs with `synchronous=NORMAL`, so a COMMIT
+//! appends its frames to the WAL without waiting for the disk, and [`Engine::sync`]
+//! fdatasyncs the WAL file itself — exactly the sync `synchronous=FULL` would do inside
+//! the COMMIT, but callable from another thread while the writer already builds and
+//! commits the next group (the store's writer answers a group only after a sync that
+//! started after its commit). WAL mode with `NORMAL` stays consistent across power loss
+//! (frames are checksummed and salted, so a torn tail is discarded whole), and its
+//! checkpoints still sync the WAL before copying and the database after, so a frame is
+//! never dropped from the WAL before it is durable in the database.
 //!
 //! Format 1 kept every tree in one `kv(tree, key, value)` table with 1 KiB pages; such
 //! a store is migrated on open in one transaction (its page size stays what it was).
@@ -248,6 +259,12 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
 
 pub struct SqliteEngine {
     path: PathBuf,
+    /// Our own handle on the WAL file, for [`Engine::sync`].
+    wal: Mutex<Option<std::fs::File>>,
+    /// The first failed sync, sticky (see the engine contract).
+    failed: Mutex<Option<EngineError>>,
+    #[cfg(test)]
+    fail_next_sync: std::sync::atomic::AtomicBool,
     sql: Vec<TreeSql>,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
@@ -309,6 +326,36 @@ impl Drop for SqliteEngine {
                 let _ = t.join();
             }
         }
+    }
+}
+
+/// fdatasyncs the WAL through `slot`, (re)opening it first when there is no handle yet
+/// or the one we have was unlinked (SQLite recreates the WAL only when every connection
+/// closed, but a handle on a deleted file would sync nothing anyone reads). After an
+/// open the directory is synced too, as SQLite does for a WAL it creates.
+fn sync_wal(db: &Path, slot: &mut Option<std::fs::File>) -> Result<(), EngineError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |e: std::io::Error| EngineError::from_io(&e);
+    let stale = match slot.as_ref() {
+        Some(f) => f.metadata().map(|m| m.nlink() == 0).map_err(io)?,
+        None => true,
+    };
+    if stale {
+        let mut p = db.as_os_str().to_owned();
+        p.push("-wal");
+        let f = std::fs::File::open(&p).map_err(io)?;
+        let dir = match db.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+        *slot = Some(f);
+    }
+    match slot.as_ref() {
+        Some(f) => f.sync_data().map_err(io),
+        None => Err(EngineError::Other("no WAL handle".into())),
     }
 }
 
@@ -475,9 +522,18 @@ impl SqliteEngine {
             .map_err(err)?;
         let mut conn = conn;
         prepare_layout(&mut conn)?;
+        // From here on commits are synced by `sync` (see module docs).
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err)?;
+        let mut wal = None;
+        sync_wal(&path, &mut wal)?;
         let checkpointer = Checkpointer::start(&path);
         Ok(Self {
             path,
+            wal: Mutex::new(wal),
+            failed: Mutex::new(None),
+            #[cfg(test)]
+            fail_next_sync: std::sync::atomic::AtomicBool::new(false),
             sql: tree_sql(),
             writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
@@ -496,6 +552,14 @@ impl SqliteEngine {
         if n % CHECKPOINT_EVERY == 0 {
             // Full channel = a pass is already pending: coalesce.
             let _ = c.wake.try_send(());
+        }
+    }
+
+    /// The sticky failure of an earlier sync, if any (see the engine contract).
+    fn check_failed(&self) -> Result<(), EngineError> {
+        match self.failed.lock() {
+            Ok(f) => f.clone().map_or(Ok(()), Err),
+            Err(_) => Err(EngineError::Other("sync state poisoned".into())),
         }
     }
 
@@ -549,6 +613,12 @@ impl Engine for SqliteEngine {
     }
 
     fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        self.commit_group(build)?;
+        self.sync()
+    }
+
+    fn commit_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        self.check_failed()?;
         let mut conn = self
             .writer
             .lock()
@@ -564,9 +634,34 @@ impl Engine for SqliteEngine {
             return tx.rollback().map_err(err);
         }
         write_batch(&tx, &self.sql, &batch)?;
-        // With synchronous=FULL the commit fsyncs the WAL before returning.
+        // synchronous=NORMAL: the frames are written, not yet synced (see module docs).
         tx.commit().map_err(err)?;
         self.committed();
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), EngineError> {
+        self.check_failed()?;
+        let mut wal = self
+            .wal
+            .lock()
+            .map_err(|_| EngineError::Other("WAL handle poisoned".into()))?;
+        #[cfg(test)]
+        if self.fail_next_sync.swap(false, Ordering::Relaxed) {
+            *wal = None;
+            let e = EngineError::Other("injected fsync failure".into());
+            if let Ok(mut f) = self.failed.lock() {
+                *f = Some(e.clone());
+            }
+            return Err(e);
+        }
+        if let Err(e) = sync_wal(&self.path, &mut wal) {
+            tracing::error!(error = %e, "fsync of the store's WAL failed; no write can be made durable until outpost is restarted");
+            if let Ok(mut f) = self.failed.lock() {
+                *f = Some(e.clone());
+            }
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -578,11 +673,13 @@ impl Engine for SqliteEngine {
             .writer
             .lock()
             .map_err(|_| EngineError::Other("writer connection poisoned".into()))?;
+        self.check_failed()?;
         let tx = conn.transaction().map_err(err)?;
         write_batch(&tx, &self.sql, batch)?;
         tx.commit().map_err(err)?;
         self.committed();
-        Ok(())
+        drop(conn);
+        self.sync()
     }
 
     fn integrity_check(&self) -> Result<Vec<String>, EngineError> {
@@ -733,6 +830,60 @@ mod tests {
                 .as_deref(),
             Some(&b"first"[..])
         );
+    }
+
+    #[test]
+    fn a_failed_sync_is_sticky_until_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        let put = |v: &[u8]| {
+            vec![BatchOp::Put {
+                tree: T_MSG,
+                key: b"k".to_vec(),
+                value: v.to_vec(),
+            }]
+        };
+        {
+            let e = SqliteEngine::open(d.path()).unwrap();
+            e.write_group(&mut |_| put(b"1")).unwrap();
+            e.fail_next_sync.store(true, Ordering::Relaxed);
+            e.commit_group(&mut |_| put(b"2")).unwrap();
+            assert!(e.sync().is_err());
+            // Nothing can be promised on top of a failed fsync: later writes fail too.
+            assert!(e.sync().is_err());
+            assert!(e.commit_group(&mut |_| put(b"3")).is_err());
+            assert!(e.apply(&put(b"4")).is_err());
+            assert!(e.write_group(&mut |_| put(b"5")).is_err());
+        }
+        let e = SqliteEngine::open(d.path()).unwrap();
+        e.write_group(&mut |_| put(b"6")).unwrap();
+        assert_eq!(e.get(T_MSG, b"k").unwrap(), Some(b"6".to_vec()));
+    }
+
+    #[test]
+    fn the_wal_handle_follows_a_recreated_wal() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(DB_FILE);
+        let mut slot = None;
+        {
+            let c = Connection::open(&path).unwrap();
+            c.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+                .unwrap();
+            c.execute_batch("CREATE TABLE x(a); INSERT INTO x VALUES (1);")
+                .unwrap();
+            sync_wal(&path, &mut slot).unwrap();
+        }
+        // The last connection closed: SQLite checkpointed and deleted the WAL.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        assert!(!Path::new(&wal).exists());
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("INSERT INTO x VALUES (2);").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let old = slot.as_ref().unwrap().metadata().unwrap();
+        assert_eq!(old.nlink(), 0, "the old handle is on the deleted WAL");
+        sync_wal(&path, &mut slot).unwrap();
+        let now = slot.as_ref().unwrap().metadata().unwrap();
+        assert_eq!(now.ino(), std::fs::metadata(&wal).unwrap().ino());
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod conformance;
 mod corruption;
 mod crash;
 mod diskfull;
+mod durability;
 mod model;
 mod rss;
 
