@@ -314,6 +314,17 @@ fn main() {
     std::fs::create_dir_all(&root).expect("bench dir");
     let exe = std::env::current_exe().expect("exe");
 
+    if std::env::var("OUTPOST_BENCH_ONE_ONLY").is_ok() {
+        // For profiling the one-producer path alone.
+        let (p50, p99, tput, wb) =
+            one_producer(EngineKind::Sqlite, &root.join("sqlite-one"), 20_000);
+        println!(
+            "1 producer: p50 {:.0} µs, p99 {:.0} µs, {tput:.0} msg/s, {wb:.0} B/msg",
+            us(p50),
+            us(p99)
+        );
+        return;
+    }
     if std::env::var("OUTPOST_BENCH_MANY_ONLY").is_ok() {
         // For tracing one 64-producer run alone (`strace`/`perf` this); keeps the store.
         let kind = EngineKind::Sqlite;

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Where a SQLite store's written pages go, per B-tree: WAL frames and checkpoint writes.
+
+Runs the store bench's 64-producer case alone under strace, reads the page number of
+every WAL frame from its 24-byte frame header and the page of every 4 KiB checkpoint
+write from its file offset, and maps pages to tables with SQLite's dbstat view.
+
+    python3 scripts/wal-breakdown.py            # needs strace and the sqlite3 CLI
+
+It is a diagnostic for docs/BENCHMARKS-store.md, not a benchmark: strace slows the
+writer, so groups come out somewhat larger than in the bench itself.
+"""
+import collections
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bench_binary():
+    env = dict(os.environ, CARGO_PROFILE_BENCH_LTO="false", CARGO_PROFILE_BENCH_CODEGEN_UNITS="16")
+    out = subprocess.run(
+        ["cargo", "bench", "--bench", "store", "--no-run", "--message-format=json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    exes = re.findall(r'"executable":"([^"]+/store-[0-9a-f]+)"', out)
+    if not exes:
+        sys.exit("could not find the store bench binary")
+    return exes[-1]
+
+
+def main():
+    for tool in ("strace", "sqlite3"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is needed")
+    exe = bench_binary()
+    work = tempfile.mkdtemp(prefix="outpost-wal-")
+    trace = os.path.join(work, "trace.txt")
+    env = dict(os.environ, OUTPOST_BENCH_DIR=os.path.join(work, "bench"), OUTPOST_BENCH_MANY_ONLY="1")
+    run = subprocess.run(
+        ["strace", "-f", "-e", "trace=pwrite64", "-xx", "-s", "24", "-o", trace, exe, "--bench"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    print(run.stdout.strip())
+    rx = re.compile(r'^\d+ pwrite64\((\d+), "((?:\\x[0-9a-f]{2})*)"(?:\.\.\.)?, (\d+), (\d+)\)')
+    writes = []
+    for line in open(trace):
+        m = rx.match(line)
+        if m:
+            writes.append((m.group(1), m.group(2), int(m.group(3)), int(m.group(4))))
+    wal_fds = {fd for fd, _, size, _ in writes if size == 24}
+    frames, ckpt, commits = collections.Counter(), collections.Counter(), 0
+    for fd, hexs, size, off in writes:
+        if fd in wal_fds and size == 24:
+            b = bytes(int(x, 16) for x in hexs.split("\\x")[1:])
+            frames[int.from_bytes(b[0:4], "big")] += 1
+            commits += int.from_bytes(b[4:8], "big") != 0
+        elif fd not in wal_fds and size == 4096:
+            ckpt[off // 4096 + 1] += 1
+    db = glob.glob(os.path.join(work, "bench", "*", "store.sqlite3"))[0]
+    rows = subprocess.run(
+        ["sqlite3", db, "SELECT pageno, name, pagetype FROM dbstat"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    page = {int(p): f"{n} ({t})" for p, n, t in (r.split("|") for r in rows)}
+    names = {"t1": "meta + counters", "t2": "messages", "t3": "id index", "t4": "expiry index",
+             "sqlite_autoindex_t2_1": "messages' key index", "sqlite_schema": "page 1"}
+
+    def label(p):
+        s = page.get(p, "pointer map / free (no table)")
+        t = s.split(" ")[0]
+        return f"{s} — {names[t]}" if t in names else s
+
+    by_f, by_c = collections.Counter(), collections.Counter()
+    for p, n in frames.items():
+        by_f[label(p)] += n
+    for p, n in ckpt.items():
+        by_c[label(p)] += n
+    commits = max(commits, 1)
+    print(f"{commits} commits; per commit: {sum(frames.values()) / commits:.1f} WAL frames, "
+          f"{sum(ckpt.values()) / commits:.1f} checkpoint page writes")
+    print("| pages | WAL frames / commit | checkpoint writes / commit |")
+    print("|---|---|---|")
+    for k in sorted(set(by_f) | set(by_c), key=lambda k: -(by_f[k] + by_c[k])):
+        if (by_f[k] + by_c[k]) / commits >= 0.05:
+            print(f"| {k} | {by_f[k] / commits:.2f} | {by_c[k] / commits:.2f} |")
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
