@@ -314,6 +314,12 @@ fn main() {
     std::fs::create_dir_all(&root).expect("bench dir");
     let exe = std::env::current_exe().expect("exe");
 
+    if std::env::var("OUTPOST_BENCH_DRAIN_ONLY").is_ok() {
+        // For profiling the drain alone: `perf record` this.
+        let el = drain(EngineKind::Sqlite, &root.join("sqlite-drain"), 10_000);
+        println!("drain 10,000: {:.3} s", el.as_secs_f64());
+        return;
+    }
     if std::env::var("OUTPOST_BENCH_ONE_ONLY").is_ok() {
         // For profiling the one-producer path alone.
         let (p50, p99, tput, wb) =
@@ -350,12 +356,6 @@ fn main() {
             continue;
         }
         let d = |what: &str| root.join(format!("{name}-{what}"));
-        if std::env::var("OUTPOST_BENCH_DRAIN_ONLY").is_ok() {
-            // For profiling the drain alone: `perf record` this.
-            let el = drain(kind, &d("drain"), 10_000);
-            println!("[{name}] drain 10,000: {:.3} s", el.as_secs_f64());
-            continue;
-        }
         eprintln!("[{name}] 1 producer");
         let (p50, p99, tput1, wb1) = one_producer(kind, &d("one"), if quick { 300 } else { 3000 });
         eprintln!("[{name}] 64 producers, 1 recipient");

@@ -45,7 +45,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use std::cell::RefCell;
+
+use rusqlite::{params, CachedStatement, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::{BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
 use crate::store::codec::{u64_val, META_SCHEMA, T_META};
@@ -477,12 +479,90 @@ fn write_batch(c: &Connection, sql: &[TreeSql], batch: &[BatchOp]) -> Result<(),
     Ok(())
 }
 
-/// The writer's view inside its open transaction.
-struct ConnReader<'a>(&'a Connection, &'a [TreeSql]);
+/// The writer's statements for one group, held for the whole transaction: one lookup
+/// in rusqlite's statement cache per tree and kind per group, instead of one per
+/// operation (that lookup hashes the SQL text; it was ~7% of the writer's CPU).
+struct GroupStatements<'c> {
+    conn: &'c Connection,
+    sql: &'c [TreeSql],
+    /// Indexed by `tree * 3 + kind` (get, put, delete).
+    held: RefCell<Vec<Option<CachedStatement<'c>>>>,
+}
 
-impl Reader for ConnReader<'_> {
+const GET: usize = 0;
+const PUT: usize = 1;
+const DEL: usize = 2;
+
+impl<'c> GroupStatements<'c> {
+    fn new(conn: &'c Connection, sql: &'c [TreeSql]) -> Self {
+        let mut held = Vec::new();
+        held.resize_with(TREES * 3, || None);
+        GroupStatements {
+            conn,
+            sql,
+            held: RefCell::new(held),
+        }
+    }
+
+    fn with<T>(
+        &self,
+        tree: Tree,
+        kind: usize,
+        f: impl FnOnce(&mut CachedStatement<'c>) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let mut held = self
+            .held
+            .try_borrow_mut()
+            .map_err(|_| EngineError::Other("statement already in use".into()))?;
+        let slot = held
+            .get_mut(usize::from(tree) * 3 + kind)
+            .ok_or_else(|| EngineError::Other(format!("tree {tree} is out of range")))?;
+        let st = match slot {
+            Some(st) => st,
+            None => {
+                let sql = sql_for(self.sql, tree)?;
+                let text = match kind {
+                    GET => &sql.get,
+                    PUT => &sql.put,
+                    _ => &sql.del,
+                };
+                slot.insert(self.conn.prepare_cached(text).map_err(err)?)
+            }
+        };
+        f(st)
+    }
+
+    fn write(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
+        for op in batch {
+            match op {
+                BatchOp::Put { tree, key, value } => self.with(*tree, PUT, |st| {
+                    st.execute(params![stored_key(*tree, key), value])
+                        .map(|_| ())
+                        .map_err(err)
+                })?,
+                BatchOp::Delete { tree, key } => self.with(*tree, DEL, |st| {
+                    st.execute(params![stored_key(*tree, key)])
+                        .map(|_| ())
+                        .map_err(err)
+                })?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The writer's view inside its open transaction.
+struct ConnReader<'s, 'c>(&'s GroupStatements<'c>);
+
+impl Reader for ConnReader<'_, '_> {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        get_on(self.0, self.1, tree, key)
+        self.0.with(tree, GET, |st| {
+            let mut rows = st.query(params![stored_key(tree, key)]).map_err(err)?;
+            match rows.next().map_err(err)? {
+                Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
+                None => Ok(None),
+            }
+        })
     }
     fn scan(
         &self,
@@ -491,7 +571,7 @@ impl Reader for ConnReader<'_> {
         end: Option<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), EngineError> {
-        scan_on(self.0, self.1, tree, start, end, f)
+        scan_on(self.0.conn, self.0.sql, tree, start, end, f)
     }
 }
 
@@ -645,12 +725,16 @@ impl Engine for SqliteEngine {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        let batch = build(&ConnReader(&tx, &self.sql));
-        if batch.is_empty() {
+        let written = {
+            let statements = GroupStatements::new(&tx, &self.sql);
+            let batch = build(&ConnReader(&statements));
+            statements.write(&batch)?;
+            !batch.is_empty()
+        };
+        if !written {
             // Nothing to write: end the transaction without a commit (no fsync).
             return tx.rollback().map_err(err);
         }
-        write_batch(&tx, &self.sql, &batch)?;
         // synchronous=NORMAL: the frames are written, not yet synced (see module docs).
         tx.commit().map_err(err)?;
         self.committed();
