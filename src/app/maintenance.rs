@@ -98,7 +98,13 @@ pub async fn watchdog(core: Arc<NodeCore>, shutdown: CancellationToken) {
             // Ping only while the main loop really moves: a wedged sweeper (stuck
             // store, deadlock) lets systemd restart us.
             let stalled_ms = core.ms_since_progress();
-            if stalled_ms <= 3 * SWEEP_MAX_SLEEP.as_millis() as u64 + tick.as_millis() as u64 {
+            if core.store.sync_failed() {
+                tracing::error!(
+                    event = "store_sync_failed",
+                    "an fsync of the store failed; withholding watchdog ping so systemd restarts outpost"
+                );
+            } else if stalled_ms <= 3 * SWEEP_MAX_SLEEP.as_millis() as u64 + tick.as_millis() as u64
+            {
                 Notifier.watchdog();
             } else {
                 tracing::error!(

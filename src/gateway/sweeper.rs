@@ -59,7 +59,13 @@ pub async fn watchdog(gw: Arc<Gateway>) {
     let mut last = u64::MAX;
     loop {
         let p = gw.progress.load(Ordering::Relaxed);
-        if p != last {
+        if gw.store.sync_failed() {
+            // No write can be made durable any more: let systemd restart us.
+            tracing::error!(
+                event = "store_sync_failed",
+                "an fsync of the store failed; withholding watchdog ping so systemd restarts outpost"
+            );
+        } else if p != last {
             Notifier.watchdog();
             last = p;
             if let Ok(stats) = gw.store.queue_stats(gw.now_ms()) {

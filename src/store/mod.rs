@@ -315,6 +315,13 @@ impl Store {
         })
     }
 
+    /// `true` once an fsync of the store failed: every later write fails until the
+    /// store is reopened (the daemon then withholds its watchdog ping, so systemd
+    /// restarts it and recovery re-reads what is really on disk).
+    pub fn sync_failed(&self) -> bool {
+        self.inner.engine.sync_failed()
+    }
+
     /// What the writer has made durable since open: requests per sync is how well
     /// group commit is batching.
     pub fn commit_stats(&self) -> CommitCounts {

@@ -123,6 +123,10 @@ pub trait Engine: Reader + Send + Sync + 'static {
     fn sync(&self) -> Result<(), EngineError> {
         Ok(())
     }
+    /// Whether a sync has failed, so no write can be made durable until reopen.
+    fn sync_failed(&self) -> bool {
+        false
+    }
     /// Engine-level integrity check; returns human-readable problems (empty = healthy).
     fn integrity_check(&self) -> Result<Vec<String>, EngineError>;
     /// Writes a consistent snapshot of the database into the directory `dest` while the
@@ -144,7 +148,8 @@ pub trait Engine: Reader + Send + Sync + 'static {
 /// Which engine [`crate::store::Store::open`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineKind {
-    /// SQLite in WAL mode with `synchronous=FULL` (the default; see docs/DECISIONS.md).
+    /// SQLite in WAL mode, the WAL fdatasynced after every commit before anyone is
+    /// answered (the default; see docs/DECISIONS.md D1, D2).
     #[default]
     Sqlite,
     /// sled 0.34, made durable by fsyncing its files after every flush.

@@ -741,6 +741,10 @@ impl Engine for SqliteEngine {
         Ok(())
     }
 
+    fn sync_failed(&self) -> bool {
+        self.check_failed().is_err()
+    }
+
     fn sync(&self) -> Result<(), EngineError> {
         self.check_failed()?;
         let mut wal = self
@@ -948,7 +952,9 @@ mod tests {
             e.write_group(&mut |_| put(b"1")).unwrap();
             e.fail_next_sync.store(true, Ordering::Relaxed);
             e.commit_group(&mut |_| put(b"2")).unwrap();
+            assert!(!e.sync_failed());
             assert!(e.sync().is_err());
+            assert!(e.sync_failed());
             // Nothing can be promised on top of a failed fsync: later writes fail too.
             assert!(e.sync().is_err());
             assert!(e.commit_group(&mut |_| put(b"3")).is_err());
