@@ -280,13 +280,12 @@ impl Writer {
             let group = self.commit_group(first, &mut feed);
             // Blob files may only go once the commit that dropped them is durable, and
             // only the writer may delete them (it also writes them): settle inline.
-            let mut group = Some(group);
-            let hand_off = group
-                .as_ref()
-                .is_some_and(|g| g.ok > 0 && g.unreferenced.is_empty())
+            let hand_off = group.ok > 0
+                && group.unreferenced.is_empty()
                 && syncer.is_some()
                 && !feed.shutdown
                 && !feed.in_flight;
+            let mut group = Some(group);
             if hand_off {
                 if let Ok(next) = rx.try_recv() {
                     let write = matches!(next, Msg::Write { .. });

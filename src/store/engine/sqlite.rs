@@ -41,11 +41,10 @@
 //! Format 1 kept every tree in one `kv(tree, key, value)` table with 1 KiB pages; such
 //! a store is migrated on open in one transaction (its page size stays what it was).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
-
-use std::cell::RefCell;
 
 use rusqlite::{params, CachedStatement, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
@@ -230,7 +229,7 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
                         value,
                     })
                     .collect();
-                write_batch(&tx, &sql, &batch)?;
+                GroupStatements::new(&tx, &sql).write(&batch)?;
             } else {
                 tx.execute(
                     &format!(
@@ -408,6 +407,15 @@ fn get_on(
     key: &[u8],
 ) -> Result<Option<Vec<u8>>, EngineError> {
     let mut st = c.prepare_cached(&sql_for(sql, tree)?.get).map_err(err)?;
+    get_with(&mut st, tree, key)
+}
+
+/// Runs a tree's prepared `get` statement for `key`.
+fn get_with(
+    st: &mut rusqlite::Statement<'_>,
+    tree: Tree,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, EngineError> {
     let mut rows = st.query(params![stored_key(tree, key)]).map_err(err)?;
     match rows.next().map_err(err)? {
         Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
@@ -457,23 +465,6 @@ fn scan_on(
             .map_err(|e| EngineError::Corrupt(format!("value is not a blob: {e}")))?;
         if !f(k, v) {
             break;
-        }
-    }
-    Ok(())
-}
-
-fn write_batch(c: &Connection, sql: &[TreeSql], batch: &[BatchOp]) -> Result<(), EngineError> {
-    for op in batch {
-        match op {
-            BatchOp::Put { tree, key, value } => {
-                let mut st = c.prepare_cached(&sql_for(sql, *tree)?.put).map_err(err)?;
-                st.execute(params![stored_key(*tree, key), value])
-                    .map_err(err)?;
-            }
-            BatchOp::Delete { tree, key } => {
-                let mut st = c.prepare_cached(&sql_for(sql, *tree)?.del).map_err(err)?;
-                st.execute(params![stored_key(*tree, key)]).map_err(err)?;
-            }
         }
     }
     Ok(())
@@ -556,13 +547,7 @@ struct ConnReader<'s, 'c>(&'s GroupStatements<'c>);
 
 impl Reader for ConnReader<'_, '_> {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        self.0.with(tree, GET, |st| {
-            let mut rows = st.query(params![stored_key(tree, key)]).map_err(err)?;
-            match rows.next().map_err(err)? {
-                Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
-                None => Ok(None),
-            }
-        })
+        self.0.with(tree, GET, |st| get_with(st, tree, key))
     }
     fn scan(
         &self,
@@ -780,7 +765,7 @@ impl Engine for SqliteEngine {
             .map_err(|_| EngineError::Other("writer connection poisoned".into()))?;
         self.check_failed()?;
         let tx = conn.transaction().map_err(err)?;
-        write_batch(&tx, &self.sql, batch)?;
+        GroupStatements::new(&tx, &self.sql).write(batch)?;
         tx.commit().map_err(err)?;
         self.committed();
         drop(conn);
