@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use outpost::clock;
+use outpost::store::engine::sqlite;
 use outpost::store::{EngineKind, NewMessage, Store, StoreOptions, WriteOp};
 
 const BODY: usize = 512;
@@ -344,10 +345,11 @@ fn main() {
     }
     let (f50, f99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, BODY);
     // What a one-message SQLite commit must write: 5 WAL frames (record, its key-index
-    // entry, id index, expiry index, meta + recipient counter; 4,096-byte page + 24-byte
+    // entry, id index, expiry index, meta + recipient counter; one page + 24-byte
     // frame header each), counted from the WAL's frame headers. The disk's own price
     // for that many bytes, measured the same way as the floor.
-    let (c50, c99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, COMMIT_PAGES * 4120);
+    let commit_bytes = COMMIT_PAGES * (sqlite::PAGE_SIZE + 24);
+    let (c50, c99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, commit_bytes);
     let mut rows = Vec::new();
     let only = std::env::var("OUTPOST_BENCH_ENGINE").ok();
     for kind in EngineKind::all() {
@@ -392,7 +394,7 @@ fn main() {
     );
     println!(
         "Same for the {COMMIT_PAGES} pages of a one-message SQLite commit ({} B): p50 {:.0} µs ({:.2}× the floor), p99 {:.0} µs\n",
-        COMMIT_PAGES * 4120,
+        commit_bytes,
         us(c50),
         us(c50) / us(f50).max(1.0),
         us(c99)

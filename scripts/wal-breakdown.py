@@ -2,7 +2,7 @@
 """Where a SQLite store's written pages go, per B-tree: WAL frames and checkpoint writes.
 
 Runs the store bench's 64-producer case alone under strace, reads the page number of
-every WAL frame from its 24-byte frame header and the page of every 4 KiB checkpoint
+every WAL frame from its 24-byte frame header and the page of every checkpoint
 write from its file offset, and maps pages to tables with SQLite's dbstat view.
 
     python3 scripts/wal-breakdown.py            # needs strace and the sqlite3 CLI
@@ -43,26 +43,29 @@ def main():
     trace = os.path.join(work, "trace.txt")
     env = dict(os.environ, OUTPOST_BENCH_DIR=os.path.join(work, "bench"), OUTPOST_BENCH_MANY_ONLY="1")
     run = subprocess.run(
-        ["strace", "-f", "-e", "trace=pwrite64", "-xx", "-s", "24", "-o", trace, exe, "--bench"],
+        ["strace", "-ff", "-e", "trace=pwrite64", "-xx", "-s", "24", "-o", trace, exe, "--bench"],
         env=env, capture_output=True, text=True, check=True,
     )
     print(run.stdout.strip())
-    rx = re.compile(r'^\d+ pwrite64\((\d+), "((?:\\x[0-9a-f]{2})*)"(?:\.\.\.)?, (\d+), (\d+)\)')
+    # One file per thread (-ff): no "<unfinished ...>" splits to stitch together.
+    rx = re.compile(r'^pwrite64\((\d+), "((?:\\x[0-9a-f]{2})*)"(?:\.\.\.)?, (\d+), (\d+)\)')
     writes = []
-    for line in open(trace):
+    for line in (ln for f in sorted(glob.glob(trace + ".*")) for ln in open(f)):
         m = rx.match(line)
         if m:
             writes.append((m.group(1), m.group(2), int(m.group(3)), int(m.group(4))))
     wal_fds = {fd for fd, _, size, _ in writes if size == 24}
+    db = glob.glob(os.path.join(work, "bench", "*", "store.sqlite3"))[0]
+    psize = int(subprocess.run(["sqlite3", db, "PRAGMA page_size"],
+                               capture_output=True, text=True, check=True).stdout)
     frames, ckpt, commits = collections.Counter(), collections.Counter(), 0
     for fd, hexs, size, off in writes:
         if fd in wal_fds and size == 24:
             b = bytes(int(x, 16) for x in hexs.split("\\x")[1:])
             frames[int.from_bytes(b[0:4], "big")] += 1
             commits += int.from_bytes(b[4:8], "big") != 0
-        elif fd not in wal_fds and size == 4096:
-            ckpt[off // 4096 + 1] += 1
-    db = glob.glob(os.path.join(work, "bench", "*", "store.sqlite3"))[0]
+        elif fd not in wal_fds and size == psize:
+            ckpt[off // psize + 1] += 1
     rows = subprocess.run(
         ["sqlite3", db, "SELECT pageno, name, pagetype FROM dbstat"],
         capture_output=True, text=True, check=True,
@@ -82,7 +85,7 @@ def main():
     for p, n in ckpt.items():
         by_c[label(p)] += n
     commits = max(commits, 1)
-    print(f"{commits} commits; per commit: {sum(frames.values()) / commits:.1f} WAL frames, "
+    print(f"{psize}-byte pages; {commits} commits; per commit: {sum(frames.values()) / commits:.1f} WAL frames, "
           f"{sum(ckpt.values()) / commits:.1f} checkpoint page writes")
     print("| pages | WAL frames / commit | checkpoint writes / commit |")
     print("|---|---|---|")

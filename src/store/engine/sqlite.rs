@@ -40,6 +40,9 @@
 //!
 //! Format 1 kept every tree in one `kv(tree, key, value)` table with 1 KiB pages; such
 //! a store is migrated on open in one transaction (its page size stays what it was).
+//! New stores use 2 KiB pages ([`PAGE_SIZE`]); stores created before that keep 4 KiB
+//! (a page size only changes with a full rewrite of the file, not worth a field
+//! upgrade for ~15% fewer bytes written).
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -55,6 +58,8 @@ use crate::store::codec::{u64_val, META_SCHEMA, T_META};
 pub const DB_FILE: &str = "store.sqlite3";
 /// How many idle read connections are kept (more are opened on demand and dropped).
 const READ_POOL: usize = 4;
+/// Page size of a new store (see [`SqliteEngine::open`]).
+pub const PAGE_SIZE: usize = 2048;
 /// Commits between two background checkpoints (~ SQLite's 1,000-page default at a
 /// handful of pages per commit).
 const CHECKPOINT_EVERY: u64 = 128;
@@ -579,11 +584,15 @@ impl SqliteEngine {
         let path = dir.join(DB_FILE);
         let conn = Connection::open(&path).map_err(err)?;
         configure(&conn)?;
-        // The OS page size: the kernel writes back (and accounts) whole 4 KiB pages, so
-        // smaller SQLite pages scattered by a checkpoint cost a full page each, and
-        // large records would spill into overflow pages. Like auto_vacuum, only
-        // effective before the first table exists (docs/BENCHMARKS-store.md).
-        conn.pragma_update(None, "page_size", 4096).map_err(err)?;
+        // Half the OS page: a commit writes every page it touches whole to the WAL,
+        // and most of those are index leaves and interior pages holding a few new
+        // entries, so halving the page nearly halves them, while three ~650-byte
+        // records still fill a page and the rowid table keeps them out of overflow
+        // pages. 1 KiB pages (one record per page) and 4 KiB pages both measured
+        // worse (docs/BENCHMARKS-store.md, session 4). Like auto_vacuum, only
+        // effective before the first table exists: older stores keep their size.
+        conn.pragma_update(None, "page_size", PAGE_SIZE)
+            .map_err(err)?;
         // auto_vacuum must be set before the first table exists to take effect.
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
             .map_err(err)?;
