@@ -114,6 +114,7 @@ fn us(d: Duration) -> f64 {
 fn fdatasync_floor(dir: &Path, n: usize, size: usize) -> (Duration, Duration) {
     let path = dir.join("floor.bin");
     let mut f = std::fs::File::create(&path).expect("floor file");
+    settle();
     let buf = vec![0x5Au8; size];
     let mut lat = Vec::with_capacity(n);
     for _ in 0..n {
@@ -143,8 +144,17 @@ struct Row {
     rss_fill_kib: u64,
 }
 
+/// Writes back every dirty page on the machine before a measured phase starts, so a
+/// phase is not charged for the previous phase's (or the store fill's) writeback
+/// competing with its fsyncs.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
 fn one_producer(kind: EngineKind, dir: &Path, n: usize) -> (Duration, Duration, f64, f64) {
     let s = open(kind, dir);
+    settle();
     let mut lat = Vec::with_capacity(n);
     let wb0 = write_bytes();
     let t0 = now();
@@ -174,6 +184,7 @@ fn many_producers(
     per: usize,
 ) -> (f64, f64, f64) {
     let s = open(kind, dir);
+    settle();
     let wb0 = write_bytes();
     let t0 = now();
     let threads: Vec<_> = (0..producers)
@@ -210,6 +221,7 @@ fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
             .collect();
         s.write(ops).wait().expect("fill");
     }
+    settle();
     // Read batch n+1 while the ack of batch n commits (a cursor instead of the head);
     // at most 8 acks in flight, and the drain ends when every ack is durable.
     let t0 = now();
