@@ -1136,4 +1136,43 @@ mod tests {
             }])
             .is_err());
     }
+
+    #[test]
+    fn new_stores_get_small_pages_and_older_stores_keep_theirs() {
+        let page_size = |dir: &Path| -> i64 {
+            Connection::open(dir.join(DB_FILE))
+                .unwrap()
+                .query_row("PRAGMA page_size", [], |r| r.get(0))
+                .unwrap()
+        };
+        let fresh = tempfile::tempdir().unwrap();
+        drop(SqliteEngine::open(fresh.path()).unwrap());
+        assert_eq!(page_size(fresh.path()), PAGE_SIZE as i64);
+
+        // A layout-2 store made with 4 KiB pages, as before session 4.
+        let old = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(old.path().join(DB_FILE)).unwrap();
+            c.pragma_update(None, "page_size", 4096).unwrap();
+            c.pragma_update(None, "auto_vacuum", "INCREMENTAL").unwrap();
+            c.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+                .unwrap();
+            create_tables(&c).unwrap();
+            c.pragma_update(None, "user_version", LAYOUT).unwrap();
+        }
+        let big = vec![7u8; 3000]; // fits a 4 KiB page's leaf, not a 2 KiB one's
+        {
+            let e = SqliteEngine::open(old.path()).unwrap();
+            e.apply(&[BatchOp::Put {
+                tree: T_MSG,
+                key: b"k".to_vec(),
+                value: big.clone(),
+            }])
+            .unwrap();
+        }
+        assert_eq!(page_size(old.path()), 4096, "the page size is not changed");
+        let e = SqliteEngine::open(old.path()).unwrap();
+        assert_eq!(e.get(T_MSG, b"k").unwrap(), Some(big));
+        assert!(e.integrity_check().unwrap().is_empty());
+    }
 }

@@ -159,7 +159,9 @@ fn sqlite_damaged_page_is_reported_and_open_still_works() {
     let path = sqlite_with_marker(d.path(), &c, &marker);
     let mut bytes = std::fs::read(&path).unwrap();
     // Smash the b-tree page header of the leaf that holds the marked message.
-    let page = 4096;
+    // The page size from the database header (bytes 16..18, big-endian).
+    let page = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    assert!(page >= 512, "page size {page}");
     let start = (find(&bytes, &marker).unwrap() / page) * page;
     for b in &mut bytes[start..start + 8] {
         *b = 0xEE;
