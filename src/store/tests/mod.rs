@@ -12,6 +12,7 @@ mod corruption;
 mod crash;
 mod diskfull;
 mod durability;
+mod group;
 mod model;
 mod rss;
 

@@ -1,0 +1,158 @@
+//! One group, several requests: a request that fails part-way takes back exactly its own
+//! writes (records, id index, counters, sequence of its earlier ops), and the requests
+//! around it in the same group commit as if it had never been there.
+//!
+//! A wrapper engine holds the writer at the start of its first group until the test has
+//! queued the other requests, so all of them are evaluated in that one group.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::*;
+use crate::store::engine::{self, BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
+
+#[derive(Default)]
+struct GateState {
+    writer_waiting: bool,
+    open: bool,
+}
+
+struct Gate {
+    inner: Box<dyn Engine>,
+    state: Mutex<GateState>,
+    changed: Condvar,
+    commits: AtomicU64,
+}
+
+impl Gate {
+    fn open_engine(kind: EngineKind, dir: &Path) -> Arc<Gate> {
+        Arc::new(Gate {
+            inner: engine::open(kind, dir).unwrap(),
+            state: Mutex::new(GateState::default()),
+            changed: Condvar::new(),
+            commits: AtomicU64::new(0),
+        })
+    }
+    fn wait_for_writer(&self) {
+        let mut s = self.state.lock().unwrap();
+        while !s.writer_waiting {
+            s = self.changed.wait(s).unwrap();
+        }
+    }
+    fn release(&self) {
+        self.state.lock().unwrap().open = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Reader for Gate {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        self.inner.get(tree, key)
+    }
+    fn scan(
+        &self,
+        tree: Tree,
+        start: &[u8],
+        end: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), EngineError> {
+        self.inner.scan(tree, start, end, f)
+    }
+}
+
+impl Engine for Gate {
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+    fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
+        self.inner.apply(batch)
+    }
+    fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        self.commit_group(build)?;
+        self.sync()
+    }
+    fn commit_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
+        {
+            let mut s = self.state.lock().unwrap();
+            s.writer_waiting = true;
+            self.changed.notify_all();
+            while !s.open {
+                s = self.changed.wait(s).unwrap();
+            }
+        }
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        self.inner.commit_group(build)
+    }
+    fn sync(&self) -> Result<(), EngineError> {
+        self.inner.sync()
+    }
+    fn integrity_check(&self) -> Result<Vec<String>, EngineError> {
+        self.inner.integrity_check()
+    }
+    fn backup_to(&self, dest: &Path) -> Result<(), EngineError> {
+        self.inner.backup_to(dest)
+    }
+    fn disk_bytes(&self) -> u64 {
+        self.inner.disk_bytes()
+    }
+}
+
+fn a_failed_request_takes_back_only_its_own_writes(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let gate = Gate::open_engine(kind, d.path());
+    let o = StoreOptions {
+        max_messages_per_recipient: 2,
+        ..opts(kind)
+    };
+    let s = Store::open_on(d.path(), o, Arc::new(ManualClock::new(T0)), gate.clone()).unwrap();
+
+    let a = s.enqueue(msg("gw2", "a0", 0, b"a"));
+    gate.wait_for_writer();
+    // Queued behind `a`, so evaluated in the same group: b0 and b1 fit the cap of 2,
+    // b2 does not, so the whole request fails and must take b0 and b1 back.
+    let b = s.write(
+        ["b0", "b1", "b2"]
+            .iter()
+            .map(|id| WriteOp::Enqueue(msg("gw", id, 0, b"b")))
+            .collect(),
+    );
+    // Only fits if b's counter increments were taken back.
+    let c = s.enqueue(msg("gw", "c0", 0, b"c"));
+    gate.release();
+
+    assert!(matches!(a.wait().unwrap(), EnqueueOutcome::Queued { .. }));
+    let e = b.wait().unwrap_err();
+    assert!(matches!(e, StoreError::QueueFull { .. }), "{e}");
+    assert!(matches!(c.wait().unwrap(), EnqueueOutcome::Queued { .. }));
+    assert_eq!(gate.commits.load(Ordering::SeqCst), 1, "one group");
+
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["c0"]
+    );
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw2", 10, T0).unwrap()),
+        vec!["a0"]
+    );
+    // b0's id index entry went with it: the id is free, not a duplicate.
+    assert!(matches!(
+        s.enqueue(msg("gw", "b0", 0, b"b")).wait().unwrap(),
+        EnqueueOutcome::Queued { .. }
+    ));
+    let e = s.enqueue(msg("gw", "b1", 0, b"b")).wait().unwrap_err();
+    assert!(
+        matches!(e, StoreError::QueueFull { .. }),
+        "cap of 2 reached: {e}"
+    );
+    // Nothing of b is left behind after a reopen either.
+    drop(s);
+    drop(gate);
+    let s = open(kind, d.path(), &ManualClock::new(T0));
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["c0", "b0"]
+    );
+}
+
+for_each_engine!(a_failed_request_takes_back_only_its_own_writes);
