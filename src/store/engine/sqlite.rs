@@ -1175,4 +1175,23 @@ mod tests {
         assert_eq!(e.get(T_MSG, b"k").unwrap(), Some(big));
         assert!(e.integrity_check().unwrap().is_empty());
     }
+
+    /// `.cargo/config.toml` builds the bundled SQLite without the process-wide page
+    /// cache (whose mutex the writer and the readers fought over) and without memory
+    /// statistics; a build that lost those flags shows here.
+    #[test]
+    fn sqlite_is_built_with_our_flags() {
+        let c = Connection::open_in_memory().unwrap();
+        let mut st = c.prepare("PRAGMA compile_options").unwrap();
+        let opts: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            !opts.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{opts:?}"
+        );
+        assert!(opts.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"), "{opts:?}");
+    }
 }
