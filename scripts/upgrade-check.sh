@@ -5,7 +5,8 @@
 # The old binary writes a store (three tool calls with job ids), the new one must open it
 # (migrating if needed), verify the audit log, return a stored result for a repeated
 # job_id with its old audit index and pass `doctor`; the old binary must then refuse the
-# store as newer rather than start on it. Needs curl.
+# store as newer rather than start on it. Needs curl. With UPGRADE_EXPECT=compatible (no
+# store format change between the two) the old binary must instead keep working on it.
 set -euo pipefail
 OLD=${1:?old outpost binary}
 NEW=${2:?new outpost binary}
@@ -39,6 +40,15 @@ after=$(call job-b)
 call job-d >/dev/null || fail "new call after upgrade"
 stop
 "$NEW" doctor --config "$C" >/dev/null || fail "doctor after upgrade"
+if [ "${UPGRADE_EXPECT:-}" = compatible ]; then
+  # No format change between the two: the old binary must keep working on the store.
+  "$OLD" doctor --config "$C" >"$T/old.out" 2>&1 || fail "old binary refused: $(cat "$T/old.out")"
+  start "$OLD" old-again
+  [ "$(call job-b)" = "$before" ] || fail "old binary lost the stored result"
+  stop
+  echo "upgrade check OK: opened, audit verified, stored result kept, old binary still works"
+  exit 0
+fi
 if "$OLD" doctor --config "$C" >"$T/old.out" 2>&1; then
   fail "the old binary accepted the upgraded store"
 fi
