@@ -8,9 +8,9 @@
 //! hears `Ok` before the data is on disk.
 //!
 //! Requests are independent: one whose ops are invalid (queue full, bad audit index) is
-//! answered with its own error and its writes are dropped from the group; the others
-//! commit. If the engine batch itself fails (ENOSPC), every request of the group gets
-//! the error and nothing of the group is visible.
+//! answered with its own error and its writes are taken back out of the group (undo
+//! log, see [`Tx`]); the others commit. If the engine batch itself fails (ENOSPC),
+//! every request of the group gets the error and nothing of the group is visible.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
