@@ -1,5 +1,5 @@
 //! One group, several requests: a request that fails part-way takes back exactly its own
-//! writes (records, id index, counters, sequence of its earlier ops), and the requests
+//! writes (records, id index, counters, the byte total), and the requests
 //! around it in the same group commit as if it had never been there.
 //!
 //! A wrapper engine holds the writer at the start of its first group until the test has
