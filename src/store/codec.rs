@@ -121,12 +121,16 @@ impl<'a> R<'a> {
     }
 }
 
-/// Wraps a payload as `version | crc32(payload) | payload`.
+/// Wraps a payload as `version | crc32(payload) | payload`, in the payload's own buffer
+/// (no second allocation when the writer was made with room for the 5 header bytes).
 pub fn seal(payload: W) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.0.len() + 5);
-    out.push(REC_VERSION);
-    out.extend_from_slice(&crc32(&payload.0).to_le_bytes());
-    out.extend_from_slice(&payload.0);
+    let crc = crc32(&payload.0);
+    let mut out = payload.0;
+    let len = out.len();
+    out.extend_from_slice(&[0; 5]);
+    out.copy_within(0..len, 5);
+    out[0] = REC_VERSION;
+    out[1..5].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
@@ -267,6 +271,21 @@ mod tests {
         // crc32fast (a bytewise table of 0xEDB88320) carry this same CRC.
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn seal_puts_version_and_crc_in_front() {
+        for n in [0usize, 1, 5, 6, 700] {
+            let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let mut w = W(Vec::with_capacity(n + 5));
+            w.0.extend_from_slice(&payload);
+            let v = seal(w);
+            assert_eq!(v.len(), n + 5);
+            assert_eq!(v[0], REC_VERSION);
+            assert_eq!(v[1..5], crc32(&payload).to_le_bytes());
+            assert_eq!(&v[5..], &payload[..]);
+            assert_eq!(unseal(&v).unwrap(), &payload[..]);
+        }
     }
 
     #[test]

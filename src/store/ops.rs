@@ -363,20 +363,23 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
             None => Body::Inline(Vec::new()),
         },
     };
-    let body = m.body;
-    if !is_blob {
-        rec.body = Body::Inline(body.clone());
-    }
+    // The body goes into the record, or (large) into a blob file below.
+    let blob_body = if is_blob {
+        Some(m.body)
+    } else {
+        rec.body = Body::Inline(m.body);
+        None
+    };
     let value = rec.encode();
     let cost = charge(&key, &value, &rec);
     let total = get_u64(tx, T_META, META_BYTES)?;
     if total.saturating_add(cost as u64) > tx.opts.max_store_bytes {
         return Err(StoreError::StorageFull);
     }
-    if let Some(h) = blob_hash {
+    if let (Some(h), Some(body)) = (blob_hash, &blob_body) {
         // Written by the writer itself, so no concurrent collection can race it.
         tx.blobs
-            .put(&h, &body)
+            .put(&h, body)
             .map_err(|e| StoreError::from_io("write blob", &e))?;
         let refs = get_u64(tx, T_BLOBREF, &h)?;
         tx.put(T_BLOBREF, h.to_vec(), u64_val(refs + 1));

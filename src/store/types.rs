@@ -187,7 +187,8 @@ impl MsgRecord {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = W::default();
+        // One allocation of the final size (`encoded_len` counts the seal's header).
+        let mut w = W(Vec::with_capacity(self.encoded_len()));
         w.u64(self.seq)
             .u8(self.priority)
             .u64(self.created_at_ms)
