@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::store::codec::T_BYID;
-use crate::store::engine::{self, BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
+use crate::store::engine::{self, BatchOp, Engine, EngineError, GroupBuilder};
 
 struct Watch {
     inner: Box<dyn Engine>,
@@ -42,31 +42,11 @@ impl Watch {
     }
 }
 
-impl Reader for Watch {
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        self.inner.get(tree, key)
-    }
-    fn scan(
-        &self,
-        tree: Tree,
-        start: &[u8],
-        end: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), EngineError> {
-        self.inner.scan(tree, start, end, f)
-    }
-}
+pass_through_reader!(Watch);
 
 impl Engine for Watch {
     fn name(&self) -> &'static str {
         "watch"
-    }
-    fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
-        self.inner.apply(batch)
-    }
-    fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
-        self.commit_group(build)?;
-        self.sync()
     }
     fn commit_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
         let mut ids = Vec::new();
@@ -97,15 +77,7 @@ impl Engine for Watch {
         self.durable.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
-    fn integrity_check(&self) -> Result<Vec<String>, EngineError> {
-        self.inner.integrity_check()
-    }
-    fn backup_to(&self, dest: &Path) -> Result<(), EngineError> {
-        self.inner.backup_to(dest)
-    }
-    fn disk_bytes(&self) -> u64 {
-        self.inner.disk_bytes()
-    }
+    pass_through_engine_methods!();
 }
 
 fn open_watched(kind: EngineKind, dir: &Path) -> (Store, Arc<Watch>) {

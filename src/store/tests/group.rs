@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::*;
-use crate::store::engine::{self, BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
+use crate::store::engine::{self, Engine, EngineError, GroupBuilder};
 
 #[derive(Default)]
 struct GateState {
@@ -46,31 +46,11 @@ impl Gate {
     }
 }
 
-impl Reader for Gate {
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        self.inner.get(tree, key)
-    }
-    fn scan(
-        &self,
-        tree: Tree,
-        start: &[u8],
-        end: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), EngineError> {
-        self.inner.scan(tree, start, end, f)
-    }
-}
+pass_through_reader!(Gate);
 
 impl Engine for Gate {
     fn name(&self) -> &'static str {
         "gate"
-    }
-    fn apply(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
-        self.inner.apply(batch)
-    }
-    fn write_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
-        self.commit_group(build)?;
-        self.sync()
     }
     fn commit_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
         {
@@ -87,15 +67,7 @@ impl Engine for Gate {
     fn sync(&self) -> Result<(), EngineError> {
         self.inner.sync()
     }
-    fn integrity_check(&self) -> Result<Vec<String>, EngineError> {
-        self.inner.integrity_check()
-    }
-    fn backup_to(&self, dest: &Path) -> Result<(), EngineError> {
-        self.inner.backup_to(dest)
-    }
-    fn disk_bytes(&self) -> u64 {
-        self.inner.disk_bytes()
-    }
+    pass_through_engine_methods!();
 }
 
 fn a_failed_request_takes_back_only_its_own_writes(kind: EngineKind) {

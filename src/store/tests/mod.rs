@@ -61,3 +61,62 @@ macro_rules! for_each_engine {
     };
 }
 pub(crate) use for_each_engine;
+
+/// For a test engine that wraps another in a field `inner`: its [`Reader`] impl, all
+/// pass-through. Use with [`pass_through_engine_methods`].
+///
+/// [`Reader`]: crate::store::engine::Reader
+macro_rules! pass_through_reader {
+    ($t:ty) => {
+        impl crate::store::engine::Reader for $t {
+            fn get(
+                &self,
+                tree: crate::store::engine::Tree,
+                key: &[u8],
+            ) -> Result<Option<Vec<u8>>, crate::store::engine::EngineError> {
+                self.inner.get(tree, key)
+            }
+            fn scan(
+                &self,
+                tree: crate::store::engine::Tree,
+                start: &[u8],
+                end: Option<&[u8]>,
+                f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+            ) -> Result<(), crate::store::engine::EngineError> {
+                self.inner.scan(tree, start, end, f)
+            }
+        }
+    };
+}
+pub(crate) use pass_through_reader;
+
+/// Inside such a wrapper's `impl Engine`: every method except `name`, `commit_group`
+/// and `sync` (what the wrapper watches or holds up) passes through to `inner`, and
+/// `write_group` is `commit_group` then `sync`, so it goes through the wrapper too.
+macro_rules! pass_through_engine_methods {
+    () => {
+        fn apply(
+            &self,
+            batch: &[crate::store::engine::BatchOp],
+        ) -> Result<(), crate::store::engine::EngineError> {
+            self.inner.apply(batch)
+        }
+        fn write_group(
+            &self,
+            build: &mut crate::store::engine::GroupBuilder<'_>,
+        ) -> Result<(), crate::store::engine::EngineError> {
+            self.commit_group(build)?;
+            self.sync()
+        }
+        fn integrity_check(&self) -> Result<Vec<String>, crate::store::engine::EngineError> {
+            self.inner.integrity_check()
+        }
+        fn backup_to(&self, dest: &Path) -> Result<(), crate::store::engine::EngineError> {
+            self.inner.backup_to(dest)
+        }
+        fn disk_bytes(&self) -> u64 {
+            self.inner.disk_bytes()
+        }
+    };
+}
+pub(crate) use pass_through_engine_methods;
