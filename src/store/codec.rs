@@ -12,9 +12,13 @@ use super::engine::Tree;
 
 pub const T_META: Tree = 1;
 pub const T_MSG: Tree = 2;
+/// Message id → queue key of a live message, or its tombstone (`types::IdEntry`).
 pub const T_BYID: Tree = 3;
 pub const T_EXP: Tree = 4;
+/// Schema ≤ 2 kept tombstones here; migration to 3 moves them into [`T_BYID`], so
+/// it stays empty.
 pub const T_STATUS: Tree = 5;
+/// `keep_until(BE) | message id` → empty: when each tombstone may be pruned.
 pub const T_STATUS_EXP: Tree = 6;
 pub const T_DEAD: Tree = 7;
 pub const T_COUNT: Tree = 8;

@@ -176,7 +176,11 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
             now_ms,
         } => {
             check_name("message_id", &message_id)?;
-            if tx.get(T_BYID, message_id.as_bytes())?.is_none() {
+            let live = matches!(
+                tx.get(T_BYID, message_id.as_bytes())?.map(IdEntry::parse),
+                Some(IdEntry::Live(_))
+            );
+            if !live {
                 let st = StatusRecord {
                     state: MessageState::Rejected,
                     queue,
@@ -324,8 +328,8 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
         return Err(StoreError::Expired);
     }
     let id = m.message_id.as_bytes();
+    // The id tree holds live messages and tombstones alike (see `IdEntry`).
     if tx.get(T_BYID, id)?.is_some()
-        || tx.get(T_STATUS, id)?.is_some()
         || tx
             .get(T_SEEN, &scoped_key(&m.queue, &m.message_id))?
             .is_some()
@@ -409,9 +413,9 @@ fn load_live(
     peer: &str,
     id: &str,
 ) -> Result<Option<(Vec<u8>, MsgRecord)>, StoreError> {
-    let key = match tx.get(T_BYID, id.as_bytes())? {
-        Some(k) => k,
-        None => return Ok(None),
+    let key = match tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
+        Some(IdEntry::Live(k)) => k,
+        _ => return Ok(None),
     };
     if !key.starts_with(&recipient_prefix(queue, peer)) {
         return Ok(None);
@@ -433,6 +437,8 @@ fn load_live(
 }
 
 /// Removes a live message and everything that points at it; keeps the counters right.
+/// Its id entry goes too; callers that leave a tombstone overwrite that delete in the
+/// same transaction (one write at commit).
 fn remove_live(tx: &mut Tx<'_>, key: Vec<u8>, rec: &MsgRecord) -> Result<(), StoreError> {
     let value_len = rec.encoded_len();
     let cost = (key.len() + value_len) as i64 + blob_len(rec) as i64 + 64;
@@ -497,19 +503,17 @@ fn put_status(
 }
 
 fn write_status(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) -> Result<(), StoreError> {
-    if let Some(old) = tx.get(T_STATUS, id.as_bytes())? {
-        if let Ok(old) = StatusRecord::decode(&old) {
-            tx.delete(T_STATUS_EXP, time_key(old.keep_until_ms, id.as_bytes()));
-        }
+    if let Some(IdEntry::Finished(Ok(old))) = tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
+        tx.delete(T_STATUS_EXP, time_key(old.keep_until_ms, id.as_bytes()));
     }
     put_status_record(tx, id, st);
     Ok(())
 }
 
-/// The status record and its expiry entry (a stale expiry entry of an older record
-/// is harmless: pruning checks it still matches before deleting).
+/// The tombstone (in place of the id's live entry) and its expiry entry (a stale expiry
+/// entry of an older record is harmless: pruning checks it still matches before deleting).
 fn put_status_record(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) {
-    tx.put(T_STATUS, id.as_bytes().to_vec(), st.encode());
+    tx.put(T_BYID, id.as_bytes().to_vec(), st.tombstone());
     if st.keep_until_ms != u64::MAX {
         tx.put(
             T_STATUS_EXP,
@@ -624,7 +628,7 @@ fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError
     for (exp_tree, main_tree) in [
         (T_SEEN_EXP, T_SEEN),
         (T_RESULT_EXP, T_RESULT),
-        (T_STATUS_EXP, T_STATUS),
+        (T_STATUS_EXP, T_BYID),
     ] {
         let mut hits = Vec::new();
         tx.view.scan(exp_tree, &[], Some(&end), &mut |k, _| {
@@ -635,10 +639,13 @@ fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError
             if let Some((t, rest)) = split_time_key(&k) {
                 // Only remove the main entry if it still belongs to this expiry entry.
                 let current = tx.get(main_tree, rest)?;
-                let still_same = match (main_tree, current.as_deref()) {
-                    (T_STATUS, Some(v)) => StatusRecord::decode(v)
-                        .map(|s| s.keep_until_ms == t)
-                        .unwrap_or(true),
+                let still_same = match (main_tree, current) {
+                    // A live message with this id (requeued dead letter) is not pruned.
+                    (T_BYID, Some(v)) => match IdEntry::parse(v) {
+                        IdEntry::Live(_) => false,
+                        IdEntry::Finished(Ok(s)) => s.keep_until_ms == t,
+                        IdEntry::Finished(Err(_)) => true,
+                    },
                     (_, Some(v)) => v
                         .get(..8)
                         .and_then(parse_u64)
@@ -674,9 +681,9 @@ fn remember(tx: &mut Tx<'_>, scope: &str, id: &str, keep_until_ms: u64) -> Resul
 }
 
 fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
-    let st = match tx.get(T_STATUS, id.as_bytes())? {
-        Some(v) => StatusRecord::decode(&v).map_err(|e| StoreError::Corrupt(e.0))?,
-        None => return Err(StoreError::NotFound),
+    let st = match tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
+        Some(IdEntry::Finished(st)) => st.map_err(|e| StoreError::Corrupt(e.0))?,
+        _ => return Err(StoreError::NotFound),
     };
     if st.state != MessageState::Dead {
         return Err(StoreError::NotFound);
@@ -696,7 +703,6 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
     let dead_cost = (8 + v.len()) as i64 + blob_len(&rec) as i64 + 64;
     tx.delete(T_DEAD, dkey);
     add_total(tx, -dead_cost)?;
-    tx.delete(T_STATUS, id.as_bytes().to_vec());
     rec.attempts = 0;
     rec.next_attempt_at_ms = 0;
     rec.state = MessageState::Queued;
@@ -704,6 +710,7 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
     let key = msg_key(&rec.queue, &rec.peer, rec.priority, rec.seq);
     let value = rec.encode();
     let cost = charge(&key, &value, &rec);
+    // Replaces the dead tombstone.
     tx.put(T_BYID, id.as_bytes().to_vec(), key.clone());
     tx.put(
         T_EXP,

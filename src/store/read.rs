@@ -195,22 +195,19 @@ impl Store {
     /// Where `message_id` stands: live state from its queue record, else its tombstone.
     pub fn status(&self, message_id: &str) -> Result<Option<MessageStatus>, StoreError> {
         let e = &self.inner.engine;
-        if let Some(key) = e.get(T_BYID, message_id.as_bytes())? {
-            if let Some(v) = e.get(T_MSG, &key)? {
-                if let Ok(r) = MsgRecord::decode(&v) {
-                    return Ok(Some(MessageStatus {
-                        state: r.state,
-                        queue: r.queue,
-                        peer: r.peer,
-                        attempts: r.attempts,
-                        next_attempt_at_ms: r.next_attempt_at_ms,
-                        reason: None,
-                    }));
-                }
-            }
-        }
-        match e.get(T_STATUS, message_id.as_bytes())? {
-            Some(v) => Ok(StatusRecord::decode(&v).ok().map(|s| s.to_status())),
+        match e.get(T_BYID, message_id.as_bytes())?.map(IdEntry::parse) {
+            Some(IdEntry::Live(key)) => Ok(e
+                .get(T_MSG, &key)?
+                .and_then(|v| MsgRecord::decode(&v).ok())
+                .map(|r| MessageStatus {
+                    state: r.state,
+                    queue: r.queue,
+                    peer: r.peer,
+                    attempts: r.attempts,
+                    next_attempt_at_ms: r.next_attempt_at_ms,
+                    reason: None,
+                })),
+            Some(IdEntry::Finished(st)) => Ok(st.ok().map(|s| s.to_status())),
             None => Ok(None),
         }
     }

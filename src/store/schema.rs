@@ -4,6 +4,10 @@
 //! - v2: persisted per-recipient counters and the global byte total, so depth and
 //!   budget checks need no scan. Migrating v1 → v2 rebuilds them with one streaming
 //!   pass (the same pass repairs counters if they are ever suspected wrong).
+//! - v3: tombstones (the status of delivered, expired, dead and rejected messages) move
+//!   from their own tree into the id tree, next to the ids of live messages (see
+//!   [`IdEntry`]), so an ack rewrites one entry instead of touching two trees. Migrating
+//!   moves them a chunk per transaction ([`move_tombstones`]).
 //!
 //! A store newer than this binary is refused: silently writing an old format into a
 //! newer store could lose data the newer version relies on.
@@ -13,7 +17,7 @@ use std::collections::BTreeMap;
 use super::blobs::Blobs;
 use super::codec::*;
 use super::engine::{BatchOp, Engine};
-use super::types::{Counter, MsgRecord};
+use super::types::{Counter, IdEntry, MsgRecord, TOMBSTONE};
 use super::{StoreError, SCHEMA_VERSION};
 
 pub struct Opened {
@@ -61,14 +65,19 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
             supported: SCHEMA_VERSION,
         });
     }
-    let mut rebuild = version < 2;
-    if version < 2 {
+    if version < SCHEMA_VERSION {
         tracing::info!(
             from = version,
             to = SCHEMA_VERSION,
             "migrating store schema"
         );
-    } else if verify {
+    }
+    if version < 3 {
+        let moved = move_tombstones(engine)?;
+        tracing::info!(moved, "tombstones moved into the id tree");
+    }
+    let mut rebuild = version < 2;
+    if !rebuild && verify {
         // Damaged records are moved aside before anything can deliver them.
         let mut live = 0;
         let damage = match super::maintenance::scan_damage(engine, blobs, &mut live) {
@@ -92,6 +101,12 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     }
     if rebuild {
         rebuild_counters(engine, &mut quarantined)?;
+    } else if version < SCHEMA_VERSION {
+        engine.apply(&[BatchOp::Put {
+            tree: T_META,
+            key: META_SCHEMA.to_vec(),
+            value: u64_val(SCHEMA_VERSION),
+        }])?;
     }
     collect_orphan_blobs(engine, blobs);
     Ok(Opened {
@@ -99,6 +114,52 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
         time_floor_ms: meta(engine, META_TIME_FLOOR)?.unwrap_or(0),
         quarantined,
     })
+}
+
+/// Tombstones per transaction when migrating to v3.
+const MOVE_CHUNK: usize = 4096;
+
+/// v2 → v3: every tombstone of the old status tree (`T_STATUS`) becomes the id tree's
+/// entry for its id. A chunk moves whole (put and delete in one batch), so memory stays
+/// bounded however many tombstones there are, and a crash midway leaves a store that is
+/// still v2 and whose next open moves the rest. Returns how many moved.
+fn move_tombstones(engine: &dyn Engine) -> Result<usize, StoreError> {
+    let mut moved = 0;
+    loop {
+        let mut chunk = Vec::new();
+        engine.scan(T_STATUS, &[], None, &mut |k, v| {
+            chunk.push((k.to_vec(), v.to_vec()));
+            chunk.len() < MOVE_CHUNK
+        })?;
+        if chunk.is_empty() {
+            return Ok(moved);
+        }
+        let mut batch = Vec::with_capacity(2 * chunk.len());
+        for (id, status) in chunk {
+            // v2 never kept both; should it have, a live message wins over a tombstone,
+            // and a tombstone over an id entry whose message is gone.
+            let live = match engine.get(T_BYID, &id)?.map(IdEntry::parse) {
+                Some(IdEntry::Live(key)) => engine.get(T_MSG, &key)?.is_some(),
+                _ => false,
+            };
+            if !live {
+                let mut v = Vec::with_capacity(status.len() + 1);
+                v.push(TOMBSTONE);
+                v.extend_from_slice(&status);
+                batch.push(BatchOp::Put {
+                    tree: T_BYID,
+                    key: id.clone(),
+                    value: v,
+                });
+            }
+            batch.push(BatchOp::Delete {
+                tree: T_STATUS,
+                key: id,
+            });
+            moved += 1;
+        }
+        engine.apply(&batch)?;
+    }
 }
 
 /// Recomputes counters and the byte total from the message records (streaming; only

@@ -277,6 +277,34 @@ impl MsgRecord {
     }
 }
 
+/// One entry of the id tree (`T_BYID`, schema 3), which knows every message id the store
+/// has seen until its tombstone is pruned:
+/// - a live (queued or delivering) message: its queue key, which never starts with a
+///   zero byte (queue names are non-empty and NUL-free);
+/// - a finished one (delivered, expired, dead, rejected): [`TOMBSTONE`] then the sealed
+///   [`StatusRecord`].
+///
+/// One tree for both, instead of an id index plus a tombstone tree (schema 2): an ack
+/// rewrites the id's entry in place instead of deleting from one tree and inserting into
+/// another, and the duplicate check of an enqueue is one lookup.
+#[derive(Debug)]
+pub enum IdEntry {
+    Live(Vec<u8>),
+    Finished(Result<StatusRecord, DecodeError>),
+}
+
+/// First byte of a tombstone in the id tree (see [`IdEntry`]).
+pub const TOMBSTONE: u8 = 0;
+
+impl IdEntry {
+    pub fn parse(v: Vec<u8>) -> Self {
+        match v.split_first() {
+            Some((&TOMBSTONE, rest)) => IdEntry::Finished(StatusRecord::decode(rest)),
+            _ => IdEntry::Live(v),
+        }
+    }
+}
+
 /// The stored form of a terminal (or dead) status: a tombstone kept for `status()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusRecord {
@@ -304,6 +332,15 @@ impl StatusRecord {
             .str(&self.queue)
             .str(&self.peer);
         seal(w)
+    }
+
+    /// The id tree's value for this status (see [`IdEntry`]).
+    pub fn tombstone(&self) -> Vec<u8> {
+        let sealed = self.encode();
+        let mut v = Vec::with_capacity(sealed.len() + 1);
+        v.push(TOMBSTONE);
+        v.extend_from_slice(&sealed);
+        v
     }
 
     pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
@@ -375,6 +412,36 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn id_entries_tell_live_keys_from_tombstones(
+            queue in "[^\u{0}]{1,20}",
+            peer in "[^\u{0}]{1,20}",
+            prio in any::<u8>(),
+            seq in any::<u64>(),
+            reason in ".{0,30}",
+            keep in any::<u64>(),
+        ) {
+            let key = crate::store::codec::msg_key(&queue, &peer, prio, seq);
+            match IdEntry::parse(key.clone()) {
+                IdEntry::Live(k) => prop_assert_eq!(k, key),
+                other => prop_assert!(false, "live key read as {:?}", other),
+            }
+            let st = StatusRecord {
+                state: MessageState::Delivered,
+                queue,
+                peer,
+                attempts: 3,
+                next_attempt_at_ms: 0,
+                reason,
+                keep_until_ms: keep,
+                dead_seq: seq,
+            };
+            match IdEntry::parse(st.tombstone()) {
+                IdEntry::Finished(Ok(back)) => prop_assert_eq!(back, st),
+                other => prop_assert!(false, "tombstone read as {:?}", other),
+            }
+        }
+
         #[test]
         fn encoded_len_matches_encode(
             peer in "[a-z0-9-]{0,40}",

@@ -22,6 +22,7 @@ for_each_engine!(
     list_pages_peers_stats_and_next_expiry,
     time_floor_survives_a_1970_boot,
     newer_schema_is_refused_older_is_migrated,
+    v2_tombstones_move_into_the_id_tree,
     backup_is_a_usable_store,
     invalid_names_are_refused_without_panic,
 );
@@ -608,6 +609,109 @@ fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
     let e = Store::open(d.path(), opts(kind), Arc::new(c.clone())).unwrap_err();
     assert!(matches!(e, StoreError::SchemaTooNew { .. }));
     assert!(e.to_string().contains("newer"));
+}
+
+/// A schema-2 store kept tombstones in their own tree: opening it moves them into the id
+/// tree (more than one chunk's worth here), and everything that reads a status or an id
+/// still sees them.
+fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
+    const EXTRA: usize = 5_000;
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    {
+        let s = open(kind, d.path(), &c);
+        s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
+        s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
+        s.ack("outbox", "gw", vec!["done".into()], T0)
+            .wait()
+            .unwrap();
+        // Turn the store back into schema 2: the tombstone goes to the status tree, and
+        // plenty more tombstones (rejected ids) are added the way v2 wrote them.
+        let e = &s.inner.engine;
+        let tomb = e.get(codec::T_BYID, b"done").unwrap().unwrap();
+        assert_eq!(tomb[0], TOMBSTONE);
+        let rejected = StatusRecord {
+            state: MessageState::Rejected,
+            queue: "outbox".into(),
+            peer: "gw".into(),
+            attempts: 0,
+            next_attempt_at_ms: 0,
+            reason: "bad".into(),
+            keep_until_ms: T0 + 1_000,
+            dead_seq: 0,
+        };
+        let mut batch = vec![
+            engine::BatchOp::Delete {
+                tree: codec::T_BYID,
+                key: b"done".to_vec(),
+            },
+            engine::BatchOp::Put {
+                tree: codec::T_STATUS,
+                key: b"done".to_vec(),
+                value: tomb[1..].to_vec(),
+            },
+            engine::BatchOp::Put {
+                tree: codec::T_META,
+                key: codec::META_SCHEMA.to_vec(),
+                value: codec::u64_val(2),
+            },
+        ];
+        for i in 0..EXTRA {
+            let id = format!("rej-{i}").into_bytes();
+            batch.push(engine::BatchOp::Put {
+                tree: codec::T_STATUS,
+                key: id.clone(),
+                value: rejected.encode(),
+            });
+            batch.push(engine::BatchOp::Put {
+                tree: codec::T_STATUS_EXP,
+                key: codec::time_key(rejected.keep_until_ms, &id),
+                value: Vec::new(),
+            });
+        }
+        e.apply(&batch).unwrap();
+    }
+    let s = open(kind, d.path(), &c);
+    let e = &s.inner.engine;
+    assert_eq!(
+        e.get(codec::T_META, codec::META_SCHEMA).unwrap(),
+        Some(codec::u64_val(SCHEMA_VERSION))
+    );
+    let mut left = 0;
+    e.scan(codec::T_STATUS, &[], None, &mut |_, _| {
+        left += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(left, 0, "the old tombstone tree is empty");
+    assert_eq!(
+        s.status("done").unwrap().unwrap().state,
+        MessageState::Delivered
+    );
+    assert_eq!(
+        s.status("live").unwrap().unwrap().state,
+        MessageState::Queued
+    );
+    let st = s.status(&format!("rej-{}", EXTRA - 1)).unwrap().unwrap();
+    assert_eq!(
+        (st.state, st.reason.as_deref()),
+        (MessageState::Rejected, Some("bad"))
+    );
+    // A moved tombstone still makes its id a duplicate, and is pruned on time.
+    assert_eq!(
+        s.enqueue(msg("gw", "rej-7", 0, b"x")).wait().unwrap(),
+        EnqueueOutcome::Duplicate
+    );
+    s.sweep_expired(T0 + 1_000).wait().unwrap();
+    assert!(s.status("rej-7").unwrap().is_none());
+    assert_eq!(
+        s.status("done").unwrap().unwrap().state,
+        MessageState::Delivered
+    );
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["live"]
+    );
 }
 
 fn backup_is_a_usable_store(kind: EngineKind) {
