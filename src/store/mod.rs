@@ -41,6 +41,7 @@ pub mod backoff;
 pub mod blobs;
 pub mod codec;
 pub mod engine;
+mod lanes;
 mod maintenance;
 pub mod ops;
 mod read;

@@ -276,26 +276,27 @@ fn add_total(tx: &mut Tx<'_>, delta: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Reads a recipient's counter, lets `f` change it, and stores it (or deletes it once
+/// the queue is empty, which also starts the next message's lane afresh).
 fn adjust_counter(
     tx: &mut Tx<'_>,
     queue: &str,
     peer: &str,
-    depth: i64,
-    bytes: i64,
+    f: impl FnOnce(&mut Counter),
 ) -> Result<(), StoreError> {
+    let mut c = counter(tx, queue, peer)?;
+    f(&mut c);
+    put_counter(tx, queue, peer, &c);
+    Ok(())
+}
+
+fn put_counter(tx: &mut Tx<'_>, queue: &str, peer: &str, c: &Counter) {
     let key = count_key(queue, peer);
-    let mut c = match tx.get(T_COUNT, &key)? {
-        Some(v) => Counter::decode(&v).unwrap_or_default(),
-        None => Counter::default(),
-    };
-    c.depth = (c.depth as i64 + depth).max(0) as u64;
-    c.bytes = (c.bytes as i64 + bytes).max(0) as u64;
     if c.depth == 0 {
         tx.delete(T_COUNT, key);
     } else {
         tx.put(T_COUNT, key, c.encode());
     }
-    Ok(())
 }
 
 pub fn counter(tx: &Tx<'_>, queue: &str, peer: &str) -> Result<Counter, StoreError> {
@@ -336,7 +337,7 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     {
         return Ok(EnqueueOutcome::Duplicate);
     }
-    let c = counter(tx, &m.queue, &m.peer)?;
+    let mut c = counter(tx, &m.queue, &m.peer)?;
     if c.depth >= tx.opts.max_messages_per_recipient {
         return Err(StoreError::QueueFull {
             retry_after_s: tx.opts.queue_full_retry_after_s,
@@ -366,6 +367,8 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
             },
             None => Body::Inline(Vec::new()),
         },
+        // `c` is a copy: nothing is stored if this enqueue fails further down.
+        in_lane: c.lane.admit(c.depth, seq, m.priority, m.expires_at_ms),
     };
     // The body goes into the record, or (large) into a blob file below.
     let blob_body = if is_blob {
@@ -391,13 +394,16 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     *tx.next_seq += 1;
     tx.put(T_META, META_NEXT_SEQ.to_vec(), u64_val(*tx.next_seq));
     tx.put(T_BYID, id.to_vec(), key.clone());
-    tx.put(
-        T_EXP,
-        time_key(m.expires_at_ms, &seq.to_be_bytes()),
-        key.clone(),
-    );
+    if !rec.in_lane {
+        tx.put(
+            T_EXP,
+            time_key(m.expires_at_ms, &seq.to_be_bytes()),
+            key.clone(),
+        );
+    }
     tx.put(T_MSG, key, value);
-    adjust_counter(tx, &m.queue, &m.peer, 1, cost)?;
+    c.adjust(1, cost);
+    put_counter(tx, &m.queue, &m.peer, &c);
     add_total(tx, cost)?;
     if let Some(until) = m.dedup_until_ms {
         remember(tx, &m.queue, &m.message_id, until)?;
@@ -443,9 +449,16 @@ fn remove_live(tx: &mut Tx<'_>, key: Vec<u8>, rec: &MsgRecord) -> Result<(), Sto
     let value_len = rec.encoded_len();
     let cost = (key.len() + value_len) as i64 + blob_len(rec) as i64 + 64;
     tx.delete(T_BYID, rec.message_id.as_bytes().to_vec());
-    tx.delete(T_EXP, time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()));
+    if !rec.in_lane {
+        tx.delete(T_EXP, time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()));
+    }
     tx.delete(T_MSG, key);
-    adjust_counter(tx, &rec.queue, &rec.peer, -1, -cost)?;
+    adjust_counter(tx, &rec.queue, &rec.peer, |c| {
+        c.adjust(-1, -cost);
+        if rec.in_lane && c.lane.prio == rec.priority {
+            c.lane.members = c.lane.members.saturating_sub(1);
+        }
+    })?;
     add_total(tx, -cost)?;
     deref_blob(tx, rec)
 }
@@ -573,26 +586,38 @@ fn record_failure(
     Ok(dead)
 }
 
+/// Expires what is due: messages in the expiry index, then lane messages (which have no
+/// index entry, see `types::Lane`), at most `limit` of each.
 fn sweep(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<Vec<ExpiredMessage>, StoreError> {
     let mut hits = Vec::new();
     let end = time_key(now_ms.saturating_add(1), &[]);
     tx.view.scan(T_EXP, &[], Some(&end), &mut |k, v| {
-        hits.push((k.to_vec(), v.to_vec()));
+        hits.push((Some(k.to_vec()), v.to_vec()));
         hits.len() < limit
     })?;
+    hits.extend(
+        super::lanes::expired(tx.view, now_ms, limit)?
+            .into_iter()
+            .map(|k| (None, k)),
+    );
     let mut out = Vec::new();
     for (ek, mk) in hits {
+        // Read through the group: an earlier request may have acked it already.
         let value = match tx.get(T_MSG, &mk)? {
             Some(v) => v,
             None => {
-                tx.delete(T_EXP, ek);
+                if let Some(ek) = ek {
+                    tx.delete(T_EXP, ek);
+                }
                 continue;
             }
         };
         let rec = match MsgRecord::decode(&value) {
             Ok(r) => r,
             Err(e) => {
-                tx.delete(T_EXP, ek);
+                if let Some(ek) = ek {
+                    tx.delete(T_EXP, ek);
+                }
                 quarantine(tx, T_MSG, mk, &e.0)?;
                 continue;
             }
@@ -706,6 +731,8 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
     rec.attempts = 0;
     rec.next_attempt_at_ms = 0;
     rec.state = MessageState::Queued;
+    // Back in the middle of its queue, it cannot be in an expiry-ordered lane.
+    rec.in_lane = false;
     // Back into its original place: FIFO is by arrival, and it arrived then.
     let key = msg_key(&rec.queue, &rec.peer, rec.priority, rec.seq);
     let value = rec.encode();
@@ -718,7 +745,7 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
         key.clone(),
     );
     tx.put(T_MSG, key, value);
-    adjust_counter(tx, &rec.queue, &rec.peer, 1, cost)?;
+    adjust_counter(tx, &rec.queue, &rec.peer, |c| c.adjust(1, cost))?;
     add_total(tx, cost)
 }
 
@@ -768,7 +795,7 @@ pub fn quarantine(tx: &mut Tx<'_>, tree: u8, key: Vec<u8>, reason: &str) -> Resu
     if tree == T_MSG {
         let cost = (key.len() + value.len()) as i64 + 64;
         if let Some((q, p, _, _)) = parse_msg_key(&key) {
-            adjust_counter(tx, &q, &p, -1, -cost)?;
+            adjust_counter(tx, &q, &p, |c| c.adjust(-1, -cost))?;
         }
         add_total(tx, -cost)?;
     }

@@ -255,14 +255,19 @@ impl Store {
         Ok(out)
     }
 
-    /// When the next queued message expires (for the sweeper's sleep).
+    /// When the next queued message expires (for the sweeper's sleep): the head of the
+    /// expiry index or of an expiry-ordered lane, whichever is earlier.
     pub fn next_expiry_ms(&self) -> Result<Option<u64>, StoreError> {
+        let e = &*self.inner.engine;
         let mut t = None;
-        self.inner.engine.scan(T_EXP, &[], None, &mut |k, _| {
+        e.scan(T_EXP, &[], None, &mut |k, _| {
             t = split_time_key(k).map(|(t, _)| t);
             false
         })?;
-        Ok(t)
+        Ok(match (t, super::lanes::next_expiry(e)?) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     /// True if `id` is in the dedup window of `scope` (and not yet past keep-until).

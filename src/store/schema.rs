@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use super::blobs::Blobs;
 use super::codec::*;
 use super::engine::{BatchOp, Engine};
-use super::types::{Counter, IdEntry, MsgRecord, TOMBSTONE};
+use super::types::{Counter, IdEntry, Lane, MsgRecord, TOMBSTONE};
 use super::{StoreError, SCHEMA_VERSION};
 
 pub struct Opened {
@@ -183,6 +183,13 @@ pub fn rebuild_counters(
                 let c = counters.entry(count_key(&q, &p)).or_default();
                 c.depth += 1;
                 c.bytes += cost;
+                if rec.in_lane {
+                    // Keys come in queue order, so the last member seen is the newest.
+                    c.lane.prio = rec.priority;
+                    c.lane.members += 1;
+                    c.lane.tail_ms = c.lane.tail_ms.max(rec.expires_at_ms);
+                    c.lane.closed_at_seq = rec.seq + 1;
+                }
                 total += cost;
                 max_seq = max_seq.max(rec.seq);
             }
@@ -207,7 +214,12 @@ pub fn rebuild_counters(
             key: k,
         });
     }
-    for (k, c) in counters {
+    for (k, mut c) in counters {
+        // A rebuilt lane takes no newcomers until its queue is empty: its members stay
+        // in order, and nothing new has to be checked against what came before.
+        if c.lane.members == 0 {
+            c.lane = Lane::closed();
+        }
         batch.push(BatchOp::Put {
             tree: T_COUNT,
             key: k,

@@ -151,6 +151,9 @@ impl Body {
     }
 }
 
+/// The trailing byte of a record in an expiry-ordered lane.
+const IN_LANE: u8 = 1;
+
 /// The stored form of a queued or dead message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MsgRecord {
@@ -167,6 +170,10 @@ pub struct MsgRecord {
     pub next_attempt_at_ms: u64,
     pub state: MessageState,
     pub body: Body,
+    /// In its recipient's expiry-ordered lane ([`Lane`]) and therefore without an entry
+    /// in the expiry index. Stored as one trailing byte when set; records without it
+    /// (all records before schema 3) are indexed.
+    pub in_lane: bool,
 }
 
 impl MsgRecord {
@@ -184,6 +191,7 @@ impl MsgRecord {
             + self.message_id.len()
             + self.payload_type.len()
             + body
+            + usize::from(self.in_lane)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -208,6 +216,9 @@ impl MsgRecord {
             Body::Blob { sha256, len } => {
                 w.u8(1).bytes(sha256).u64(*len);
             }
+        }
+        if self.in_lane {
+            w.u8(IN_LANE);
         }
         seal(w)
     }
@@ -240,7 +251,11 @@ impl MsgRecord {
             }
             k => return Err(DecodeError(format!("unknown body kind {k}"))),
         };
-        r.end()?;
+        let in_lane = match r.0 {
+            [] => false,
+            [IN_LANE] => true,
+            _ => return Err(DecodeError("unknown trailing flags".into())),
+        };
         Ok(Self {
             seq,
             queue,
@@ -255,6 +270,7 @@ impl MsgRecord {
             next_attempt_at_ms,
             state,
             body,
+            in_lane,
         })
     }
 
@@ -382,27 +398,123 @@ impl StatusRecord {
     }
 }
 
-/// Per-recipient counters, persisted so depth and bytes need no scan.
+/// Per-recipient counters, persisted so depth and bytes need no scan, and the
+/// recipient's expiry-ordered lane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counter {
     pub depth: u64,
     pub bytes: u64,
+    pub lane: Lane,
+}
+
+/// A recipient's expiry-ordered lane (schema 3): the messages of one priority that
+/// arrived in expiry order, give or take [`LANE_SLACK_MS`], need no entry in the expiry
+/// index, because the sweeper finds the expired ones by reading the lane from its head.
+/// With one TTL per payload type that is nearly every message, and it saves the
+/// index's pages on every commit (docs/BENCHMARKS-store.md). A message that does not
+/// fit (another priority, or an expiry earlier than the lane's tail) is indexed as
+/// before, and one that breaks the order closes the lane to later arrivals so the
+/// sweeper's read never has to step over a long run of indexed messages; the lane starts
+/// afresh when the recipient's queue is empty.
+///
+/// The invariant the sweeper relies on: within the lane's priority, in queue (seq)
+/// order, each lane message expires no earlier than every lane message before it, minus
+/// `LANE_SLACK_MS`. So once the sweeper meets a lane message that expires more than the
+/// slack after now, no later lane message has expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lane {
+    /// Priority of the lane's messages (set by the first message of an empty queue).
+    pub prio: u8,
+    /// The latest expiry of a message that joined the lane.
+    pub tail_ms: u64,
+    /// Lane messages still queued (a quarantined record is not subtracted, so this may
+    /// overcount; it only decides whether the sweeper reads the lane at all).
+    pub members: u64,
+    /// Messages with this seq or later never join (`u64::MAX` = open). The sweeper stops
+    /// reading here.
+    pub closed_at_seq: u64,
+}
+
+/// How far out of expiry order a message may arrive and still join a lane: producers
+/// racing to the writer, or two senders' clocks a little apart.
+pub const LANE_SLACK_MS: u64 = 2_000;
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane {
+            prio: 0,
+            tail_ms: 0,
+            members: 0,
+            closed_at_seq: u64::MAX,
+        }
+    }
+}
+
+impl Lane {
+    /// Whether a new message (seq, priority, expiry) joins the lane of a recipient whose
+    /// queue currently holds `depth` messages; updates the lane either way.
+    pub fn admit(&mut self, depth: u64, seq: u64, prio: u8, expires_at_ms: u64) -> bool {
+        if depth == 0 {
+            *self = Lane {
+                prio,
+                ..Lane::default()
+            };
+        }
+        if prio != self.prio || seq >= self.closed_at_seq {
+            return false;
+        }
+        if expires_at_ms.saturating_add(LANE_SLACK_MS) < self.tail_ms {
+            self.closed_at_seq = seq;
+            return false;
+        }
+        self.tail_ms = self.tail_ms.max(expires_at_ms);
+        self.members += 1;
+        true
+    }
+
+    /// A lane closed to every new message until the queue is empty: what a counter from
+    /// before schema 3 (whose messages are all indexed) reads as.
+    pub fn closed() -> Self {
+        Lane {
+            closed_at_seq: 0,
+            ..Lane::default()
+        }
+    }
 }
 
 impl Counter {
+    /// Adds (or with negative deltas, removes) messages and bytes, never below zero.
+    pub fn adjust(&mut self, depth: i64, bytes: i64) {
+        self.depth = self.depth.saturating_add_signed(depth);
+        self.bytes = self.bytes.saturating_add_signed(bytes);
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = self.depth.to_le_bytes().to_vec();
-        v.extend_from_slice(&self.bytes.to_le_bytes());
-        v
+        let mut w = W(Vec::with_capacity(41));
+        w.u64(self.depth)
+            .u64(self.bytes)
+            .u8(self.lane.prio)
+            .u64(self.lane.tail_ms)
+            .u64(self.lane.members)
+            .u64(self.lane.closed_at_seq);
+        w.0
     }
     pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
         let mut r = R(v);
-        let c = Counter {
-            depth: r.u64()?,
-            bytes: r.u64()?,
+        let depth = r.u64()?;
+        let bytes = r.u64()?;
+        let lane = if r.0.is_empty() {
+            Lane::closed()
+        } else {
+            Lane {
+                prio: r.u8()?,
+                tail_ms: r.u64()?,
+                members: r.u64()?,
+                closed_at_seq: r.u64()?,
+            }
         };
         r.end()?;
-        Ok(c)
+        Ok(Counter { depth, bytes, lane })
     }
 }
 
@@ -450,6 +562,7 @@ mod tests {
             body in proptest::collection::vec(any::<u8>(), 0..2048),
             blob in any::<bool>(),
             attempts in any::<u32>(),
+            in_lane in any::<bool>(),
         ) {
             let rec = MsgRecord {
                 seq: 7,
@@ -469,8 +582,74 @@ mod tests {
                 } else {
                     Body::Inline(body)
                 },
+                in_lane,
             };
             prop_assert_eq!(rec.encoded_len(), rec.encode().len());
+            prop_assert_eq!(MsgRecord::decode(&rec.encode()).unwrap(), rec);
         }
+
+        /// What the sweeper relies on (see `Lane`): in queue order, every admitted message
+        /// of the lane's priority expires no earlier than each admitted one before it,
+        /// minus the slack; once the order breaks, nothing more is admitted.
+        #[test]
+        fn a_lane_admits_only_messages_in_expiry_order(
+            arrivals in proptest::collection::vec((0u8..3, 0u64..20_000), 1..200),
+        ) {
+            let mut lane = Lane::default();
+            let mut admitted: Vec<u64> = Vec::new();
+            let mut refused_for_order = false;
+            for (seq, &(prio, expires)) in arrivals.iter().enumerate() {
+                let depth = seq as u64; // nothing leaves the queue here
+                let tail_before = lane.tail_ms;
+                let first_prio = arrivals[0].0;
+                if lane.admit(depth, seq as u64, prio, expires) {
+                    prop_assert!(!refused_for_order, "admitted after the lane closed");
+                    prop_assert_eq!(prio, first_prio);
+                    if let Some(max) = admitted.iter().max() {
+                        prop_assert!(expires + LANE_SLACK_MS >= *max);
+                    }
+                    admitted.push(expires);
+                } else if prio == first_prio && !refused_for_order {
+                    prop_assert!(expires + LANE_SLACK_MS < tail_before);
+                    refused_for_order = true;
+                }
+            }
+            prop_assert_eq!(lane.members, admitted.len() as u64);
+        }
+    }
+
+    #[test]
+    fn an_empty_queue_starts_a_fresh_lane() {
+        let mut lane = Lane::default();
+        assert!(lane.admit(0, 1, 5, 10_000));
+        assert!(!lane.admit(1, 2, 5, 1_000), "out of order: indexed");
+        assert!(!lane.admit(2, 3, 5, 20_000), "closed until empty");
+        assert!(!lane.admit(3, 4, 0, 20_000), "another priority");
+        assert!(lane.admit(0, 5, 0, 1_000), "empty again: a new lane");
+        assert_eq!((lane.prio, lane.members, lane.tail_ms), (0, 1, 1_000));
+    }
+
+    #[test]
+    fn counters_round_trip_and_old_counters_read_as_closed_lanes() {
+        let c = Counter {
+            depth: 3,
+            bytes: 2_000,
+            lane: Lane {
+                prio: 4,
+                tail_ms: 99,
+                members: 2,
+                closed_at_seq: 17,
+            },
+        };
+        assert_eq!(Counter::decode(&c.encode()).unwrap(), c);
+        let mut old = 3u64.to_le_bytes().to_vec();
+        old.extend_from_slice(&2_000u64.to_le_bytes());
+        let read = Counter::decode(&old).unwrap();
+        assert_eq!(
+            (read.depth, read.bytes, read.lane),
+            (3, 2_000, Lane::closed())
+        );
+        let mut lane = read.lane;
+        assert!(!lane.admit(3, 9, 0, u64::MAX), "nothing joins until the queue is empty");
     }
 }

@@ -23,6 +23,7 @@ for_each_engine!(
     time_floor_survives_a_1970_boot,
     newer_schema_is_refused_older_is_migrated,
     v2_tombstones_move_into_the_id_tree,
+    lane_messages_expire_without_an_index_entry,
     backup_is_a_usable_store,
     invalid_names_are_refused_without_panic,
 );
@@ -597,6 +598,9 @@ fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
             2,
             "counters rebuilt by migration"
         );
+        // Both messages are in the recipient's lane: the rebuilt counter says so, or the
+        // sweeper would never look for them.
+        assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 3_600_000));
         s.inner
             .engine
             .apply(&[engine::BatchOp::Put {
@@ -712,6 +716,117 @@ fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
         ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
         vec!["live"]
     );
+}
+
+fn expiry_index_len(s: &Store) -> usize {
+    let mut n = 0;
+    s.inner
+        .engine
+        .scan(codec::T_EXP, &[], None, &mut |_, _| {
+            n += 1;
+            true
+        })
+        .unwrap();
+    n
+}
+
+fn expiring(peer: &str, id: &str, prio: u8, expires_at_ms: u64) -> NewMessage {
+    let mut m = msg(peer, id, prio, b"x");
+    m.expires_at_ms = expires_at_ms;
+    m
+}
+
+/// Messages that arrive in expiry order (give or take the slack) skip the expiry index,
+/// and the sweeper still expires every one of them on time: past an unexpired one
+/// inside the slack, past a requeued dead letter in the middle, after a reopen; and
+/// out-of-order arrivals are indexed until the queue is empty.
+fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let mut s = open(kind, d.path(), &c);
+    let slack = LANE_SLACK_MS;
+    s.enqueue(expiring("gw", "a1", 0, T0 + 10_000))
+        .wait()
+        .unwrap();
+    // 1 s earlier than a1 but inside the slack: still in the lane.
+    s.enqueue(expiring("gw", "a2", 0, T0 + 9_000))
+        .wait()
+        .unwrap();
+    let mut a3 = expiring("gw", "a3", 0, T0 + 20_000);
+    a3.max_attempts = Some(1);
+    s.enqueue(a3).wait().unwrap();
+    s.enqueue(expiring("gw", "a4", 0, T0 + 30_000))
+        .wait()
+        .unwrap();
+    s.enqueue(expiring("gw", "a5", 0, T0 + 40_000))
+        .wait()
+        .unwrap();
+    // Another priority is not the lane's: indexed.
+    s.enqueue(expiring("gw", "p9", 9, T0 + 5_000))
+        .wait()
+        .unwrap();
+    assert_eq!(expiry_index_len(&s), 1);
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 5_000));
+
+    // a2 has expired, a1 (before it) has not: the sweeper reads past a1.
+    let swept = s.sweep_expired(T0 + 9_500).wait().unwrap();
+    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
+    got.sort();
+    assert_eq!(got, vec!["a2", "p9"]);
+    assert_eq!(
+        s.status("a2").unwrap().unwrap().state,
+        MessageState::Expired
+    );
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 10_000));
+
+    // a3 dies and is requeued into its old place, in the middle of the lane: indexed.
+    let dead = s
+        .record_failure("outbox", "gw", vec!["a3".into()], T0 + 9_500, 0.0)
+        .wait()
+        .unwrap();
+    assert_eq!(dead, vec!["a3".to_string()]);
+    s.requeue("a3").wait().unwrap();
+    assert_eq!(expiry_index_len(&s), 1);
+
+    // Out of order by more than the slack: indexed, and the lane closes behind it.
+    s.enqueue(expiring("gw", "late", 0, T0 + 40_000 - slack - 1))
+        .wait()
+        .unwrap();
+    s.enqueue(expiring("gw", "after", 0, T0 + 50_000))
+        .wait()
+        .unwrap();
+    assert_eq!(expiry_index_len(&s), 3);
+
+    drop(s);
+    s = open(kind, d.path(), &c);
+    let swept = s.sweep_expired(T0 + 30_000).wait().unwrap();
+    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
+    got.sort();
+    assert_eq!(got, vec!["a1", "a3", "a4"]);
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 40_000 - slack - 1));
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0 + 30_000).unwrap()),
+        vec!["a5", "late", "after"]
+    );
+    let swept = s.sweep_expired(T0 + 40_000).wait().unwrap();
+    assert_eq!(swept.len(), 2, "a5 (lane) and late (indexed)");
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 50_000));
+
+    // Empty again: the next arrivals start a new lane.
+    s.ack("outbox", "gw", vec!["after".into()], T0 + 40_000)
+        .wait()
+        .unwrap();
+    assert_eq!(expiry_index_len(&s), 0);
+    s.enqueue(expiring("gw", "n1", 3, T0 + 60_000))
+        .wait()
+        .unwrap();
+    s.enqueue(expiring("gw", "n2", 3, T0 + 61_000))
+        .wait()
+        .unwrap();
+    assert_eq!(expiry_index_len(&s), 0);
+    assert_eq!(s.sweep_expired(T0 + 61_000).wait().unwrap().len(), 2);
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 0);
+    assert!(s.doctor().unwrap().healthy());
 }
 
 fn backup_is_a_usable_store(kind: EngineKind) {
