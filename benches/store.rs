@@ -222,6 +222,13 @@ fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
         s.write(ops).wait().expect("fill");
     }
     settle();
+    if let Some(ms) = std::env::var("OUTPOST_BENCH_DRAIN_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        // A quiet gap that separates fill and drain in a `perf record` timeline.
+        std::thread::sleep(Duration::from_millis(ms));
+    }
     // Read batch n+1 while the ack of batch n commits (a cursor instead of the head);
     // at most 8 acks in flight, and the drain ends when every ack is durable.
     let t0 = now();
@@ -328,7 +335,8 @@ fn main() {
     let exe = std::env::current_exe().expect("exe");
 
     if std::env::var("OUTPOST_BENCH_DRAIN_ONLY").is_ok() {
-        // For profiling the drain alone: `perf record` this.
+        // For profiling the drain alone: `perf record` this, with
+        // OUTPOST_BENCH_DRAIN_PAUSE_MS=1000 and `perf report --time` after the gap.
         let el = drain(EngineKind::Sqlite, &root.join("sqlite-drain"), 10_000);
         println!("drain 10,000: {:.3} s", el.as_secs_f64());
         return;

@@ -125,7 +125,7 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
         WriteOp::Enqueue(m) => enqueue(tx, m).map(OpOutcome::Enqueued),
         WriteOp::MarkDelivering { queue, peer, ids } => {
             for id in ids {
-                if let Some((key, mut rec)) = load_live(tx, &queue, &peer, &id)? {
+                if let Some((key, _, mut rec)) = load_live(tx, &queue, &peer, &id, true)? {
                     rec.state = MessageState::Delivering;
                     tx.put(T_MSG, key, rec.encode());
                 }
@@ -146,10 +146,11 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
             now_ms,
         } => {
             let mut out = Vec::with_capacity(ids.len());
+            let mut leaving = Leaving::default();
             for id in ids {
-                let was_stored = match load_live(tx, &queue, &peer, &id)? {
-                    Some((key, rec)) => {
-                        remove_live(tx, key, &rec)?;
+                let was_stored = match load_live(tx, &queue, &peer, &id, false)? {
+                    Some((key, value_len, rec)) => {
+                        unlink_live(tx, key, value_len, &rec, &mut leaving)?;
                         put_status(tx, &id, &rec, MessageState::Delivered, "", now_ms, true);
                         true
                     }
@@ -160,6 +161,7 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
                     was_stored,
                 });
             }
+            leaving.settle(tx, &queue, &peer)?;
             Ok(OpOutcome::Acked(out))
         }
         WriteOp::SweepExpired { now_ms, limit } => sweep(tx, now_ms, limit).map(OpOutcome::Expired),
@@ -411,14 +413,16 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     Ok(EnqueueOutcome::Queued { seq })
 }
 
-/// Finds a live (queued/delivering) message of `(queue, peer)` by id. A record that no
-/// longer decodes is quarantined on the spot and treated as absent.
+/// Finds a live (queued/delivering) message of `(queue, peer)` by id: its key, the
+/// stored record's length and the record (without an inline body unless `with_body`).
+/// A record that no longer decodes is quarantined on the spot and treated as absent.
 fn load_live(
     tx: &mut Tx<'_>,
     queue: &str,
     peer: &str,
     id: &str,
-) -> Result<Option<(Vec<u8>, MsgRecord)>, StoreError> {
+    with_body: bool,
+) -> Result<Option<(Vec<u8>, usize, MsgRecord)>, StoreError> {
     let key = match tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
         Some(IdEntry::Live(k)) => k,
         _ => return Ok(None),
@@ -433,8 +437,13 @@ fn load_live(
             return Ok(None);
         }
     };
-    match MsgRecord::decode(&value) {
-        Ok(rec) => Ok(Some((key, rec))),
+    let rec = if with_body {
+        MsgRecord::decode(&value)
+    } else {
+        MsgRecord::decode_meta(&value)
+    };
+    match rec {
+        Ok(rec) => Ok(Some((key, value.len(), rec))),
         Err(e) => {
             quarantine(tx, T_MSG, key, &e.0)?;
             Ok(None)
@@ -446,20 +455,55 @@ fn load_live(
 /// Its id entry goes too; callers that leave a tombstone overwrite that delete in the
 /// same transaction (one write at commit).
 fn remove_live(tx: &mut Tx<'_>, key: Vec<u8>, rec: &MsgRecord) -> Result<(), StoreError> {
-    let value_len = rec.encoded_len();
+    let mut leaving = Leaving::default();
+    unlink_live(tx, key, rec.encoded_len(), rec, &mut leaving)?;
+    leaving.settle(tx, &rec.queue, &rec.peer)
+}
+
+/// What messages leaving one recipient's queue take off its counter and the store's
+/// total: settled once per request (an ack of 50 reads and writes the counter once,
+/// not 50 times).
+#[derive(Default)]
+struct Leaving {
+    messages: i64,
+    bytes: i64,
+    /// Of them, lane members. Every lane member carries its lane's priority (`admit`
+    /// sets it, a lane restarts only when its queue is empty, a rebuild takes it from the
+    /// members), so no per-message priority check is needed.
+    lane_members: u64,
+}
+
+impl Leaving {
+    fn settle(self, tx: &mut Tx<'_>, queue: &str, peer: &str) -> Result<(), StoreError> {
+        if self.messages == 0 {
+            return Ok(());
+        }
+        adjust_counter(tx, queue, peer, |c| {
+            c.adjust(-self.messages, -self.bytes);
+            c.lane.members = c.lane.members.saturating_sub(self.lane_members);
+        })?;
+        add_total(tx, -self.bytes)
+    }
+}
+
+/// Removes a live message (`value_len`: its stored record's length) and everything that
+/// points at it, and notes what it takes off the counters in `leaving`.
+fn unlink_live(
+    tx: &mut Tx<'_>,
+    key: Vec<u8>,
+    value_len: usize,
+    rec: &MsgRecord,
+    leaving: &mut Leaving,
+) -> Result<(), StoreError> {
     let cost = (key.len() + value_len) as i64 + blob_len(rec) as i64 + 64;
     tx.delete(T_BYID, rec.message_id.as_bytes().to_vec());
     if !rec.in_lane {
         tx.delete(T_EXP, time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()));
     }
     tx.delete(T_MSG, key);
-    adjust_counter(tx, &rec.queue, &rec.peer, |c| {
-        c.adjust(-1, -cost);
-        if rec.in_lane && c.lane.prio == rec.priority {
-            c.lane.members = c.lane.members.saturating_sub(1);
-        }
-    })?;
-    add_total(tx, -cost)?;
+    leaving.messages += 1;
+    leaving.bytes += cost;
+    leaving.lane_members += u64::from(rec.in_lane);
     deref_blob(tx, rec)
 }
 
@@ -546,7 +590,7 @@ fn record_failure(
 ) -> Result<Vec<String>, StoreError> {
     let mut dead = Vec::new();
     for id in ids {
-        let (key, mut rec) = match load_live(tx, queue, peer, &id)? {
+        let (key, _, mut rec) = match load_live(tx, queue, peer, &id, true)? {
             Some(x) => x,
             None => continue,
         };

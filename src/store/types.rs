@@ -224,6 +224,16 @@ impl MsgRecord {
     }
 
     pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        Self::decode_inner(v, true)
+    }
+
+    /// Everything but an inline body, which comes back empty (so `encoded_len` is not
+    /// the stored length): for removals, which need the record's fields, not its bytes.
+    pub fn decode_meta(v: &[u8]) -> Result<Self, DecodeError> {
+        Self::decode_inner(v, false)
+    }
+
+    fn decode_inner(v: &[u8], with_body: bool) -> Result<Self, DecodeError> {
         let mut r = R(unseal(v)?);
         let seq = r.u64()?;
         let priority = r.u8()?;
@@ -238,7 +248,10 @@ impl MsgRecord {
         let message_id = r.string()?;
         let payload_type = r.string()?;
         let body = match r.u8()? {
-            0 => Body::Inline(r.bytes()?.to_vec()),
+            0 => {
+                let b = r.bytes()?;
+                Body::Inline(if with_body { b.to_vec() } else { Vec::new() })
+            }
             1 => {
                 let h: [u8; 32] = r
                     .bytes()?
@@ -650,6 +663,9 @@ mod tests {
             (3, 2_000, Lane::closed())
         );
         let mut lane = read.lane;
-        assert!(!lane.admit(3, 9, 0, u64::MAX), "nothing joins until the queue is empty");
+        assert!(
+            !lane.admit(3, 9, 0, u64::MAX),
+            "nothing joins until the queue is empty"
+        );
     }
 }
