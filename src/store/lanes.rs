@@ -2,14 +2,15 @@
 //! messages, which have no entry in the expiry index, and the next lane expiry for its
 //! sleep. Both read a lane from its head and stop as soon as the lane's order says
 //! nothing further can qualify, so a pass costs one seek per lane plus the messages it
-//! returns.
+//! returns. Generic over the reader so the engine (`dyn Engine`) can be passed without
+//! trait upcasting, which the MSRV (1.85) does not have.
 
 use super::codec::{prefix_end, T_COUNT, T_MSG};
 use super::engine::{EngineError, Reader};
 use super::types::{Counter, Lane, MsgRecord, LANE_SLACK_MS};
 
 /// Every recipient whose lane has members: its counter key (`queue 0 peer`) and lane.
-pub fn with_members(r: &dyn Reader) -> Result<Vec<(Vec<u8>, Lane)>, EngineError> {
+pub fn with_members<R: Reader + ?Sized>(r: &R) -> Result<Vec<(Vec<u8>, Lane)>, EngineError> {
     let mut out = Vec::new();
     r.scan(T_COUNT, &[], None, &mut |k, v| {
         if let Ok(c) = Counter::decode(v) {
@@ -27,8 +28,8 @@ pub fn with_members(r: &dyn Reader) -> Result<Vec<(Vec<u8>, Lane)>, EngineError>
 /// Indexed messages of the same priority in between (requeued dead letters) are
 /// skipped; so are records that do not decode (the expiry index and `doctor` deal with
 /// those).
-fn walk(
-    r: &dyn Reader,
+fn walk<R: Reader + ?Sized>(
+    r: &R,
     count_key: &[u8],
     lane: &Lane,
     f: &mut dyn FnMut(&[u8], MsgRecord) -> bool,
@@ -40,7 +41,7 @@ fn walk(
     start.push(255 - lane.prio);
     let end = prefix_end(&start);
     r.scan(T_MSG, &start, end.as_deref(), &mut |k, v| {
-        let Ok(rec) = MsgRecord::decode(v) else {
+        let Ok(rec) = MsgRecord::decode_meta(v) else {
             return true;
         };
         if rec.seq >= lane.closed_at_seq {
@@ -51,7 +52,11 @@ fn walk(
 }
 
 /// Queue keys of lane messages that expired by `now_ms`, at most `limit`.
-pub fn expired(r: &dyn Reader, now_ms: u64, limit: usize) -> Result<Vec<Vec<u8>>, EngineError> {
+pub fn expired<R: Reader + ?Sized>(
+    r: &R,
+    now_ms: u64,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>, EngineError> {
     let mut hits = Vec::new();
     let past_slack = now_ms.saturating_add(LANE_SLACK_MS);
     for (key, lane) in with_members(r)? {
@@ -71,7 +76,7 @@ pub fn expired(r: &dyn Reader, now_ms: u64, limit: usize) -> Result<Vec<Vec<u8>>
 }
 
 /// The earliest expiry of any lane message.
-pub fn next_expiry(r: &dyn Reader) -> Result<Option<u64>, EngineError> {
+pub fn next_expiry<R: Reader + ?Sized>(r: &R) -> Result<Option<u64>, EngineError> {
     let mut next: Option<u64> = None;
     for (key, lane) in with_members(r)? {
         let mut first: Option<u64> = None;
