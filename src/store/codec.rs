@@ -31,6 +31,9 @@ pub const T_AUDIT: Tree = 14;
 pub const T_CKPT: Tree = 15;
 pub const T_BLOBREF: Tree = 16;
 pub const T_QUAR: Tree = 17;
+/// `due_ms(BE) | counter key` → empty: when each expiry-ordered lane is next worth a look
+/// (`store::lanes`).
+pub const T_LANE_DUE: Tree = 18;
 
 pub const META_SCHEMA: &[u8] = b"schema_version";
 pub const META_NEXT_SEQ: &[u8] = b"next_seq";

@@ -404,6 +404,10 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
         );
     }
     tx.put(T_MSG, key, value);
+    if rec.in_lane && c.lane.members == 1 {
+        let due = super::lanes::due_key(c.lane.due_ms, &count_key(&m.queue, &m.peer));
+        tx.put(T_LANE_DUE, due, Vec::new());
+    }
     c.adjust(1, cost);
     put_counter(tx, &m.queue, &m.peer, &c);
     add_total(tx, cost)?;
@@ -478,10 +482,16 @@ impl Leaving {
         if self.messages == 0 {
             return Ok(());
         }
-        adjust_counter(tx, queue, peer, |c| {
-            c.adjust(-self.messages, -self.bytes);
+        let mut c = counter(tx, queue, peer)?;
+        c.adjust(-self.messages, -self.bytes);
+        if self.lane_members > 0 && c.lane.members > 0 {
             c.lane.members = c.lane.members.saturating_sub(self.lane_members);
-        })?;
+            if c.lane.members == 0 {
+                let due = super::lanes::due_key(c.lane.due_ms, &count_key(queue, peer));
+                tx.delete(T_LANE_DUE, due);
+            }
+        }
+        put_counter(tx, queue, peer, &c);
         add_total(tx, -self.bytes)
     }
 }
@@ -639,11 +649,51 @@ fn sweep(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<Vec<ExpiredMessag
         hits.push((Some(k.to_vec()), v.to_vec()));
         hits.len() < limit
     })?;
-    hits.extend(
-        super::lanes::expired(tx.view, now_ms, limit)?
-            .into_iter()
-            .map(|k| (None, k)),
-    );
+    // Lanes due by now: read each from its head, and move its due time on.
+    let mut from_lanes = 0;
+    for (due, ck) in super::lanes::due(tx.view, now_ms, limit)? {
+        let counter = tx.get(T_COUNT, &ck)?;
+        let Some(mut c) = counter.and_then(|v| super::lanes::current_in(&v, due)) else {
+            // The lane emptied or moved on since this entry was written (a lane's own
+            // entry always has its current due time as key).
+            tx.delete(T_LANE_DUE, super::lanes::due_key(due, &ck));
+            continue;
+        };
+        // The read below sees committed state; members that joined earlier in this group
+        // are bounded by the committed tail — if the committed lane is this same lane.
+        let seen = tx
+            .view
+            .get(T_COUNT, &ck)?
+            .and_then(|v| Counter::decode(&v).ok())
+            .filter(|s| s.lane.start_seq == c.lane.start_seq);
+        let Some(seen) = seen else {
+            // The lane started in this group: its members are all unseen; next sweep.
+            continue;
+        };
+        let look = super::lanes::look(
+            tx.view,
+            &ck,
+            &c.lane,
+            seen.lane.tail_ms,
+            now_ms,
+            limit - from_lanes,
+        )?;
+        from_lanes += look.expired.len();
+        hits.extend(look.expired.into_iter().map(|k| (None, k)));
+        if look.next_due_ms != due {
+            tx.delete(T_LANE_DUE, super::lanes::due_key(due, &ck));
+            tx.put(
+                T_LANE_DUE,
+                super::lanes::due_key(look.next_due_ms, &ck),
+                Vec::new(),
+            );
+            c.lane.due_ms = look.next_due_ms;
+            tx.put(T_COUNT, ck, c.encode());
+        }
+        if from_lanes >= limit {
+            break;
+        }
+    }
     let mut out = Vec::new();
     for (ek, mk) in hits {
         // Read through the group: an earlier request may have acked it already.

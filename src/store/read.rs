@@ -264,10 +264,7 @@ impl Store {
             t = split_time_key(k).map(|(t, _)| t);
             false
         })?;
-        Ok(match (t, super::lanes::next_expiry(e)?) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        Ok(super::lanes::next_expiry(e, t)?.or(t))
     }
 
     /// True if `id` is in the dedup window of `scope` (and not yet past keep-until).

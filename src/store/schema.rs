@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use super::blobs::Blobs;
 use super::codec::*;
 use super::engine::{BatchOp, Engine};
-use super::types::{Counter, IdEntry, Lane, MsgRecord, TOMBSTONE};
+use super::types::{Counter, IdEntry, Lane, MsgRecord, LANE_SLACK_MS, TOMBSTONE};
 use super::{StoreError, SCHEMA_VERSION};
 
 pub struct Opened {
@@ -184,7 +184,17 @@ pub fn rebuild_counters(
                 c.depth += 1;
                 c.bytes += cost;
                 if rec.in_lane {
-                    // Keys come in queue order, so the last member seen is the newest.
+                    // Keys come in queue order, so the last member seen is the newest;
+                    // `due_ms` holds the earliest member expiry until the end.
+                    if c.lane.members == 0 {
+                        c.lane = Lane {
+                            start_seq: rec.seq,
+                            due_ms: rec.expires_at_ms,
+                            ..Lane::default()
+                        };
+                    } else {
+                        c.lane.due_ms = c.lane.due_ms.min(rec.expires_at_ms);
+                    }
                     c.lane.prio = rec.priority;
                     c.lane.members += 1;
                     c.lane.tail_ms = c.lane.tail_ms.max(rec.expires_at_ms);
@@ -203,22 +213,31 @@ pub fn rebuild_counters(
         true
     })?;
     let mut batch = Vec::new();
-    let mut old = Vec::new();
-    engine.scan(T_COUNT, &[], None, &mut |k, _| {
-        old.push(k.to_vec());
-        true
-    })?;
-    for k in old {
-        batch.push(BatchOp::Delete {
-            tree: T_COUNT,
-            key: k,
-        });
+    for tree in [T_COUNT, T_LANE_DUE] {
+        let mut old = Vec::new();
+        engine.scan(tree, &[], None, &mut |k, _| {
+            old.push(k.to_vec());
+            true
+        })?;
+        for key in old {
+            batch.push(BatchOp::Delete { tree, key });
+        }
     }
     for (k, mut c) in counters {
         // A rebuilt lane takes no newcomers until its queue is empty: its members stay
         // in order, and nothing new has to be checked against what came before.
         if c.lane.members == 0 {
             c.lane = Lane::closed();
+        } else {
+            c.lane.due_ms = c
+                .lane
+                .due_ms
+                .min(c.lane.tail_ms.saturating_sub(LANE_SLACK_MS));
+            batch.push(BatchOp::Put {
+                tree: T_LANE_DUE,
+                key: super::lanes::due_key(c.lane.due_ms, &k),
+                value: Vec::new(),
+            });
         }
         batch.push(BatchOp::Put {
             tree: T_COUNT,

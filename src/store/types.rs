@@ -413,11 +413,24 @@ impl StatusRecord {
 
 /// Per-recipient counters, persisted so depth and bytes need no scan, and the
 /// recipient's expiry-ordered lane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counter {
     pub depth: u64,
     pub bytes: u64,
     pub lane: Lane,
+}
+
+/// A recipient with nothing queued. Its lane is closed: only an enqueue into the empty
+/// queue opens one (`Lane::admit`), so every lane with members was started by its first
+/// member, whose seq names it (`Lane::start_seq`).
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            depth: 0,
+            bytes: 0,
+            lane: Lane::closed(),
+        }
+    }
 }
 
 /// A recipient's expiry-ordered lane (schema 3): the messages of one priority that
@@ -446,6 +459,13 @@ pub struct Lane {
     /// Messages with this seq or later never join (`u64::MAX` = open). The sweeper stops
     /// reading here.
     pub closed_at_seq: u64,
+    /// While the lane has members: no member, present or still to join, expires before
+    /// this (joiners expire no earlier than `tail_ms` minus the slack), so the sweeper
+    /// leaves the lane alone until then. Also the lane's key in the due tree.
+    pub due_ms: u64,
+    /// Seq of the message that started this lane (0: none did): tells this lane from an
+    /// earlier one of the same recipient.
+    pub start_seq: u64,
 }
 
 /// How far out of expiry order a message may arrive and still join a lane: producers
@@ -459,17 +479,21 @@ impl Default for Lane {
             tail_ms: 0,
             members: 0,
             closed_at_seq: u64::MAX,
+            due_ms: 0,
+            start_seq: 0,
         }
     }
 }
 
 impl Lane {
     /// Whether a new message (seq, priority, expiry) joins the lane of a recipient whose
-    /// queue currently holds `depth` messages; updates the lane either way.
+    /// queue currently holds `depth` messages; updates the lane either way. A first
+    /// member sets `due_ms` (the caller adds the lane to the due tree).
     pub fn admit(&mut self, depth: u64, seq: u64, prio: u8, expires_at_ms: u64) -> bool {
         if depth == 0 {
             *self = Lane {
                 prio,
+                start_seq: seq,
                 ..Lane::default()
             };
         }
@@ -481,6 +505,10 @@ impl Lane {
             return false;
         }
         self.tail_ms = self.tail_ms.max(expires_at_ms);
+        if self.members == 0 {
+            // <= tail - slack, which bounds every later joiner too.
+            self.due_ms = expires_at_ms.saturating_sub(LANE_SLACK_MS);
+        }
         self.members += 1;
         true
     }
@@ -503,13 +531,15 @@ impl Counter {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = W(Vec::with_capacity(41));
+        let mut w = W(Vec::with_capacity(57));
         w.u64(self.depth)
             .u64(self.bytes)
             .u8(self.lane.prio)
             .u64(self.lane.tail_ms)
             .u64(self.lane.members)
-            .u64(self.lane.closed_at_seq);
+            .u64(self.lane.closed_at_seq)
+            .u64(self.lane.due_ms)
+            .u64(self.lane.start_seq);
         w.0
     }
     pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
@@ -524,6 +554,8 @@ impl Counter {
                 tail_ms: r.u64()?,
                 members: r.u64()?,
                 closed_at_seq: r.u64()?,
+                due_ms: r.u64()?,
+                start_seq: r.u64()?,
             }
         };
         r.end()?;
@@ -652,6 +684,8 @@ mod tests {
                 tail_ms: 99,
                 members: 2,
                 closed_at_seq: 17,
+                due_ms: 5,
+                start_seq: 11,
             },
         };
         assert_eq!(Counter::decode(&c.encode()).unwrap(), c);

@@ -718,16 +718,20 @@ fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
     );
 }
 
-fn expiry_index_len(s: &Store) -> usize {
+fn tree_len(s: &Store, tree: engine::Tree) -> usize {
     let mut n = 0;
     s.inner
         .engine
-        .scan(codec::T_EXP, &[], None, &mut |_, _| {
+        .scan(tree, &[], None, &mut |_, _| {
             n += 1;
             true
         })
         .unwrap();
     n
+}
+
+fn expiry_index_len(s: &Store) -> usize {
+    tree_len(s, codec::T_EXP)
 }
 
 fn expiring(peer: &str, id: &str, prio: u8, expires_at_ms: u64) -> NewMessage {
@@ -745,6 +749,9 @@ fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
     let c = ManualClock::new(T0);
     let mut s = open(kind, d.path(), &c);
     let slack = LANE_SLACK_MS;
+    s.enqueue(expiring("gw", "a0", 0, T0 + 4_000))
+        .wait()
+        .unwrap();
     s.enqueue(expiring("gw", "a1", 0, T0 + 10_000))
         .wait()
         .unwrap();
@@ -766,13 +773,20 @@ fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
         .wait()
         .unwrap();
     assert_eq!(expiry_index_len(&s), 1);
-    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 5_000));
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 4_000));
 
+    // The lane is due (a0): this look expires a0, stops at a1, and must not put the
+    // lane off past a2, which expires a second before a1.
+    let swept = s.sweep_expired(T0 + 5_000).wait().unwrap();
+    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
+    got.sort();
+    assert_eq!(got, vec!["a0", "p9"]);
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 9_000));
     // a2 has expired, a1 (before it) has not: the sweeper reads past a1.
     let swept = s.sweep_expired(T0 + 9_500).wait().unwrap();
     let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
     got.sort();
-    assert_eq!(got, vec!["a2", "p9"]);
+    assert_eq!(got, vec!["a2"]);
     assert_eq!(
         s.status("a2").unwrap().unwrap().state,
         MessageState::Expired
@@ -812,7 +826,8 @@ fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
     assert_eq!(swept.len(), 2, "a5 (lane) and late (indexed)");
     assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 50_000));
 
-    // Empty again: the next arrivals start a new lane.
+    // Empty again: the next arrivals start a new lane; the old one left no due entry.
+    assert_eq!(tree_len(&s, codec::T_LANE_DUE), 0, "a5 was the last member");
     s.ack("outbox", "gw", vec!["after".into()], T0 + 40_000)
         .wait()
         .unwrap();
@@ -824,6 +839,7 @@ fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
         .wait()
         .unwrap();
     assert_eq!(expiry_index_len(&s), 0);
+    assert_eq!(tree_len(&s, codec::T_LANE_DUE), 1, "one due entry per lane");
     assert_eq!(s.sweep_expired(T0 + 61_000).wait().unwrap().len(), 2);
     assert_eq!(s.pending("outbox", "gw").unwrap(), 0);
     assert!(s.doctor().unwrap().healthy());

@@ -44,6 +44,12 @@ impl Gate {
         self.state.lock().unwrap().open = true;
         self.changed.notify_all();
     }
+    /// Holds the writer again at the start of its next group.
+    fn close(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.open = false;
+        s.writer_waiting = false;
+    }
 }
 
 pass_through_reader!(Gate);
@@ -127,4 +133,59 @@ fn a_failed_request_takes_back_only_its_own_writes(kind: EngineKind) {
     );
 }
 
-for_each_engine!(a_failed_request_takes_back_only_its_own_writes);
+/// A sweep in the same group as enqueues into a lane reads the lane's committed state,
+/// which does not show those newcomers; the lane's next due time must still come before
+/// the earliest of them expires (bounded by the committed tail, not the group's).
+fn a_sweep_does_not_lose_lane_members_that_joined_in_its_own_group(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let gate = Gate::open_engine(kind, d.path());
+    let s = Store::open_on(
+        d.path(),
+        opts(kind),
+        Arc::new(ManualClock::new(T0)),
+        gate.clone(),
+    )
+    .unwrap();
+    let expiring = |id: &str, at: u64| {
+        let mut m = msg("gw", id, 0, b"x");
+        m.expires_at_ms = at;
+        m
+    };
+    let a = s.enqueue(expiring("a", T0 + 1_000));
+    gate.wait_for_writer();
+    gate.release();
+    a.wait().unwrap();
+
+    gate.close();
+    // Both join the lane (each no earlier than the tail minus the slack), in one group
+    // with a sweep: c expires before b's tail minus the slack.
+    let c = s.enqueue(expiring("c", T0 + 3_000));
+    gate.wait_for_writer();
+    let b = s.enqueue(expiring("b", T0 + 6_000));
+    let swept = s.sweep_expired(T0 + 1_200);
+    gate.release();
+    c.wait().unwrap();
+    b.wait().unwrap();
+    let swept: Vec<String> = swept
+        .wait()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message_id)
+        .collect();
+    assert_eq!(swept, vec!["a"]);
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 3_000));
+    let swept: Vec<String> = s
+        .sweep_expired(T0 + 3_500)
+        .wait()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message_id)
+        .collect();
+    assert_eq!(swept, vec!["c"], "c came due in time");
+    assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 6_000));
+}
+
+for_each_engine!(
+    a_failed_request_takes_back_only_its_own_writes,
+    a_sweep_does_not_lose_lane_members_that_joined_in_its_own_group,
+);
