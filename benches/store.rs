@@ -259,6 +259,28 @@ fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
     el
 }
 
+/// Median time of a sweep (expiry + prune) when nothing is due, with `recipients`
+/// queues of two messages each (24 h TTL).
+fn sweep_idle(dir: &Path, recipients: usize) -> Duration {
+    let s = open(EngineKind::Sqlite, dir);
+    for chunk in (0..recipients).collect::<Vec<_>>().chunks(500) {
+        let ops = chunk
+            .iter()
+            .flat_map(|r| [0, 1].map(|_| WriteOp::Enqueue(msg(&format!("node{r}"), id()))))
+            .collect();
+        s.write(ops).wait().expect("fill");
+    }
+    settle();
+    let mut lat = Vec::new();
+    for _ in 0..41 {
+        let t0 = now();
+        s.sweep_expired(s.now_ms()).wait().expect("sweep");
+        lat.push(t0.elapsed());
+    }
+    lat.sort();
+    lat[lat.len() / 2]
+}
+
 /// Child mode: `store rss-fill|rss-run <engine> <dir>`; prints `HWM <kib>`.
 fn child(mode: &str, engine: &str, dir: &Path) {
     let kind = EngineKind::all()
@@ -339,6 +361,17 @@ fn main() {
         // OUTPOST_BENCH_DRAIN_PAUSE_MS=1000 and `perf report --time` after the gap.
         let el = drain(EngineKind::Sqlite, &root.join("sqlite-drain"), 10_000);
         println!("drain 10,000: {:.3} s", el.as_secs_f64());
+        return;
+    }
+    if std::env::var("OUTPOST_BENCH_SWEEP_ONLY").is_ok() {
+        // What an idle sweep costs a gateway holding mail for many offline nodes.
+        for recipients in [100, 1_000, 5_000] {
+            let per = sweep_idle(&root.join(format!("sweep-{recipients}")), recipients);
+            println!(
+                "sweep with nothing due, {recipients} recipients x 2 queued: {:.0} µs",
+                us(per)
+            );
+        }
         return;
     }
     if std::env::var("OUTPOST_BENCH_ONE_ONLY").is_ok() {
