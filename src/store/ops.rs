@@ -475,6 +475,8 @@ struct Leaving {
     /// sets it, a lane restarts only when its queue is empty, a rebuild takes it from the
     /// members), so no per-message priority check is needed.
     lane_members: u64,
+    /// Of them, indexed ones (priority, seq): strays of the lane if in its range.
+    indexed: Vec<(u8, u64)>,
 }
 
 impl Leaving {
@@ -484,6 +486,12 @@ impl Leaving {
         }
         let mut c = counter(tx, queue, peer)?;
         c.adjust(-self.messages, -self.bytes);
+        let strays = self
+            .indexed
+            .iter()
+            .filter(|(prio, seq)| c.lane.is_stray(false, *prio, *seq))
+            .count() as u64;
+        c.lane.strays = c.lane.strays.saturating_sub(strays);
         if self.lane_members > 0 && c.lane.members > 0 {
             c.lane.members = c.lane.members.saturating_sub(self.lane_members);
             if c.lane.members == 0 {
@@ -514,6 +522,9 @@ fn unlink_live(
     leaving.messages += 1;
     leaving.bytes += cost;
     leaving.lane_members += u64::from(rec.in_lane);
+    if !rec.in_lane {
+        leaving.indexed.push((rec.priority, rec.seq));
+    }
     deref_blob(tx, rec)
 }
 
@@ -839,7 +850,12 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
         key.clone(),
     );
     tx.put(T_MSG, key, value);
-    adjust_counter(tx, &rec.queue, &rec.peer, |c| c.adjust(1, cost))?;
+    adjust_counter(tx, &rec.queue, &rec.peer, |c| {
+        c.adjust(1, cost);
+        if c.lane.is_stray(false, rec.priority, rec.seq) {
+            c.lane.strays += 1;
+        }
+    })?;
     add_total(tx, cost)
 }
 

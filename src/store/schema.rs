@@ -169,6 +169,9 @@ pub fn rebuild_counters(
     quarantined: &mut Vec<String>,
 ) -> Result<(), StoreError> {
     let mut counters: BTreeMap<Vec<u8>, Counter> = BTreeMap::new();
+    // Per recipient: indexed messages of its lane's priority since the last member seen
+    // (strays once another member follows them).
+    let mut since_member: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     let mut total = 0u64;
     let mut bad = Vec::new();
     let mut max_seq = 0u64;
@@ -180,10 +183,14 @@ pub fn rebuild_counters(
                     super::types::Body::Inline(_) => 0,
                 };
                 let cost = (k.len() + v.len()) as u64 + blob + 64;
-                let c = counters.entry(count_key(&q, &p)).or_default();
+                let ck = count_key(&q, &p);
+                let c = counters.entry(ck.clone()).or_default();
                 c.depth += 1;
                 c.bytes += cost;
-                if rec.in_lane {
+                if !rec.in_lane && c.lane.members > 0 && rec.priority == c.lane.prio {
+                    *since_member.entry(ck).or_default() += 1;
+                } else if rec.in_lane {
+                    c.lane.strays += since_member.remove(&ck).unwrap_or(0);
                     // Keys come in queue order, so the last member seen is the newest;
                     // `due_ms` holds the earliest member expiry until the end.
                     if c.lane.members == 0 {

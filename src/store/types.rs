@@ -439,9 +439,10 @@ impl Default for Counter {
 /// With one TTL per payload type that is nearly every message, and it saves the
 /// index's pages on every commit (docs/BENCHMARKS-store.md). A message that does not
 /// fit (another priority, or an expiry earlier than the lane's tail) is indexed as
-/// before, and one that breaks the order closes the lane to later arrivals so the
-/// sweeper's read never has to step over a long run of indexed messages; the lane starts
-/// afresh when the recipient's queue is empty.
+/// before. Those of the lane's priority sit between members as *strays*; after
+/// [`LANE_STRAYS_MAX`] of them the lane closes to later arrivals, so a sweeper's read
+/// never steps over a long run of indexed messages. The lane starts afresh when the
+/// recipient's queue is empty.
 ///
 /// The invariant the sweeper relies on: within the lane's priority, in queue (seq)
 /// order, each lane message expires no earlier than every lane message before it, minus
@@ -466,11 +467,21 @@ pub struct Lane {
     /// Seq of the message that started this lane (0: none did): tells this lane from an
     /// earlier one of the same recipient.
     pub start_seq: u64,
+    /// Indexed messages of the lane's priority queued between its members (arrived out
+    /// of order, or requeued into the lane's range): what a sweep may have to step over,
+    /// at most [`LANE_STRAYS_MAX`] before the lane closes.
+    pub strays: u64,
 }
 
 /// How far out of expiry order a message may arrive and still join a lane: producers
 /// racing to the writer, or two senders' clocks a little apart.
 pub const LANE_SLACK_MS: u64 = 2_000;
+
+/// How many out-of-order messages a lane tolerates among its members before it closes:
+/// one message with a shorter TTL (a command among telemetry) must not end a lane, and a
+/// sweep's read of a lane never steps over more than about this many strays (plus dead
+/// letters requeued into it).
+pub const LANE_STRAYS_MAX: u64 = 256;
 
 impl Default for Lane {
     fn default() -> Self {
@@ -481,6 +492,7 @@ impl Default for Lane {
             closed_at_seq: u64::MAX,
             due_ms: 0,
             start_seq: 0,
+            strays: 0,
         }
     }
 }
@@ -501,7 +513,13 @@ impl Lane {
             return false;
         }
         if expires_at_ms.saturating_add(LANE_SLACK_MS) < self.tail_ms {
-            self.closed_at_seq = seq;
+            // Out of order: indexed, and a stray among the members the sweeper may have
+            // to step over. Past the budget, the lane takes nobody from here on.
+            if self.strays < LANE_STRAYS_MAX {
+                self.strays += 1;
+            } else {
+                self.closed_at_seq = seq;
+            }
             return false;
         }
         self.tail_ms = self.tail_ms.max(expires_at_ms);
@@ -511,6 +529,16 @@ impl Lane {
         }
         self.members += 1;
         true
+    }
+
+    /// Whether a removed (or requeued) message that is not a member counts among the
+    /// lane's strays: the lane's priority, inside the lane's seq range.
+    pub fn is_stray(&self, in_lane: bool, prio: u8, seq: u64) -> bool {
+        !in_lane
+            && self.start_seq > 0
+            && prio == self.prio
+            && seq >= self.start_seq
+            && seq < self.closed_at_seq
     }
 
     /// A lane closed to every new message until the queue is empty: what a counter from
@@ -531,7 +559,7 @@ impl Counter {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = W(Vec::with_capacity(57));
+        let mut w = W(Vec::with_capacity(65));
         w.u64(self.depth)
             .u64(self.bytes)
             .u8(self.lane.prio)
@@ -539,7 +567,8 @@ impl Counter {
             .u64(self.lane.members)
             .u64(self.lane.closed_at_seq)
             .u64(self.lane.due_ms)
-            .u64(self.lane.start_seq);
+            .u64(self.lane.start_seq)
+            .u64(self.lane.strays);
         w.0
     }
     pub fn decode(v: &[u8]) -> Result<Self, DecodeError> {
@@ -556,6 +585,7 @@ impl Counter {
                 closed_at_seq: r.u64()?,
                 due_ms: r.u64()?,
                 start_seq: r.u64()?,
+                strays: r.u64()?,
             }
         };
         r.end()?;
@@ -635,31 +665,41 @@ mod tests {
 
         /// What the sweeper relies on (see `Lane`): in queue order, every admitted message
         /// of the lane's priority expires no earlier than each admitted one before it,
-        /// minus the slack; once the order breaks, nothing more is admitted.
+        /// minus the slack; out-of-order ones are strays, and past the stray budget
+        /// nothing more is admitted.
         #[test]
         fn a_lane_admits_only_messages_in_expiry_order(
-            arrivals in proptest::collection::vec((0u8..3, 0u64..20_000), 1..200),
+            arrivals in proptest::collection::vec((0u8..2, 0u64..20_000), 1..600),
         ) {
             let mut lane = Lane::default();
             let mut admitted: Vec<u64> = Vec::new();
-            let mut refused_for_order = false;
+            let mut strays = 0u64;
+            let first_prio = arrivals[0].0;
             for (seq, &(prio, expires)) in arrivals.iter().enumerate() {
-                let depth = seq as u64; // nothing leaves the queue here
+                let seq = seq as u64 + 1;
+                let depth = seq - 1; // nothing leaves the queue here
                 let tail_before = lane.tail_ms;
-                let first_prio = arrivals[0].0;
-                if lane.admit(depth, seq as u64, prio, expires) {
-                    prop_assert!(!refused_for_order, "admitted after the lane closed");
+                let closed_before = lane.closed_at_seq != u64::MAX;
+                if lane.admit(depth, seq, prio, expires) {
+                    prop_assert!(!closed_before, "admitted after the lane closed");
                     prop_assert_eq!(prio, first_prio);
                     if let Some(max) = admitted.iter().max() {
                         prop_assert!(expires + LANE_SLACK_MS >= *max);
                     }
                     admitted.push(expires);
-                } else if prio == first_prio && !refused_for_order {
+                } else if prio == first_prio && !closed_before {
                     prop_assert!(expires + LANE_SLACK_MS < tail_before);
-                    refused_for_order = true;
+                    if lane.closed_at_seq == u64::MAX {
+                        strays += 1;
+                        prop_assert!(lane.is_stray(false, prio, seq));
+                    } else {
+                        prop_assert_eq!(strays, LANE_STRAYS_MAX, "closes only past the budget");
+                        prop_assert!(!lane.is_stray(false, prio, seq));
+                    }
                 }
             }
             prop_assert_eq!(lane.members, admitted.len() as u64);
+            prop_assert_eq!(lane.strays, strays);
         }
     }
 
@@ -668,10 +708,17 @@ mod tests {
         let mut lane = Lane::default();
         assert!(lane.admit(0, 1, 5, 10_000));
         assert!(!lane.admit(1, 2, 5, 1_000), "out of order: indexed");
-        assert!(!lane.admit(2, 3, 5, 20_000), "closed until empty");
+        assert_eq!(lane.strays, 1);
+        assert!(lane.admit(2, 3, 5, 20_000), "a stray does not end the lane");
         assert!(!lane.admit(3, 4, 0, 20_000), "another priority");
-        assert!(lane.admit(0, 5, 0, 1_000), "empty again: a new lane");
-        assert_eq!((lane.prio, lane.members, lane.tail_ms), (0, 1, 1_000));
+        lane.strays = LANE_STRAYS_MAX;
+        assert!(!lane.admit(4, 5, 5, 1_000), "one stray too many");
+        assert!(!lane.admit(5, 6, 5, 30_000), "closed until empty");
+        assert!(lane.admit(0, 7, 0, 1_000), "empty again: a new lane");
+        assert_eq!(
+            (lane.prio, lane.members, lane.tail_ms, lane.strays),
+            (0, 1, 1_000, 0)
+        );
     }
 
     #[test]
@@ -686,6 +733,7 @@ mod tests {
                 closed_at_seq: 17,
                 due_ms: 5,
                 start_seq: 11,
+                strays: 3,
             },
         };
         assert_eq!(Counter::decode(&c.encode()).unwrap(), c);
