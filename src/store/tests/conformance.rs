@@ -773,16 +773,10 @@ fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
 
     // The lane is due (a0): this look expires a0, stops at a1, and must not put the
     // lane off past a2, which expires a second before a1.
-    let swept = s.sweep_expired(T0 + 5_000).wait().unwrap();
-    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
-    got.sort();
-    assert_eq!(got, vec!["a0", "p9"]);
+    assert_eq!(swept_ids(&s, T0 + 5_000), vec!["a0", "p9"]);
     assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 9_000));
     // a2 has expired, a1 (before it) has not: the sweeper reads past a1.
-    let swept = s.sweep_expired(T0 + 9_500).wait().unwrap();
-    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
-    got.sort();
-    assert_eq!(got, vec!["a2"]);
+    assert_eq!(swept_ids(&s, T0 + 9_500), vec!["a2"]);
     assert_eq!(
         s.status("a2").unwrap().unwrap().state,
         MessageState::Expired
@@ -809,10 +803,7 @@ fn lane_messages_expire_without_an_index_entry(kind: EngineKind) {
 
     drop(s);
     s = open(kind, d.path(), &c);
-    let swept = s.sweep_expired(T0 + 30_000).wait().unwrap();
-    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
-    got.sort();
-    assert_eq!(got, vec!["a1", "a3", "a4"]);
+    assert_eq!(swept_ids(&s, T0 + 30_000), vec!["a1", "a3", "a4"]);
     assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 40_000 - slack - 1));
     assert_eq!(
         ids(&s.next_batch("outbox", "gw", 10, T0 + 30_000).unwrap()),
@@ -909,10 +900,7 @@ fn a_lane_closes_past_its_stray_budget(kind: EngineKind) {
     let lane = lane_of(&s, "gw");
     assert_eq!((lane.members, lane.strays), (2, 0), "strays counted off");
     assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 100_000));
-    let swept = s.sweep_expired(T0 + 100_500).wait().unwrap();
-    let mut got: Vec<String> = swept.into_iter().map(|e| e.message_id).collect();
-    got.sort();
-    assert_eq!(got, vec!["m0", "m1"]);
+    assert_eq!(swept_ids(&s, T0 + 100_500), vec!["m0", "m1"]);
     assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 200_000));
 }
 

@@ -44,6 +44,19 @@ pub fn msg(peer: &str, id: &str, prio: u8, body: &[u8]) -> NewMessage {
     }
 }
 
+/// Ids a sweep at `now_ms` expired, sorted.
+pub fn swept_ids(s: &Store, now_ms: u64) -> Vec<String> {
+    let mut ids: Vec<String> = s
+        .sweep_expired(now_ms)
+        .wait()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 pub fn ids(v: &[StoredMessage]) -> Vec<String> {
     v.iter().map(|m| m.message_id.clone()).collect()
 }
