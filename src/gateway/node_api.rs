@@ -27,7 +27,8 @@ pub struct PullQuery {
     pub max: Option<usize>,
 }
 
-/// Decrements the poll count however the handler ends (answer, disconnect, shutdown).
+/// Decrements the long-poll count however the handler ends (answer, disconnect,
+/// shutdown).
 struct PollGuard<'a>(&'a Gateway, &'a str);
 impl Drop for PollGuard<'_> {
     fn drop(&mut self) {
@@ -49,8 +50,14 @@ pub async fn pull(
         .max
         .unwrap_or(gw.cfg.queue.flush_batch as usize)
         .clamp(1, MAX_BATCH);
-    gw.poll_started(node);
-    let _guard = PollGuard(&gw, node);
+    // Only a pull that waits holds the node "on the line": a message queued while it
+    // is held goes out at once (`was_stored: false`). The handshake and flush pulls
+    // (`wait_s = 0`) answer immediately, and the node does its chores before it
+    // long-polls again, so counting them would call a message that then waits "live".
+    let _guard = (!wait.is_zero()).then(|| {
+        gw.poll_started(node);
+        PollGuard(&gw, node)
+    });
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);
     let batch = loop {

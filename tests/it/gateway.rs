@@ -301,6 +301,56 @@ async fn sse_streams_queued_and_delivered_events() {
     assert!(st.success());
 }
 
+/// A message queued while the node holds a long-poll goes out at once and is acked as
+/// `was_stored: false`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_queued_during_a_long_poll_is_delivered_live() {
+    let f = start();
+    let mut events = http()
+        .get(f.gw.url("/v1/events"))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap();
+    let polling = || async {
+        let (_, v) = f.client("/v1/nodes", None).await;
+        v["nodes"][0]["polling"] == true
+    };
+    let long = format!("/v1/nodes/{NODE}/pull?wait_s=20&max=50");
+    let pull = f.signed("GET", &long, None, |_, _| {});
+    let queue = async {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !polling().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "long-poll never seen"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let t = std::time::Instant::now();
+        (f.queue_call(3, "job-live").await, t)
+    };
+    let ((st, got), (id, queued_at)) = tokio::join!(pull, queue);
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got["envelopes"][0]["message_id"], id.as_str(), "{got}");
+    assert!(queued_at.elapsed() < std::time::Duration::from_secs(10));
+    let ack = json!({"message_ids": [id]});
+    let path = format!("/v1/nodes/{NODE}/ack");
+    let (st, _) = f.signed("POST", &path, Some(&ack), |_, _| {}).await;
+    assert_eq!(st, 200);
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen.contains("event: delivered") {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk())
+            .await
+            .expect("events within 10 s")
+            .unwrap()
+            .expect("stream open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("\"was_stored\":false"), "{seen}");
+}
+
 fn sealed(f: &Fixture, to: &IdentityDocument, payload_type: &str, pt: Value) -> Value {
     let t = now();
     let params = SealParams {
