@@ -10,6 +10,9 @@
 //! - peak RSS of a fresh process working on a store with 100,000 queued (`VmHWM`),
 //!   measured in a child process per engine so the numbers are not polluted.
 //!
+//! `OUTPOST_BENCH_COLD_ONLY=1` measures one thing alone: bytes per one-message commit
+//! after an unclean stop and a cold page cache (root, to drop the cache).
+//!
 //! Wall-clock measurement is the point here, hence the local `disallowed_methods` allows.
 
 use std::io::Write;
@@ -281,13 +284,22 @@ fn sweep_idle(dir: &Path, recipients: usize) -> Duration {
     lat[lat.len() / 2]
 }
 
-/// Child mode: `store rss-fill|rss-run <engine> <dir>`; prints `HWM <kib>`.
+/// Child mode: `store rss-fill|rss-run|cut-fill <engine> <dir>`; prints `HWM <kib>`.
 fn child(mode: &str, engine: &str, dir: &Path) {
     let kind = EngineKind::all()
         .into_iter()
         .find(|k| k.name() == engine)
         .expect("engine");
     let s = open(kind, dir);
+    if mode == "cut-fill" {
+        // One message per commit, then gone without closing the store: what a power cut
+        // leaves (a WAL full of committed frames that the next open recovers).
+        for _ in 0..COLD_FILL {
+            s.enqueue(msg("one", id())).wait().expect("enqueue");
+        }
+        println!("HWM {}", status_kib("VmHWM:"));
+        std::process::exit(0);
+    }
     if mode == "rss-fill" {
         for c in 0..100 {
             let ops = (0..1000)
@@ -337,6 +349,23 @@ fn rss_child(exe: &Path, mode: &str, kind: EngineKind, dir: &Path) -> u64 {
         })
 }
 
+/// Messages the `cut-fill` child commits before it vanishes.
+const COLD_FILL: usize = 5_000;
+
+/// Bytes written per one-message commit after the store was reopened with a cold page
+/// cache (a reboot after a power cut): a child fills it and exits without closing, the
+/// page cache is dropped (needs root), and this process enqueues `n`. `None` without
+/// root.
+fn cold_restart(exe: &Path, dir: &Path, n: usize) -> Option<f64> {
+    rss_child(exe, "cut-fill", EngineKind::Sqlite, dir);
+    if let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "3") {
+        println!("cold restart: skipped, cannot drop the page cache ({e}; needs root)");
+        return None;
+    }
+    let (_, _, _, wb) = one_producer(EngineKind::Sqlite, dir, n);
+    Some(wb)
+}
+
 fn bench_root() -> PathBuf {
     match std::env::var("OUTPOST_BENCH_DIR") {
         Ok(d) => PathBuf::from(d),
@@ -346,7 +375,7 @@ fn bench_root() -> PathBuf {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() >= 4 && args[1].starts_with("rss-") {
+    if args.len() >= 4 && (args[1].starts_with("rss-") || args[1] == "cut-fill") {
         child(&args[1], &args[2], Path::new(&args[3]));
         return;
     }
@@ -383,6 +412,14 @@ fn main() {
             us(p50),
             us(p99)
         );
+        return;
+    }
+    if std::env::var("OUTPOST_BENCH_COLD_ONLY").is_ok() {
+        // Linux ≥ 6.16 with ext4: what reading the WAL back after a power cut did to the
+        // bytes written per commit (store::engine::readahead).
+        if let Some(wb) = cold_restart(&exe, &root.join("sqlite-cold"), 5_000) {
+            println!("1 producer after an unclean stop and a cold page cache: {wb:.0} B/msg");
+        }
         return;
     }
     if std::env::var("OUTPOST_BENCH_MANY_ONLY").is_ok() {

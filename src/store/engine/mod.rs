@@ -40,6 +40,7 @@
 
 use std::path::Path;
 
+mod readahead;
 #[cfg(feature = "sled")]
 pub mod sled_engine;
 pub mod sqlite;

@@ -51,7 +51,7 @@ use std::sync::{mpsc, Mutex};
 
 use rusqlite::{params, CachedStatement, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
-use super::{BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
+use super::{readahead, BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
 use crate::store::codec::{u64_val, META_SCHEMA, T_META};
 
 /// File name of the database inside the store directory.
@@ -289,10 +289,7 @@ struct Checkpointer {
 
 impl Checkpointer {
     fn start(path: &Path) -> Option<Checkpointer> {
-        let conn = match Connection::open(path).map_err(err).and_then(|c| {
-            configure(&c)?;
-            Ok(c)
-        }) {
+        let conn = match open_conn(path, OpenFlags::default()) {
             Ok(c) => c,
             Err(e) => {
                 // Without it the WAL is still checkpointed when the store closes and by
@@ -565,6 +562,20 @@ impl Reader for ConnReader<'_, '_> {
     }
 }
 
+/// Opens a further connection (a reader, the checkpointer) configured like the writer's,
+/// with readahead off on its descriptors ([`readahead`]): once right after the open,
+/// for the database file, and once after a first read, which opens the WAL.
+fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection, EngineError> {
+    let files = readahead::store_files(path);
+    let c = Connection::open_with_flags(path, flags).map_err(err)?;
+    readahead::no_readahead(&files);
+    configure(&c)?;
+    c.query_row("PRAGMA schema_version", [], |_| Ok(()))
+        .map_err(err)?;
+    readahead::no_readahead(&files);
+    Ok(c)
+}
+
 fn configure(conn: &Connection) -> Result<(), EngineError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(err)?;
@@ -582,7 +593,14 @@ impl SqliteEngine {
     pub fn open(dir: &Path) -> Result<Self, EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::from_io(&e))?;
         let path = dir.join(DB_FILE);
+        // Before SQLite reads the WAL from end to end (recovery), bring it into the
+        // page cache in small folios (see `readahead`).
+        let files = readahead::store_files(&path);
+        if let Some(wal) = files.get(1) {
+            readahead::prewarm(wal);
+        }
         let conn = Connection::open(&path).map_err(err)?;
+        readahead::no_readahead(&files);
         configure(&conn)?;
         // Half the OS page: a commit writes every page it touches whole to the WAL,
         // and most of those are index leaves and interior pages holding a few new
@@ -613,6 +631,8 @@ impl SqliteEngine {
             .map_err(err)?;
         let mut conn = conn;
         prepare_layout(&mut conn)?;
+        // The WAL is open by now.
+        readahead::no_readahead(&files);
         // From here on commits are synced by `sync` (see module docs).
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(err)?;
@@ -662,15 +682,10 @@ impl SqliteEngine {
         let pooled = self.readers.lock().ok().and_then(|mut p| p.pop());
         let conn = match pooled {
             Some(c) => c,
-            None => {
-                let c = Connection::open_with_flags(
-                    &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )
-                .map_err(err)?;
-                configure(&c)?;
-                c
-            }
+            None => open_conn(
+                &self.path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?,
         };
         let out = f(&conn);
         if let Ok(mut p) = self.readers.lock() {
