@@ -7,6 +7,11 @@ write from its file offset, and maps pages to tables with SQLite's dbstat view.
 
     python3 scripts/wal-breakdown.py            # needs strace and the sqlite3 CLI
 
+It also replays the trace against a model of the page cache — every write dirties the
+4 KiB pages it touches, an fdatasync/fsync of a file cleans that file's pages — to show
+what the kernel's `write_bytes` counts per file, and how much of it is a page written
+twice because one commit's last WAL frame and the next commit's first share it.
+
 It is a diagnostic for docs/BENCHMARKS-store.md, not a benchmark: strace slows the
 writer, so groups come out somewhat larger than in the bench itself.
 """
@@ -43,14 +48,21 @@ def main():
     trace = os.path.join(work, "trace.txt")
     env = dict(os.environ, OUTPOST_BENCH_DIR=os.path.join(work, "bench"), OUTPOST_BENCH_MANY_ONLY="1")
     run = subprocess.run(
-        ["strace", "-ff", "-e", "trace=pwrite64", "-xx", "-s", "24", "-o", trace, exe, "--bench"],
+        ["strace", "-ff", "-ttt", "-e", "trace=openat,pwrite64,fdatasync,fsync,ftruncate", "-xx", "-s", "24",
+         "-o", trace, exe, "--bench"],
         env=env, capture_output=True, text=True, check=True,
     )
     print(run.stdout.strip())
     # One file per thread (-ff): no "<unfinished ...>" splits to stitch together.
     rx = re.compile(r'^pwrite64\((\d+), "((?:\\x[0-9a-f]{2})*)"(?:\.\.\.)?, (\d+), (\d+)\)')
+    # Every thread's calls, in time order (-ttt stamps), for the page-cache replay.
+    calls = sorted(
+        (float(stamp), rest)
+        for f in glob.glob(trace + ".*")
+        for stamp, _, rest in (ln.rstrip("\n").partition(" ") for ln in open(f))
+    )
     writes = []
-    for line in (ln for f in sorted(glob.glob(trace + ".*")) for ln in open(f)):
+    for _, line in calls:
         m = rx.match(line)
         if m:
             writes.append((m.group(1), m.group(2), int(m.group(3)), int(m.group(4))))
@@ -92,7 +104,43 @@ def main():
     for k in sorted(set(by_f) | set(by_c), key=lambda k: -(by_f[k] + by_c[k])):
         if (by_f[k] + by_c[k]) / commits >= 0.05:
             print(f"| {k} | {by_f[k] / commits:.2f} | {by_c[k] / commits:.2f} |")
+    page_cache_replay(calls)
     shutil.rmtree(work)
+
+
+def page_cache_replay(calls):
+    """Bytes written vs. 4 KiB pages dirtied, per file, from the time-ordered calls."""
+    opened = re.compile(r'^openat\(AT_FDCWD, "((?:\\x[0-9a-f]{2})+)".*\) = (\d+)$')
+    write = re.compile(r'^pwrite64\((\d+), .*, (\d+), (\d+)\) = \d+$')
+    sync = re.compile(r'^f(?:data)?sync\((\d+)\)')
+    trunc = re.compile(r'^ftruncate\((\d+), (\d+)\)')
+    name, dirty = {}, collections.defaultdict(set)
+    written, pages, again = collections.Counter(), collections.Counter(), collections.Counter()
+    cleaned = collections.defaultdict(set)  # pages written back since they were last dirtied
+    for _, line in calls:
+        if m := opened.match(line):
+            path = bytes(int(x, 16) for x in m.group(1).split("\\x")[1:]).decode()
+            name[m.group(2)] = os.path.basename(path)
+        elif m := write.match(line):
+            f = name.get(m.group(1), "fd " + m.group(1))
+            size, off = int(m.group(2)), int(m.group(3))
+            written[f] += size
+            for p in range(off // 4096, (off + size - 1) // 4096 + 1):
+                if p not in dirty[f]:
+                    dirty[f].add(p)
+                    pages[f] += 1
+                    again[f] += p in cleaned[f]
+        elif m := sync.match(line):
+            f = name.get(m.group(1), "fd " + m.group(1))
+            cleaned[f] = dirty[f]
+            dirty[f] = set()
+        elif m := trunc.match(line):
+            f = name.get(m.group(1), "fd " + m.group(1))
+            dirty[f] = {p for p in dirty[f] if p * 4096 < int(m.group(2))}
+    print("\n| file | bytes written | 4 KiB pages dirtied (as write_bytes counts) | of them dirtied again right after a sync |")
+    print("|---|---|---|---|")
+    for f in sorted(written, key=lambda f: -written[f]):
+        print(f"| {f} | {written[f]:,} | {pages[f] * 4096:,} | {again[f] * 4096:,} |")
 
 
 if __name__ == "__main__":
