@@ -4,10 +4,11 @@
 //! reads ahead. The page cache then tracks dirtiness per folio: one 2 KiB page written
 //! into a range that was read sequentially dirties, and on fsync writes, the whole
 //! folio. SQLite reads its WAL from start to end when it opens a store (recovery), and
-//! then overwrites that same file from its start; measured on this project's 6.18 VM,
-//! a store reopened with a cold page cache wrote 207–213 KB per one-message commit
-//! instead of 17.6 KB, until the pages left the cache (docs/BENCHMARKS-store.md,
-//! session 6). On an SD card that is twelve times the wear.
+//! then overwrites that same file from its start; measured on this project's 6.18 VM
+//! (`OUTPOST_BENCH_COLD_ONLY=1`), a store reopened after an unclean stop with a cold
+//! page cache wrote 173 KB per one-message commit instead of 17.6 KB, until the pages
+//! left the cache (docs/BENCHMARKS-store.md, session 6): ten times the wear on an SD
+//! card.
 //!
 //! Pages read with readahead off come into the cache as single 4 KiB folios. So the
 //! engine reads the WAL once itself, through a descriptor with `POSIX_FADV_RANDOM`,
@@ -121,10 +122,11 @@ mod tests {
         assert!(f[1].to_string_lossy().ends_with("store.sqlite3-wal"));
     }
 
-    /// The advice lands on the descriptor: the kernel reports it in `/proc/self/fdinfo`
-    /// as the file's flags do not, so check the effect the module exists for instead —
-    /// after a sequential read through an advised descriptor, a 2 KiB write dirties one
-    /// 4 KiB page, not a large folio (`write_bytes` in `/proc/self/io` counts per folio).
+    /// Whether a descriptor has readahead off is not visible from user space, so this
+    /// checks the effect the module exists for: after a sequential read through a
+    /// descriptor `no_readahead` found by its path, a 2 KiB write dirties one 4 KiB page,
+    /// not a large folio (`write_bytes` in `/proc/thread-self/io` counts per folio).
+    /// On a kernel or filesystem without large folios it passes either way.
     #[test]
     fn an_advised_descriptor_reads_into_small_folios() {
         use std::os::unix::fs::FileExt;
@@ -140,8 +142,8 @@ mod tests {
         f.write_all_at(&vec![7u8; 4 << 20], 0).unwrap();
         f.sync_all().unwrap();
         // Out of the cache, so the read below brings it back in.
-        // SAFETY: plain integer arguments on a descriptor we own.
         let fd = std::os::unix::io::AsRawFd::as_raw_fd(&f);
+        // SAFETY: plain integer arguments on a descriptor we own.
         unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
         no_readahead(&store_files(&path));
         let mut buf = vec![0u8; 2048];
@@ -155,8 +157,8 @@ mod tests {
         f.write_all_at(&[9u8; 2048], 3 << 20).unwrap();
         f.sync_data().unwrap();
         let written = write_bytes().unwrap_or(before) - before;
-        // Without the advice this kernel class counts 64 KiB–1 MiB here; with it, one
-        // page (a filesystem that does not count per folio reports 4 KiB too).
+        // Without the advice Linux 6.18 on ext4 counted 16 KiB–1 MiB for such a write
+        // (1 MiB at this offset); with it, one page.
         assert!(written <= 8192, "{written} bytes for one 2 KiB write");
     }
 
