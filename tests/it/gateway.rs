@@ -301,6 +301,41 @@ async fn sse_streams_queued_and_delivered_events() {
     assert!(st.success());
 }
 
+/// A `wait_s = 0` pull (the node's handshake and flush) is not a long-poll: `/v1/nodes`
+/// never shows the node `polling` while one is served, however long it takes — here a
+/// 300-envelope flush, with `/v1/nodes` asked over and over until it is answered. (The
+/// demo once made its "live" call in such a window, and the message then waited.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flush_pull_does_not_count_as_a_long_poll() {
+    let f = start();
+    for i in 0..300 {
+        f.queue_call(i, &format!("job-flush-{i}")).await;
+    }
+    let path = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=300");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let pull = async {
+        let out = f.signed("GET", &path, None, |_, _| {}).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        out
+    };
+    let watch = async {
+        let mut looks = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let (_, v) = f.client("/v1/nodes", None).await;
+            assert_ne!(
+                v["nodes"][0]["polling"], true,
+                "during a wait_s=0 pull: {v}"
+            );
+            looks += 1;
+        }
+        looks
+    };
+    let ((st, got), looks) = tokio::join!(pull, watch);
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got["envelopes"].as_array().map(Vec::len), Some(300));
+    assert!(looks > 0);
+}
+
 /// A message queued while the node holds a long-poll goes out at once and is acked as
 /// `was_stored: false`.
 #[tokio::test(flavor = "multi_thread")]
