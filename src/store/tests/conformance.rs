@@ -29,6 +29,16 @@ for_each_engine!(
     invalid_names_are_refused_without_panic,
 );
 
+/// The batch op that stamps `version` as the store's schema (to fake an old or a newer
+/// store).
+fn schema_op(version: u64) -> engine::BatchOp {
+    engine::BatchOp::Put {
+        tree: codec::T_META,
+        key: codec::META_SCHEMA.to_vec(),
+        value: codec::u64_val(version),
+    }
+}
+
 fn fifo_within_priority(kind: EngineKind) {
     let d = tempfile::tempdir().unwrap();
     let c = ManualClock::new(T0);
@@ -584,11 +594,7 @@ fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
                     tree: codec::T_COUNT,
                     key: codec::count_key("outbox", "gw"),
                 },
-                engine::BatchOp::Put {
-                    tree: codec::T_META,
-                    key: codec::META_SCHEMA.to_vec(),
-                    value: codec::u64_val(1),
-                },
+                schema_op(1),
             ])
             .unwrap();
     }
@@ -604,11 +610,7 @@ fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
         assert_eq!(s.next_expiry_ms().unwrap(), Some(T0 + 3_600_000));
         s.inner
             .engine
-            .apply(&[engine::BatchOp::Put {
-                tree: codec::T_META,
-                key: codec::META_SCHEMA.to_vec(),
-                value: codec::u64_val(SCHEMA_VERSION + 1),
-            }])
+            .apply(&[schema_op(SCHEMA_VERSION + 1)])
             .unwrap();
     }
     let e = Store::open(d.path(), opts(kind), Arc::new(c.clone())).unwrap_err();
@@ -655,11 +657,7 @@ fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
                 key: b"done".to_vec(),
                 value: tomb[1..].to_vec(),
             },
-            engine::BatchOp::Put {
-                tree: codec::T_META,
-                key: codec::META_SCHEMA.to_vec(),
-                value: codec::u64_val(2),
-            },
+            schema_op(2),
         ];
         for i in 0..EXTRA {
             let id = format!("rej-{i}").into_bytes();
@@ -881,14 +879,7 @@ fn a_lane_closes_past_its_stray_budget(kind: EngineKind) {
 
     // A counter rebuild (here: migration from v1) derives the same lane from the records:
     // members m0 and m1, the strays between them, closed after m1.
-    s.inner
-        .engine
-        .apply(&[engine::BatchOp::Put {
-            tree: codec::T_META,
-            key: codec::META_SCHEMA.to_vec(),
-            value: codec::u64_val(1),
-        }])
-        .unwrap();
+    s.inner.engine.apply(&[schema_op(1)]).unwrap();
     drop(s);
     s = open(kind, d.path(), &c);
     let lane = lane_of(&s, "gw");
