@@ -47,6 +47,51 @@ fn prefixed(tree: Tree, key: &[u8]) -> Vec<u8> {
 }
 
 fn open_db(dir: &Path) -> Result<sled::Db, EngineError> {
+    match open_db_once(dir) {
+        Err(EngineError::Corrupt(why)) => {
+            // sled 0.34 writes a snapshot as `snap.<lsn>.generating`, syncs it, then
+            // renames it; but on open it reads the highest-named `snap.*` file, the
+            // temporary one included (sled#1527). A power cut before the rename leaves
+            // a torn temporary snapshot, and sled then refuses to open a database whose
+            // log is intact. Such a file was never published: remove it and retry once.
+            let removed = remove_unfinished_snapshots(dir);
+            if removed == 0 {
+                return Err(EngineError::Corrupt(why));
+            }
+            tracing::warn!(
+                removed,
+                "sled: removed snapshot files whose writing was cut short; reopening"
+            );
+            open_db_once(dir)
+        }
+        other => other,
+    }
+}
+
+/// Removes `snap.*.generating` files in `dir`; returns how many.
+fn remove_unfinished_snapshots(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.")
+            && name.ends_with(".generating")
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        // Make the removal itself durable before sled builds on it.
+        let _ = File::open(dir).and_then(|d| d.sync_all());
+    }
+    removed
+}
+
+fn open_db_once(dir: &Path) -> Result<sled::Db, EngineError> {
     // sled releases its file lock from background threads after the last handle is
     // dropped, so a quick close-then-reopen in one process can see it still held.
     // Retry for a bounded time (5 s) instead of failing the reopen.
@@ -286,5 +331,42 @@ impl Reader for SledEngine {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// sled#1527: a torn `snap.*.generating` (a power cut between writing a snapshot
+    /// and its rename) made sled refuse to open; the engine removes it and opens.
+    #[test]
+    fn a_torn_unpublished_snapshot_does_not_stop_the_open() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let e = SledEngine::open(d.path()).unwrap();
+            e.commit_group(&mut |_| {
+                vec![BatchOp::Put {
+                    tree: 2,
+                    key: b"k".to_vec(),
+                    value: b"v".to_vec(),
+                }]
+            })
+            .unwrap();
+            e.sync().unwrap();
+        }
+        let torn = d
+            .path()
+            .join(SLED_DIR)
+            .join("snap.FFFFFFFFFFFFFFFF.generating");
+        std::fs::write(&torn, b"torn").unwrap();
+        // The premise: sled alone refuses this directory.
+        assert!(matches!(
+            open_db_once(&d.path().join(SLED_DIR)),
+            Err(EngineError::Corrupt(_))
+        ));
+        let e = SledEngine::open(d.path()).unwrap();
+        assert_eq!(e.get(2, b"k").unwrap(), Some(b"v".to_vec()));
+        assert!(!torn.exists());
     }
 }

@@ -82,6 +82,13 @@ fn crash_child() {
 }
 
 fn crash_loop(kind: EngineKind) {
+    kill_loop(kind, None);
+}
+
+/// The crash test's loop; with `cut`, each kill is also a power cut: every write the
+/// child had not synced is rolled back before the store is reopened
+/// ([`super::powercut`]).
+pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut::PowerCut>) {
     let kills: usize = std::env::var("OUTPOST_STORE_CRASH_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -92,7 +99,18 @@ fn crash_loop(kind: EngineKind) {
     let (mut tried, mut enq, mut acked) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut ack_tried = BTreeSet::new();
     for run in 0..kills {
-        let mut child = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        // A power-cut child kills itself right after a random write to its store
+        // (every such cut leaves unsynced writes); the parent kills it only if it
+        // somehow runs on past many lines.
+        let kill_after = match cut {
+            Some(cut) => {
+                cut.prepare(&mut cmd, d.path(), rng.gen_range(1..600));
+                5_000
+            }
+            None => rng.gen_range(1..120usize),
+        };
+        let mut child = cmd
             .args([
                 "--exact",
                 "store::tests::crash::crash_child",
@@ -107,7 +125,6 @@ fn crash_loop(kind: EngineKind) {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let kill_after = rng.gen_range(1..120usize);
         let mut reader = BufReader::new(child.stdout.take().unwrap());
         let mut seen = 0;
         let mut line = String::new();
@@ -141,7 +158,20 @@ fn crash_loop(kind: EngineKind) {
             }
         }
         let status = child.wait().unwrap();
-        assert!(killed, "child exited on its own: {status:?}");
+        let cut_itself = cut.is_some() && {
+            use std::os::unix::process::ExitStatusExt;
+            status.signal() == Some(9)
+        };
+        assert!(killed || cut_itself, "child exited on its own: {status:?}");
+        if let Some(cut) = cut {
+            let undone = cut.roll_back(run);
+            // The cut came right after a write no sync can have covered yet: if there
+            // was nothing to undo, the shim is not seeing the store's writes.
+            assert!(
+                !cut_itself || undone > 0,
+                "run {run}: a power cut with nothing to roll back"
+            );
+        }
 
         let c = ManualClock::new(T0);
         let s = open(kind, d.path(), &c);

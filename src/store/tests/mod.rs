@@ -14,6 +14,7 @@ mod diskfull;
 mod durability;
 mod group;
 mod model;
+mod powercut;
 mod rss;
 
 pub const T0: u64 = 1_780_000_000_000;
