@@ -12,5 +12,9 @@ mod gateway_tls;
 mod harness;
 mod malformed;
 mod node;
+mod powercut;
+/// The power-cut shim's Rust side, shared with the store's own power-cut test.
+#[path = "../../src/store/tests/powercut_shim.rs"]
+mod powercut_shim;
 mod store_cli;
 mod systemd;

@@ -88,7 +88,7 @@ fn crash_loop(kind: EngineKind) {
 /// The crash test's loop; with `cut`, each kill is also a power cut: every write the
 /// child had not synced is rolled back before the store is reopened
 /// ([`super::powercut`]).
-pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut::PowerCut>) {
+pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut_shim::PowerCut>) {
     let kills: usize = std::env::var("OUTPOST_STORE_CRASH_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -105,7 +105,7 @@ pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut::PowerCut
         // somehow runs on past many lines.
         let kill_after = match cut {
             Some(cut) => {
-                cut.prepare(&mut cmd, d.path(), rng.gen_range(1..600));
+                cmd.envs(cut.env(d.path(), rng.gen_range(1..600), None));
                 5_000
             }
             None => rng.gen_range(1..120usize),

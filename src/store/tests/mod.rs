@@ -15,6 +15,7 @@ mod durability;
 mod group;
 mod model;
 mod powercut;
+mod powercut_shim;
 mod rss;
 
 pub const T0: u64 = 1_780_000_000_000;

@@ -32,6 +32,8 @@ static int log_fd = -1;
 /* $OUTPOST_PCUT_KILL_AT: the process SIGKILLs itself right after that many tracked
  * writes and truncates (0: never), so every cut lands just after a write. */
 static unsigned long kill_at, writes;
+/* $OUTPOST_PCUT_ARM: if set, writes count towards kill_at only once this file exists. */
+static const char *arm;
 static const char *dir;
 static size_t dir_len;
 
@@ -51,12 +53,15 @@ __attribute__((constructor)) static void init(void) {
   real_ftruncate64 = dlsym(RTLD_NEXT, "ftruncate64");
   real_fsync = dlsym(RTLD_NEXT, "fsync");
   real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
+  /* Processes this one starts (a node's tools) must not load the shim too. */
+  unsetenv("LD_PRELOAD");
   const char *path = getenv("OUTPOST_PCUT_LOG");
   dir = getenv("OUTPOST_PCUT_DIR");
   if (!path || !dir) return;
   dir_len = strlen(dir);
   const char *k = getenv("OUTPOST_PCUT_KILL_AT");
   if (k) kill_at = strtoul(k, NULL, 10);
+  arm = getenv("OUTPOST_PCUT_ARM");
   log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd >= 0) real_write(log_fd, "PCUT1\n", 6);
 }
@@ -132,7 +137,9 @@ static void record(char kind, int fd, const char *path, const struct stat *st,
 
 /* Called after each write or truncate that was logged. */
 static void counted(int logged) {
-  if (logged && kill_at != 0 && ++writes == kill_at) raise(SIGKILL);
+  if (!logged || kill_at == 0) return;
+  if (arm && access(arm, F_OK) != 0) return;
+  if (++writes == kill_at) raise(SIGKILL);
 }
 
 static int note_write(int fd, off_t off, size_t len, int positional) {

@@ -1,0 +1,205 @@
+//! The power-cut shim's Rust side, shared by the store's power-cut test
+//! (`store::tests::powercut`) and the daemon's (`tests/it/powercut.rs`, which includes
+//! this file by path): builds `powercut.c` with the system C compiler, sets up the
+//! environment that preloads it, and rolls the watched files back over every write the
+//! killed process had not synced. See `powercut.c` for the log format and DECISIONS D9
+//! for the model. `OUTPOST_PCUT_DEBUG=1` prints, per run, what was rolled back.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SHIM: &str = include_str!("powercut.c");
+const HEADER: &[u8] = b"PCUT1\n";
+
+pub struct PowerCut {
+    _work: tempfile::TempDir,
+    lib: PathBuf,
+    log: PathBuf,
+    /// Runs in which the child had unsynced writes that were rolled back.
+    cut_runs: Cell<usize>,
+    /// Writes and truncates rolled back, over all runs.
+    rolled_back_writes: Cell<u64>,
+}
+
+/// One logged write or truncate: `[off, off + old.len())` held `old`, the file was
+/// `old_size` bytes long.
+struct Undo {
+    off: u64,
+    old_size: u64,
+    old: Vec<u8>,
+}
+
+#[derive(Default)]
+struct FileLog {
+    path: PathBuf,
+    ino: u64,
+    /// Entries not yet covered by a sync, in log order: (log position, undo).
+    pending: Vec<(usize, Undo)>,
+    /// Syncs begun: token → log position of the 'B' record.
+    begun: HashMap<u64, usize>,
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// One log record: (kind, dev, ino, path, off, old_size, old bytes).
+type Record = (u8, u64, u64, PathBuf, u64, u64, Vec<u8>);
+
+/// The next record; `None` at the end, or at a record the kill cut short (the shim
+/// logs before it writes, so that write never happened).
+fn next_record(c: &mut Cursor<'_>) -> Option<Record> {
+    let kind = c.take(1)?[0];
+    let dev = c.u64()?;
+    let ino = c.u64()?;
+    let plen = u16::from_le_bytes(c.take(2)?.try_into().ok()?) as usize;
+    let path = PathBuf::from(std::str::from_utf8(c.take(plen)?).ok()?);
+    let off = c.u64()?;
+    let old_size = c.u64()?;
+    let old_len = c.u64()? as usize;
+    let old = c.take(old_len)?.to_vec();
+    Some((kind, dev, ino, path, off, old_size, old))
+}
+
+impl PowerCut {
+    /// Builds the shim; the reason when it cannot (no C compiler here).
+    pub fn build() -> Result<PowerCut, String> {
+        let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let src = work.path().join("powercut.c");
+        std::fs::write(&src, SHIM).map_err(|e| e.to_string())?;
+        let lib = work.path().join("powercut.so");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let out = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .args(["-ldl", "-lpthread"])
+            .output()
+            .map_err(|e| format!("no C compiler ({cc}): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{cc} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let log = work.path().join("writes.log");
+        Ok(PowerCut {
+            _work: work,
+            lib,
+            log,
+            cut_runs: Cell::new(0),
+            rolled_back_writes: Cell::new(0),
+        })
+    }
+
+    /// The environment that runs a process under the shim, watching the files under
+    /// `dir`, and SIGKILLs it right after its `kill_at`-th write to them (0: never),
+    /// counted from when the file `arm` exists (`None`: from the start). Starts a new
+    /// log.
+    pub fn env(&self, dir: &Path, kill_at: u32, arm: Option<&Path>) -> Vec<(String, String)> {
+        let _ = std::fs::remove_file(&self.log);
+        let dir = dir.canonicalize().unwrap();
+        let mut env = vec![
+            ("LD_PRELOAD".into(), self.lib.display().to_string()),
+            ("OUTPOST_PCUT_LOG".into(), self.log.display().to_string()),
+            ("OUTPOST_PCUT_DIR".into(), dir.display().to_string()),
+            ("OUTPOST_PCUT_KILL_AT".into(), kill_at.to_string()),
+        ];
+        if let Some(arm) = arm {
+            env.push(("OUTPOST_PCUT_ARM".into(), arm.display().to_string()));
+        }
+        env
+    }
+
+    /// Whether the shim ran in the process started with the last [`PowerCut::env`]:
+    /// it does not load into a binary run under an emulator such as qemu-user.
+    pub fn shim_ran(&self) -> bool {
+        std::fs::read(&self.log).is_ok_and(|l| l.starts_with(HEADER))
+    }
+
+    /// Runs with unsynced writes rolled back, and how many writes and truncates that
+    /// undid, over all runs so far.
+    pub fn totals(&self) -> (usize, u64) {
+        (self.cut_runs.get(), self.rolled_back_writes.get())
+    }
+
+    /// Rolls every watched file back over the writes the killed child had not synced;
+    /// returns how many writes and truncates it undid.
+    pub fn roll_back(&self, run: usize) -> u64 {
+        let log = std::fs::read(&self.log).unwrap();
+        assert!(
+            log.starts_with(HEADER),
+            "run {run}: the power-cut shim did not run in the child"
+        );
+        let mut files: HashMap<(u64, u64), FileLog> = HashMap::new();
+        let mut c = Cursor(&log[HEADER.len()..]);
+        let mut pos = 0;
+        while let Some((kind, dev, ino, path, off, old_size, old)) = next_record(&mut c) {
+            pos += 1;
+            let f = files.entry((dev, ino)).or_default();
+            f.path = path;
+            f.ino = ino;
+            match kind {
+                b'W' | b'T' => f.pending.push((pos, Undo { off, old_size, old })),
+                b'B' => {
+                    f.begun.insert(off, pos);
+                }
+                b'S' => {
+                    let began = f.begun.remove(&off).unwrap();
+                    f.pending.retain(|(p, _)| *p > began);
+                }
+                k => panic!("run {run}: bad power-cut log record {k}"),
+            }
+        }
+        let mut writes = 0;
+        for f in files.into_values().filter(|f| !f.pending.is_empty()) {
+            // Rolled back only if the path still names the same file (a file replaced
+            // by a rename is someone else's now).
+            match std::fs::metadata(&f.path) {
+                Ok(m) if m.ino() == f.ino => {}
+                _ => continue,
+            }
+            if std::env::var("OUTPOST_PCUT_DEBUG").is_ok() {
+                eprintln!(
+                    "run {run}: {} pending on {}: {:?}",
+                    f.pending.len(),
+                    f.path.display(),
+                    f.pending
+                        .iter()
+                        .map(|(p, u)| (p, u.off, u.old_size, u.old.len()))
+                        .collect::<Vec<_>>()
+                );
+            }
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&f.path)
+                .unwrap();
+            for (_, u) in f.pending.iter().rev() {
+                file.set_len(u.old_size).unwrap();
+                file.write_all_at(&u.old, u.off).unwrap();
+                writes += 1;
+            }
+        }
+        if writes > 0 {
+            self.cut_runs.set(self.cut_runs.get() + 1);
+            self.rolled_back_writes
+                .set(self.rolled_back_writes.get() + writes);
+        }
+        writes
+    }
+}
