@@ -5,7 +5,8 @@
 //! - the raw write + fdatasync floor of the disk under the bench directory;
 //! - durable enqueue latency p50/p99 and throughput with 1 producer;
 //! - throughput with 64 producers (group commit) and bytes written per message
-//!   (`/proc/self/io` write_bytes);
+//!   (`/proc/self/io` write_bytes); the 64 producers as OS threads blocked in `wait()`,
+//!   and again as 64 tasks awaiting `enqueue` on a tokio runtime (the daemon's callers);
 //! - draining 10,000 messages (read + ack in batches of 50, reads pipelined with acks);
 //! - peak RSS of a fresh process working on a store with 100,000 queued (`VmHWM`),
 //!   measured in a child process per engine so the numbers are not polluted.
@@ -138,6 +139,8 @@ struct Row {
     tput1: f64,
     tput64: f64,
     group64: f64,
+    /// 64 async tasks on a tokio runtime (the daemon's callers) → 1 recipient.
+    tput64t: f64,
     wb_per_msg_64: f64,
     tput64r: f64,
     wb_per_msg_64r: f64,
@@ -205,6 +208,44 @@ fn many_producers(
     for t in threads {
         t.join().expect("producer");
     }
+    let total = t0.elapsed();
+    let wb = write_bytes() - wb0;
+    let n = producers * per;
+    let c = s.commit_stats();
+    (
+        n as f64 / total.as_secs_f64(),
+        wb as f64 / n as f64,
+        c.requests as f64 / c.syncs.max(1) as f64,
+    )
+}
+
+/// The same as [`many_producers`] with the daemon's kind of caller: `producers` tasks
+/// awaiting `enqueue` on a multi-thread tokio runtime with one worker per core (what
+/// `outpost run` builds), instead of OS threads blocked in `wait()`.
+fn many_tasks(kind: EngineKind, dir: &Path, producers: usize, per: usize) -> (f64, f64, f64) {
+    let s = open(kind, dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    settle();
+    let wb0 = write_bytes();
+    let t0 = now();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..producers)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per {
+                        s.enqueue(msg("p0", id())).await.expect("enqueue");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("producer");
+        }
+    });
     let total = t0.elapsed();
     let wb = write_bytes() - wb0;
     let n = producers * per;
@@ -431,6 +472,10 @@ fn main() {
         println!(
             "64 producers: {t:.0} msg/s, {wb:.0} B/msg, {g:.1} per fsync, {cpu_us:.1} µs CPU/msg"
         );
+        let cpu0 = cpu_ticks();
+        let (t, wb, g) = many_tasks(kind, &root.join("sqlite-tasks"), 64, 400);
+        let cpu_us = (cpu_ticks() - cpu0) as f64 * 10_000.0 / (64.0 * 400.0);
+        println!("64 tasks: {t:.0} msg/s, {wb:.0} B/msg, {g:.1} per fsync, {cpu_us:.1} µs CPU/msg");
         return;
     }
     let (f50, f99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, BODY);
@@ -454,6 +499,8 @@ fn main() {
         eprintln!("[{name}] 64 producers, 1 recipient");
         let per = if quick { 50 } else { 400 };
         let (tput64, wb64, group64) = many_producers(kind, &d("many"), 64, 1, per);
+        eprintln!("[{name}] 64 async tasks, 1 recipient");
+        let (tput64t, _, _) = many_tasks(kind, &d("tasks"), 64, per);
         eprintln!("[{name}] 64 producers, 64 recipients");
         let (tput64r, wb64r, _) = many_producers(kind, &d("many64"), 64, 64, per);
         eprintln!("[{name}] drain 10,000");
@@ -468,6 +515,7 @@ fn main() {
             tput1,
             tput64,
             group64,
+            tput64t,
             wb_per_msg_64: wb64,
             tput64r,
             wb_per_msg_64r: wb64r,
@@ -490,11 +538,11 @@ fn main() {
         us(c50) / us(f50).max(1.0),
         us(c99)
     );
-    println!("| engine | enqueue p50 | p99 | p50 / floor | 1 producer msg/s | 64 producers msg/s | 64 / 1 | messages per fsync | bytes written/msg, 64 prod. | 1 prod. | 64 prod. → 64 recipients msg/s | bytes/msg | drain 10k | peak RSS, 100k queued (fill process) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| engine | enqueue p50 | p99 | p50 / floor | 1 producer msg/s | 64 producers msg/s | 64 / 1 | messages per fsync | 64 async tasks msg/s | tasks / 1 | bytes written/msg, 64 prod. | 1 prod. | 64 prod. → 64 recipients msg/s | bytes/msg | drain 10k | peak RSS, 100k queued (fill process) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.0} µs | {:.0} µs | {:.2}× | {:.0} | {:.0} | {:.1}× | {:.1} | {:.0} B | {:.0} B | {:.0} | {:.0} B | {:.3} s | {:.1} MiB ({:.1} MiB) |",
+            "| {} | {:.0} µs | {:.0} µs | {:.2}× | {:.0} | {:.0} | {:.1}× | {:.1} | {:.0} | {:.1}× | {:.0} B | {:.0} B | {:.0} | {:.0} B | {:.3} s | {:.1} MiB ({:.1} MiB) |",
             r.engine,
             us(r.p50),
             us(r.p99),
@@ -503,6 +551,8 @@ fn main() {
             r.tput64,
             r.tput64 / r.tput1.max(1.0),
             r.group64,
+            r.tput64t,
+            r.tput64t / r.tput1.max(1.0),
             r.wb_per_msg_64,
             r.wb_per_msg_1,
             r.tput64r,
