@@ -12,7 +12,7 @@ pub const NODE: &str = "node:t1";
 pub const SEED: [u8; 32] = [11; 32];
 
 pub struct Fixture {
-    home: Home,
+    pub home: Home,
     pub gw: Daemon,
     keys: Keys,
     gw_doc: IdentityDocument,
@@ -24,6 +24,11 @@ fn now() -> u64 {
 }
 
 pub fn start() -> Fixture {
+    start_with_env(&[])
+}
+
+/// [`start`], the gateway with extra environment variables.
+pub fn start_with_env(env: &[(&str, &str)]) -> Fixture {
     let home = Home::init("gateway", "gateway:main", "");
     let keys = Keys::from_secret_bytes(&SEED, &[12; 32]);
     let doc = IdentityDocument::new(NODE, "node", &keys, "2026-01-01T00:00:00Z");
@@ -34,7 +39,7 @@ pub fn start() -> Fixture {
     assert!(o.status.success(), "{}", text(&o));
     let admin = home.token("gateway:main", &["admin"], "1h");
     let gw_doc: IdentityDocument = serde_json::from_str(&home.identity_json()).unwrap();
-    let gw = home.start();
+    let gw = home.start_with_env(env);
     Fixture {
         home,
         gw,
@@ -70,6 +75,34 @@ impl Fixture {
         bytes: Vec<u8>,
         sig: Option<(String, String)>,
     ) -> (u16, Value) {
+        self.try_send_raw(method, pq, bytes, sig)
+            .await
+            .expect("gateway answers")
+    }
+
+    /// A signed request like [`Fixture::signed`]; `None` if the gateway did not answer.
+    pub async fn try_signed(
+        &self,
+        method: &str,
+        pq: &str,
+        body: Option<&Value>,
+    ) -> Option<(u16, Value)> {
+        let bytes = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        let ts = now();
+        let sig = sign_request(&self.keys, NODE, method, pq, ts, &bytes);
+        self.try_send_raw(method, pq, bytes, Some((sig, ts.to_string())))
+            .await
+    }
+
+    async fn try_send_raw(
+        &self,
+        method: &str,
+        pq: &str,
+        bytes: Vec<u8>,
+        sig: Option<(String, String)>,
+    ) -> Option<(u16, Value)> {
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut r = http().request(m, self.gw.url(pq));
         if let Some((sig, ts)) = sig {
@@ -81,19 +114,24 @@ impl Fixture {
         if !bytes.is_empty() {
             r = r.header("content-type", "application/json").body(bytes);
         }
-        let resp = r.send().await.unwrap();
+        let resp = r.send().await.ok()?;
         let st = resp.status().as_u16();
-        (st, resp.json().await.unwrap_or(Value::Null))
+        Some((st, resp.json().await.unwrap_or(Value::Null)))
     }
 
-    async fn client(&self, path: &str, body: Option<Value>) -> (u16, Value) {
+    /// A client (admin token) request; `None` if the gateway did not answer.
+    pub async fn try_client(&self, path: &str, body: Option<Value>) -> Option<(u16, Value)> {
         let r = match body {
             Some(b) => http().post(self.gw.url(path)).json(&b),
             None => http().get(self.gw.url(path)),
         };
-        let resp = r.bearer_auth(&self.admin).send().await.unwrap();
+        let resp = r.bearer_auth(&self.admin).send().await.ok()?;
         let st = resp.status().as_u16();
-        (st, resp.json().await.unwrap_or(Value::Null))
+        Some((st, resp.json().await.unwrap_or(Value::Null)))
+    }
+
+    pub async fn client(&self, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.try_client(path, body).await.expect("gateway answers")
     }
 
     /// `GET /v1/events`, subscribed.

@@ -1,7 +1,9 @@
-//! Power cuts under a running node (DECISIONS D9): the daemon runs with the power-cut
-//! shim on its data directory and SIGKILLs itself right after a random write, while
-//! four callers make tool calls. Every write it had not fsynced is then rolled back, as
-//! a power cut may leave the flash. After each cut:
+//! Power cuts under a running daemon (DECISIONS D9): `outpost run` runs with the
+//! power-cut shim on its data directory and SIGKILLs itself right after a random write
+//! while callers work it. Every write it had not fsynced is then rolled back, as a power
+//! cut may leave the flash.
+//!
+//! The node, while four callers make tool calls; after each cut:
 //!
 //! - `outpost audit verify` passes;
 //! - every call that was answered 200 has its audit entry at the index its evidence
@@ -9,6 +11,9 @@
 //! - the next daemon answers a repeat of each such `job_id` with the same result
 //!   without running the tool again (the tool's own record of its runs lives outside
 //!   the data directory, so the cut does not touch it).
+//!
+//! The gateway, while four clients queue calls for a node and the node pulls and acks:
+//! see [`queued_and_acked_gateway_messages_survive_power_cuts`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -160,4 +165,136 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
         answered.len() >= CUTS,
         "too few calls answered to prove anything"
     );
+}
+
+/// The gateway's side: four clients queue tool calls for an offline node (202) while
+/// the node pulls and acks, and the gateway is cut right after a random write. After
+/// each cut every queued message the gateway answered 202 for is still known, and every
+/// one whose ack was answered 200 is `delivered` and never handed out again.
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_and_acked_gateway_messages_survive_power_cuts() {
+    use crate::gateway::{start_with_env, NODE};
+    use std::collections::BTreeSet;
+
+    let cut = match PowerCut::build() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIPPED gateway power-cut test: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let arm = dir.path().join("arm");
+    let mut rng = rand::thread_rng();
+    // The first gateway runs without the shim: the fixture sets the trust up first.
+    let mut fx = start_with_env(&[]);
+    let data = fx.home.data();
+    let (mut queued, mut acked) = (BTreeSet::new(), BTreeSet::new());
+    let pull = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=20");
+    let ack_path = format!("/v1/nodes/{NODE}/ack");
+    for run in 0..CUTS {
+        let env = cut.env(&data, rng.gen_range(1..300), Some(&arm));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let old = std::mem::replace(&mut fx.gw, fx.home.start_with_env(&env));
+        drop(old);
+        if !cut.shim_ran() {
+            assert_eq!(run, 0, "the shim stopped loading");
+            eprintln!("SKIPPED gateway power-cut test: the LD_PRELOAD shim does not load into outpost (emulated target?)");
+            return;
+        }
+        std::fs::write(&arm, b"").unwrap();
+        let fx_ref = &fx;
+        let clients = (0..4).map(|t| async move {
+            let mut ok = Vec::new();
+            for i in 0..MAX_CALLS {
+                let body = json!({"target": {"node_id": NODE}, "tool_name": "echo",
+                                  "tool_args": {"t": t, "i": i}, "wait_s": 0});
+                match fx_ref.try_client("/v1/tool_call", Some(body)).await {
+                    Some((202, v)) => ok.push(v["message_id"].as_str().unwrap().to_string()),
+                    Some((st, v)) => panic!("run {run}: queueing: {st} {v}"),
+                    None => break,
+                }
+            }
+            ok
+        });
+        let node = async {
+            let mut ok = Vec::new();
+            for _ in 0..MAX_CALLS {
+                let Some((st, v)) = fx_ref.try_signed("GET", &pull, None).await else {
+                    break;
+                };
+                assert_eq!(st, 200, "run {run}: pull: {v}");
+                let ids: Vec<String> = v["envelopes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| e["message_id"].as_str().unwrap().to_string())
+                    .collect();
+                if ids.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                let body = json!({"message_ids": ids});
+                match fx_ref.try_signed("POST", &ack_path, Some(&body)).await {
+                    Some((200, _)) => ok.extend(ids),
+                    Some((st, v)) => panic!("run {run}: ack: {st} {v}"),
+                    None => break,
+                }
+            }
+            ok
+        };
+        let (sent, got) = tokio::join!(futures_util::future::join_all(clients), node);
+        std::fs::remove_file(&arm).unwrap();
+        let status = wait_for("the cut", Duration::from_secs(10), || {
+            fx.gw.child.try_wait().ok().flatten()
+        });
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGKILL),
+                "run {run}: the gateway was not cut: {status:?}\n{}",
+                fx.gw.log_text()
+            );
+        }
+        let undone = cut.roll_back(run);
+        assert!(undone > 0, "run {run}: a cut with nothing to roll back");
+        queued.extend(sent.into_iter().flatten());
+        acked.extend(got);
+
+        // A gateway without the shim checks what survived.
+        let old = std::mem::replace(&mut fx.gw, fx.home.start());
+        drop(old);
+        for id in &queued {
+            let (st, m) = fx.client(&format!("/v1/messages/{id}"), None).await;
+            assert_eq!(st, 200, "run {run}: queued message {id} is gone: {m}");
+            if acked.contains(id) {
+                assert_eq!(m["state"], "delivered", "run {run}: acked {id}: {m}");
+            }
+        }
+        // Nothing acked is handed out again.
+        let (st, v) = fx
+            .signed(
+                "GET",
+                &format!("/v1/nodes/{NODE}/pull?wait_s=0&max=500"),
+                None,
+                |_, _| {},
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        for e in v["envelopes"].as_array().unwrap() {
+            let id = e["message_id"].as_str().unwrap();
+            assert!(
+                !acked.contains(id),
+                "run {run}: acked {id} handed out again"
+            );
+        }
+    }
+    let (cuts, writes) = cut.totals();
+    eprintln!(
+        "gateway power cuts: {cuts} cuts, {writes} unsynced writes rolled back, {} queued and {} acked kept",
+        queued.len(),
+        acked.len()
+    );
+    assert!(!acked.is_empty() && queued.len() > acked.len());
 }
