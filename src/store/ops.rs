@@ -905,7 +905,19 @@ pub fn quarantine(tx: &mut Tx<'_>, tree: u8, key: Vec<u8>, reason: &str) -> Resu
     if tree == T_MSG {
         let cost = (key.len() + value.len()) as i64 + 64;
         if let Some((q, p, _, _)) = parse_msg_key(&key) {
-            adjust_counter(tx, &q, &p, |c| c.adjust(-1, -cost))?;
+            let mut c = counter(tx, &q, &p)?;
+            c.adjust(-1, -cost);
+            // The record no longer says whether it was a lane member. Every member is
+            // queued, so keep members ≤ depth: the lane leaves the due tree with its
+            // last real member instead of waiting on one that is gone.
+            if c.lane.members > c.depth {
+                c.lane.members = c.depth;
+                if c.depth == 0 {
+                    let due = super::lanes::due_key(c.lane.due_ms, &count_key(&q, &p));
+                    tx.delete(T_LANE_DUE, due);
+                }
+            }
+            put_counter(tx, &q, &p, &c);
         }
         add_total(tx, -cost)?;
     }

@@ -99,9 +99,58 @@ fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
     assert!(r.healthy(), "{r:?}");
 }
 
+/// A quarantined record may have been a member of its recipient's expiry-ordered lane
+/// (it no longer says): the lane's member count must not keep it, or the lane stays in
+/// the due tree after its last real member left.
+fn a_quarantined_lane_member_leaves_its_lane(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = Store::open(
+        d.path(),
+        StoreOptions {
+            verify_on_open: false,
+            ..opts(kind)
+        },
+        Arc::new(c.clone()),
+    )
+    .unwrap();
+    s.enqueue(msg("gw", "a", 0, b"a")).wait().unwrap();
+    s.enqueue(msg("gw", "b", 0, b"b")).wait().unwrap();
+    let e = &s.inner.engine;
+    let members = || {
+        e.get(T_COUNT, &count_key("outbox", "gw"))
+            .unwrap()
+            .map(|v| types::Counter::decode(&v).unwrap().lane.members)
+    };
+    assert_eq!(members(), Some(2));
+    let k = e.get(T_BYID, b"a").unwrap().unwrap();
+    e.apply(&[BatchOp::Put {
+        tree: T_MSG,
+        key: k,
+        value: vec![1, 2, 3, 4, 5, 6],
+    }])
+    .unwrap();
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["b"]
+    );
+    s.touch_time().wait().unwrap();
+    assert_eq!(members(), Some(1));
+    s.ack("outbox", "gw", vec!["b".into()], T0).wait().unwrap();
+    assert_eq!(members(), None, "the counter goes with the last message");
+    let mut due = 0;
+    e.scan(T_LANE_DUE, &[], None, &mut |_, _| {
+        due += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(due, 0, "the lane is still in the due tree");
+}
+
 for_each_engine!(
     damaged_records_and_blobs_are_reported_and_quarantined,
     damage_found_while_reading_is_quarantined_not_delivered,
+    a_quarantined_lane_member_leaves_its_lane,
 );
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
