@@ -25,8 +25,12 @@ use crate::harness::{http, text, tool_script, wait_for, Daemon, Home};
 use crate::powercut_shim::PowerCut;
 
 const CUTS: usize = 20;
+/// Each cut comes after a random number of writes below this, counted from when the
+/// callers start (up to ~100 answered calls per run; the store's own power-cut test is
+/// the one whose runs go past background checkpoints).
+const WRITES: u32 = 2000;
 /// Calls per caller before the test gives up waiting for the cut.
-const MAX_CALLS: usize = 400;
+const MAX_CALLS: usize = 2000;
 
 /// `None` once the daemon is gone (the cut).
 async fn call(d: &Daemon, job: &str, tok: &str) -> Option<(u16, Value)> {
@@ -68,10 +72,12 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
     let tok = home.token("node:pc", &["tool:stamp"], "1h");
     let arm = dir.path().join("arm");
     let mut answered: BTreeMap<String, Value> = BTreeMap::new();
+    // The previous run's answers, replayed by the next daemon (all of them at the end).
+    let mut fresh: Vec<(String, Value)> = Vec::new();
     let mut rng = rand::thread_rng();
     for run in 0..CUTS {
         // Writes are counted from when the callers start, not during startup.
-        let env = cut.env(&home.data(), rng.gen_range(1..300), Some(&arm));
+        let env = cut.env(&home.data(), rng.gen_range(1..WRITES), Some(&arm));
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let mut d = home.start_with_env(&env);
         if !cut.shim_ran() {
@@ -79,7 +85,7 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
             eprintln!("SKIPPED node power-cut test: the LD_PRELOAD shim does not load into outpost (emulated target?)");
             return;
         }
-        for (job, body) in &answered {
+        for (job, body) in &fresh {
             let got = call(&d, job, &tok).await;
             assert_eq!(
                 got.as_ref(),
@@ -121,7 +127,8 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
         drop(d);
         let undone = cut.roll_back(run);
         assert!(undone > 0, "run {run}: a cut with nothing to roll back");
-        answered.extend(results.into_iter().flatten());
+        fresh = results.into_iter().flatten().collect();
+        answered.extend(fresh.iter().cloned());
 
         let verify = home.cli(&["audit", "verify"]);
         assert!(verify.status.success(), "run {run}: {}", text(&verify));
@@ -193,7 +200,7 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
     let pull = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=20");
     let ack_path = format!("/v1/nodes/{NODE}/ack");
     for run in 0..CUTS {
-        let env = cut.env(&data, rng.gen_range(1..300), Some(&arm));
+        let env = cut.env(&data, rng.gen_range(1..WRITES), Some(&arm));
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let old = std::mem::replace(&mut fx.gw, fx.home.start_with_env(&env));
         drop(old);
@@ -259,19 +266,15 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
         }
         let undone = cut.roll_back(run);
         assert!(undone > 0, "run {run}: a cut with nothing to roll back");
-        queued.extend(sent.into_iter().flatten());
+        let sent: Vec<String> = sent.into_iter().flatten().collect();
+        queued.extend(sent.iter().cloned());
         acked.extend(got);
 
-        // A gateway without the shim checks what survived.
+        // A gateway without the shim checks what survived (this run's messages; all of
+        // them after the last cut).
         let old = std::mem::replace(&mut fx.gw, fx.home.start());
         drop(old);
-        for id in &queued {
-            let (st, m) = fx.client(&format!("/v1/messages/{id}"), None).await;
-            assert_eq!(st, 200, "run {run}: queued message {id} is gone: {m}");
-            if acked.contains(id) {
-                assert_eq!(m["state"], "delivered", "run {run}: acked {id}: {m}");
-            }
-        }
+        check_gateway(&fx, run, &sent, &acked).await;
         // Nothing acked is handed out again.
         let (st, v) = fx
             .signed(
@@ -290,6 +293,8 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
             );
         }
     }
+    let all: Vec<String> = queued.iter().cloned().collect();
+    check_gateway(&fx, CUTS, &all, &acked).await;
     let (cuts, writes) = cut.totals();
     eprintln!(
         "gateway power cuts: {cuts} cuts, {writes} unsynced writes rolled back, {} queued and {} acked kept",
@@ -297,4 +302,20 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
         acked.len()
     );
     assert!(!acked.is_empty() && queued.len() > acked.len());
+}
+
+/// Every message in `ids` (each answered 202) is known; the acked ones are delivered.
+async fn check_gateway(
+    fx: &crate::gateway::Fixture,
+    run: usize,
+    ids: &[String],
+    acked: &std::collections::BTreeSet<String>,
+) {
+    for id in ids {
+        let (st, m) = fx.client(&format!("/v1/messages/{id}"), None).await;
+        assert_eq!(st, 200, "run {run}: queued message {id} is gone: {m}");
+        if acked.contains(id) {
+            assert_eq!(m["state"], "delivered", "run {run}: acked {id}: {m}");
+        }
+    }
 }

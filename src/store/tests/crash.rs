@@ -101,12 +101,20 @@ pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut_shim::Pow
     for run in 0..kills {
         let mut cmd = Command::new(&exe);
         // A power-cut child kills itself right after a random write to its store
-        // (every such cut leaves unsynced writes); the parent kills it only if it
-        // somehow runs on past many lines.
+        // (every such cut leaves unsynced writes); the parent kills it only if it runs
+        // on past many lines (then it is a power cut at a random moment).
         let kill_after = match cut {
             Some(cut) => {
-                cmd.envs(cut.env(d.path(), rng.gen_range(1..600), None));
-                5_000
+                // SQLite: up to ~330 one-message commits, past two or three background
+                // checkpoints (every 128 commits) and the WAL restarts after them. sled
+                // writes far less often; up to 600 writes keeps its runs short.
+                let writes = if matches!(kind, EngineKind::Sqlite) {
+                    4000
+                } else {
+                    600
+                };
+                cmd.envs(cut.env(d.path(), rng.gen_range(1..writes), None));
+                20_000
             }
             None => rng.gen_range(1..120usize),
         };
@@ -158,7 +166,7 @@ pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut_shim::Pow
             }
         }
         let status = child.wait().unwrap();
-        let cut_itself = cut.is_some() && {
+        let cut_itself = cut.is_some() && !killed && {
             use std::os::unix::process::ExitStatusExt;
             status.signal() == Some(9)
         };

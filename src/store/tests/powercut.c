@@ -10,7 +10,8 @@
  *
  * Record: kind u8 ('W' write, 'T' truncate, 'B' sync begins, 'S' sync done) |
  * dev u64 | ino u64 | path_len u16 | path | off u64 (for B/S: the sync's token) |
- * old_size u64 | old_len u64 | old bytes (little-endian).
+ * old_size u64 | len u64 (bytes written; for T: bytes cut off) | old_len u64 |
+ * old bytes (little-endian).
  * The log starts with "PCUT1\n" (the test checks it: proof the shim was loaded).
  */
 #define _GNU_SOURCE
@@ -130,6 +131,7 @@ static void record(char kind, int fd, const char *path, const struct stat *st,
   out(path, plen);
   out_u64(off);
   out_u64(size);
+  out_u64(len);
   out_u64(old_len);
   if (old_len > 0) out(old, old_len);
   free(old);
@@ -185,6 +187,7 @@ static uint64_t note_sync(int fd, char kind, uint64_t token) {
   out(path, plen);
   out_u64(token);
   out_u64((uint64_t)st.st_size);
+  out_u64(0);
   out_u64(0);
   return token;
 }

@@ -27,8 +27,11 @@ pub struct PowerCut {
 /// One logged write or truncate: `[off, off + old.len())` held `old`, the file was
 /// `old_size` bytes long.
 struct Undo {
+    kind: u8,
     off: u64,
     old_size: u64,
+    /// Bytes the write wrote.
+    len: u64,
     old: Vec<u8>,
 }
 
@@ -58,8 +61,9 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// One log record: (kind, dev, ino, path, off, old_size, old bytes).
-type Record = (u8, u64, u64, PathBuf, u64, u64, Vec<u8>);
+/// One log record: (kind, dev, ino, path, and the undo: its `off`, `old_size`, `len`,
+/// `old`; for a sync `off` is the token).
+type Record = (u8, u64, u64, PathBuf, Undo);
 
 /// The next record; `None` at the end, or at a record the kill cut short (the shim
 /// logs before it writes, so that write never happened).
@@ -71,9 +75,17 @@ fn next_record(c: &mut Cursor<'_>) -> Option<Record> {
     let path = PathBuf::from(std::str::from_utf8(c.take(plen)?).ok()?);
     let off = c.u64()?;
     let old_size = c.u64()?;
+    let len = c.u64()?;
     let old_len = c.u64()? as usize;
     let old = c.take(old_len)?.to_vec();
-    Some((kind, dev, ino, path, off, old_size, old))
+    let undo = Undo {
+        kind,
+        off,
+        old_size,
+        len,
+        old,
+    };
+    Some((kind, dev, ino, path, undo))
 }
 
 impl PowerCut {
@@ -139,8 +151,16 @@ impl PowerCut {
     }
 
     /// Rolls every watched file back over the writes the killed child had not synced;
-    /// returns how many writes and truncates it undid.
+    /// returns how many writes and truncates it undid, wholly or in part.
+    ///
+    /// Even runs lose every unsynced write. Odd runs model a disk that kept each file's
+    /// unsynced writes in order up to a random point and tore the write at that point
+    /// at a random 512-byte boundary; each file gets its own point, so one file may
+    /// keep writes that came after ones another file lost.
     pub fn roll_back(&self, run: usize) -> u64 {
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        let torn = run % 2 == 1;
         let log = std::fs::read(&self.log).unwrap();
         assert!(
             log.starts_with(HEADER),
@@ -149,21 +169,32 @@ impl PowerCut {
         let mut files: HashMap<(u64, u64), FileLog> = HashMap::new();
         let mut c = Cursor(&log[HEADER.len()..]);
         let mut pos = 0;
-        while let Some((kind, dev, ino, path, off, old_size, old)) = next_record(&mut c) {
+        while let Some((kind, dev, ino, path, undo)) = next_record(&mut c) {
             pos += 1;
             let f = files.entry((dev, ino)).or_default();
             f.path = path;
             f.ino = ino;
             match kind {
-                b'W' | b'T' => f.pending.push((pos, Undo { off, old_size, old })),
+                b'W' | b'T' => f.pending.push((pos, undo)),
                 b'B' => {
-                    f.begun.insert(off, pos);
+                    f.begun.insert(undo.off, pos);
                 }
                 b'S' => {
-                    let began = f.begun.remove(&off).unwrap();
+                    let began = f.begun.remove(&undo.off).unwrap();
                     f.pending.retain(|(p, _)| *p > began);
                 }
                 k => panic!("run {run}: bad power-cut log record {k}"),
+            }
+        }
+        if std::env::var("OUTPOST_PCUT_DEBUG").is_ok() {
+            for f in files.values() {
+                eprintln!(
+                    "run {run}: {} ino {} pending {} begun {:?}",
+                    f.path.display(),
+                    f.ino,
+                    f.pending.len(),
+                    f.begun
+                );
             }
         }
         let mut writes = 0;
@@ -174,14 +205,26 @@ impl PowerCut {
                 Ok(m) if m.ino() == f.ino => {}
                 _ => continue,
             }
+            // Entries from `keep` on are lost; the one at `keep` only from byte `tear`.
+            let keep = if torn {
+                rng.gen_range(0..f.pending.len())
+            } else {
+                0
+            };
+            let (_, first) = &f.pending[keep];
+            let tear = if torn && first.kind == b'W' && first.len > 512 {
+                rng.gen_range(0..first.len.div_ceil(512)) * 512
+            } else {
+                0
+            };
             if std::env::var("OUTPOST_PCUT_DEBUG").is_ok() {
                 eprintln!(
-                    "run {run}: {} pending on {}: {:?}",
+                    "run {run}: {} pending on {}, lost from #{keep} byte {tear}: {:?}",
                     f.pending.len(),
                     f.path.display(),
                     f.pending
                         .iter()
-                        .map(|(p, u)| (p, u.off, u.old_size, u.old.len()))
+                        .map(|(p, u)| (p, u.kind as char, u.off, u.len, u.old_size))
                         .collect::<Vec<_>>()
                 );
             }
@@ -189,9 +232,13 @@ impl PowerCut {
                 .write(true)
                 .open(&f.path)
                 .unwrap();
-            for (_, u) in f.pending.iter().rev() {
-                file.set_len(u.old_size).unwrap();
-                file.write_all_at(&u.old, u.off).unwrap();
+            for (i, (_, u)) in f.pending.iter().enumerate().skip(keep).rev() {
+                let from = if i == keep { tear } else { 0 };
+                // The kept prefix of a torn write may have grown the file.
+                file.set_len(u.old_size.max(u.off + from)).unwrap();
+                if let Some(old) = u.old.get(from as usize..) {
+                    file.write_all_at(old, u.off + from).unwrap();
+                }
                 writes += 1;
             }
         }
