@@ -46,7 +46,15 @@ static int (*real_ftruncate64)(int, off_t);
 static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
 
+/* A child forked to run another program (a node's tool) logs nothing, and must not
+ * wait on a lock another thread of the parent held at the fork. */
+static void in_child(void) {
+  pthread_mutex_init(&lock, NULL);
+  log_fd = -1;
+}
+
 __attribute__((constructor)) static void init(void) {
+  pthread_atfork(NULL, NULL, in_child);
   real_write = dlsym(RTLD_NEXT, "write");
   real_pwrite = dlsym(RTLD_NEXT, "pwrite");
   real_pwrite64 = dlsym(RTLD_NEXT, "pwrite64");
