@@ -24,11 +24,6 @@ fn now() -> u64 {
 }
 
 pub fn start() -> Fixture {
-    start_with_env(&[])
-}
-
-/// [`start`], the gateway with extra environment variables.
-pub fn start_with_env(env: &[(&str, &str)]) -> Fixture {
     let home = Home::init("gateway", "gateway:main", "");
     let keys = Keys::from_secret_bytes(&SEED, &[12; 32]);
     let doc = IdentityDocument::new(NODE, "node", &keys, "2026-01-01T00:00:00Z");
@@ -39,7 +34,7 @@ pub fn start_with_env(env: &[(&str, &str)]) -> Fixture {
     assert!(o.status.success(), "{}", text(&o));
     let admin = home.token("gateway:main", &["admin"], "1h");
     let gw_doc: IdentityDocument = serde_json::from_str(&home.identity_json()).unwrap();
-    let gw = home.start_with_env(env);
+    let gw = home.start();
     Fixture {
         home,
         gw,

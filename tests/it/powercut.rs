@@ -180,7 +180,7 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
 /// one whose ack was answered 200 is `delivered` and never handed out again.
 #[tokio::test(flavor = "multi_thread")]
 async fn queued_and_acked_gateway_messages_survive_power_cuts() {
-    use crate::gateway::{start_with_env, NODE};
+    use crate::gateway::{start, NODE};
     use std::collections::BTreeSet;
 
     let cut = match PowerCut::build() {
@@ -193,8 +193,8 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
     let dir = tempfile::tempdir().unwrap();
     let arm = dir.path().join("arm");
     let mut rng = rand::thread_rng();
-    // The first gateway runs without the shim: the fixture sets the trust up first.
-    let mut fx = start_with_env(&[]);
+    // The fixture's own gateway runs without the shim; each run replaces it.
+    let mut fx = start();
     let data = fx.home.data();
     let (mut queued, mut acked) = (BTreeSet::new(), BTreeSet::new());
     let pull = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=20");
@@ -301,7 +301,14 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
         queued.len(),
         acked.len()
     );
-    assert!(!acked.is_empty() && queued.len() > acked.len());
+    // Enough happened to prove something. (Acks may name messages whose 202 the cut
+    // swallowed, so the two sets are not nested.)
+    assert!(
+        queued.len() >= CUTS && !acked.is_empty(),
+        "{} queued, {} acked",
+        queued.len(),
+        acked.len()
+    );
 }
 
 /// Every message in `ids` (each answered 202) is known; the acked ones are delivered.

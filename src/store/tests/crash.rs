@@ -168,7 +168,7 @@ pub(super) fn kill_loop(kind: EngineKind, cut: Option<&super::powercut_shim::Pow
         let status = child.wait().unwrap();
         let cut_itself = cut.is_some() && !killed && {
             use std::os::unix::process::ExitStatusExt;
-            status.signal() == Some(9)
+            status.signal() == Some(libc::SIGKILL)
         };
         assert!(killed || cut_itself, "child exited on its own: {status:?}");
         if let Some(cut) = cut {
