@@ -89,7 +89,7 @@ fn next_record(c: &mut Cursor<'_>) -> Option<Record> {
 }
 
 impl PowerCut {
-    /// Builds the shim; the reason when it cannot (no C compiler here).
+    /// Builds the shim; the reason to skip when there is no C compiler here.
     pub fn build() -> Result<PowerCut, String> {
         let work = tempfile::tempdir().map_err(|e| e.to_string())?;
         let src = work.path().join("powercut.c");
@@ -97,18 +97,18 @@ impl PowerCut {
         let lib = work.path().join("powercut.so");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let out = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
             .arg(&lib)
             .arg(&src)
             .args(["-ldl", "-lpthread"])
             .output()
             .map_err(|e| format!("no C compiler ({cc}): {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{cc} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        // No compiler is a reason to skip; a shim that does not compile is a failure.
+        assert!(
+            out.status.success(),
+            "{cc} could not build the power-cut shim: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let log = work.path().join("writes.log");
         Ok(PowerCut {
             _work: work,
