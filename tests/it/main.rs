@@ -13,7 +13,9 @@ mod harness;
 mod malformed;
 mod node;
 mod powercut;
-/// The power-cut shim's Rust side, shared with the store's own power-cut test.
+/// The power-cut shim's Rust side, shared with the store's own power-cut test (which
+/// uses parts of it these tests do not).
+#[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
 mod store_cli;

@@ -618,6 +618,59 @@ fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
     assert!(e.to_string().contains("newer"));
 }
 
+/// Builds a closed schema-2 store in `dir`: message "done" acked (its tombstone in the
+/// old status tree), "live" queued, and `extra` rejected ids `rej-<i>` whose
+/// tombstones v2 kept there too (pruned at T0 + 1 s).
+pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra: usize) {
+    let s = open(kind, dir, c);
+    s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
+    s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
+    s.ack("outbox", "gw", vec!["done".into()], T0)
+        .wait()
+        .unwrap();
+    // Turn the store back into schema 2: the tombstone goes to the status tree, and
+    // plenty more tombstones (rejected ids) are added the way v2 wrote them.
+    let e = &s.inner.engine;
+    let tomb = e.get(codec::T_BYID, b"done").unwrap().unwrap();
+    assert_eq!(tomb[0], TOMBSTONE);
+    let rejected = StatusRecord {
+        state: MessageState::Rejected,
+        queue: "outbox".into(),
+        peer: "gw".into(),
+        attempts: 0,
+        next_attempt_at_ms: 0,
+        reason: "bad".into(),
+        keep_until_ms: T0 + 1_000,
+        dead_seq: 0,
+    };
+    let mut batch = vec![
+        engine::BatchOp::Delete {
+            tree: codec::T_BYID,
+            key: b"done".to_vec(),
+        },
+        engine::BatchOp::Put {
+            tree: codec::T_STATUS,
+            key: b"done".to_vec(),
+            value: tomb[1..].to_vec(),
+        },
+        schema_op(2),
+    ];
+    for i in 0..extra {
+        let id = format!("rej-{i}").into_bytes();
+        batch.push(engine::BatchOp::Put {
+            tree: codec::T_STATUS,
+            key: id.clone(),
+            value: rejected.encode(),
+        });
+        batch.push(engine::BatchOp::Put {
+            tree: codec::T_STATUS_EXP,
+            key: codec::time_key(rejected.keep_until_ms, &id),
+            value: Vec::new(),
+        });
+    }
+    e.apply(&batch).unwrap();
+}
+
 /// A schema-2 store kept tombstones in their own tree: opening it moves them into the id
 /// tree (more than one chunk's worth here), and everything that reads a status or an id
 /// still sees them.
@@ -625,55 +678,7 @@ fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
     const EXTRA: usize = 5_000;
     let d = tempfile::tempdir().unwrap();
     let c = ManualClock::new(T0);
-    {
-        let s = open(kind, d.path(), &c);
-        s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
-        s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
-        s.ack("outbox", "gw", vec!["done".into()], T0)
-            .wait()
-            .unwrap();
-        // Turn the store back into schema 2: the tombstone goes to the status tree, and
-        // plenty more tombstones (rejected ids) are added the way v2 wrote them.
-        let e = &s.inner.engine;
-        let tomb = e.get(codec::T_BYID, b"done").unwrap().unwrap();
-        assert_eq!(tomb[0], TOMBSTONE);
-        let rejected = StatusRecord {
-            state: MessageState::Rejected,
-            queue: "outbox".into(),
-            peer: "gw".into(),
-            attempts: 0,
-            next_attempt_at_ms: 0,
-            reason: "bad".into(),
-            keep_until_ms: T0 + 1_000,
-            dead_seq: 0,
-        };
-        let mut batch = vec![
-            engine::BatchOp::Delete {
-                tree: codec::T_BYID,
-                key: b"done".to_vec(),
-            },
-            engine::BatchOp::Put {
-                tree: codec::T_STATUS,
-                key: b"done".to_vec(),
-                value: tomb[1..].to_vec(),
-            },
-            schema_op(2),
-        ];
-        for i in 0..EXTRA {
-            let id = format!("rej-{i}").into_bytes();
-            batch.push(engine::BatchOp::Put {
-                tree: codec::T_STATUS,
-                key: id.clone(),
-                value: rejected.encode(),
-            });
-            batch.push(engine::BatchOp::Put {
-                tree: codec::T_STATUS_EXP,
-                key: codec::time_key(rejected.keep_until_ms, &id),
-                value: Vec::new(),
-            });
-        }
-        e.apply(&batch).unwrap();
-    }
+    make_v2_store(kind, d.path(), &c, EXTRA);
     let s = open(kind, d.path(), &c);
     let e = &s.inner.engine;
     assert_eq!(

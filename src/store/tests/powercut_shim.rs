@@ -144,6 +144,17 @@ impl PowerCut {
         std::fs::read(&self.log).is_ok_and(|l| l.starts_with(HEADER))
     }
 
+    /// Writes and truncates in the log of the last process run under the shim.
+    pub fn logged_writes(&self) -> u64 {
+        let log = std::fs::read(&self.log).unwrap_or_default();
+        let mut c = Cursor(log.get(HEADER.len()..).unwrap_or_default());
+        let mut n = 0;
+        while let Some((kind, ..)) = next_record(&mut c) {
+            n += u64::from(kind == b'W' || kind == b'T');
+        }
+        n
+    }
+
     /// Runs with unsynced writes rolled back, and how many writes and truncates that
     /// undid, over all runs so far.
     pub fn totals(&self) -> (usize, u64) {
