@@ -182,6 +182,19 @@ fn one_producer(kind: EngineKind, dir: &Path, n: usize) -> (Duration, Duration, 
 
 /// `producers` threads enqueue `per` messages each, to one shared recipient
 /// (`recipients == 1`, the node's outbox to its gateway) or one recipient each.
+/// Throughput, bytes written per message and messages per fsync of a phase that
+/// started at `t0` with `write_bytes` at `wb0` and enqueued `n` messages.
+fn phase_result(s: &Store, t0: Instant, wb0: u64, n: usize) -> (f64, f64, f64) {
+    let total = t0.elapsed();
+    let wb = write_bytes() - wb0;
+    let c = s.commit_stats();
+    (
+        n as f64 / total.as_secs_f64(),
+        wb as f64 / n as f64,
+        c.requests as f64 / c.syncs.max(1) as f64,
+    )
+}
+
 fn many_producers(
     kind: EngineKind,
     dir: &Path,
@@ -208,15 +221,7 @@ fn many_producers(
     for t in threads {
         t.join().expect("producer");
     }
-    let total = t0.elapsed();
-    let wb = write_bytes() - wb0;
-    let n = producers * per;
-    let c = s.commit_stats();
-    (
-        n as f64 / total.as_secs_f64(),
-        wb as f64 / n as f64,
-        c.requests as f64 / c.syncs.max(1) as f64,
-    )
+    phase_result(&s, t0, wb0, producers * per)
 }
 
 /// The same as [`many_producers`] with the daemon's kind of caller: `producers` tasks
@@ -246,15 +251,7 @@ fn many_tasks(kind: EngineKind, dir: &Path, producers: usize, per: usize) -> (f6
             t.await.expect("producer");
         }
     });
-    let total = t0.elapsed();
-    let wb = write_bytes() - wb0;
-    let n = producers * per;
-    let c = s.commit_stats();
-    (
-        n as f64 / total.as_secs_f64(),
-        wb as f64 / n as f64,
-        c.requests as f64 / c.syncs.max(1) as f64,
-    )
+    phase_result(&s, t0, wb0, producers * per)
 }
 
 fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {

@@ -32,6 +32,13 @@ const WRITES: u32 = 2000;
 /// Calls per caller before the test gives up waiting for the cut.
 const MAX_CALLS: usize = 2000;
 
+/// The shim; `None` (said on stderr) without a C compiler here.
+fn shim_for(test: &str) -> Option<PowerCut> {
+    PowerCut::build()
+        .map_err(|why| eprintln!("SKIPPED {test}: {why}"))
+        .ok()
+}
+
 /// `None` once the daemon is gone (the cut).
 async fn call(d: &Daemon, job: &str, tok: &str) -> Option<(u16, Value)> {
     let resp = http()
@@ -48,12 +55,8 @@ async fn call(d: &Daemon, job: &str, tok: &str) -> Option<(u16, Value)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
-    let cut = match PowerCut::build() {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("SKIPPED node power-cut test: {why}");
-            return;
-        }
+    let Some(cut) = shim_for("node power-cut test") else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let runs_file = dir.path().join("runs");
@@ -183,12 +186,8 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
     use crate::gateway::{start, NODE};
     use std::collections::BTreeSet;
 
-    let cut = match PowerCut::build() {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("SKIPPED gateway power-cut test: {why}");
-            return;
-        }
+    let Some(cut) = shim_for("gateway power-cut test") else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let arm = dir.path().join("arm");

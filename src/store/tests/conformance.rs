@@ -685,13 +685,11 @@ fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
         e.get(codec::T_META, codec::META_SCHEMA).unwrap(),
         Some(codec::u64_val(SCHEMA_VERSION))
     );
-    let mut left = 0;
-    e.scan(codec::T_STATUS, &[], None, &mut |_, _| {
-        left += 1;
-        true
-    })
-    .unwrap();
-    assert_eq!(left, 0, "the old tombstone tree is empty");
+    assert_eq!(
+        tree_len(&s, codec::T_STATUS),
+        0,
+        "the old tombstone tree is empty"
+    );
     assert_eq!(
         s.status("done").unwrap().unwrap().state,
         MessageState::Delivered
@@ -722,7 +720,7 @@ fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
     );
 }
 
-fn tree_len(s: &Store, tree: engine::Tree) -> usize {
+pub(super) fn tree_len(s: &Store, tree: engine::Tree) -> usize {
     let mut n = 0;
     s.inner
         .engine

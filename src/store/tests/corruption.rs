@@ -66,18 +66,18 @@ fn damaged_records_and_blobs_are_reported_and_quarantined(kind: EngineKind) {
     assert_eq!(s.pending("outbox", "gw").unwrap(), 2);
 }
 
+/// A store opened without the verify-on-open scan, so damage is found while reading.
+fn open_unverified(kind: EngineKind, dir: &Path) -> Store {
+    let opts = StoreOptions {
+        verify_on_open: false,
+        ..opts(kind)
+    };
+    Store::open(dir, opts, Arc::new(ManualClock::new(T0))).unwrap()
+}
+
 fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
     let d = tempfile::tempdir().unwrap();
-    let c = ManualClock::new(T0);
-    let s = Store::open(
-        d.path(),
-        StoreOptions {
-            verify_on_open: false,
-            ..opts(kind)
-        },
-        Arc::new(c.clone()),
-    )
-    .unwrap();
+    let s = open_unverified(kind, d.path());
     s.enqueue(msg("gw", "a", 0, b"a")).wait().unwrap();
     s.enqueue(msg("gw", "b", 0, b"b")).wait().unwrap();
     let e = &s.inner.engine;
@@ -104,16 +104,7 @@ fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
 /// the due tree after its last real member left.
 fn a_quarantined_lane_member_leaves_its_lane(kind: EngineKind) {
     let d = tempfile::tempdir().unwrap();
-    let c = ManualClock::new(T0);
-    let s = Store::open(
-        d.path(),
-        StoreOptions {
-            verify_on_open: false,
-            ..opts(kind)
-        },
-        Arc::new(c.clone()),
-    )
-    .unwrap();
+    let s = open_unverified(kind, d.path());
     s.enqueue(msg("gw", "a", 0, b"a")).wait().unwrap();
     s.enqueue(msg("gw", "b", 0, b"b")).wait().unwrap();
     let e = &s.inner.engine;
