@@ -1,12 +1,14 @@
 /*
- * LD_PRELOAD shim for the power-cut test (src/store/tests/powercut.rs).
+ * LD_PRELOAD shim for the power-cut tests (src/store/tests/powercut.rs,
+ * tests/it/powercut.rs; DECISIONS D9).
  *
  * For every regular file under $OUTPOST_PCUT_DIR (except SQLite's -shm, which SQLite
  * rebuilds after a crash), it appends to $OUTPOST_PCUT_LOG, before each write or
  * truncate, what that call is about to overwrite: the old bytes and the old size. An
- * fsync/fdatasync of a file is logged too. After the process is killed, the test rolls
- * every file back over the entries logged since that file's last sync: the state a
- * power cut that lost every unsynced write would leave.
+ * fsync/fdatasync of a file is logged too, when it starts and when it succeeded. After
+ * the process is killed, the test (powercut_shim.rs) rolls each file back over the
+ * entries logged since the start of its last completed sync, or in alternate runs over
+ * a random suffix of them with the first one torn: what a power cut may leave.
  *
  * Record: kind u8 ('W' write, 'T' truncate, 'B' sync begins, 'S' sync done) |
  * dev u64 | ino u64 | path_len u16 | path | off u64 (for B/S: the sync's token) |
