@@ -75,11 +75,9 @@ fn open_unverified(kind: EngineKind, dir: &Path) -> Store {
     Store::open(dir, opts, Arc::new(ManualClock::new(T0))).unwrap()
 }
 
-fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
-    let d = tempfile::tempdir().unwrap();
-    let s = open_unverified(kind, d.path());
-    s.enqueue(msg("gw", "a", 0, b"a")).wait().unwrap();
-    s.enqueue(msg("gw", "b", 0, b"b")).wait().unwrap();
+/// Of the queued "a" and "b" for `gw`, damages "a"'s record; a read then returns only
+/// "b", and the quarantine it starts lands with the next commit (made here).
+fn damage_a_then_read_b(s: &Store) {
     let e = &s.inner.engine;
     let k = e.get(T_BYID, b"a").unwrap().unwrap();
     e.apply(&[BatchOp::Put {
@@ -92,8 +90,15 @@ fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
         ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
         vec!["b"]
     );
-    // The background quarantine lands with the next commit.
     s.touch_time().wait().unwrap();
+}
+
+fn damage_found_while_reading_is_quarantined_not_delivered(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let s = open_unverified(kind, d.path());
+    s.enqueue(msg("gw", "a", 0, b"a")).wait().unwrap();
+    s.enqueue(msg("gw", "b", 0, b"b")).wait().unwrap();
+    damage_a_then_read_b(&s);
     let r = s.doctor().unwrap();
     assert_eq!(r.quarantined.len(), 1, "{r:?}");
     assert!(r.healthy(), "{r:?}");
@@ -114,18 +119,7 @@ fn a_quarantined_lane_member_leaves_its_lane(kind: EngineKind) {
             .map(|v| types::Counter::decode(&v).unwrap().lane.members)
     };
     assert_eq!(members(), Some(2));
-    let k = e.get(T_BYID, b"a").unwrap().unwrap();
-    e.apply(&[BatchOp::Put {
-        tree: T_MSG,
-        key: k,
-        value: vec![1, 2, 3, 4, 5, 6],
-    }])
-    .unwrap();
-    assert_eq!(
-        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
-        vec!["b"]
-    );
-    s.touch_time().wait().unwrap();
+    damage_a_then_read_b(&s);
     assert_eq!(members(), Some(1));
     s.ack("outbox", "gw", vec!["b".into()], T0).wait().unwrap();
     assert_eq!(members(), None, "the counter goes with the last message");
