@@ -228,6 +228,56 @@ pub fn scoped_key(scope: &str, id: &str) -> Vec<u8> {
     k
 }
 
+/// First byte of an id-tree key that holds a UUID in its 16 binary bytes (schema 4).
+/// A message id never contains NUL (`ops::check_name`), so no text id is stored under a
+/// key starting with it.
+pub const ID_KEY_UUID: u8 = 0;
+/// First byte of the key [`id_key`] gives an id that starts with NUL: such an id is never
+/// stored (it fails `check_name`), and `0xFF` never starts UTF-8 text, so the key matches
+/// nothing instead of aliasing a binary UUID key.
+const ID_KEY_NONE: u8 = 0xFF;
+
+/// The id tree's key for a message id. The ids outpost makes — and most peers send
+/// (SPEC §2: UUIDv7) — are canonical UUID text, 36 bytes; stored as `0x00` + the 16
+/// bytes they spell, so an id entry is ~20 bytes smaller and a commit's id leaves fill
+/// more slowly (docs/BENCHMARKS-store.md, session 8). Only the canonical lowercase
+/// hyphenated form is packed: an upper-case spelling of the same UUID is a different
+/// id, kept as text like any other (a ULID, a test's `"a"`).
+pub fn id_key(id: &str) -> Vec<u8> {
+    if let Some(u) = canonical_uuid(id) {
+        let mut k = Vec::with_capacity(17);
+        k.push(ID_KEY_UUID);
+        k.extend_from_slice(u.as_bytes());
+        return k;
+    }
+    if id.as_bytes().first() == Some(&ID_KEY_UUID) {
+        let mut k = Vec::with_capacity(id.len() + 1);
+        k.push(ID_KEY_NONE);
+        k.extend_from_slice(id.as_bytes());
+        return k;
+    }
+    id.as_bytes().to_vec()
+}
+
+/// The message id an id-tree key stands for (`None`: not a key [`id_key`] makes).
+pub fn id_of_key(k: &[u8]) -> Option<String> {
+    match k.split_first() {
+        Some((&ID_KEY_UUID, b)) => Some(uuid::Uuid::from_slice(b).ok()?.hyphenated().to_string()),
+        Some((&ID_KEY_NONE, _)) | None => None,
+        Some(_) => String::from_utf8(k.to_vec()).ok(),
+    }
+}
+
+/// `id` parsed as a UUID when it is spelled exactly as `Uuid`'s hyphenated lowercase text.
+pub fn canonical_uuid(id: &str) -> Option<uuid::Uuid> {
+    if id.len() != uuid::fmt::Hyphenated::LENGTH {
+        return None;
+    }
+    let u = uuid::Uuid::try_parse(id).ok()?;
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    (u.hyphenated().encode_lower(&mut buf).as_bytes() == id.as_bytes()).then_some(u)
+}
+
 /// The smallest key greater than every key starting with `prefix` (None = no bound).
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut p = prefix.to_vec();
@@ -252,6 +302,52 @@ pub fn parse_u64(v: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_uuid_ids_are_packed_and_everything_else_is_kept_as_text() {
+        let id = "0190f5c2-7b1e-7a3c-9d4e-5f6a7b8c9d0e";
+        let k = id_key(id);
+        assert_eq!(k.len(), 17);
+        assert_eq!(k[0], ID_KEY_UUID);
+        assert_eq!(id_of_key(&k).as_deref(), Some(id));
+        // Other spellings of the same UUID are other ids: never the same key.
+        for other in [
+            "0190F5C2-7B1E-7A3C-9D4E-5F6A7B8C9D0E",
+            "0190f5c27b1e7a3c9d4e5f6a7b8c9d0e",
+            "{0190f5c2-7b1e-7a3c-9d4e-5f6a7b8c9d0e}",
+            "urn:uuid:0190f5c2-7b1e-7a3c-9d4e-5f6a7b8c9d0e",
+        ] {
+            assert_eq!(id_key(other), other.as_bytes());
+            assert_eq!(id_of_key(&id_key(other)).as_deref(), Some(other));
+        }
+        assert_eq!(
+            id_key("01J9ZQ7W0000000000000000AB"),
+            b"01J9ZQ7W0000000000000000AB"
+        );
+        // A NUL-led id (never stored) cannot alias a packed UUID.
+        let sneaky: String = std::iter::once('\0')
+            .chain("0123456789abcdef".chars())
+            .collect();
+        assert_ne!(id_key(&sneaky)[0], ID_KEY_UUID);
+        assert_eq!(id_of_key(&id_key(&sneaky)), None);
+    }
+
+    proptest::proptest! {
+        /// Distinct ids get distinct keys, and every key gives its id back.
+        #[test]
+        fn id_keys_are_injective_and_reversible(
+            a in "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[^\\x00]{1,40}",
+            b in "[0-9a-fA-F]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[^\\x00]{1,40}",
+            raw in proptest::array::uniform16(proptest::num::u8::ANY),
+        ) {
+            proptest::prop_assert_eq!(id_of_key(&id_key(&a)), Some(a.clone()));
+            proptest::prop_assert_eq!(id_of_key(&id_key(&b)), Some(b.clone()));
+            proptest::prop_assert_eq!(id_key(&a) == id_key(&b), a == b);
+            let u = uuid::Uuid::from_bytes(raw).hyphenated().to_string();
+            proptest::prop_assert_eq!(id_key(&u).len(), 17);
+            proptest::prop_assert_eq!(id_of_key(&id_key(&u)), Some(u));
+        }
+    }
 
     #[test]
     fn crc_matches_known_vector() {

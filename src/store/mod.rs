@@ -69,7 +69,7 @@ pub use ops::{OpOutcome, WriteOp, REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
 pub use types::*;
 
 /// Current on-disk schema version (see `schema.rs` for the migrations).
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
 /// Tunables; `Default` gives the SPEC defaults.
 #[derive(Debug, Clone, PartialEq)]

@@ -179,7 +179,7 @@ pub fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
         } => {
             check_name("message_id", &message_id)?;
             let live = matches!(
-                tx.get(T_BYID, message_id.as_bytes())?.map(IdEntry::parse),
+                tx.get(T_BYID, &id_key(&message_id))?.map(IdEntry::parse),
                 Some(IdEntry::Live(_))
             );
             if !live {
@@ -330,9 +330,9 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     if m.expires_at_ms <= tx.now_ms {
         return Err(StoreError::Expired);
     }
-    let id = m.message_id.as_bytes();
+    let id = id_key(&m.message_id);
     // The id tree holds live messages and tombstones alike (see `IdEntry`).
-    if tx.get(T_BYID, id)?.is_some()
+    if tx.get(T_BYID, &id)?.is_some()
         || tx
             .get(T_SEEN, &scoped_key(&m.queue, &m.message_id))?
             .is_some()
@@ -395,7 +395,7 @@ fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError>
     }
     *tx.next_seq += 1;
     tx.put(T_META, META_NEXT_SEQ.to_vec(), u64_val(*tx.next_seq));
-    tx.put(T_BYID, id.to_vec(), key.clone());
+    tx.put(T_BYID, id, key.clone());
     if !rec.in_lane {
         tx.put(
             T_EXP,
@@ -427,7 +427,7 @@ fn load_live(
     id: &str,
     with_body: bool,
 ) -> Result<Option<(Vec<u8>, usize, MsgRecord)>, StoreError> {
-    let key = match tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
+    let key = match tx.get(T_BYID, &id_key(id))?.map(IdEntry::parse) {
         Some(IdEntry::Live(k)) => k,
         _ => return Ok(None),
     };
@@ -437,7 +437,7 @@ fn load_live(
     let value = match tx.get(T_MSG, &key)? {
         Some(v) => v,
         None => {
-            tx.delete(T_BYID, id.as_bytes().to_vec());
+            tx.delete(T_BYID, id_key(id));
             return Ok(None);
         }
     };
@@ -514,7 +514,7 @@ fn unlink_live(
     leaving: &mut Leaving,
 ) -> Result<(), StoreError> {
     let cost = (key.len() + value_len) as i64 + blob_len(rec) as i64 + 64;
-    tx.delete(T_BYID, rec.message_id.as_bytes().to_vec());
+    tx.delete(T_BYID, id_key(&rec.message_id));
     if !rec.in_lane {
         tx.delete(T_EXP, time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()));
     }
@@ -581,7 +581,7 @@ fn put_status(
 }
 
 fn write_status(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) -> Result<(), StoreError> {
-    if let Some(IdEntry::Finished(Ok(old))) = tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
+    if let Some(IdEntry::Finished(Ok(old))) = tx.get(T_BYID, &id_key(id))?.map(IdEntry::parse) {
         tx.delete(T_STATUS_EXP, time_key(old.keep_until_ms, id.as_bytes()));
     }
     put_status_record(tx, id, st);
@@ -591,7 +591,7 @@ fn write_status(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) -> Result<(), Stor
 /// The tombstone (in place of the id's live entry) and its expiry entry (a stale expiry
 /// entry of an older record is harmless: pruning checks it still matches before deleting).
 fn put_status_record(tx: &mut Tx<'_>, id: &str, st: &StatusRecord) {
-    tx.put(T_BYID, id.as_bytes().to_vec(), st.tombstone());
+    tx.put(T_BYID, id_key(id), st.tombstone());
     if st.keep_until_ms != u64::MAX {
         tx.put(
             T_STATUS_EXP,
@@ -767,8 +767,13 @@ fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError
         })?;
         for k in hits {
             if let Some((t, rest)) = split_time_key(&k) {
+                // Expiry keys hold the id as text; the id tree's own key may be packed.
+                let main_key = match (main_tree, std::str::from_utf8(rest)) {
+                    (T_BYID, Ok(id)) => id_key(id),
+                    _ => rest.to_vec(),
+                };
                 // Only remove the main entry if it still belongs to this expiry entry.
-                let current = tx.get(main_tree, rest)?;
+                let current = tx.get(main_tree, &main_key)?;
                 let still_same = match (main_tree, current) {
                     // A live message with this id (requeued dead letter) is not pruned.
                     (T_BYID, Some(v)) => match IdEntry::parse(v) {
@@ -784,7 +789,7 @@ fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError
                     (_, None) => false,
                 };
                 if still_same {
-                    tx.delete(main_tree, rest.to_vec());
+                    tx.delete(main_tree, main_key);
                 }
             }
             tx.delete(exp_tree, k);
@@ -811,7 +816,7 @@ fn remember(tx: &mut Tx<'_>, scope: &str, id: &str, keep_until_ms: u64) -> Resul
 }
 
 fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
-    let st = match tx.get(T_BYID, id.as_bytes())?.map(IdEntry::parse) {
+    let st = match tx.get(T_BYID, &id_key(id))?.map(IdEntry::parse) {
         Some(IdEntry::Finished(st)) => st.map_err(|e| StoreError::Corrupt(e.0))?,
         _ => return Err(StoreError::NotFound),
     };
@@ -843,7 +848,7 @@ fn requeue(tx: &mut Tx<'_>, id: &str, now_ms: u64) -> Result<(), StoreError> {
     let value = rec.encode();
     let cost = charge(&key, &value, &rec);
     // Replaces the dead tombstone.
-    tx.put(T_BYID, id.as_bytes().to_vec(), key.clone());
+    tx.put(T_BYID, id_key(id), key.clone());
     tx.put(
         T_EXP,
         time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()),

@@ -195,7 +195,7 @@ impl Store {
     /// Where `message_id` stands: live state from its queue record, else its tombstone.
     pub fn status(&self, message_id: &str) -> Result<Option<MessageStatus>, StoreError> {
         let e = &self.inner.engine;
-        match e.get(T_BYID, message_id.as_bytes())?.map(IdEntry::parse) {
+        match e.get(T_BYID, &id_key(message_id))?.map(IdEntry::parse) {
             Some(IdEntry::Live(key)) => Ok(e
                 .get(T_MSG, &key)?
                 .and_then(|v| MsgRecord::decode(&v).ok())

@@ -8,6 +8,10 @@
 //!   from their own tree into the id tree, next to the ids of live messages (see
 //!   [`IdEntry`]), so an ack rewrites one entry instead of touching two trees. Migrating
 //!   moves them a chunk per transaction ([`move_tombstones`]).
+//! - v4: the id tree keys a canonical UUID id by its 16 bytes instead of its 36-byte
+//!   text (`codec::id_key`), which takes ~60 bytes off each message's share of a group
+//!   commit's writes (docs/BENCHMARKS-store.md, session 8). Migrating re-keys the
+//!   entries a chunk per transaction ([`pack_ids`]).
 //!
 //! A store newer than this binary is refused: silently writing an old format into a
 //! newer store could lose data the newer version relies on.
@@ -75,6 +79,10 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     if version < 3 {
         let moved = move_tombstones(engine)?;
         tracing::info!(moved, "tombstones moved into the id tree");
+    }
+    if version < 4 {
+        let packed = pack_ids(engine)?;
+        tracing::info!(packed, "id tree keys packed");
     }
     let mut rebuild = version < 2;
     if !rebuild && verify {
@@ -159,6 +167,61 @@ fn move_tombstones(engine: &dyn Engine) -> Result<usize, StoreError> {
             moved += 1;
         }
         engine.apply(&batch)?;
+    }
+}
+
+/// v3 → v4: every id-tree entry under a canonical UUID's text moves to the packed key
+/// [`id_key`] gives it. Packed keys start with `0x00` and sort before every text key, so
+/// the scan starts past them. Like [`move_tombstones`], a chunk moves whole (delete and
+/// put in one batch) and a crash midway leaves a v3-numbered store whose next open
+/// packs the rest (the keys it already packed are simply not text any more). Returns
+/// how many moved.
+fn pack_ids(engine: &dyn Engine) -> Result<usize, StoreError> {
+    let mut packed = 0;
+    let mut from = vec![ID_KEY_UUID + 1];
+    loop {
+        let mut chunk = Vec::new();
+        let mut last = None;
+        engine.scan(T_BYID, &from, None, &mut |k, v| {
+            last = Some(k.to_vec());
+            if let Some(id) = std::str::from_utf8(k)
+                .ok()
+                .filter(|id| canonical_uuid(id).is_some())
+            {
+                chunk.push((id.to_owned(), v.to_vec()));
+            }
+            chunk.len() < MOVE_CHUNK
+        })?;
+        let full = chunk.len() == MOVE_CHUNK;
+        let mut batch = Vec::with_capacity(2 * chunk.len());
+        for (id, entry) in chunk {
+            let key = id_key(&id);
+            // Only a newer binary could have written the packed key, and it would have
+            // migrated first: should both exist, the packed one is the newer truth.
+            if engine.get(T_BYID, &key)?.is_none() {
+                batch.push(BatchOp::Put {
+                    tree: T_BYID,
+                    key,
+                    value: entry,
+                });
+            }
+            batch.push(BatchOp::Delete {
+                tree: T_BYID,
+                key: id.into_bytes(),
+            });
+            packed += 1;
+        }
+        if !batch.is_empty() {
+            engine.apply(&batch)?;
+        }
+        match last {
+            Some(mut k) if full => {
+                // The smallest key after `k`.
+                k.push(0);
+                from = k;
+            }
+            _ => return Ok(packed),
+        }
     }
 }
 

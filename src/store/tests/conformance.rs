@@ -23,6 +23,7 @@ for_each_engine!(
     time_floor_survives_a_1970_boot,
     newer_schema_is_refused_older_is_migrated,
     v2_tombstones_move_into_the_id_tree,
+    v3_uuid_ids_are_packed_on_open,
     lane_messages_expire_without_an_index_entry,
     a_lane_closes_past_its_stray_budget,
     backup_is_a_usable_store,
@@ -618,22 +619,80 @@ fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {
     assert!(e.to_string().contains("newer"));
 }
 
-/// Builds a closed schema-2 store in `dir`: message "done" acked (its tombstone in the
-/// old status tree), "live" queued, and `extra` rejected ids `rej-<i>` whose
-/// tombstones v2 kept there too (pruned at T0 + 1 s).
-pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra: usize) {
+/// A queued message with a canonical UUID id, in every old store these tests build.
+pub(super) const LIVE_UUID: &str = "0190f5c2-7b1e-7a3c-9d4e-5f6a7b8c9d0e";
+
+/// The `i`th extra rejected id of [`make_v2_store`]: text (`rej-<i>`) for even `i`, a
+/// canonical UUID for odd `i`, so migrations meet both kinds of id.
+pub(super) fn v2_id(i: usize) -> String {
+    if i % 2 == 0 {
+        format!("rej-{i}")
+    } else {
+        uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i as u128)
+            .hyphenated()
+            .to_string()
+    }
+}
+
+/// What a schema-3 (or older) binary would have written for the id tree as it is now:
+/// every packed key back under its id's text.
+fn unpack_ids(e: &dyn engine::Engine) -> Vec<engine::BatchOp> {
+    let mut ops = Vec::new();
+    e.scan(
+        codec::T_BYID,
+        &[codec::ID_KEY_UUID],
+        Some(&[codec::ID_KEY_UUID + 1]),
+        &mut |k, v| {
+            ops.push(engine::BatchOp::Delete {
+                tree: codec::T_BYID,
+                key: k.to_vec(),
+            });
+            ops.push(engine::BatchOp::Put {
+                tree: codec::T_BYID,
+                key: codec::id_of_key(k).unwrap().into_bytes(),
+                value: v.to_vec(),
+            });
+            true
+        },
+    )
+    .unwrap();
+    ops
+}
+
+/// Builds a closed schema-3 store in `dir`: "done" acked, "live" and [`LIVE_UUID`]
+/// queued, and `extra` rejected ids [`v2_id`], every id-tree key as text.
+pub(super) fn make_v3_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra: usize) {
     let s = open(kind, dir, c);
     s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
     s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
+    s.enqueue(msg("gw", LIVE_UUID, 0, b"x")).wait().unwrap();
     s.ack("outbox", "gw", vec!["done".into()], T0)
         .wait()
         .unwrap();
-    // Turn the store back into schema 2: the tombstone goes to the status tree, and
-    // plenty more tombstones (rejected ids) are added the way v2 wrote them.
-    let e = &s.inner.engine;
-    let tomb = e.get(codec::T_BYID, b"done").unwrap().unwrap();
-    assert_eq!(tomb[0], TOMBSTONE);
-    let rejected = StatusRecord {
+    let e = &*s.inner.engine;
+    let mut batch = unpack_ids(e);
+    batch.push(schema_op(3));
+    let mut tomb = vec![TOMBSTONE];
+    tomb.extend(rejected_status().encode());
+    for i in 0..extra {
+        let id = v2_id(i).into_bytes();
+        batch.push(engine::BatchOp::Put {
+            tree: codec::T_BYID,
+            key: id.clone(),
+            value: tomb.clone(),
+        });
+        batch.push(engine::BatchOp::Put {
+            tree: codec::T_STATUS_EXP,
+            key: codec::time_key(T0 + 1_000, &id),
+            value: Vec::new(),
+        });
+    }
+    e.apply(&batch).unwrap();
+}
+
+/// The tombstone of the old stores' extra ids: rejected, pruned at T0 + 1 s.
+fn rejected_status() -> StatusRecord {
+    StatusRecord {
         state: MessageState::Rejected,
         queue: "outbox".into(),
         peer: "gw".into(),
@@ -642,8 +701,29 @@ pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra
         reason: "bad".into(),
         keep_until_ms: T0 + 1_000,
         dead_seq: 0,
-    };
-    let mut batch = vec![
+    }
+}
+
+/// Builds a closed schema-2 store in `dir`: message "done" acked (its tombstone in the
+/// old status tree), "live" and [`LIVE_UUID`] queued, and `extra` rejected ids
+/// [`v2_id`] whose tombstones v2 kept there too (pruned at T0 + 1 s). Id-tree keys are
+/// text, as before schema 4.
+pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra: usize) {
+    let s = open(kind, dir, c);
+    s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
+    s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
+    s.enqueue(msg("gw", LIVE_UUID, 0, b"x")).wait().unwrap();
+    s.ack("outbox", "gw", vec!["done".into()], T0)
+        .wait()
+        .unwrap();
+    // Turn the store back into schema 2: the tombstone goes to the status tree, and
+    // plenty more tombstones (rejected ids) are added the way v2 wrote them.
+    let e = &s.inner.engine;
+    let tomb = e.get(codec::T_BYID, b"done").unwrap().unwrap();
+    assert_eq!(tomb[0], TOMBSTONE);
+    let rejected = rejected_status();
+    let mut batch = unpack_ids(&**e);
+    batch.extend([
         engine::BatchOp::Delete {
             tree: codec::T_BYID,
             key: b"done".to_vec(),
@@ -654,9 +734,9 @@ pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra
             value: tomb[1..].to_vec(),
         },
         schema_op(2),
-    ];
+    ]);
     for i in 0..extra {
-        let id = format!("rej-{i}").into_bytes();
+        let id = v2_id(i).into_bytes();
         batch.push(engine::BatchOp::Put {
             tree: codec::T_STATUS,
             key: id.clone(),
@@ -671,53 +751,110 @@ pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra
     e.apply(&batch).unwrap();
 }
 
-/// A schema-2 store kept tombstones in their own tree: opening it moves them into the id
-/// tree (more than one chunk's worth here), and everything that reads a status or an id
-/// still sees them.
+/// Every id-tree key is what [`codec::id_key`] gives its id: no canonical UUID is left
+/// under its text.
+pub(super) fn assert_ids_packed(s: &Store) {
+    s.inner
+        .engine
+        .scan(codec::T_BYID, &[], None, &mut |k, _| {
+            let id = codec::id_of_key(k).expect("an id-tree key");
+            assert_eq!(codec::id_key(&id), k, "{id} is not under its packed key");
+            true
+        })
+        .unwrap();
+}
+
+/// A schema-2 store kept tombstones in their own tree and every id as text: opening it
+/// moves them into the id tree and packs the UUID ids (more than one chunk's worth of
+/// each here), and everything that reads a status or an id still sees them.
 fn v2_tombstones_move_into_the_id_tree(kind: EngineKind) {
-    const EXTRA: usize = 5_000;
+    const EXTRA: usize = 10_000;
     let d = tempfile::tempdir().unwrap();
     let c = ManualClock::new(T0);
     make_v2_store(kind, d.path(), &c, EXTRA);
     let s = open(kind, d.path(), &c);
-    let e = &s.inner.engine;
-    assert_eq!(
-        e.get(codec::T_META, codec::META_SCHEMA).unwrap(),
-        Some(codec::u64_val(SCHEMA_VERSION))
-    );
+    assert_migrated(&s, EXTRA);
     assert_eq!(
         tree_len(&s, codec::T_STATUS),
         0,
         "the old tombstone tree is empty"
     );
-    assert_eq!(
-        s.status("done").unwrap().unwrap().state,
-        MessageState::Delivered
-    );
-    assert_eq!(
-        s.status("live").unwrap().unwrap().state,
-        MessageState::Queued
-    );
-    let st = s.status(&format!("rej-{}", EXTRA - 1)).unwrap().unwrap();
-    assert_eq!(
-        (st.state, st.reason.as_deref()),
-        (MessageState::Rejected, Some("bad"))
-    );
     // A moved tombstone still makes its id a duplicate, and is pruned on time.
-    assert_eq!(
-        s.enqueue(msg("gw", "rej-7", 0, b"x")).wait().unwrap(),
-        EnqueueOutcome::Duplicate
-    );
+    for i in [7, 8] {
+        assert_eq!(
+            s.enqueue(msg("gw", &v2_id(i), 0, b"x")).wait().unwrap(),
+            EnqueueOutcome::Duplicate
+        );
+    }
     s.sweep_expired(T0 + 1_000).wait().unwrap();
-    assert!(s.status("rej-7").unwrap().is_none());
+    assert!(s.status(&v2_id(7)).unwrap().is_none());
+    assert!(s.status(&v2_id(8)).unwrap().is_none());
     assert_eq!(
         s.status("done").unwrap().unwrap().state,
         MessageState::Delivered
     );
     assert_eq!(
         ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
-        vec!["live"]
+        vec!["live", LIVE_UUID]
     );
+    // The UUID message acks by its id like any other.
+    s.ack("outbox", "gw", vec![LIVE_UUID.into()], T0)
+        .wait()
+        .unwrap();
+    assert_eq!(
+        s.status(LIVE_UUID).unwrap().unwrap().state,
+        MessageState::Delivered
+    );
+    assert_ids_packed(&s);
+}
+
+/// A schema-3 store keeps every id as text: opening it packs the UUID ids (two chunks'
+/// worth) and leaves the others, with every status readable and the queue intact.
+fn v3_uuid_ids_are_packed_on_open(kind: EngineKind) {
+    const EXTRA: usize = 10_000;
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    make_v3_store(kind, d.path(), &c, EXTRA);
+    let s = open(kind, d.path(), &c);
+    assert_migrated(&s, EXTRA);
+    assert_eq!(
+        ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()),
+        vec!["live", LIVE_UUID]
+    );
+    assert_eq!(
+        s.enqueue(msg("gw", LIVE_UUID, 0, b"x")).wait().unwrap(),
+        EnqueueOutcome::Duplicate
+    );
+    assert!(s.doctor().unwrap().healthy());
+    drop(s);
+    // Opening again finds nothing left to pack.
+    let s = open(kind, d.path(), &c);
+    assert_migrated(&s, EXTRA);
+}
+
+/// What every migrated old store built here looks like: current schema, each id once
+/// under its packed key, every status where it was.
+pub(super) fn assert_migrated(s: &Store, extra: usize) {
+    let e = &s.inner.engine;
+    assert_eq!(
+        e.get(codec::T_META, codec::META_SCHEMA).unwrap(),
+        Some(codec::u64_val(SCHEMA_VERSION))
+    );
+    assert_eq!(tree_len(s, codec::T_BYID), extra + 3, "id tree entries");
+    assert_ids_packed(s);
+    let state = |id: &str| s.status(id).unwrap().map(|st| st.state);
+    assert_eq!(state("done"), Some(MessageState::Delivered));
+    assert_eq!(state("live"), Some(MessageState::Queued));
+    assert_eq!(state(LIVE_UUID), Some(MessageState::Queued));
+    for i in [0, 1, extra / 2, extra / 2 + 1, extra - 2, extra - 1] {
+        let st = s.status(&v2_id(i)).unwrap().unwrap();
+        assert_eq!(
+            (st.state, st.reason.as_deref()),
+            (MessageState::Rejected, Some("bad")),
+            "{i}"
+        );
+    }
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 2);
 }
 
 pub(super) fn tree_len(s: &Store, tree: engine::Tree) -> usize {

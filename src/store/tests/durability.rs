@@ -37,7 +37,12 @@ impl Watch {
 
     /// Whether the commit that carried `id` is known durable now.
     fn is_durable(&self, id: &str) -> bool {
-        let n = self.carried.lock().unwrap().get(id.as_bytes()).copied();
+        let n = self
+            .carried
+            .lock()
+            .unwrap()
+            .get(&crate::store::codec::id_key(id))
+            .copied();
         n.is_some_and(|n| n <= self.durable.load(Ordering::SeqCst))
     }
 }
