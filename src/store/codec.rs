@@ -229,16 +229,14 @@ pub fn scoped_key(scope: &str, id: &str) -> Vec<u8> {
 }
 
 /// First byte of an id-tree key that holds a UUID in its 16 binary bytes (schema 4).
-/// A message id never contains NUL (`ops::check_name`), so no text id is stored under a
-/// key starting with it.
-pub const ID_KEY_UUID: u8 = 0;
-/// First byte of the key [`id_key`] gives an id that starts with NUL: such an id is never
-/// stored (it fails `check_name`), and `0xFF` never starts UTF-8 text, so the key matches
-/// nothing instead of aliasing a binary UUID key.
-const ID_KEY_NONE: u8 = 0xFF;
+/// Ids are UTF-8, which never contains 0xFE, so no text id has a key starting with it;
+/// and packed ids sort after every text id, so time-ordered UUIDs are appended at the
+/// right end of the id tree. 0xFF, which UTF-8 lacks too, is left to the engine: the
+/// SQLite engine keeps meta and counters in the id tree's table under it.
+pub const ID_KEY_UUID: u8 = 0xFE;
 
 /// The id tree's key for a message id. The ids outpost makes — and most peers send
-/// (SPEC §2: UUIDv7) — are canonical UUID text, 36 bytes; stored as `0x00` + the 16
+/// (SPEC §2: UUIDv7) — are canonical UUID text, 36 bytes; stored as `0xFE` + the 16
 /// bytes they spell, so an id entry is ~20 bytes smaller and a commit's id leaves fill
 /// more slowly (docs/BENCHMARKS-store.md, session 8). Only the canonical lowercase
 /// hyphenated form is packed: an upper-case spelling of the same UUID is a different
@@ -250,12 +248,6 @@ pub fn id_key(id: &str) -> Vec<u8> {
         k.extend_from_slice(u.as_bytes());
         return k;
     }
-    if id.as_bytes().first() == Some(&ID_KEY_UUID) {
-        let mut k = Vec::with_capacity(id.len() + 1);
-        k.push(ID_KEY_NONE);
-        k.extend_from_slice(id.as_bytes());
-        return k;
-    }
     id.as_bytes().to_vec()
 }
 
@@ -263,8 +255,7 @@ pub fn id_key(id: &str) -> Vec<u8> {
 pub fn id_of_key(k: &[u8]) -> Option<String> {
     match k.split_first() {
         Some((&ID_KEY_UUID, b)) => Some(uuid::Uuid::from_slice(b).ok()?.hyphenated().to_string()),
-        Some((&ID_KEY_NONE, _)) | None => None,
-        Some(_) => String::from_utf8(k.to_vec()).ok(),
+        _ => String::from_utf8(k.to_vec()).ok(),
     }
 }
 
@@ -324,12 +315,13 @@ mod tests {
             id_key("01J9ZQ7W0000000000000000AB"),
             b"01J9ZQ7W0000000000000000AB"
         );
-        // A NUL-led id (never stored) cannot alias a packed UUID.
-        let sneaky: String = std::iter::once('\0')
+        // Packed ids sort after text ids (appended at the id tree's right end), and
+        // nothing `id_key` makes starts with 0xFF.
+        assert!(id_key("zzzz") < k && k.as_slice() < [0xFF].as_slice());
+        let nul: String = std::iter::once('\0')
             .chain("0123456789abcdef".chars())
             .collect();
-        assert_ne!(id_key(&sneaky)[0], ID_KEY_UUID);
-        assert_eq!(id_of_key(&id_key(&sneaky)), None);
+        assert_eq!(id_of_key(&id_key(&nul)), Some(nul));
     }
 
     proptest::proptest! {

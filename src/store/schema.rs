@@ -171,18 +171,18 @@ fn move_tombstones(engine: &dyn Engine) -> Result<usize, StoreError> {
 }
 
 /// v3 → v4: every id-tree entry under a canonical UUID's text moves to the packed key
-/// [`id_key`] gives it. Packed keys start with `0x00` and sort before every text key, so
-/// the scan starts past them. Like [`move_tombstones`], a chunk moves whole (delete and
+/// [`id_key`] gives it. Packed keys start with `0xFE` and sort after every text key, so
+/// the scan stops before them. Like [`move_tombstones`], a chunk moves whole (delete and
 /// put in one batch) and a crash midway leaves a v3-numbered store whose next open
 /// packs the rest (the keys it already packed are simply not text any more). Returns
 /// how many moved.
 fn pack_ids(engine: &dyn Engine) -> Result<usize, StoreError> {
     let mut packed = 0;
-    let mut from = vec![ID_KEY_UUID + 1];
+    let mut from = Vec::new();
     loop {
         let mut chunk = Vec::new();
         let mut last = None;
-        engine.scan(T_BYID, &from, None, &mut |k, v| {
+        engine.scan(T_BYID, &from, Some(&[ID_KEY_UUID]), &mut |k, v| {
             last = Some(k.to_vec());
             if let Some(id) = std::str::from_utf8(k)
                 .ok()

@@ -52,7 +52,7 @@ use std::sync::{mpsc, Mutex};
 use rusqlite::{params, CachedStatement, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::{readahead, BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
-use crate::store::codec::{u64_val, META_SCHEMA, T_META};
+use crate::store::codec::{u64_val, META_SCHEMA, T_BYID, T_META};
 
 /// File name of the database inside the store directory.
 pub const DB_FILE: &str = "store.sqlite3";
@@ -63,8 +63,8 @@ pub const PAGE_SIZE: usize = 2048;
 /// Commits between two background checkpoints (~ SQLite's 1,000-page default at a
 /// handful of pages per commit).
 const CHECKPOINT_EVERY: u64 = 128;
-/// Tree ids are `0..TREES`; table `t<N>` is created for each when the store is (the
-/// counters' own `t8` stays empty: they share `t1`, see [`shared`]).
+/// Tree ids are `0..TREES`; table `t<N>` is created for each when the store is (`t1` and
+/// `t8`, meta's and the counters', stay empty: they share `t3`, see [`shared`]).
 const TREES: usize = 32;
 
 /// Trees whose values are large records (see module docs).
@@ -74,19 +74,28 @@ fn large_values(tree: Tree) -> bool {
 }
 
 /// Small trees that nearly every commit touches (meta: time floor, sequence, byte total;
-/// the recipient counters) share table `t1`, each row's key prefixed with its tree id,
-/// so such a commit dirties one leaf for both instead of two (one WAL frame fewer per
-/// commit). Every other tree has a table of its own.
+/// the recipient counters) live in the id tree's table, under keys `0xFF tree key`.
+/// Those sort after every id-tree key — an id is UTF-8 text or `0xFE` + a packed UUID
+/// (`codec::id_key`), and UTF-8 has neither byte — so the newest ids, time-ordered
+/// UUIDs appended at the right end of the id range, share a leaf with the meta rows: a
+/// commit that enqueues a message dirties one page for its id entry and the sequence
+/// and byte total instead of two (layout 3: one WAL frame fewer per commit, ~1/5 of a
+/// one-message commit; layout 2 kept meta and counters in a table `t1` of their own).
+/// Every other tree has a table of its own.
 fn shared(tree: Tree) -> bool {
     use crate::store::codec::T_COUNT;
     matches!(tree, T_META | T_COUNT)
 }
-const SHARED_TABLE: usize = T_META as usize;
+/// The table the shared trees live in: the id tree's.
+const SHARED_TABLE: usize = T_BYID as usize;
+/// First byte of a shared tree's keys; no key of the id tree itself starts with it.
+const SHARED_MARK: u8 = 0xFF;
 
-/// The key as stored: prefixed with the tree id for a shared tree.
+/// The key as stored: `0xFF tree key` for a shared tree.
 fn stored_key(tree: Tree, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     if shared(tree) {
-        let mut k = Vec::with_capacity(key.len() + 1);
+        let mut k = Vec::with_capacity(key.len() + 2);
+        k.push(SHARED_MARK);
         k.push(tree);
         k.extend_from_slice(key);
         std::borrow::Cow::Owned(k)
@@ -146,16 +155,20 @@ fn create_tables(conn: &Connection) -> Result<(), EngineError> {
     conn.execute_batch(&ddl).map_err(err)
 }
 
-/// `PRAGMA user_version` of a layout-2 store (layout 1 never set it: 0).
-const LAYOUT: i64 = 2;
+/// `PRAGMA user_version` of the current file layout (layout 1 never set it: 0). Layout
+/// 2: one table per tree, meta and counters in `t1`; layout 3: meta and counters in the
+/// id tree's table (see [`shared`]).
+const LAYOUT: i64 = 3;
 /// What a layout-1 binary (outpost 0.1) reads as the schema version from the `kv` table
 /// a layout-2 store keeps for it: higher than the 2 it supports, so a downgraded binary
 /// refuses the store ("store is newer", see OPERATIONS.md) instead of starting on an
 /// empty `kv` with the data hidden in tables it does not know.
 const OLD_BINARY_FENCE: u64 = 3;
 
-/// Brings the file to layout 2 in one transaction: creates the per-tree tables, moves a
-/// layout-1 store's `kv` rows into them, and leaves the fence row for old binaries.
+/// Brings the file to the current layout in one transaction: creates the per-tree
+/// tables, moves a layout-1 store's `kv` rows into them or a layout-2 store's meta and
+/// counters into the id tree's table, and leaves the fence row for old binaries. A
+/// power cut before the commit leaves the old layout, which the next open migrates.
 fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
     let layout: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -193,7 +206,13 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
             )
             .ok()
             .is_some_and(|v| v == u64_val(OLD_BINARY_FENCE));
-    if fenced {
+    // Layout 2 (or, fenced, 2 or 3): only the shared rows move.
+    if fenced || layout == 2 {
+        let moved = move_shared_rows(&tx)?;
+        tracing::info!(
+            moved,
+            "SQLite store layout {layout} -> {LAYOUT}: meta and counters moved"
+        );
         tx.pragma_update(None, "user_version", LAYOUT)
             .map_err(err)?;
         return tx.commit().map_err(err);
@@ -261,6 +280,37 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
     tx.pragma_update(None, "user_version", LAYOUT)
         .map_err(err)?;
     tx.commit().map_err(err)
+}
+
+/// Layout 2 → 3: meta and counter rows move from `t1` (key `tree key`) to the id tree's
+/// table (key `0xFF tree key`). Id-tree keys never start with 0xFF, so nothing collides;
+/// should something, the insert fails and the open with it, instead of overwriting.
+fn move_shared_rows(tx: &Connection) -> Result<usize, EngineError> {
+    // Few rows (meta keys, one counter per recipient); copied through Rust because SQL's
+    // `||` would turn the blob keys into text.
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = {
+        let mut st = tx
+            .prepare(&format!("SELECT k, v FROM t{T_META}"))
+            .map_err(err)?;
+        let it = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(err)?;
+        it.collect::<Result<_, _>>().map_err(err)?
+    };
+    let mut put = tx
+        .prepare(&format!(
+            "INSERT INTO t{SHARED_TABLE} (k, v) VALUES (?1, ?2)"
+        ))
+        .map_err(err)?;
+    for (k, v) in &rows {
+        let mut key = Vec::with_capacity(k.len() + 1);
+        key.push(SHARED_MARK);
+        key.extend_from_slice(k);
+        put.execute(params![key, v]).map_err(err)?;
+    }
+    tx.execute(&format!("DELETE FROM t{T_META}"), [])
+        .map_err(err)?;
+    Ok(rows.len())
 }
 
 pub struct SqliteEngine {
@@ -418,6 +468,9 @@ fn get_with(
     tree: Tree,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>, EngineError> {
+    if tree == T_BYID && key.first() == Some(&SHARED_MARK) {
+        return Ok(None);
+    }
     let mut rows = st.query(params![stored_key(tree, key)]).map_err(err)?;
     match rows.next().map_err(err)? {
         Some(r) => Ok(Some(r.get::<_, Vec<u8>>(0).map_err(err)?)),
@@ -434,7 +487,13 @@ fn scan_on(
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), EngineError> {
     let sql = sql_for(sql, tree)?;
-    let strip = usize::from(shared(tree));
+    let strip = 2 * usize::from(shared(tree));
+    // The id tree's own keys end where the shared trees' begin.
+    let end = match end {
+        Some(e) if tree == T_BYID && e > [SHARED_MARK].as_slice() => Some([SHARED_MARK].as_slice()),
+        None if tree == T_BYID => Some([SHARED_MARK].as_slice()),
+        e => e,
+    };
     let mut st;
     let mut rows = match (end, shared(tree)) {
         (Some(end), _) => {
@@ -445,8 +504,11 @@ fn scan_on(
         // A shared tree ends where the next tree id's prefix begins.
         (None, true) => {
             st = c.prepare_cached(&sql.scan_to).map_err(err)?;
-            st.query(params![stored_key(tree, start), [tree.wrapping_add(1)]])
-                .map_err(err)?
+            st.query(params![
+                stored_key(tree, start),
+                [SHARED_MARK, tree.wrapping_add(1)]
+            ])
+            .map_err(err)?
         }
         (None, false) => {
             st = c.prepare_cached(&sql.scan_all).map_err(err)?;
@@ -528,6 +590,13 @@ impl<'c> GroupStatements<'c> {
     fn write(&self, batch: &[BatchOp]) -> Result<(), EngineError> {
         for op in batch {
             match op {
+                BatchOp::Put { tree, key, .. } | BatchOp::Delete { tree, key }
+                    if *tree == T_BYID && key.first() == Some(&SHARED_MARK) =>
+                {
+                    return Err(EngineError::Other(
+                        "id-tree keys may not start with 0xFF (reserved for meta)".into(),
+                    ))
+                }
                 BatchOp::Put { tree, key, value } => self.with(*tree, PUT, |st| {
                     st.execute(params![stored_key(*tree, key), value])
                         .map(|_| ())
@@ -1136,6 +1205,78 @@ mod tests {
         .unwrap();
         assert_eq!(all(T_COUNT).len(), 1);
         assert_eq!(all(T_META).len(), 2);
+        // The id tree, whose table they live in, sees none of them and cannot reach them.
+        e.apply(&[put(T_BYID, b"id-1", b"i1"), put(T_BYID, b"\xfe\xff", b"i2")])
+            .unwrap();
+        assert_eq!(
+            all(T_BYID),
+            vec![
+                (b"id-1".to_vec(), b"i1".to_vec()),
+                (b"\xfe\xff".to_vec(), b"i2".to_vec())
+            ]
+        );
+        let mut seen = 0;
+        e.scan(T_BYID, b"", Some(b"\xff\xff"), &mut |_, _| {
+            seen += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, 2, "an end past the id keys stops at them");
+        let meta_key = [&[SHARED_MARK, T_META][..], b"next_seq"].concat();
+        assert_eq!(e.get(T_BYID, &meta_key).unwrap(), None);
+        for op in [
+            put(T_BYID, &meta_key, b"x"),
+            BatchOp::Delete {
+                tree: T_BYID,
+                key: meta_key.clone(),
+            },
+        ] {
+            assert!(e.apply(&[op]).is_err());
+        }
+        assert_eq!(e.get(T_META, b"next_seq").unwrap(), Some(b"m1".to_vec()));
+    }
+
+    /// A layout-2 store kept meta and counters in `t1`: opening it moves them next to the
+    /// ids (layout 3), once, and every row reads back as before.
+    #[test]
+    fn layout_2_meta_and_counters_move_into_the_id_table() {
+        use crate::store::codec::T_COUNT;
+        let d = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(d.path().join(DB_FILE)).unwrap();
+            c.pragma_update(None, "page_size", PAGE_SIZE).unwrap();
+            c.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+                .unwrap();
+            create_tables(&c).unwrap();
+            c.execute_batch(
+                "CREATE TABLE kv (tree INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
+                 PRIMARY KEY (tree, key)) WITHOUT ROWID;",
+            )
+            .unwrap();
+            let row = |t: &str, k: &[u8], v: &[u8]| {
+                c.execute(
+                    &format!("INSERT INTO {t} (k, v) VALUES (?1, ?2)"),
+                    params![k, v],
+                )
+                .unwrap();
+            };
+            row("t1", b"\x01next_seq", b"m1");
+            row("t1", b"\x08outbox\0gw", b"c1");
+            row("t3", b"id-1", b"i1");
+            c.pragma_update(None, "user_version", 2).unwrap();
+        }
+        for _ in 0..2 {
+            let e = SqliteEngine::open(d.path()).unwrap();
+            assert_eq!(e.get(T_META, b"next_seq").unwrap(), Some(b"m1".to_vec()));
+            assert_eq!(e.get(T_COUNT, b"outbox\0gw").unwrap(), Some(b"c1".to_vec()));
+            assert_eq!(e.get(T_BYID, b"id-1").unwrap(), Some(b"i1".to_vec()));
+            drop(e);
+            let c = Connection::open(d.path().join(DB_FILE)).unwrap();
+            let n = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+            assert_eq!(n("PRAGMA user_version"), LAYOUT);
+            assert_eq!(n("SELECT count(*) FROM t1"), 0);
+            assert_eq!(n("SELECT count(*) FROM t3"), 3);
+        }
     }
 
     #[test]

@@ -638,23 +638,18 @@ pub(super) fn v2_id(i: usize) -> String {
 /// every packed key back under its id's text.
 fn unpack_ids(e: &dyn engine::Engine) -> Vec<engine::BatchOp> {
     let mut ops = Vec::new();
-    e.scan(
-        codec::T_BYID,
-        &[codec::ID_KEY_UUID],
-        Some(&[codec::ID_KEY_UUID + 1]),
-        &mut |k, v| {
-            ops.push(engine::BatchOp::Delete {
-                tree: codec::T_BYID,
-                key: k.to_vec(),
-            });
-            ops.push(engine::BatchOp::Put {
-                tree: codec::T_BYID,
-                key: codec::id_of_key(k).unwrap().into_bytes(),
-                value: v.to_vec(),
-            });
-            true
-        },
-    )
+    e.scan(codec::T_BYID, &[codec::ID_KEY_UUID], None, &mut |k, v| {
+        ops.push(engine::BatchOp::Delete {
+            tree: codec::T_BYID,
+            key: k.to_vec(),
+        });
+        ops.push(engine::BatchOp::Put {
+            tree: codec::T_BYID,
+            key: codec::id_of_key(k).unwrap().into_bytes(),
+            value: v.to_vec(),
+        });
+        true
+    })
     .unwrap();
     ops
 }
