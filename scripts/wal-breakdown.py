@@ -6,6 +6,7 @@ every WAL frame from its 24-byte frame header and the page of every checkpoint
 write from its file offset, and maps pages to tables with SQLite's dbstat view.
 
     python3 scripts/wal-breakdown.py            # needs strace and the sqlite3 CLI
+    python3 scripts/wal-breakdown.py --one      # the 1-producer case instead
 
 It also replays the trace against a model of the page cache — every write dirties the
 4 KiB pages it touches, an fdatasync/fsync of a file cleans that file's pages — to show
@@ -40,13 +41,14 @@ def bench_binary():
 
 
 def main():
+    mode = "OUTPOST_BENCH_ONE_ONLY" if "--one" in sys.argv[1:] else "OUTPOST_BENCH_MANY_ONLY"
     for tool in ("strace", "sqlite3"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is needed")
     exe = bench_binary()
     work = tempfile.mkdtemp(prefix="outpost-wal-")
     trace = os.path.join(work, "trace.txt")
-    env = dict(os.environ, OUTPOST_BENCH_DIR=os.path.join(work, "bench"), OUTPOST_BENCH_MANY_ONLY="1")
+    env = dict(os.environ, OUTPOST_BENCH_DIR=os.path.join(work, "bench"), **{mode: "1"})
     run = subprocess.run(
         ["strace", "-ff", "-ttt", "-e", "trace=openat,pwrite64,fdatasync,fsync,ftruncate", "-xx", "-s", "24",
          "-o", trace, exe, "--bench"],
@@ -83,7 +85,7 @@ def main():
         capture_output=True, text=True, check=True,
     ).stdout.splitlines()
     page = {int(p): f"{n} ({t})" for p, n, t in (r.split("|") for r in rows)}
-    names = {"t1": "meta + counters", "t2": "messages", "t3": "id index", "t4": "expiry index",
+    names = {"t1": "meta + counters (layout 2)", "t2": "messages", "t3": "id index (+ meta, counters since layout 3)", "t4": "expiry index",
              "sqlite_autoindex_t2_1": "messages' key index", "sqlite_schema": "page 1"}
 
     def label(p):
