@@ -6,12 +6,13 @@
 //! `auto_vacuum` (DECISIONS D10: free pages are reused, and its pointer map cost ~4% of
 //! every commit's writes); a small `cache_size` keeps RSS low on a Pi.
 //!
-//! Layout (format 2): WAL writes every page a commit touches whole (and the checkpoint
+//! Layout (format 3): WAL writes every page a commit touches whole (and the checkpoint
 //! writes it again), so bytes written per message are set by how many pages a commit
 //! dirties. Each tree gets its own table so its pages stay dense, in one of two shapes:
 //! - small values (indexes, counters, meta): `t<N>(k BLOB PRIMARY KEY, v) WITHOUT
 //!   ROWID`, one B-tree holding key and value; meta and the recipient counters, which
-//!   nearly every commit touches, share `t1` under a tree-id key prefix;
+//!   nearly every commit touches, live in the id tree's table `t3` after its ids, under
+//!   `0xFF tree` prefixed keys, next to the newest ids (see [`shared`]);
 //! - large values (messages, audit entries, results, dead letters, quarantine): `t<N>(rid
 //!   INTEGER PRIMARY KEY, k BLOB UNIQUE, v)`. New rows get the next rowid, so records
 //!   are appended to the end of the table B-tree — SQLite's cheap append path, with no
@@ -194,9 +195,9 @@ fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
         )
         .map_err(err)?
         > 0;
-    // A kv table holding only our fence is already layout 2 (its user_version was lost,
-    // e.g. copied by a tool that does not keep it): never "migrate" the fence over the
-    // real schema version.
+    // A kv table holding only our fence is already layout 2 or 3 (its user_version was
+    // lost, e.g. copied by a tool that does not keep it): never "migrate" the fence over
+    // the real schema version.
     let fenced = has_kv
         && tx
             .query_row(
