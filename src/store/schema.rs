@@ -355,20 +355,30 @@ pub fn rebuild_counters(
 }
 
 /// Removes blob files nothing references: leftovers of a crash between writing a blob
-/// and committing its message, or of a failed group commit.
+/// and committing its message, or of a failed group commit. Runs under the engine's
+/// write lock (a group that writes nothing): a writer writes a blob inside its group's
+/// transaction, so another process's writer on the same store — the daemon, while an
+/// `outpost` command opens the store — cannot be between writing a blob and committing
+/// its reference while this looks.
 fn collect_orphan_blobs(engine: &dyn Engine, blobs: &Blobs) {
-    let list = match blobs.list() {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not list blobs");
-            return;
-        }
-    };
-    for h in list {
-        if let Ok(None) = engine.get(T_BLOBREF, &h) {
-            if let Err(e) = blobs.remove(&h) {
-                tracing::warn!(error = %e, "could not remove orphan blob");
+    let res = engine.commit_group(&mut |view| {
+        let list = match blobs.list() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not list blobs");
+                return Vec::new();
+            }
+        };
+        for h in list {
+            if let Ok(None) = view.get(T_BLOBREF, &h) {
+                if let Err(e) = blobs.remove(&h) {
+                    tracing::warn!(error = %e, "could not remove orphan blob");
+                }
             }
         }
+        Vec::new()
+    });
+    if let Err(e) = res {
+        tracing::warn!(error = %e, "could not collect orphan blobs");
     }
 }

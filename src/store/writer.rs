@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::blobs::Blobs;
-use super::codec::{u64_val, META_TIME_FLOOR, T_BLOBREF, T_META};
+use super::codec::{parse_u64, u64_val, META_NEXT_SEQ, META_TIME_FLOOR, T_BLOBREF, T_META};
 use super::engine::{BatchOp, Engine, Reader, Tree};
 use super::ops::{self, OpOutcome, WriteOp};
 use super::time::TimeKeeper;
@@ -351,6 +351,17 @@ impl Writer {
             let Some(first) = first.take() else {
                 return Vec::new();
             };
+            // Another process on the same store (an `outpost queue requeue` or `envelope`
+            // command next to the running daemon) may have enqueued since this writer's
+            // last group. The sequence is read under this group's write lock, so two
+            // writers never give two messages the same queue key (the later one would
+            // overwrite the earlier record).
+            if let Ok(Some(n)) = view
+                .get(T_META, META_NEXT_SEQ)
+                .map(|v| v.as_deref().and_then(parse_u64))
+            {
+                self.next_seq = self.next_seq.max(n);
+            }
             let mut group = Overlay::default();
             let mut next = Some(first);
             while let Some((ops, reply)) = next.take().or_else(|| feed.more()) {

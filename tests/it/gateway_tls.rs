@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{http, text, Home};
+use crate::harness::{http, pair, Home};
 
 /// A throwaway CA and a gateway certificate for 127.0.0.1, made with the openssl CLI.
 fn make_pki(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
@@ -92,16 +92,7 @@ async fn tls_gateway_and_node_pinning_its_ca() {
             cert, key
         ),
     );
-    let o = gw.cli_stdin(
-        &["trust", "add", "-", "--send"],
-        node.identity_json().as_bytes(),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let o = node.cli_stdin(
-        &["trust", "add", "-", "--send", "--issue"],
-        gw.identity_json().as_bytes(),
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    pair(&gw, &node);
     let admin = gw.token("gateway:main", &["admin"], "1h");
     let g = gw.start();
     dropin(

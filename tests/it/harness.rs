@@ -171,6 +171,21 @@ impl Home {
     }
 }
 
+/// Makes a gateway and a node know each other the way an operator pairs them: the
+/// gateway may seal to the node, the node may seal to the gateway and takes its tokens.
+pub fn pair(gw: &Home, node: &Home) {
+    let o = gw.cli_stdin(
+        &["trust", "add", "-", "--send"],
+        node.identity_json().as_bytes(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = node.cli_stdin(
+        &["trust", "add", "-", "--send", "--issue"],
+        gw.identity_json().as_bytes(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 /// A running `outpost run` child; killed on drop.
 pub struct Daemon {
     pub child: Child,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::harness::{http, text, tool_script, wait_for, Daemon, Home};
+use crate::harness::{http, pair, text, tool_script, wait_for, Daemon, Home};
 use crate::powercut_shim::PowerCut;
 use std::collections::BTreeSet;
 
@@ -41,6 +41,48 @@ fn shim_for(test: &str) -> Option<PowerCut> {
     PowerCut::build()
         .map_err(|why| eprintln!("SKIPPED {test}: {why}"))
         .ok()
+}
+
+/// Starts `home`'s daemon under the shim, to cut itself after a random one of its first
+/// `writes` writes once `arm` exists. `None` (said on stderr) when the shim does not
+/// load into it (an emulated target), which only the first run may find.
+fn start_under_cut(
+    cut: &PowerCut,
+    home: &Home,
+    writes: u32,
+    arm: &std::path::Path,
+    run: usize,
+    test: &str,
+) -> Option<Daemon> {
+    let env = cut.env(
+        &home.data(),
+        rand::thread_rng().gen_range(1..writes),
+        Some(arm),
+    );
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let d = home.start_with_env(&env);
+    if !cut.shim_ran() {
+        assert_eq!(run, 0, "the shim stopped loading");
+        eprintln!(
+            "SKIPPED {test}: the LD_PRELOAD shim does not load into outpost (emulated target?)"
+        );
+        return None;
+    }
+    Some(d)
+}
+
+/// Waits for the daemon of run `run` to have SIGKILLed itself, as the shim does.
+fn wait_for_cut(d: &mut Daemon, run: usize, who: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = wait_for("the cut", Duration::from_secs(10), || {
+        d.child.try_wait().ok().flatten()
+    });
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "run {run}: the {who} was not cut: {status:?}\n{}",
+        d.log_text()
+    );
 }
 
 /// `None` once the daemon is gone (the cut).
@@ -81,17 +123,13 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
     let mut answered: BTreeMap<String, Value> = BTreeMap::new();
     // The previous run's answers, replayed by the next daemon (all of them at the end).
     let mut fresh: Vec<(String, Value)> = Vec::new();
-    let mut rng = rand::thread_rng();
     for run in 0..CUTS {
         // Writes are counted from when the callers start, not during startup.
-        let env = cut.env(&home.data(), rng.gen_range(1..WRITES), Some(&arm));
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut d = home.start_with_env(&env);
-        if !cut.shim_ran() {
-            assert_eq!(run, 0, "the shim stopped loading");
-            eprintln!("SKIPPED node power-cut test: the LD_PRELOAD shim does not load into outpost (emulated target?)");
+        // Writes are counted from when the callers start, not during startup.
+        let Some(mut d) = start_under_cut(&cut, &home, WRITES, &arm, run, "node power-cut test")
+        else {
             return;
-        }
+        };
         for (job, body) in &fresh {
             let got = call(&d, job, &tok).await;
             assert_eq!(
@@ -119,18 +157,7 @@ async fn answered_tool_calls_and_their_audit_survive_power_cuts() {
         });
         let results = futures_util::future::join_all(callers).await;
         std::fs::remove_file(&arm).unwrap();
-        let status = wait_for("the cut", Duration::from_secs(10), || {
-            d.child.try_wait().ok().flatten()
-        });
-        {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                status.signal(),
-                Some(libc::SIGKILL),
-                "run {run}: the daemon was not cut: {status:?}\n{}",
-                d.log_text()
-            );
-        }
+        wait_for_cut(&mut d, run, "daemon");
         drop(d);
         let undone = cut.roll_back(run);
         assert!(undone > 0, "run {run}: a cut with nothing to roll back");
@@ -194,23 +221,23 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
     };
     let dir = tempfile::tempdir().unwrap();
     let arm = dir.path().join("arm");
-    let mut rng = rand::thread_rng();
     // The fixture's own gateway runs without the shim; each run replaces it.
     let mut fx = start();
-    let data = fx.home.data();
     let (mut queued, mut acked) = (BTreeSet::new(), BTreeSet::new());
     let pull = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=20");
     let ack_path = format!("/v1/nodes/{NODE}/ack");
     for run in 0..CUTS {
-        let env = cut.env(&data, rng.gen_range(1..WRITES), Some(&arm));
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let old = std::mem::replace(&mut fx.gw, fx.home.start_with_env(&env));
-        drop(old);
-        if !cut.shim_ran() {
-            assert_eq!(run, 0, "the shim stopped loading");
-            eprintln!("SKIPPED gateway power-cut test: the LD_PRELOAD shim does not load into outpost (emulated target?)");
+        // The previous gateway (the fixture's, or the last run's checker) stops first:
+        // one daemon per data directory.
+        fx.gw.signal(libc::SIGTERM);
+        wait_for("the gateway to stop", Duration::from_secs(10), || {
+            (!fx.gw.is_running()).then_some(())
+        });
+        let Some(gw) = start_under_cut(&cut, &fx.home, WRITES, &arm, run, "gateway power-cut test")
+        else {
             return;
-        }
+        };
+        fx.gw = gw;
         std::fs::write(&arm, b"").unwrap();
         let fx_ref = &fx;
         let clients = (0..4).map(|t| async move {
@@ -254,18 +281,7 @@ async fn queued_and_acked_gateway_messages_survive_power_cuts() {
         };
         let (sent, got) = tokio::join!(futures_util::future::join_all(clients), node);
         std::fs::remove_file(&arm).unwrap();
-        let status = wait_for("the cut", Duration::from_secs(10), || {
-            fx.gw.child.try_wait().ok().flatten()
-        });
-        {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                status.signal(),
-                Some(libc::SIGKILL),
-                "run {run}: the gateway was not cut: {status:?}\n{}",
-                fx.gw.log_text()
-            );
-        }
+        wait_for_cut(&mut fx.gw, run, "gateway");
         let undone = cut.roll_back(run);
         assert!(undone > 0, "run {run}: a cut with nothing to roll back");
         let sent: Vec<String> = sent.into_iter().flatten().collect();
@@ -346,16 +362,7 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
     };
     let gw = Home::init("gateway", "gateway:main", "");
     let node = Home::init("node", "node:up", "");
-    let o = gw.cli_stdin(
-        &["trust", "add", "-", "--send"],
-        node.identity_json().as_bytes(),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let o = node.cli_stdin(
-        &["trust", "add", "-", "--send", "--issue"],
-        gw.identity_json().as_bytes(),
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    pair(&gw, &node);
     let admin = gw.token("gateway:main", &["admin"], "1h");
     let tok = node.token("node:up", &["admin"], "1h");
     let g = gw.start();
@@ -371,17 +378,18 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
     .unwrap();
 
     let arm = node.dir.path().join("arm");
-    let mut rng = rand::thread_rng();
     let mut answered: BTreeMap<String, Value> = BTreeMap::new();
     for run in 0..CUTS {
-        let env = cut.env(&node.data(), rng.gen_range(1..UPSTREAM_WRITES), Some(&arm));
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut d = node.start_with_env(&env);
-        if !cut.shim_ran() {
-            assert_eq!(run, 0, "the shim stopped loading");
-            eprintln!("SKIPPED upstream power-cut test: the LD_PRELOAD shim does not load into outpost (emulated target?)");
+        let Some(mut d) = start_under_cut(
+            &cut,
+            &node,
+            UPSTREAM_WRITES,
+            &arm,
+            run,
+            "upstream power-cut test",
+        ) else {
             return;
-        }
+        };
         std::fs::write(&arm, b"").unwrap();
         let callers = (0..4).map(|t| {
             let (d, tok) = (&d, &tok);
@@ -412,18 +420,7 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
         });
         let results = futures_util::future::join_all(callers).await;
         std::fs::remove_file(&arm).unwrap();
-        let status = wait_for("the cut", Duration::from_secs(10), || {
-            d.child.try_wait().ok().flatten()
-        });
-        {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                status.signal(),
-                Some(libc::SIGKILL),
-                "run {run}: the node was not cut: {status:?}\n{}",
-                d.log_text()
-            );
-        }
+        wait_for_cut(&mut d, run, "node");
         drop(d);
         assert!(
             cut.roll_back(run) > 0,

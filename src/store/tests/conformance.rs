@@ -657,6 +657,19 @@ fn unpack_ids(e: &dyn engine::Engine) -> Vec<engine::BatchOp> {
 /// Builds a closed schema-3 store in `dir`: "done" acked, "live" and [`LIVE_UUID`]
 /// queued, and `extra` rejected ids [`v2_id`], every id-tree key as text.
 pub(super) fn make_v3_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra: usize) {
+    let s = old_store_messages(kind, dir, c);
+    let e = &*s.inner.engine;
+    let mut batch = unpack_ids(e);
+    batch.push(schema_op(3));
+    let mut tomb = vec![TOMBSTONE];
+    tomb.extend(rejected_status().encode());
+    batch.extend(rejected_ids(extra, codec::T_BYID, &tomb));
+    e.apply(&batch).unwrap();
+}
+
+/// What every old store these tests build starts from: "done" acked, "live" and
+/// [`LIVE_UUID`] queued.
+fn old_store_messages(kind: EngineKind, dir: &Path, c: &ManualClock) -> Store {
     let s = open(kind, dir, c);
     s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
     s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
@@ -664,25 +677,27 @@ pub(super) fn make_v3_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra
     s.ack("outbox", "gw", vec!["done".into()], T0)
         .wait()
         .unwrap();
-    let e = &*s.inner.engine;
-    let mut batch = unpack_ids(e);
-    batch.push(schema_op(3));
-    let mut tomb = vec![TOMBSTONE];
-    tomb.extend(rejected_status().encode());
+    s
+}
+
+/// The writes that record `extra` rejected ids [`v2_id`] the way an old schema did:
+/// `status` under the id's text in `tree`, and its expiry entry (pruned at T0 + 1 s).
+fn rejected_ids(extra: usize, tree: engine::Tree, status: &[u8]) -> Vec<engine::BatchOp> {
+    let mut ops = Vec::with_capacity(2 * extra);
     for i in 0..extra {
         let id = v2_id(i).into_bytes();
-        batch.push(engine::BatchOp::Put {
-            tree: codec::T_BYID,
-            key: id.clone(),
-            value: tomb.clone(),
-        });
-        batch.push(engine::BatchOp::Put {
+        ops.push(engine::BatchOp::Put {
             tree: codec::T_STATUS_EXP,
             key: codec::time_key(T0 + 1_000, &id),
             value: Vec::new(),
         });
+        ops.push(engine::BatchOp::Put {
+            tree,
+            key: id,
+            value: status.to_vec(),
+        });
     }
-    e.apply(&batch).unwrap();
+    ops
 }
 
 /// The tombstone of the old stores' extra ids: rejected, pruned at T0 + 1 s.
@@ -704,19 +719,12 @@ fn rejected_status() -> StatusRecord {
 /// [`v2_id`] whose tombstones v2 kept there too (pruned at T0 + 1 s). Id-tree keys are
 /// text, as before schema 4.
 pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra: usize) {
-    let s = open(kind, dir, c);
-    s.enqueue(msg("gw", "done", 0, b"x")).wait().unwrap();
-    s.enqueue(msg("gw", "live", 0, b"x")).wait().unwrap();
-    s.enqueue(msg("gw", LIVE_UUID, 0, b"x")).wait().unwrap();
-    s.ack("outbox", "gw", vec!["done".into()], T0)
-        .wait()
-        .unwrap();
+    let s = old_store_messages(kind, dir, c);
     // Turn the store back into schema 2: the tombstone goes to the status tree, and
     // plenty more tombstones (rejected ids) are added the way v2 wrote them.
     let e = &s.inner.engine;
     let tomb = e.get(codec::T_BYID, b"done").unwrap().unwrap();
     assert_eq!(tomb[0], TOMBSTONE);
-    let rejected = rejected_status();
     let mut batch = unpack_ids(&**e);
     batch.extend([
         engine::BatchOp::Delete {
@@ -730,19 +738,11 @@ pub(super) fn make_v2_store(kind: EngineKind, dir: &Path, c: &ManualClock, extra
         },
         schema_op(2),
     ]);
-    for i in 0..extra {
-        let id = v2_id(i).into_bytes();
-        batch.push(engine::BatchOp::Put {
-            tree: codec::T_STATUS,
-            key: id.clone(),
-            value: rejected.encode(),
-        });
-        batch.push(engine::BatchOp::Put {
-            tree: codec::T_STATUS_EXP,
-            key: codec::time_key(rejected.keep_until_ms, &id),
-            value: Vec::new(),
-        });
-    }
+    batch.extend(rejected_ids(
+        extra,
+        codec::T_STATUS,
+        &rejected_status().encode(),
+    ));
     e.apply(&batch).unwrap();
 }
 

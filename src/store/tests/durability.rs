@@ -148,3 +148,76 @@ for_each_engine!(
     nobody_hears_ok_before_the_sync_after_their_commit,
     a_failed_sync_fails_the_callers_and_is_not_counted,
 );
+
+/// Two writers on one SQLite store — the daemon, and an `outpost queue requeue` or
+/// `envelope` command run next to it — each keep a sequence counter. Each takes it from
+/// the store under its write lock, so the second one's message never takes the first
+/// one's queue key (which would overwrite that record). sled admits one process only.
+#[test]
+fn two_processes_writing_one_store_never_share_a_queue_key() {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let daemon = open(EngineKind::Sqlite, d.path(), &c);
+    let cli = open(EngineKind::Sqlite, d.path(), &c);
+    for i in 0..3 {
+        daemon
+            .enqueue(msg("gw", &format!("d{i}"), 0, b"x"))
+            .wait()
+            .unwrap();
+        cli.enqueue(msg("gw", &format!("c{i}"), 0, b"x"))
+            .wait()
+            .unwrap();
+    }
+    cli.close();
+    let want = vec!["d0", "c0", "d1", "c1", "d2", "c2"];
+    assert_eq!(
+        ids(&daemon.next_batch("outbox", "gw", 10, T0).unwrap()),
+        want
+    );
+    daemon.close();
+    let s = open(EngineKind::Sqlite, d.path(), &c);
+    assert_eq!(s.pending("outbox", "gw").unwrap(), 6);
+    assert_eq!(ids(&s.next_batch("outbox", "gw", 10, T0).unwrap()), want);
+    assert!(s.doctor().unwrap().healthy());
+}
+
+/// Opening a store collects blob files nothing references — but a writer in another
+/// process (the daemon, while an `outpost` command opens the store) writes a blob
+/// inside its group's transaction and commits the reference after it. The collection
+/// looks under the write lock, so it waits for that commit instead of deleting a blob
+/// an acknowledged message is about to need.
+#[test]
+fn opening_never_collects_a_blob_another_writer_is_about_to_reference() {
+    use crate::store::blobs::{sha256, Blobs};
+    use crate::store::codec::u64_val;
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    open(EngineKind::Sqlite, d.path(), &c).close();
+    let body = vec![9u8; 100_000];
+    let h = sha256(&body);
+    let dir = d.path().to_path_buf();
+    let (started, wait) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        let mut conn = rusqlite::Connection::open(dir.join(engine::sqlite::DB_FILE)).unwrap();
+        let t = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        Blobs::open(&dir).unwrap().put(&h, &body).unwrap();
+        started.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let table = format!("t{}", crate::store::codec::T_BLOBREF);
+        t.execute(
+            &format!("INSERT INTO {table} (k, v) VALUES (?1, ?2)"),
+            rusqlite::params![h.to_vec(), u64_val(1)],
+        )
+        .unwrap();
+        t.commit().unwrap();
+    });
+    wait.recv().unwrap();
+    let s = open(EngineKind::Sqlite, d.path(), &c);
+    writer.join().unwrap();
+    assert!(
+        s.inner.blobs.path(&h).is_file(),
+        "a blob whose reference was being committed was collected"
+    );
+}
