@@ -356,17 +356,17 @@ pub fn rebuild_counters(
 
 /// Removes blob files nothing references: leftovers of a crash between writing a blob
 /// and committing its message, or of a failed group commit. Runs under the engine's
-/// write lock (a group that writes nothing): a writer writes a blob inside its group's
+/// write lock: a writer writes a blob inside its group's
 /// transaction, so another process's writer on the same store — the daemon, while an
 /// `outpost` command opens the store — cannot be between writing a blob and committing
 /// its reference while this looks.
 fn collect_orphan_blobs(engine: &dyn Engine, blobs: &Blobs) {
-    let res = engine.commit_group(&mut |view| {
+    let res = engine.with_write_lock(&mut |view| {
         let list = match blobs.list() {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "could not list blobs");
-                return Vec::new();
+                return;
             }
         };
         for h in list {
@@ -376,7 +376,6 @@ fn collect_orphan_blobs(engine: &dyn Engine, blobs: &Blobs) {
                 }
             }
         }
-        Vec::new()
     });
     if let Err(e) = res {
         tracing::warn!(error = %e, "could not collect orphan blobs");

@@ -120,6 +120,10 @@ pub trait Engine: Reader + Send + Sync + 'static {
     fn commit_group(&self, build: &mut GroupBuilder<'_>) -> Result<(), EngineError> {
         self.write_group(build)
     }
+    /// Runs `f` on a view of committed state while holding the engine's write lock, so
+    /// no writer — in this process or another one on the same files — is between two
+    /// steps of a group meanwhile; writes nothing.
+    fn with_write_lock(&self, f: &mut dyn FnMut(&dyn Reader)) -> Result<(), EngineError>;
     /// Makes every batch committed before this call durable (see contract).
     fn sync(&self) -> Result<(), EngineError> {
         Ok(())

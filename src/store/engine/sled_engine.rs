@@ -211,6 +211,11 @@ impl SledEngine {
 }
 
 impl Engine for SledEngine {
+    fn with_write_lock(&self, f: &mut dyn FnMut(&dyn Reader)) -> Result<(), EngineError> {
+        // sled admits one process, and this one's writer is the caller's own.
+        f(self);
+        Ok(())
+    }
     fn name(&self) -> &'static str {
         "sled"
     }

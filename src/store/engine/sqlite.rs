@@ -791,6 +791,13 @@ impl Reader for SqliteEngine {
 }
 
 impl Engine for SqliteEngine {
+    fn with_write_lock(&self, f: &mut dyn FnMut(&dyn Reader)) -> Result<(), EngineError> {
+        // A group that writes nothing: BEGIN IMMEDIATE, then no commit.
+        self.commit_group(&mut |view| {
+            f(view);
+            Vec::new()
+        })
+    }
     fn name(&self) -> &'static str {
         "sqlite"
     }

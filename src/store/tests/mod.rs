@@ -126,6 +126,12 @@ macro_rules! pass_through_engine_methods {
         fn integrity_check(&self) -> Result<Vec<String>, crate::store::engine::EngineError> {
             self.inner.integrity_check()
         }
+        fn with_write_lock(
+            &self,
+            f: &mut dyn FnMut(&dyn crate::store::engine::Reader),
+        ) -> Result<(), crate::store::engine::EngineError> {
+            self.inner.with_write_lock(f)
+        }
         fn backup_to(&self, dest: &Path) -> Result<(), crate::store::engine::EngineError> {
             self.inner.backup_to(dest)
         }
