@@ -22,6 +22,7 @@
 //! - [`api`]: axum routers for node and gateway; one error → status mapping.
 //! - [`sync`]: node↔gateway protocol.
 //! - [`gateway`]: the upstream role.
+//! - [`keyed_lock`]: one async lock per key (job ids).
 //! - [`service`]: systemd notify/watchdog, journald, signals.
 //! - [`telemetry`]: metrics registry and named events.
 //! - [`cli`]: one file per subcommand family.
@@ -34,6 +35,7 @@ pub mod clock;
 pub mod config;
 pub mod envelope;
 pub mod gateway;
+pub mod keyed_lock;
 pub mod service;
 pub mod store;
 pub mod sync;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -32,6 +32,42 @@ fn empty_object() -> Value {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     crate::audit::to_hex(&Sha256::digest(bytes))
+}
+
+/// A stored result with what it is bound to: a repeat of the `job_id` is answered from
+/// it only by the same caller (token subject), for the same tool and the same arguments.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoredResult {
+    pub subject: String,
+    pub tool_name: String,
+    pub args_sha256: String,
+    pub body: Value,
+}
+
+/// How a repeat of a stored job compares with the stored one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Repeat {
+    /// Same caller, tool and arguments: answer the stored result.
+    Same,
+    /// Same caller and job id, but another tool or other arguments: refuse.
+    Conflict,
+}
+
+impl StoredResult {
+    pub fn compare(&self, subject: &str, tool_name: &str, args_sha256: &str) -> Repeat {
+        if self.subject == subject && self.tool_name == tool_name && self.args_sha256 == args_sha256
+        {
+            Repeat::Same
+        } else {
+            Repeat::Conflict
+        }
+    }
+}
+
+/// The store key of a caller's job: job ids are scoped per token subject, so two callers'
+/// ids never collide (the subject is hashed to keep the key short and free of separators).
+pub fn result_key(subject: &str, job_id: &str) -> String {
+    format!("{}/{job_id}", sha256_hex(subject.as_bytes()))
 }
 
 pub fn valid_job_id(s: &str) -> bool {
@@ -124,26 +160,40 @@ impl NodeCore {
             ));
         }
 
-        // 3. Idempotency: one run per job id, even under concurrent repeats.
-        let lock = (!minted).then(|| self.job_lock(&job_id));
-        let _guard = match &lock {
-            Some(l) => Some(JobGuard {
-                core: self,
-                job_id: &job_id,
-                lock: l.clone(),
-                _held: l.clone().lock_owned().await,
-            }),
-            None => None,
+        // 3. Idempotency: one run per (caller, job id), even under concurrent repeats.
+        let key = result_key(&actor, &job_id);
+        let _held = match minted {
+            false => Some(self.job_locks.lock(&key).await),
+            true => None,
         };
         if !minted {
-            if let Some(stored) = self
+            let stored = self
                 .store
-                .result_get(&job_id)
-                .map_err(NodeCore::map_store_error)?
+                .result_get(&key)
+                .map_err(NodeCore::map_store_error)?;
+            if let Some(stored) =
+                stored.and_then(|b| serde_json::from_slice::<StoredResult>(&b).ok())
             {
-                if let Ok(v) = serde_json::from_slice::<Value>(&stored) {
-                    return Ok(v);
+                if stored.compare(&actor, &req.tool_name, &args_sha) == Repeat::Same {
+                    return Ok(stored.body);
                 }
+                self.audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    &actor,
+                    &args_sha,
+                    AuditOutcome::Refused,
+                    "job_id_conflict",
+                )
+                .await;
+                return Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "job_id_conflict",
+                    format!(
+                        "job_id {job_id:?} was already used by this caller for another tool or \
+                         other arguments; nothing was run"
+                    ),
+                ));
             }
         }
 
@@ -158,6 +208,7 @@ impl NodeCore {
                 let tool = req.tool_name.clone();
                 let (_, _, body) = self
                     .record_tool_success(
+                        &key,
                         &job_id,
                         &req.tool_name,
                         &actor,
@@ -198,21 +249,6 @@ impl NodeCore {
                 Err(api)
             }
         }
-    }
-}
-
-/// Holds a job id's lock for the call; on drop, forgets the lock when no one else
-/// holds or waits for it (the result is durable by then, so a later repeat finds it).
-struct JobGuard<'a> {
-    core: &'a NodeCore,
-    job_id: &'a str,
-    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
-    _held: tokio::sync::OwnedMutexGuard<()>,
-}
-
-impl Drop for JobGuard<'_> {
-    fn drop(&mut self) {
-        self.core.forget_job_lock(self.job_id, &self.lock);
     }
 }
 

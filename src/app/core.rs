@@ -2,7 +2,6 @@
 //! cross components (tool call = token check → idempotency → run → audit + result in one
 //! durable batch; inbound envelope = pipeline → durable inbox; outbox = seal → enqueue).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -49,7 +48,8 @@ pub struct NodeCore {
     pub store_ok: AtomicBool,
     /// Woken when a `TASK_REQUEST` lands in the tasks queue.
     pub tasks_waiting: Notify,
-    job_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One lock per caller's job, so concurrent repeats run the tool once.
+    pub job_locks: crate::keyed_lock::KeyedLocks,
     upstream: Mutex<Option<Arc<dyn Upstream>>>,
     /// Memo of token signature checks (a field device sees the same few tokens over
     /// and over; the Ed25519 verification was a third of a tool call's CPU).
@@ -102,7 +102,7 @@ impl NodeCore {
             boot_instant: tokio::time::Instant::now(),
             store_ok: AtomicBool::new(true),
             tasks_waiting: Notify::new(),
-            job_locks: Mutex::new(HashMap::new()),
+            job_locks: crate::keyed_lock::KeyedLocks::new(),
             upstream: Mutex::new(None),
             verify_cache: crate::token::VerifyCache::new(VERIFY_CACHE_TOKENS),
             served: AtomicU64::new(0),
@@ -141,29 +141,6 @@ impl NodeCore {
 
     pub fn is_revoked(&self, jti: &str) -> bool {
         matches!(self.store.kv_get(KV_REVOKED, jti), Ok(Some(_)))
-    }
-
-    /// One lock per job id, so two concurrent calls with the same id run the tool once.
-    pub fn job_lock(&self, job_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut g = self.job_locks.lock().unwrap_or_else(|p| p.into_inner());
-        if g.len() > 10_000 {
-            g.retain(|_, l| Arc::strong_count(l) > 1);
-        }
-        g.entry(job_id.to_string()).or_default().clone()
-    }
-
-    /// Drops `job_id`'s lock from the table if only `lock`'s holder (the finishing
-    /// call, whose guard is being dropped) still refers to it.
-    pub fn forget_job_lock(&self, job_id: &str, lock: &Arc<tokio::sync::Mutex<()>>) {
-        let mut g = self.job_locks.lock().unwrap_or_else(|p| p.into_inner());
-        // Ours: the table's, `lock`, and the owned guard's.
-        if Arc::strong_count(lock) <= 3 {
-            if let Some(l) = g.get(job_id) {
-                if Arc::ptr_eq(l, lock) {
-                    g.remove(job_id);
-                }
-            }
-        }
     }
 
     pub fn set_upstream(&self, h: Arc<dyn Upstream>) {

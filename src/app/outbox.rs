@@ -175,18 +175,20 @@ pub fn outbox_message(
     }
 }
 
-pub fn task_result_ok(job_id: &str, body: &Value) -> Value {
+pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> Value {
     json!({
         "job_id": job_id,
+        "request_id": request_id,
         "ok": true,
         "result": body.get("result").cloned().unwrap_or(Value::Null),
         "evidence": body.get("evidence").cloned().unwrap_or(Value::Null),
     })
 }
 
-pub fn task_result_err(job_id: &str, e: &ApiError) -> Value {
+pub fn task_result_err(job_id: &str, request_id: &str, e: &ApiError) -> Value {
     json!({
         "job_id": job_id,
+        "request_id": request_id,
         "ok": false,
         "error": {"code": e.code, "message": e.message},
         "evidence": Value::Null,

@@ -6,7 +6,7 @@ use crate::api::ApiError;
 use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditOutcome, AuditRecord};
 use crate::store::{OpOutcome, StoreError, WriteOp};
 
-use super::calls::RESULT_KEEP_MS;
+use super::calls::{StoredResult, RESULT_KEEP_MS};
 use super::core::NodeCore;
 
 impl NodeCore {
@@ -57,8 +57,10 @@ impl NodeCore {
     }
 
     /// A successful tool call: audit entry and stored result in one durable batch.
+    #[allow(clippy::too_many_arguments)]
     pub async fn record_tool_success(
         &self,
+        result_key: &str,
         job_id: &str,
         tool: &str,
         actor: &str,
@@ -79,9 +81,15 @@ impl NodeCore {
         let (index, leaf) = self
             .append_durable(rec, |index, leaf| {
                 body = body_for(index, leaf);
+                let stored = StoredResult {
+                    subject: actor.to_string(),
+                    tool_name: tool.to_string(),
+                    args_sha256: args_sha.to_string(),
+                    body: body.clone(),
+                };
                 vec![WriteOp::ResultPut {
-                    job_id: job_id.to_string(),
-                    result: serde_json::to_vec(&body).unwrap_or_default(),
+                    job_id: result_key.to_string(),
+                    result: serde_json::to_vec(&stored).unwrap_or_default(),
                     keep_until_ms: keep,
                 }]
             })

@@ -74,13 +74,14 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
         Ok(mut r) => {
             r.job_id.get_or_insert_with(|| job_id.clone());
             match core.tool_call(r, requester).await {
-                Ok(body) => task_result_ok(&job_id, &body),
+                Ok(body) => task_result_ok(&job_id, message_id, &body),
                 Err(e) if e.code == "not_ready" => return, // shutting down: leave it queued
-                Err(e) => task_result_err(&job_id, &e),
+                Err(e) => task_result_err(&job_id, message_id, &e),
             }
         }
         Err(e) => task_result_err(
             &job_id,
+            message_id,
             &crate::api::ApiError::bad_request(format!("TASK_REQUEST payload: {e}")),
         ),
     };

@@ -18,7 +18,9 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::auth::require;
 use super::events::GatewayEvent;
-use super::state::{store_error, Gateway, KV_JOBS, KV_RESULTS, Q_NODE};
+use super::state::{
+    job_key, store_error, Gateway, JobRecord, KV_JOBS, KV_REQUESTS, KV_RESULTS, Q_NODE,
+};
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::envelope::{seal, IdentityDocument, SealParams};
@@ -159,8 +161,40 @@ pub async fn tool_call(
         .job_id
         .clone()
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    if job_id.is_empty() || job_id.len() > 128 {
-        return Err(ApiError::bad_request("job_id must be 1..=128 characters"));
+    if !crate::app::calls::valid_job_id(&job_id) {
+        return Err(ApiError::bad_request(
+            "job_id must be 1..128 characters of [A-Za-z0-9._:-]",
+        ));
+    }
+    // A caller's job id is bound to this node, tool and arguments (held under a lock so
+    // that concurrent repeats queue one request).
+    let key = job_key(&doc.node_id, &sub, &job_id);
+    let args_sha =
+        crate::app::calls::sha256_hex(&serde_json::to_vec(&b.tool_args).unwrap_or_default());
+    let _held = gw.job_locks.lock(&key).await;
+    if let Some(bytes) = gw.store.kv_get(KV_JOBS, &key).map_err(store_error)? {
+        let rec: JobRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal(format!("stored job record: {e}")))?;
+        if rec.tool_name != b.tool_name || rec.args_sha256 != args_sha {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "job_id_conflict",
+                format!(
+                    "job_id {job_id:?} was already used by this caller for {} with other \
+                     arguments or another tool; nothing was queued",
+                    doc.node_id
+                ),
+            ));
+        }
+        // The same job again: answer what is known of it, queue nothing.
+        return Ok(match result_of(&gw, &rec.message_id) {
+            Some(r) => answered(&rec.message_id, &b.tool_name, r).into_response(),
+            None => (
+                StatusCode::ACCEPTED,
+                Json(json!({"ok": false, "queued": true, "message_id": rec.message_id, "job_id": job_id})),
+            )
+                .into_response(),
+        });
     }
     let message_id = uuid::Uuid::now_v7().to_string();
     let token = match b.token.clone() {
@@ -185,11 +219,23 @@ pub async fn tool_call(
     let wait = Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
     // Subscribe before enqueueing, so a fast answer cannot slip past us.
     let mut events = gw.bus.subscribe();
-    let map = WriteOp::KvPut {
-        ns: KV_JOBS.into(),
-        key: job_id.clone(),
-        value: message_id.clone().into_bytes(),
+    let record = JobRecord {
+        message_id: message_id.clone(),
+        tool_name: b.tool_name.clone(),
+        args_sha256: args_sha,
     };
+    let map = vec![
+        WriteOp::KvPut {
+            ns: KV_JOBS.into(),
+            key,
+            value: serde_json::to_vec(&record).unwrap_or_default(),
+        },
+        WriteOp::KvPut {
+            ns: KV_REQUESTS.into(),
+            key: message_id.clone(),
+            value: doc.node_id.clone().into_bytes(),
+        },
+    ];
     seal_and_enqueue(
         &gw,
         &doc,
@@ -197,9 +243,10 @@ pub async fn tool_call(
         ttl_s,
         &plaintext,
         &message_id,
-        vec![map],
+        map,
     )
     .await?;
+    drop(_held);
     if gw.connected(&doc.node_id) && !wait.is_zero() {
         let deadline = tokio::time::Instant::now() + wait;
         loop {

@@ -25,12 +25,31 @@ pub const Q_INBOX: &str = "inbox";
 pub const SCOPE_RESULTS: &str = "results";
 /// KV: trust store (same record the CLI's `trust add` writes).
 pub const KV_TRUST: &str = "trust";
-/// KV: job_id → message_id of the TASK_REQUEST.
+/// KV: a caller's job (`job_key`) → [`JobRecord`] of its TASK_REQUEST.
 pub const KV_JOBS: &str = "gw_jobs";
+/// KV: message_id of a TASK_REQUEST → the node it was sent to (routes its TASK_RESULT,
+/// which names it as `request_id`).
+pub const KV_REQUESTS: &str = "gw_requests";
 /// KV: message_id of a TASK_REQUEST → its TASK_RESULT payload (JSON).
 pub const KV_RESULTS: &str = "gw_results";
 /// KV: revoked token ids, key = zero-padded version, value = jti.
 pub const KV_REVOCATIONS: &str = "gw_revocations";
+
+/// What a caller's job id is bound to at the gateway: a repeat by the same caller for the
+/// same node, tool and arguments is answered from it; anything else is a conflict.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    pub message_id: String,
+    pub tool_name: String,
+    pub args_sha256: String,
+}
+
+/// Key of a caller's job for one node: job ids are scoped per caller (token subject)
+/// and node, so two callers' ids never collide.
+pub fn job_key(node_id: &str, subject: &str, job_id: &str) -> String {
+    let scope = crate::app::calls::sha256_hex(format!("{node_id}\n{subject}").as_bytes());
+    format!("{scope}/{job_id}")
+}
 
 /// Per-node runtime state (not persisted: after a restart every node is `offline` until
 /// it calls in, which is the truth as far as this process knows).
@@ -61,6 +80,8 @@ pub struct Gateway {
     pub progress: AtomicU64,
     pub started_ms: u64,
     ready: AtomicBool,
+    /// One lock per caller's job, so concurrent repeats queue one TASK_REQUEST.
+    pub job_locks: crate::keyed_lock::KeyedLocks,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -95,6 +116,7 @@ impl Gateway {
             progress: AtomicU64::new(0),
             started_ms,
             ready: AtomicBool::new(false),
+            job_locks: crate::keyed_lock::KeyedLocks::new(),
         }
     }
 

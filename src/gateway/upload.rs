@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::auth::SignedNode;
 use super::events::GatewayEvent;
-use super::state::{store_error, Gateway, KV_JOBS, KV_RESULTS, Q_INBOX, Q_NODE, SCOPE_RESULTS};
+use super::state::{store_error, Gateway, KV_REQUESTS, KV_RESULTS, Q_INBOX, Q_NODE, SCOPE_RESULTS};
 use crate::api::json::parse;
 use crate::api::{ApiError, ApiResult};
 use crate::envelope::{open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError};
@@ -116,10 +116,15 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
         let Some(job_id) = payload.get("job_id").and_then(|j| j.as_str()) else {
             return Ok(Verdict::Rejected("bad_request".into()));
         };
-        let request_id = match gw.store.kv_get(KV_JOBS, job_id).map_err(store_error)? {
-            Some(b) => String::from_utf8_lossy(&b).into_owned(),
-            // A result for a job we never sent (e.g. a node-initiated call): keep it
-            // under its own id so it is still retrievable.
+        // The result names its request (`request_id`); it is filed under that request
+        // only if the request really went to this node. Anything else (a node-initiated
+        // call, a request id of another node's) is kept under the result's own id.
+        let named = payload.get("request_id").and_then(|r| r.as_str());
+        let request_id = match named {
+            Some(rid) => match gw.store.kv_get(KV_REQUESTS, rid).map_err(store_error)? {
+                Some(node) if node == uploader.as_bytes() => rid.to_string(),
+                _ => opened.message_id.clone(),
+            },
             None => opened.message_id.clone(),
         };
         gw.store

@@ -292,7 +292,8 @@ async fn uploaded_task_result_becomes_the_message_result() {
         payload_type: "TASK_RESULT".into(),
         priority: 0,
     };
-    let pt = json!({"job_id": "job-7", "ok": true, "result": {"i": 7}, "evidence": null});
+    // The result names its request (`request_id`, the TASK_REQUEST's message id).
+    let pt = json!({"job_id": "job-7", "request_id": id, "ok": true, "result": {"i": 7}, "evidence": null});
     let env = seal(
         &f.keys,
         NODE,
@@ -505,4 +506,125 @@ async fn inbox_revocations_and_command_rules() {
     let path = format!("/v1/nodes/{NODE}/revocations?since={}", r["version"]);
     let (_, r) = f.signed("GET", &path, None, |_, _| {}).await;
     assert_eq!(r["revoked"], json!([]));
+}
+
+/// Job ids at the gateway are scoped per caller: another caller reusing a job id gets a
+/// request of its own, and the first caller's result (which names its request) is filed
+/// under the first caller's request only. The same caller reusing a job id for another
+/// tool or other arguments gets 409 `job_id_conflict`; a true repeat queues nothing new.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_job_id_never_routes_a_result_to_another_caller() {
+    let f = start();
+    let issue = |sub: &str, scope: &str| {
+        let o = f.home.cli(&[
+            "token",
+            "issue",
+            "--aud",
+            "gateway:main",
+            "--ttl",
+            "10m",
+            "--sub",
+            sub,
+            "--scope",
+            scope,
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let call = |tok: String, body: Value| {
+        let url = f.gw.url("/v1/tool_call");
+        async move {
+            let resp = http()
+                .post(url)
+                .bearer_auth(tok)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let st = resp.status().as_u16();
+            (st, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let alice = issue("alice", "tool:pii_redact");
+    let mallory = issue("mallory", "tool:echo");
+    let secret = json!({"target": {"node_id": NODE}, "tool_name": "pii_redact", "job_id": "j1",
+                        "tool_args": {"text": "alice@example.com"}, "wait_s": 0});
+    let (st, a) = call(alice.clone(), secret.clone()).await;
+    assert_eq!(st, 202, "{a}");
+    let (st, m) = call(
+        mallory,
+        json!({"target": {"node_id": NODE}, "tool_name": "echo", "job_id": "j1",
+               "tool_args": {}, "wait_s": 0}),
+    )
+    .await;
+    assert_eq!(st, 202, "{m}");
+    assert_ne!(a["message_id"], m["message_id"]);
+
+    // The node answers alice's request.
+    let t = now();
+    let params = SealParams {
+        message_id: uuid::Uuid::now_v7().to_string(),
+        created_at_ms: t,
+        expires_at_ms: t + 3_600_000,
+        payload_type: "TASK_RESULT".into(),
+        priority: 0,
+    };
+    let pt = json!({"job_id": "j1", "request_id": a["message_id"], "ok": true,
+                    "result": {"text": "[EMAIL]"}, "evidence": null});
+    let env = seal(
+        &f.keys,
+        NODE,
+        &f.gw_doc,
+        &params,
+        &serde_json::to_vec(&pt).unwrap(),
+        &mut rand::rngs::OsRng,
+    )
+    .unwrap();
+    let env: Value = serde_json::from_slice(&env.to_json()).unwrap();
+    let (st, v) = f
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/upload"),
+            Some(&json!({"envelopes": [env]})),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+
+    let (_, mine) = f
+        .client(
+            &format!("/v1/messages/{}", m["message_id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert!(
+        mine.get("result").is_none(),
+        "alice's result reached mallory's request: {mine}"
+    );
+    let (_, hers) = f
+        .client(
+            &format!("/v1/messages/{}", a["message_id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(hers["result"]["result"]["text"], "[EMAIL]", "{hers}");
+
+    // A true repeat is answered from what is known; other arguments conflict.
+    let (st, again) = call(alice.clone(), secret.clone()).await;
+    assert_eq!(
+        (st, &again["message_id"]),
+        (200, &a["message_id"]),
+        "{again}"
+    );
+    let mut other = secret.clone();
+    other["tool_args"] = json!({"text": "bob@example.com"});
+    let (st, c) = call(alice, other).await;
+    assert_eq!(
+        (st, c["error"]["code"].as_str()),
+        (409, Some("job_id_conflict")),
+        "{c}"
+    );
+    let o = f.home.cli(&["status", "--json"]);
+    let q: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(q["queues"][0]["depth"], 2, "one request per job: {q}");
 }

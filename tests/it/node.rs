@@ -286,3 +286,70 @@ async fn metrics_pass_promtool_and_count_calls() {
         ),
     }
 }
+
+/// A stored result is bound to its caller (token subject), tool and arguments: a token
+/// for another tool that reuses someone's `job_id` never sees their result (it runs its
+/// own job: ids are scoped per caller), and the same caller reusing a job id for another
+/// tool or other arguments gets 409 `job_id_conflict` and nothing runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_id_never_returns_another_callers_result() {
+    let home = Home::init("node", "node:a", "");
+    let d = home.start();
+    let issue = |sub: &str, scope: &str| {
+        let o = home.cli(&[
+            "token", "issue", "--aud", "node:a", "--ttl", "10m", "--sub", sub, "--scope", scope,
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let alice = issue("alice", "tool:pii_redact");
+    let mallory = issue("mallory", "tool:echo");
+    let secret = json!({"job_id": "job-1", "tool_name": "pii_redact",
+                        "tool_args": {"text": "mail alice@example.com"}});
+    let (s, v) = call(&d, secret.clone(), Some(&alice)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["result"]["text"], "mail [EMAIL]");
+
+    // Another caller, another tool, the same job id: its own echo runs.
+    let (s, v) = call(
+        &d,
+        json!({"job_id": "job-1", "tool_name": "echo", "tool_args": {"x": 1}}),
+        Some(&mallory),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["tool_name"], "echo");
+    assert_eq!(v["result"], json!({"x": 1}), "{v}");
+    assert!(!v.to_string().contains("[EMAIL]"), "leaked: {v}");
+
+    // The same caller, the same job id, other arguments or another tool: 409.
+    let (s, v) = call(
+        &d,
+        json!({"job_id": "job-1", "tool_name": "pii_redact", "tool_args": {"text": "other"}}),
+        Some(&alice),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("job_id_conflict")),
+        "{v}"
+    );
+    let both = issue("alice", "tool:echo");
+    let (s, v) = call(
+        &d,
+        json!({"job_id": "job-1", "tool_name": "echo", "tool_args": {"text": "mail alice@example.com"}}),
+        Some(&both),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("job_id_conflict")),
+        "{v}"
+    );
+
+    // The real repeat still gets the stored answer.
+    let (s, v) = call(&d, secret, Some(&alice)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["result"]["text"], "mail [EMAIL]");
+    assert!(d.stop().success());
+}
