@@ -33,7 +33,7 @@ pub struct NodeCore {
     pub keys: Arc<Keys>,
     pub identity: IdentityDocument,
     pub trust: super::trust::TrustCache,
-    pub audit: AuditLog<StoreAudit>,
+    pub audit: Arc<AuditLog<StoreAudit>>,
     pub tools: Registry,
     pub metrics: Arc<Metrics>,
     pub clock: SharedClock,
@@ -82,7 +82,7 @@ impl NodeCore {
         }
         let store = super::open_store(&cfg, clock.clone())?;
         let trust = super::trust::TrustCache::load(&store, &identity)?;
-        let audit = AuditLog::open(StoreAudit::new(store.clone()))?;
+        let audit = Arc::new(AuditLog::open(StoreAudit::new(store.clone()))?);
         let tools = super::build_registry(&cfg)?;
         let started_ms = store.now_ms();
         Ok(Self {

@@ -22,9 +22,6 @@ const SWEEP_MAX_SLEEP: Duration = Duration::from_secs(4);
 
 /// How often the sweeper advances the persisted time floor (one small fsync).
 const TOUCH_EVERY_MS: u64 = 10_000;
-/// How often a signed checkpoint is stored when the audit log grew. Entries after the
-/// newest checkpoint are protected only by their index field, so keep this short.
-const CHECKPOINT_EVERY_MS: u64 = 60_000;
 
 pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
     let mut last_touch_ms = 0u64;
@@ -62,7 +59,10 @@ pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
                 .store(ok, std::sync::atomic::Ordering::Relaxed);
             last_touch_ms = now;
         }
-        if now.saturating_sub(last_checkpoint_ms) >= CHECKPOINT_EVERY_MS {
+        // A signed checkpoint when the audit log grew (`audit.checkpoint_interval_s`).
+        // Entries after the newest checkpoint are protected only by their index field,
+        // so the interval is short.
+        if now.saturating_sub(last_checkpoint_ms) >= core.cfg.audit_checkpoint_every_ms {
             core.checkpoint_audit().await;
             last_checkpoint_ms = now;
         }

@@ -37,22 +37,31 @@ impl NodeCore {
                 ops.extend(extra);
                 store.write(ops)
             });
-        let (hashes, handle) = match submitted {
+        let (hashes, handle, ticket) = match submitted {
             Ok(x) => x,
             Err(e) => return Err(StoreError::Corrupt(e.to_string())),
         };
-        match handle.await {
-            Ok(outcomes) => {
+        // The outcome is reported to the log by a task of its own, so that a caller that
+        // goes away (a client that hung up) cannot leave the batch unconfirmed.
+        let audit = self.audit.clone();
+        let settled = tokio::spawn(async move {
+            let r = handle.await;
+            match &r {
+                Ok(_) => audit.confirm(ticket),
+                Err(_) => audit.mark_failed(ticket),
+            }
+            r
+        });
+        match settled.await {
+            Ok(Ok(outcomes)) => {
                 debug_assert!(outcomes
                     .iter()
                     .all(|o| matches!(o, OpOutcome::Done | OpOutcome::Enqueued(_))));
                 let (index, leaf) = hashes[0];
                 Ok((index, to_hex(&leaf)))
             }
-            Err(e) => {
-                self.audit.mark_failed();
-                Err(e)
-            }
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(StoreError::Engine(format!("audit append task: {e}"))),
         }
     }
 

@@ -80,7 +80,7 @@ impl<S: AuditStorage> AuditLog<S> {
             self.wake.notify_all();
             return st;
         }
-        let first = st.frontier.size();
+        let first = st.tip.size();
         let mut bytes = Vec::new();
         let mut spans = Vec::with_capacity(batch.len());
         for p in batch {
@@ -110,9 +110,8 @@ impl<S: AuditStorage> AuditLog<S> {
                     .enumerate()
                     .map(|(i, b)| (first + i as u64, leaf_hash(b)))
                     .collect();
-                for (_, h) in &leaves {
-                    st.frontier.push(*h);
-                }
+                let ticket = st.begin(first, leaves.iter().map(|(_, h)| *h).collect());
+                st.confirm(ticket);
                 for (ticket, start, len) in spans {
                     st.done
                         .insert(ticket, Ok(leaves[start..start + len].to_vec()));

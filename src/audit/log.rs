@@ -6,7 +6,7 @@
 //! The log never reads the clock: callers pass `now_ms`. Appends from many threads are
 //! group-committed (see [`group`](super::group)).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::sync::{Condvar, Mutex};
 
@@ -78,9 +78,31 @@ pub(super) struct Pending {
     pub(super) now_ms: u64,
 }
 
+/// A batch handed to storage whose durability is not known yet.
+pub(super) struct Unconfirmed {
+    pub(super) first: u64,
+    pub(super) hashes: Vec<Hash>,
+    pub(super) durable: bool,
+}
+
+/// Names a submitted batch for [`AuditLog::confirm`] / [`AuditLog::mark_failed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    generation: u64,
+    first: u64,
+}
+
 pub(super) struct State {
-    /// Covers durable entries only: it advances after the storage write returned.
+    /// Covers durable entries only: it advances once storage confirmed a batch (and every
+    /// batch before it). Sizes, roots, checkpoints and sync batches are taken from it.
     pub(super) frontier: Frontier,
+    /// `frontier` plus every batch submitted and not yet confirmed: the next index.
+    pub(super) tip: Frontier,
+    /// Submitted batches in index order, oldest first.
+    pub(super) unconfirmed: VecDeque<Unconfirmed>,
+    /// Bumped when the tip is rebuilt from storage after a failure; tickets of an older
+    /// generation are ignored.
+    pub(super) generation: u64,
     pub(super) poisoned: bool,
     /// A batch is being written (by the thread that took `queue`).
     pub(super) writing: bool,
@@ -88,6 +110,44 @@ pub(super) struct State {
     pub(super) queue: Vec<Pending>,
     /// Finished tickets → their `(index, leaf)` pairs or the failure message.
     pub(super) done: HashMap<u64, Result<Vec<(u64, Hash)>, String>>,
+}
+
+impl State {
+    /// Registers a batch written at the tip.
+    pub(super) fn begin(&mut self, first: u64, hashes: Vec<Hash>) -> Ticket {
+        for h in &hashes {
+            self.tip.push(*h);
+        }
+        self.unconfirmed.push_back(Unconfirmed {
+            first,
+            hashes,
+            durable: false,
+        });
+        Ticket {
+            generation: self.generation,
+            first,
+        }
+    }
+
+    pub(super) fn confirm(&mut self, ticket: Ticket) {
+        if ticket.generation != self.generation {
+            return;
+        }
+        if let Some(b) = self
+            .unconfirmed
+            .iter_mut()
+            .find(|b| b.first == ticket.first)
+        {
+            b.durable = true;
+        }
+        while self.unconfirmed.front().is_some_and(|b| b.durable) {
+            if let Some(b) = self.unconfirmed.pop_front() {
+                for h in b.hashes {
+                    self.frontier.push(h);
+                }
+            }
+        }
+    }
 }
 
 /// The node's tamper-evident log. Cheap to share behind an `Arc`.
@@ -169,6 +229,9 @@ impl<S: AuditStorage> AuditLog<S> {
         Ok(Self {
             storage,
             state: Mutex::new(State {
+                tip: frontier.clone(),
+                unconfirmed: VecDeque::new(),
+                generation: 0,
                 frontier,
                 poisoned: false,
                 writing: false,
@@ -210,22 +273,33 @@ impl<S: AuditStorage> AuditLog<S> {
 
     /// Group-commit append: under the lock, build the entries and hand their bytes to
     /// `submit`, which must queue them for durable, in-order storage *without waiting*
-    /// (e.g. the store's writer channel), then advance the frontier. The caller waits
-    /// for durability outside the lock — so concurrent callers share one fsync — and
-    /// calls [`AuditLog::mark_failed`] if that wait fails.
+    /// (e.g. the store's writer channel, which refuses an entry whose index is not the
+    /// stored length, so a failed batch fails every batch queued behind it). The caller
+    /// waits for durability outside the lock — so concurrent callers share one fsync —
+    /// and then reports the outcome with [`AuditLog::confirm`] or
+    /// [`AuditLog::mark_failed`], whether or not anyone still waits for the answer.
+    ///
+    /// Until confirmed, the entries only move the tip (the next index): `size`, `root`,
+    /// `checkpoint` and `sync_batch` never cover an entry that is not durable.
     pub fn append_submit<R>(
         &self,
         records: Vec<AuditRecord>,
         now_ms: u64,
         submit: impl FnOnce(u64, Vec<Vec<u8>>) -> R,
-    ) -> Result<(Vec<(u64, Hash)>, R), AuditError> {
+    ) -> Result<(Vec<(u64, Hash)>, R, Ticket), AuditError> {
         let mut st = self.lock();
         if st.poisoned {
-            // A previous submission failed: storage is the truth, rebuild from it.
-            st.frontier = replay(&self.storage, Frontier::new())?;
+            // A submission failed: storage is the truth. Every batch before the failed
+            // one was processed (storage writes in order) and every batch after it is
+            // refused, so the stored log extends the durable frontier exactly.
+            let durable = replay(&self.storage, st.frontier.clone())?;
+            st.frontier = durable.clone();
+            st.tip = durable;
+            st.unconfirmed.clear();
+            st.generation += 1;
             st.poisoned = false;
         }
-        let first = st.frontier.size();
+        let first = st.tip.size();
         let bytes: Vec<Vec<u8>> = records
             .into_iter()
             .enumerate()
@@ -235,17 +309,34 @@ impl<S: AuditStorage> AuditLog<S> {
             .collect();
         let hashes: Vec<Hash> = bytes.iter().map(|b| leaf_hash(b)).collect();
         let r = submit(first, bytes);
-        let mut out = Vec::with_capacity(hashes.len());
-        for (i, h) in hashes.into_iter().enumerate() {
-            st.frontier.push(h);
-            out.push((first + i as u64, h));
-        }
-        Ok((out, r))
+        let ticket = st.begin(first, hashes.clone());
+        let out = hashes
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| (first + i as u64, h))
+            .collect();
+        Ok((out, r, ticket))
     }
 
-    /// A submitted append did not become durable: rebuild from storage before the next.
-    pub fn mark_failed(&self) {
-        self.lock().poisoned = true;
+    /// The batch of `ticket` is durable: the durable frontier advances over it and over
+    /// every later batch already confirmed, in index order.
+    pub fn confirm(&self, ticket: Ticket) {
+        self.lock().confirm(ticket);
+    }
+
+    /// The batch of `ticket` did not become durable: the next append rebuilds the tip
+    /// from storage (entries are dense, so nothing after it was stored either).
+    pub fn mark_failed(&self, ticket: Ticket) {
+        let mut st = self.lock();
+        if st.generation == ticket.generation {
+            st.poisoned = true;
+        }
+    }
+
+    /// Entries submitted but not yet confirmed durable (for tests and status).
+    pub fn unconfirmed(&self) -> u64 {
+        let st = self.lock();
+        st.tip.size() - st.frontier.size()
     }
 
     /// Sign and store a checkpoint of the current tree; returns the note.

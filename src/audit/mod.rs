@@ -30,7 +30,7 @@ pub use checkpoint::{
 pub use entry::{
     json_sha256_hex, sha256_hex, to_hex, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
 };
-pub use log::{AuditError, AuditLog, AuditStorage, StorageError};
+pub use log::{AuditError, AuditLog, AuditStorage, StorageError, Ticket};
 pub use memory::MemoryAuditStorage;
 pub use merkle::{
     consistency_proof, consistency_proof_from_leaves, empty_root, leaf_hash, node_hash, root,

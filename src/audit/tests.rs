@@ -386,3 +386,59 @@ fn shared_types_are_send_and_sync() {
     assert_send_sync::<AuditLog<Arc<MemoryAuditStorage>>>();
     assert_send_sync::<crate::tools::Registry>();
 }
+
+/// The daemon's path: submit without waiting, confirm (or fail) later.
+fn submit(log: &AuditLog<Arc<MemoryAuditStorage>>, i: u64, store_it: bool) -> Ticket {
+    let storage = log.storage().clone();
+    let (_, _stored, ticket) = log
+        .append_submit(vec![record(i)], 7, |first, bytes| {
+            store_it && storage.append_batch(first, &bytes).is_ok()
+        })
+        .unwrap();
+    ticket
+}
+
+#[test]
+fn size_root_and_checkpoints_cover_only_confirmed_entries() {
+    let (_, log) = filled(3);
+    let root3 = log.root();
+    let a = submit(&log, 3, true);
+    let b = submit(&log, 4, true);
+    // Submitted, not confirmed: nothing reports them.
+    assert_eq!((log.size(), log.root(), log.unconfirmed()), (3, root3, 2));
+    let note = log.checkpoint(&key(), NODE).unwrap();
+    assert!(note.contains("\n3\n"), "{note}");
+    assert_eq!(log.sync_batch(0, 100, &key(), NODE).unwrap().size, 3);
+    // Confirmations arriving out of order advance only over a confirmed prefix.
+    log.confirm(b);
+    assert_eq!(log.size(), 3);
+    log.confirm(a);
+    assert_eq!((log.size(), log.unconfirmed()), (5, 0));
+    assert!(verify(&log).is_ok(), "{:?}", verify(&log));
+}
+
+/// The disk-full episode: an entry whose write failed is never covered by a checkpoint,
+/// and the next entry takes its index; `verify` passes afterwards (it reported tampering
+/// forever before).
+#[test]
+fn a_failed_append_is_never_checkpointed_and_verify_passes_after() {
+    let (storage, log) = filled(3);
+    storage.fail_appends(true);
+    let lost = submit(&log, 3, true);
+    // A checkpoint taken while the failure is still in flight, and one after it.
+    log.checkpoint(&key(), NODE).unwrap();
+    log.mark_failed(lost);
+    log.checkpoint(&key(), NODE).unwrap();
+    assert_eq!(log.size(), 3);
+    storage.fail_appends(false);
+    let next = submit(&log, 30, true);
+    log.confirm(next);
+    log.confirm(lost); // a stale ticket changes nothing
+    assert_eq!(log.size(), 4);
+    log.checkpoint(&key(), NODE).unwrap();
+    let report = verify(&log);
+    assert!(report.is_ok(), "{report:?}");
+    let (_, bytes) = &storage.read(3, 1).unwrap()[0];
+    let e: AuditEntry = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(e.job_id.as_deref(), Some("job-30"));
+}

@@ -110,6 +110,8 @@ pub struct Config {
     pub store_engine: String,
     pub tools: Vec<ExternalToolConfig>,
     pub drain_timeout_ms: u64,
+    /// How often the daemon signs a checkpoint while the audit log grows.
+    pub audit_checkpoint_every_ms: u64,
     /// Where this config came from (for messages), main file first.
     pub sources: Vec<PathBuf>,
 }
@@ -402,6 +404,13 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     }
 
+    let checkpoint_s = raw.audit.checkpoint_interval_s.unwrap_or(60);
+    if !(1..=86_400).contains(&checkpoint_s) {
+        errs.push(format!(
+            "audit.checkpoint_interval_s must be 1..=86400 (got {checkpoint_s})"
+        ));
+    }
+
     if !errs.is_empty() {
         return Err(ConfigError::Invalid(errs));
     }
@@ -418,6 +427,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         store_engine,
         tools: raw.tools,
         drain_timeout_ms: raw.shutdown.drain_timeout_ms.unwrap_or(10_000),
+        audit_checkpoint_every_ms: checkpoint_s * 1000,
         sources: Vec::new(),
     })
 }

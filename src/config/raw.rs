@@ -27,6 +27,8 @@ pub struct RawConfig {
     pub tools: Vec<crate::tools::ExternalToolConfig>,
     #[serde(default)]
     pub shutdown: RawShutdown,
+    #[serde(default)]
+    pub audit: RawAudit,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -88,4 +90,11 @@ pub struct RawStore {
 #[serde(deny_unknown_fields)]
 pub struct RawShutdown {
     pub drain_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAudit {
+    /// How often a signed checkpoint is stored while the log grows (default 60 s).
+    pub checkpoint_interval_s: Option<u64>,
 }

@@ -6,6 +6,7 @@
 
 mod audit;
 mod demo;
+mod diskfull;
 mod gateway;
 mod gateway_audit;
 mod gateway_tls;
