@@ -85,6 +85,10 @@ pub(super) struct Unconfirmed {
     pub(super) durable: bool,
 }
 
+/// What [`AuditLog::append_submit`] returns: each entry's `(index, leaf hash)`, what
+/// `submit` returned, and the batch's ticket.
+pub type Submitted<R> = (Vec<(u64, Hash)>, R, Ticket);
+
 /// Names a submitted batch for [`AuditLog::confirm`] / [`AuditLog::mark_failed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
@@ -286,7 +290,7 @@ impl<S: AuditStorage> AuditLog<S> {
         records: Vec<AuditRecord>,
         now_ms: u64,
         submit: impl FnOnce(u64, Vec<Vec<u8>>) -> R,
-    ) -> Result<(Vec<(u64, Hash)>, R, Ticket), AuditError> {
+    ) -> Result<Submitted<R>, AuditError> {
         let mut st = self.lock();
         if st.poisoned {
             // A submission failed: storage is the truth. Every batch before the failed
