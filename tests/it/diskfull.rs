@@ -70,12 +70,7 @@ impl Drop for Tmpfs {
 fn fill(path: &Path) {
     let mut f = std::fs::File::create(path).unwrap();
     let block = vec![0xA5u8; 64 * 1024];
-    loop {
-        match f.write_all(&block).and_then(|_| f.sync_data()) {
-            Ok(()) => {}
-            Err(_) => break,
-        }
-    }
+    while f.write_all(&block).and_then(|_| f.sync_data()).is_ok() {}
     // Whatever is left (less than a block) goes too.
     for _ in 0..64 {
         if f.write_all(&block[..1024])
