@@ -12,8 +12,16 @@ fn main() {
         }
     };
     if let Err(e) = cli::run(cli) {
-        let code = e.downcast_ref::<Exit>().map(|x| x.code).unwrap_or(1);
-        eprintln!("outpost: {e:#}");
-        std::process::exit(code);
+        match e.downcast_ref::<Exit>() {
+            // Says everything itself: one line, no repeated cause chain.
+            Some(x) => {
+                eprintln!("outpost: {}", x.message);
+                std::process::exit(x.code);
+            }
+            None => {
+                eprintln!("outpost: {e:#}");
+                std::process::exit(1);
+            }
+        }
     }
 }

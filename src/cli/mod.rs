@@ -19,6 +19,11 @@ pub mod token;
 
 /// Exit code for bad usage or bad configuration (sysexits EX_USAGE).
 pub const EXIT_USAGE: i32 = 64;
+/// `outpost run` refuses to start on a damaged store (sysexits EX_DATAERR). Restarting
+/// cannot help: the units list it in `RestartPreventExitStatus`.
+pub const EXIT_STORE_DAMAGED: i32 = 65;
+/// A key file is readable by group or others (sysexits EX_NOPERM); not restarted either.
+pub const EXIT_KEY_PERMISSIONS: i32 = 77;
 
 /// A failure the CLI reports with a specific exit code.
 #[derive(Debug, thiserror::Error)]

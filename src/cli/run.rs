@@ -1,7 +1,10 @@
 //! `outpost run`: the daemon.
 
 use super::common::load_config;
-use super::ConfigArg;
+use super::{ConfigArg, Exit, EXIT_KEY_PERMISSIONS, EXIT_STORE_DAMAGED};
+use crate::audit::AuditError;
+use crate::envelope::KeyFileError;
+use crate::store::StoreError;
 
 pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
@@ -13,5 +16,44 @@ pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         config = ?cfg.sources,
     );
-    crate::app::run_blocking(cfg)
+    crate::app::run_blocking(cfg).map_err(|e| match startup_refusal(&e) {
+        Some(exit) => exit.into(),
+        None => e,
+    })
+}
+
+/// A start that restarting cannot fix, as one line that says what to do next and a
+/// dedicated exit code (listed in the units' `RestartPreventExitStatus`).
+pub fn startup_refusal(e: &anyhow::Error) -> Option<Exit> {
+    for cause in e.chain() {
+        let damage = match cause.downcast_ref::<StoreError>() {
+            Some(StoreError::Corrupt(m)) => Some(m.clone()),
+            _ => match cause.downcast_ref::<AuditError>() {
+                Some(AuditError::Corrupt(m)) => Some(format!("audit log: {m}")),
+                _ => None,
+            },
+        };
+        if let Some(why) = damage {
+            return Some(Exit {
+                code: EXIT_STORE_DAMAGED,
+                message: format!(
+                    "store damaged, refusing to start ({why}). Keep the data directory as it \
+                     is, run `outpost doctor`, then restore from a backup (OPERATIONS.md, \
+                     \"Exit codes\")"
+                ),
+            });
+        }
+        if let Some(KeyFileError::Permissions { path, mode }) = cause.downcast_ref() {
+            return Some(Exit {
+                code: EXIT_KEY_PERMISSIONS,
+                message: format!(
+                    "key file {} has unsafe permissions (mode {mode:o}), refusing to start: \
+                     run `chmod 600 {}` (and check who could have read it)",
+                    path.display(),
+                    path.display()
+                ),
+            });
+        }
+    }
+    None
 }

@@ -19,5 +19,6 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod startup;
 mod store_cli;
 mod systemd;

@@ -1,0 +1,116 @@
+//! Starts that restarting cannot fix: a damaged store and a key file others can read.
+//! Each exits with its own code (listed in the units' `RestartPreventExitStatus`, so
+//! systemd does not restart-loop) and one line that says what to do next.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::harness::{bin, http, text, Home};
+
+fn run_once(home: &Home) -> std::process::Output {
+    Command::new(bin())
+        .args(["run", "--config", home.config().to_str().unwrap()])
+        .env_remove("OUTPOST_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .unwrap()
+}
+
+/// The units' `RestartPreventExitStatus` codes.
+fn unit_prevents_restart_on(code: i32) -> bool {
+    let unit = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/outpost.service");
+    let gw = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/outpost-gateway.service"
+    );
+    [unit, gw].iter().all(|u| {
+        std::fs::read_to_string(u)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("RestartPreventExitStatus="))
+            .any(|v| v.split_whitespace().any(|c| c == code.to_string()))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_store_refuses_to_start_with_its_own_exit_code() {
+    let home = Home::init("node", "node:dmg", "");
+    let d = home.start();
+    let tok = home.token("node:dmg", &["tool:echo"], "10m");
+    for i in 0..300 {
+        let r = http()
+            .post(d.url("/v1/tool_call"))
+            .bearer_auth(&tok)
+            .json(&json!({"job_id": format!("MARKERJOB{i}"), "tool_name": "echo", "tool_args": {}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    assert!(d.stop().success());
+
+    // Everything into the main file, then flip the bytes of every page that holds the
+    // entries of one job (its audit entry among them).
+    let db = home.data().join("store/store.sqlite3");
+    let page = {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        c.query_row("PRAGMA page_size", [], |r| r.get::<_, usize>(0))
+            .unwrap()
+    };
+    let mut bytes = std::fs::read(&db).unwrap();
+    let marker = b"\"MARKERJOB150\"";
+    let hits: Vec<usize> = bytes
+        .windows(marker.len())
+        .enumerate()
+        .filter(|(_, w)| *w == marker)
+        .map(|(i, _)| i / page)
+        .collect();
+    assert!(!hits.is_empty());
+    for p in hits {
+        for b in &mut bytes[p * page + 100..(p + 1) * page] {
+            *b ^= 0x5A;
+        }
+    }
+    std::fs::write(&db, &bytes).unwrap();
+
+    for _ in 0..2 {
+        let o = run_once(&home);
+        assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let last = err.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("outpost: store damaged, refusing to start"),
+            "{err}"
+        );
+        assert!(
+            last.contains("outpost doctor") && last.contains("backup"),
+            "{err}"
+        );
+        assert_eq!(
+            last.matches("malformed").count(),
+            1,
+            "cause repeated: {last}"
+        );
+    }
+    assert!(unit_prevents_restart_on(65));
+}
+
+#[test]
+fn a_key_file_others_can_read_refuses_to_start_with_its_own_exit_code() {
+    let home = Home::init("node", "node:perm", "");
+    let keys = home.data().join("keys.json");
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run_once(&home);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unsafe permissions") && err.contains("chmod 600"),
+        "{err}"
+    );
+    assert!(unit_prevents_restart_on(77));
+}
