@@ -108,6 +108,13 @@ impl NodeCore {
         let args_bytes = serde_json::to_vec(&req.tool_args).unwrap_or_default();
         let args_sha = sha256_hex(&args_bytes);
 
+        // Metric label: only configured tools get a series of their own, so a caller
+        // cannot mint series by sending random names.
+        let label = match self.tools.spec(&req.tool_name) {
+            Some(_) => req.tool_name.as_str(),
+            None => "unknown",
+        };
+
         // 1. Capability: no tool runs without a valid token.
         let claims = match self.authorize_tool(req.token.as_deref(), &req.tool_name) {
             Ok(c) => c,
@@ -128,7 +135,7 @@ impl NodeCore {
                 )
                 .await;
                 ToolCallFinished {
-                    tool: &req.tool_name,
+                    tool: label,
                     outcome: "refused",
                     job_id: &job_id,
                     duration: None,
@@ -218,7 +225,7 @@ impl NodeCore {
                     )
                     .await?;
                 ToolCallFinished {
-                    tool: &req.tool_name,
+                    tool: label,
                     outcome: "ok",
                     job_id: &job_id,
                     duration: Some(elapsed),
@@ -240,7 +247,7 @@ impl NodeCore {
                 )
                 .await;
                 ToolCallFinished {
-                    tool: &req.tool_name,
+                    tool: label,
                     outcome,
                     job_id: &job_id,
                     duration: Some(elapsed),

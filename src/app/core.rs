@@ -56,6 +56,10 @@ pub struct NodeCore {
     pub verify_cache: crate::token::VerifyCache,
     /// HTTP requests answered (the sweeper trims memory once this stops moving).
     pub served: AtomicU64,
+    /// What refused requests may cost in audit entries.
+    pub refusals: Mutex<super::refusals::RefusalBudget>,
+    /// Audit appends failed since the last one that succeeded (one log line an episode).
+    pub append_failures: Mutex<u64>,
 }
 
 /// What the node's upstream link (the sync loop) shows to the rest of the node.
@@ -106,6 +110,8 @@ impl NodeCore {
             upstream: Mutex::new(None),
             verify_cache: crate::token::VerifyCache::new(VERIFY_CACHE_TOKENS),
             served: AtomicU64::new(0),
+            refusals: Mutex::new(super::refusals::RefusalBudget::new(started_ms)),
+            append_failures: Mutex::new(0),
         })
     }
 

@@ -62,6 +62,7 @@ pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
         // A signed checkpoint when the audit log grew (`audit.checkpoint_interval_s`).
         // Entries after the newest checkpoint are protected only by their index field,
         // so the interval is short.
+        core.flush_refusal_summary(false).await;
         if now.saturating_sub(last_checkpoint_ms) >= core.cfg.audit_checkpoint_every_ms {
             core.checkpoint_audit().await;
             last_checkpoint_ms = now;

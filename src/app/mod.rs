@@ -84,6 +84,7 @@ pub mod node;
 pub mod offline;
 pub mod outbox;
 pub mod record;
+pub mod refusals;
 pub mod store_audit;
 pub mod tasks;
 pub mod trust;

@@ -70,7 +70,8 @@ pub async fn run(
             "background work still running at the drain deadline"
         );
     }
-    // A last checkpoint covers everything this run appended.
+    // Refusals still counted, then a last checkpoint over everything this run appended.
+    core.flush_refusal_summary(true).await;
     core.checkpoint_audit().await;
     core.close();
     Ok(())

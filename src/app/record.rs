@@ -52,7 +52,9 @@ impl NodeCore {
             }
             r
         });
-        match settled.await {
+        let out = settled.await;
+        self.note_append(out.as_ref().map(|r| r.is_ok()).unwrap_or(false));
+        match out {
             Ok(Ok(outcomes)) => {
                 debug_assert!(outcomes
                     .iter()
@@ -108,7 +110,8 @@ impl NodeCore {
     }
 
     /// A refused, failed or timed-out call. Best effort: the refusal is answered even
-    /// if the disk is full, and the failure to record it is logged loudly.
+    /// if the disk is full (see [`NodeCore::note_append`] for the log line). Refusals go
+    /// through the refusal budget ([`super::refusals`]).
     pub async fn audit_call_outcome(
         &self,
         job_id: &str,
@@ -124,13 +127,14 @@ impl NodeCore {
         rec.actor = Some(actor.into());
         rec.args_sha256 = Some(args_sha.into());
         rec.detail = Some(detail.into());
-        if let Err(e) = self.append_durable(rec, |_, _| Vec::new()).await {
-            tracing::error!(event = "audit_append_failed", job_id, error = %e);
+        if outcome == AuditOutcome::Refused && !self.admit_refusal(detail) {
+            return;
         }
+        let _ = self.append_durable(rec, |_, _| Vec::new()).await;
     }
 
     /// A write refused for lack of room (queue cap or byte budget / full disk). On a full
-    /// disk this entry may not make it either; the refusal is still answered and logged.
+    /// disk this entry may not make it either; the refusal is still answered.
     pub async fn audit_overflow(&self, e: &StoreError, message_id: &str, peer: &str) {
         let detail = match e {
             StoreError::QueueFull { .. } => "queue_full",
@@ -147,7 +151,8 @@ impl NodeCore {
         .await;
     }
 
-    /// Envelope accepted/rejected, expiry, dead letter, overflow.
+    /// Envelope accepted/rejected, expiry, dead letter, overflow. Rejections and
+    /// overflows are refusals: they go through the refusal budget.
     pub async fn audit_event(
         &self,
         event: AuditEvent,
@@ -160,8 +165,60 @@ impl NodeCore {
         rec.message_id = (!message_id.is_empty()).then(|| message_id.to_string());
         rec.actor = actor.filter(|a| !a.is_empty()).map(str::to_string);
         rec.detail = detail.map(str::to_string);
-        if let Err(e) = self.append_durable(rec, |_, _| Vec::new()).await {
-            tracing::error!(event = "audit_append_failed", message_id, error = %e);
+        let refusal = matches!(event, AuditEvent::EnvelopeRejected | AuditEvent::Overflow);
+        if refusal && !self.admit_refusal(&format!("{}:{}", event.as_str(), detail.unwrap_or(""))) {
+            return;
+        }
+        let _ = self.append_durable(rec, |_, _| Vec::new()).await;
+    }
+
+    fn admit_refusal(&self, reason: &str) -> bool {
+        let now = self.now_ms();
+        let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        b.admit(now, reason)
+    }
+
+    /// Writes the summary of refusals over the budget when one is due (every minute, from
+    /// the sweeper) or `force` (at shutdown). A summary that cannot be written keeps its
+    /// counts for the next one.
+    pub async fn flush_refusal_summary(&self, force: bool) {
+        let now = self.now_ms();
+        let detail = {
+            let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            b.take_summary(now, force)
+        };
+        let Some(detail) = detail else { return };
+        let mut rec = AuditRecord::new(AuditEvent::RefusalSummary, AuditOutcome::Refused);
+        rec.detail = Some(detail.clone());
+        if self.append_durable(rec, |_, _| Vec::new()).await.is_err() {
+            let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            b.restore(&detail);
+        }
+    }
+
+    /// Logs audit append failures once per episode (the journal usually shares the full
+    /// disk): the first failure, then nothing until an append succeeds again, which logs
+    /// how many failed in between.
+    fn note_append(&self, ok: bool) {
+        let mut ep = self
+            .append_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match (ok, *ep) {
+            (true, 0) => {}
+            (true, failed) => {
+                tracing::warn!(
+                    event = "audit_append_recovered",
+                    failed,
+                    "audit appends work again after {failed} failed"
+                );
+                *ep = 0;
+            }
+            (false, 0) => {
+                tracing::error!(event = "audit_append_failed", "an audit entry could not be stored (disk full or failing?); the request was answered with an error or without its entry; further failures are counted, not logged, until an append succeeds");
+                *ep = 1;
+            }
+            (false, n) => *ep = n + 1,
         }
     }
 }

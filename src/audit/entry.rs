@@ -33,6 +33,9 @@ pub enum AuditEvent {
     /// A signed checkpoint was written (not a leaf SPEC requires; available for callers
     /// that want checkpoints themselves in the trail).
     Checkpoint,
+    /// Refusals over the audit budget, counted instead of written one by one: `detail`
+    /// is `reason=count,…` for the minute before it.
+    RefusalSummary,
 }
 
 impl AuditEvent {
@@ -45,6 +48,7 @@ impl AuditEvent {
             Self::Overflow => "overflow",
             Self::DeadLetter => "dead_letter",
             Self::Checkpoint => "checkpoint",
+            Self::RefusalSummary => "refusal_summary",
         }
     }
 }

@@ -160,6 +160,10 @@ async fn a_full_disk_never_breaks_the_audit_log() {
     tokio::time::sleep(Duration::from_millis(5_000)).await;
     let log = d.log_text();
     assert!(d.stop().success(), "{log}");
+    // The journal shares the full disk: one line when appends start failing, one when
+    // they work again (with the count), nothing per request.
+    assert_eq!(log.matches("audit_append_failed").count(), 1, "{log}");
+    assert_eq!(log.matches("audit_append_recovered").count(), 1, "{log}");
 
     let o = home.cli(&["audit", "verify"]);
     assert!(

@@ -353,3 +353,72 @@ async fn a_job_id_never_returns_another_callers_result() {
     assert_eq!(v["result"]["text"], "mail [EMAIL]");
     assert!(d.stop().success());
 }
+
+/// A local process without a token sending refusals in a loop with random tool names
+/// neither grows the metrics (tool label bounded to configured tools) nor writes an
+/// audit entry per request: a burst is audited one by one, the rest are counted in a
+/// `refusal_summary` entry, and every refusal is accounted for.
+#[tokio::test(flavor = "multi_thread")]
+async fn unauthenticated_refusals_cost_bounded_audit_entries_and_series() {
+    let home = Home::init("node", "node:r", "");
+    let d = home.start();
+    const N: usize = 400;
+    for i in 0..N {
+        let (st, v) = call(
+            &d,
+            json!({"tool_name": format!("random-{i}"), "tool_args": {}}),
+            None,
+        )
+        .await;
+        assert_eq!(st, 401, "{v}");
+    }
+    let metrics = http()
+        .get(d.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("outpost_tool_calls_total{"))
+        .collect();
+    assert!(series.len() <= 2, "{} tool-call series", series.len());
+    assert!(
+        metrics.contains("outpost_tool_calls_total{tool=\"unknown\",outcome=\"refused\"} 400"),
+        "{series:?}"
+    );
+    assert!(d.stop().success());
+
+    let out = home.cli(&["audit", "export", "--jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        entries.len() <= 40,
+        "{} audit entries for {N} refusals",
+        entries.len()
+    );
+    let own = entries
+        .iter()
+        .filter(|e| e["event"] == "tool_call" && e["outcome"] == "refused")
+        .count();
+    let summarised: u64 = entries
+        .iter()
+        .filter(|e| e["event"] == "refusal_summary")
+        .flat_map(|e| {
+            e["detail"]
+                .as_str()
+                .unwrap()
+                .split(',')
+                .map(|p| p.rsplit_once('=').unwrap().1.parse::<u64>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    assert_eq!(own as u64 + summarised, N as u64, "{entries:?}");
+    let out = home.cli(&["audit", "verify"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
