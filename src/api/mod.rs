@@ -7,3 +7,15 @@ pub mod json;
 pub mod node;
 
 pub use error::{ApiError, ApiResult};
+
+/// Counts an answered request in `outpost_http_requests_total` by status class (both
+/// roles).
+pub fn count_response(metrics: &crate::telemetry::Metrics, resp: &axum::response::Response) {
+    let class = match resp.status().as_u16() {
+        200..=299 => "2xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    };
+    metrics.http_requests_total.inc(&[class]);
+}

@@ -118,18 +118,28 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
     }
 }
 
-pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+/// `GET /metrics`: like `/v1/status`, open on loopback, otherwise a `read` token is
+/// needed (the queue series name every node). One store query per scrape: a counter
+/// row and one index seek per queue, whatever the number of queued messages.
+pub async fn metrics(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    if !peer.ip().is_loopback() {
+        require(&gw, &headers, Need::Scope("read"))?;
+    }
     if let Ok(stats) = gw.store.queue_stats(gw.now_ms()) {
         gw.metrics.set_queue_stats(&stats);
         gw.metrics
             .store_bytes
             .set(&[], stats.iter().map(|s| s.bytes as f64).sum());
     }
-    (
+    Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         gw.metrics.render(),
     )
-        .into_response()
+        .into_response())
 }
 
 /// `GET /v1/status`, the node's shape where it applies (`outpost status` reads it):

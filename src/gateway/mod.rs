@@ -105,7 +105,21 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/nodes/{id}/revocations", get(node_api::revocations))
         .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            gw.clone(),
+            count_requests,
+        ))
         .with_state(gw)
+}
+
+async fn count_requests(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let resp = next.run(req).await;
+    crate::api::count_response(&gw.metrics, &resp);
+    resp
 }
 
 /// Open keys, store and trust for `cfg` (blocking; call before serving).

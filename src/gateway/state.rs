@@ -105,7 +105,7 @@ impl Gateway {
             keys: Arc::new(keys),
             me,
             trust,
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(Metrics::gateway()),
             bus: Bus::new(),
             shutdown,
             wake: Mutex::new(HashMap::new()),

@@ -204,6 +204,9 @@ pub struct Metrics {
     pub audit_unsynced_entries: Family,
     pub store_bytes: Family,
     pub store_quarantined_records: Family,
+    /// A gateway's registry: the node-only families (upstream link, local audit log,
+    /// tool calls) are not exported, since a gateway has none of them.
+    gateway: bool,
 }
 
 impl Default for Metrics {
@@ -213,8 +216,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The gateway's registry (see [`Metrics::new`] for the node's).
+    pub fn gateway() -> Self {
+        Self {
+            gateway: true,
+            ..Self::new()
+        }
+    }
+
+    /// The node's registry.
     pub fn new() -> Self {
         Self {
+            gateway: false,
             queue_depth: Family::new(
                 "outpost_queue_depth",
                 "Messages waiting in a queue for a peer.",
@@ -312,6 +325,12 @@ impl Metrics {
     /// Prometheus text exposition format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
+        let node_only = [
+            &self.tool_calls_total,
+            &self.upstream_connected,
+            &self.audit_size,
+            &self.audit_unsynced_entries,
+        ];
         for f in [
             &self.queue_depth,
             &self.queue_oldest_age_seconds,
@@ -326,9 +345,14 @@ impl Metrics {
             &self.store_bytes,
             &self.store_quarantined_records,
         ] {
+            if self.gateway && node_only.iter().any(|n| std::ptr::eq(*n, f)) {
+                continue;
+            }
             f.render(&mut out);
         }
-        self.tool_call_duration_seconds.render(&mut out);
+        if !self.gateway {
+            self.tool_call_duration_seconds.render(&mut out);
+        }
         out
     }
 }
@@ -353,6 +377,19 @@ mod tests {
         assert!(text.contains("outpost_tool_call_duration_seconds_bucket{le=\"0.005\"} 1\n"));
         assert!(text.contains("outpost_tool_call_duration_seconds_count 1\n"));
         assert!(text.contains("outpost_upstream_connected 0\n"));
+    }
+
+    #[test]
+    fn a_gateway_exports_no_node_only_family() {
+        let text = Metrics::gateway().render();
+        for name in [
+            "outpost_upstream_connected",
+            "outpost_audit_size",
+            "outpost_tool_call",
+        ] {
+            assert!(!text.contains(name), "{name} in {text}");
+        }
+        assert!(text.contains("outpost_http_requests_total"));
     }
 
     #[test]

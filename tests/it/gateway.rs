@@ -628,3 +628,39 @@ async fn a_gateway_job_id_never_routes_a_result_to_another_caller() {
     let q: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(q["queues"][0]["depth"], 2, "one request per job: {q}");
 }
+
+/// `/metrics` names every node (queue series): like `/v1/status`, it needs a `read`
+/// token from any address but loopback. Checked from a second network namespace.
+/// The gateway also counts its HTTP requests and exports no node-only family.
+#[tokio::test(flavor = "multi_thread")]
+async fn gateway_metrics_need_read_off_loopback_and_count_requests() {
+    use crate::netns::NetPair;
+    let Some(net) = NetPair::new() else { return };
+    let home = Home::init("gateway", "gateway:main", "[api]\nlisten = \"0.0.0.0:0\"\n");
+    let gw = home.start_wrapped(&NetPair::prefix(&net.a), &[]);
+    let port = gw.addr.port();
+    let read = home.token("gateway:main", &["read"], "10m");
+    let weak = home.token("gateway:main", &["tool:echo"], "10m");
+    let off = format!("http://{}:{port}/metrics", net.a_ip);
+
+    let (st, body) = NetPair::curl(&net.b, &off, None);
+    assert_eq!(st, 401, "{body}");
+    assert!(body.contains("\"ok\":false"), "{body}");
+    let (st, body) = NetPair::curl(&net.b, &off, Some(&weak));
+    assert_eq!(st, 403, "{body}");
+    let (st, body) = NetPair::curl(&net.b, &off, Some(&read));
+    assert_eq!(st, 200, "{body}");
+    // On loopback (inside the gateway's namespace) no token is needed.
+    let (st, text) = NetPair::curl(&net.a, &format!("http://127.0.0.1:{port}/metrics"), None);
+    assert_eq!(st, 200);
+    assert!(
+        text.contains("outpost_http_requests_total{status=\"4xx\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("outpost_http_requests_total{status=\"2xx\"}"),
+        "{text}"
+    );
+    assert!(!text.contains("outpost_upstream_connected"), "{text}");
+    drop(gw);
+}

@@ -138,10 +138,22 @@ impl Home {
     }
 
     pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
+        self.start_wrapped(&[], env)
+    }
+
+    /// Starts the daemon through `wrapper` (e.g. `ip netns exec NS`).
+    pub fn start_wrapped(&self, wrapper: &[String], env: &[(&str, &str)]) -> Daemon {
         let addr_file = self.data().join("api.addr");
         let _ = std::fs::remove_file(&addr_file);
         let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
-        let mut cmd = Command::new(bin());
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.args(["run", "--config", self.config().to_str().unwrap()])
             .env_remove("OUTPOST_CONFIG")
             .env_remove("NOTIFY_SOCKET")

@@ -12,6 +12,7 @@ mod gateway_audit;
 mod gateway_tls;
 mod harness;
 mod malformed;
+mod netns;
 mod node;
 mod powercut;
 /// The power-cut shim's Rust side, shared with the store's own power-cut test (which

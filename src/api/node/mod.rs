@@ -56,13 +56,7 @@ async fn method_not_allowed() -> ApiError {
 
 async fn count_requests(State(core): State<Core>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
-    let class = match resp.status().as_u16() {
-        200..=299 => "2xx",
-        400..=499 => "4xx",
-        500..=599 => "5xx",
-        _ => "other",
-    };
-    core.metrics.http_requests_total.inc(&[class]);
+    crate::api::count_response(&core.metrics, &resp);
     core.served
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     resp
