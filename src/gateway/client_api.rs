@@ -301,12 +301,12 @@ pub async fn commands(
             "command_type must be 1..=64 characters",
         ));
     }
-    if !gw.cfg.queue.is_queueable(&b.command_type) && !gw.connected(&doc.node_id) {
+    if !gw.cfg.queue.is_queueable(&b.command_type) && !gw.reachable_now(&doc.node_id) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "recipient_offline",
             format!(
-                "{} is not connected and {:?} commands are not queued",
+                "{} holds no long-poll now and {:?} commands are not queued",
                 doc.node_id, b.command_type
             ),
         ));

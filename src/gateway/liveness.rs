@@ -6,6 +6,17 @@ pub const ONLINE_MS: u64 = 30_000;
 pub const STALE_MS: u64 = 100_000;
 pub const DEAD_MS: u64 = 300_000;
 
+/// A node that long-polls re-polls as soon as a poll ends (after its chores): this long
+/// after its last request ended without a new one, it is not listening any more.
+pub const REPOLL_GRACE_MS: u64 = 3_000;
+
+/// Can a message sent now reach the node now? Only while it holds a long-poll, or within
+/// [`REPOLL_GRACE_MS`] of its last request (between two polls). `not_queueable`
+/// commands are refused otherwise: queued, they would be delivered later.
+pub fn reachable_now(last_seen_ms: Option<u64>, polling: bool, now_ms: u64) -> bool {
+    polling || last_seen_ms.is_some_and(|seen| now_ms.saturating_sub(seen) < REPOLL_GRACE_MS)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Liveness {
     Online,
@@ -49,6 +60,17 @@ pub fn classify(last_seen_ms: Option<u64>, polling: bool, now_ms: u64) -> Livene
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reachable_only_while_polling_or_between_polls() {
+        assert!(reachable_now(None, true, 10));
+        assert!(!reachable_now(None, false, 10));
+        assert!(reachable_now(Some(1_000), false, 1_000 + REPOLL_GRACE_MS - 1));
+        assert!(!reachable_now(Some(1_000), false, 1_000 + REPOLL_GRACE_MS));
+        // Online for liveness purposes, but not listening: not reachable now.
+        assert_eq!(classify(Some(1_000), false, 10_000), Liveness::Online);
+        assert!(!reachable_now(Some(1_000), false, 10_000));
+    }
 
     #[test]
     fn boundaries() {

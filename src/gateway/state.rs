@@ -225,6 +225,15 @@ impl Gateway {
         lock(&self.live).get(node_id).is_some_and(|e| e.polling > 0)
     }
 
+    /// Listening right now: holding a long-poll, or between two of them (see
+    /// [`super::liveness::reachable_now`]).
+    pub fn reachable_now(&self, node_id: &str) -> bool {
+        let now = self.now_ms();
+        lock(&self.live)
+            .get(node_id)
+            .is_some_and(|e| super::liveness::reachable_now(e.last_seen_ms, e.polling > 0, now))
+    }
+
     /// Connected = online (polling now or heard from within 30 s).
     pub fn connected(&self, node_id: &str) -> bool {
         self.liveness(node_id).0 == Liveness::Online

@@ -664,3 +664,46 @@ async fn gateway_metrics_need_read_off_loopback_and_count_requests() {
     assert!(!text.contains("outpost_upstream_connected"), "{text}");
     drop(gw);
 }
+
+/// A `not_queueable` command goes out only to a node listening now (holding a long-poll
+/// or between two); a node that went away seconds ago gets none queued (it used to be
+/// queued for 30 s after the node's last call and delivered later).
+#[tokio::test(flavor = "multi_thread")]
+async fn not_queueable_commands_are_refused_once_the_node_stops_polling() {
+    let f = start();
+    let cmd = json!({"target": {"node_id": NODE}, "command_type": "system", "body": {}});
+    let pull = format!("/v1/nodes/{NODE}/pull?wait_s=0");
+    let (st, v) = f.signed("GET", &pull, None, |_, _| {}).await;
+    assert_eq!(st, 200, "{v}");
+    // Right after a poll: the node is between two polls, the command goes out.
+    let (st, v) = f.client("/v1/commands", Some(cmd.clone())).await;
+    assert_eq!(st, 202, "{v}");
+    let (st, v) = f.signed("GET", &pull, None, |_, _| {}).await;
+    assert_eq!(
+        (st, v["envelopes"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{v}"
+    );
+    // The node went away (no poll for longer than the re-poll grace): refused.
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let (st, v) = f.client("/v1/commands", Some(cmd.clone())).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("recipient_offline")),
+        "{v}"
+    );
+    // While it holds a long-poll, accepted and delivered on it.
+    let long = format!("/v1/nodes/{NODE}/pull?wait_s=5");
+    let held = f.signed("GET", &long, None, |_, _| {});
+    let send = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        f.client("/v1/commands", Some(cmd.clone())).await
+    };
+    let ((pst, pv), (st, v)) = tokio::join!(held, send);
+    assert_eq!(st, 202, "{v}");
+    assert_eq!(
+        (pst, pv["envelopes"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{pv}"
+    );
+}
