@@ -1,6 +1,6 @@
 //! `outpost init`: keys (0600), identity document, an empty store, and a config file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -32,9 +32,11 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
     if a.upstream_url.is_some() && role == Role::Gateway {
         return Err(Exit::usage("--upstream-url is for nodes").into());
     }
-    let data_dir = a
-        .data_dir
-        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR));
+    // Absolute in the config, so `run` finds it from any working directory.
+    let data_dir = std::path::absolute(
+        a.data_dir
+            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR)),
+    )?;
     let cfg_path = a
         .config
         .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG_PATH));
@@ -53,18 +55,6 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    keyfile::create_private_dir(&data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
-
-    let keys = Keys::generate();
-    keys.save(&keys_path)
-        .with_context(|| format!("writing {}", keys_path.display()))?;
-    let now_ms = crate::clock::system().now_ms();
-    let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
-        .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
-    let doc = IdentityDocument::new(&a.node_id, role.as_str(), &keys, &created_at);
-    keyfile::write_identity(&data_dir, &doc)?;
-
     let mut text = format!(
         "[identity]\nnode_id = \"{}\"\nrole = \"{}\"\ndata_dir = \"{}\"\n",
         a.node_id,
@@ -80,15 +70,20 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
             a.gateway_id
         ));
     }
-    // Check what we are about to write with the same code `config check` uses.
+    // Check what we are about to write with the same code `config check` uses, before
+    // anything is written.
     let cfg = config::from_str(&text).map_err(|e| Exit::usage(e.to_string()))?;
-    if let Some(parent) = cfg_path.parent() {
-        std::fs::create_dir_all(parent)?;
+
+    // All or nothing: on any failure, remove what this init created, so that a retry is
+    // not blocked by half an identity.
+    let mut made = Made::default();
+    let res = write_all(
+        &a.node_id, role, &data_dir, &cfg_path, &keys_path, &text, &cfg, &mut made,
+    );
+    if res.is_err() {
+        made.undo();
     }
-    keyfile::write_atomic(&cfg_path, text.as_bytes(), 0o644)?;
-    // Create the store now, so the first `run` starts from a known schema.
-    let store = crate::app::open_store(&cfg, crate::clock::system())?;
-    store.close();
+    res?;
 
     if !a.quiet {
         println!("initialized {} ({})", a.node_id, role.as_str());
@@ -97,5 +92,80 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         println!("  identity {}", keyfile::identity_path(&data_dir).display());
         println!("next: share the identity document with peers (`outpost identity --json`) and add theirs with `outpost trust add`.");
     }
+    Ok(())
+}
+
+/// What an init created, newest last, so a failed init can take it back.
+#[derive(Default)]
+struct Made {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Made {
+    /// Creates `dir` and the missing directories above it, remembering the new ones.
+    fn dir_all(&mut self, dir: &Path, private: bool) -> std::io::Result<()> {
+        let mut missing = Vec::new();
+        let mut d = Some(dir);
+        while let Some(p) = d.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+            missing.push(p.to_path_buf());
+            d = p.parent();
+        }
+        if private {
+            keyfile::create_private_dir(dir)?;
+        } else {
+            std::fs::create_dir_all(dir)?;
+        }
+        self.dirs.extend(missing.into_iter().rev());
+        Ok(())
+    }
+
+    fn undo(self) {
+        for f in self.files.iter().rev() {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_all(
+    node_id: &str,
+    role: Role,
+    data_dir: &Path,
+    cfg_path: &Path,
+    keys_path: &Path,
+    text: &str,
+    cfg: &config::Config,
+    made: &mut Made,
+) -> anyhow::Result<()> {
+    made.dir_all(data_dir, true)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let keys = Keys::generate();
+    made.files.push(keys_path.to_path_buf());
+    keys.save(keys_path)
+        .with_context(|| format!("writing {}", keys_path.display()))?;
+    let now_ms = crate::clock::system().now_ms();
+    let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
+        .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
+    let doc = IdentityDocument::new(node_id, role.as_str(), &keys, &created_at);
+    made.files.push(keyfile::identity_path(data_dir));
+    keyfile::write_identity(data_dir, &doc)?;
+
+    let cfg_dir = keyfile::parent_dir(cfg_path);
+    made.dir_all(cfg_dir, false)
+        .with_context(|| format!("creating {}", cfg_dir.display()))?;
+    made.files.push(cfg_path.to_path_buf());
+    keyfile::write_atomic(cfg_path, text.as_bytes(), 0o644)
+        .with_context(|| format!("writing {}", cfg_path.display()))?;
+    // Create the store now, so the first `run` starts from a known schema.
+    let store_dir = keyfile::store_dir(data_dir);
+    if !store_dir.exists() {
+        made.dirs.push(store_dir);
+    }
+    let store = crate::app::open_store(cfg, crate::clock::system())?;
+    store.close();
     Ok(())
 }

@@ -65,7 +65,11 @@ mod tests {
     fn reachable_only_while_polling_or_between_polls() {
         assert!(reachable_now(None, true, 10));
         assert!(!reachable_now(None, false, 10));
-        assert!(reachable_now(Some(1_000), false, 1_000 + REPOLL_GRACE_MS - 1));
+        assert!(reachable_now(
+            Some(1_000),
+            false,
+            1_000 + REPOLL_GRACE_MS - 1
+        ));
         assert!(!reachable_now(Some(1_000), false, 1_000 + REPOLL_GRACE_MS));
         // Online for liveness purposes, but not listening: not reachable now.
         assert_eq!(classify(Some(1_000), false, 10_000), Liveness::Online);

@@ -114,3 +114,54 @@ fn a_key_file_others_can_read_refuses_to_start_with_its_own_exit_code() {
     );
     assert!(unit_prevents_restart_on(77));
 }
+
+fn init_in(cwd: &std::path::Path, config: &str) -> std::process::Output {
+    Command::new(bin())
+        .current_dir(cwd)
+        .args([
+            "init",
+            "--node-id",
+            "node:x",
+            "--data-dir",
+            "data",
+            "--config",
+            config,
+        ])
+        .env_remove("OUTPOST_CONFIG")
+        .output()
+        .unwrap()
+}
+
+/// `outpost init --config NAME.toml` (a bare file name: its parent is "") works, and the
+/// config it writes is usable from another working directory.
+#[test]
+fn init_with_a_bare_config_file_name_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = init_in(dir.path(), "node.toml");
+    assert!(o.status.success(), "{}", text(&o));
+    let o = crate::harness::outpost(&[
+        "config",
+        "check",
+        "--config",
+        dir.path().join("node.toml").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A failed init leaves nothing behind that blocks a retry.
+#[test]
+fn a_failed_init_leaves_nothing_that_blocks_a_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), b"not a directory").unwrap();
+    // The config's directory cannot be created (a file is in the way): init fails after
+    // the keys would have been written.
+    let o = init_in(dir.path(), "file/node.toml");
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        !dir.path().join("data").exists(),
+        "half an init left behind"
+    );
+    let o = init_in(dir.path(), "etc/node.toml");
+    assert!(o.status.success(), "retry: {}", text(&o));
+    assert!(dir.path().join("data/keys.json").exists());
+}
