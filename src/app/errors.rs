@@ -21,6 +21,15 @@ pub fn store_error(e: StoreError) -> ApiError {
     }
 }
 
+pub fn ttl_error(e: crate::config::TtlError) -> ApiError {
+    match e {
+        crate::config::TtlError::Zero => ApiError::bad_request(e.to_string()),
+        crate::config::TtlError::TooLong { .. } => {
+            ApiError::new(StatusCode::BAD_REQUEST, "ttl_too_long", e.to_string())
+        }
+    }
+}
+
 pub fn open_error(e: &OpenError) -> ApiError {
     let status = match e {
         OpenError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

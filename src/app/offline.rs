@@ -29,6 +29,7 @@ pub fn queue_outbox(
         payload,
         ttl_s,
         0,
+        None,
     )
     .map_err(|e| Exit::failed(format!("{}: {}", e.code, e.message)))?;
     let id = sealed.params.message_id.clone();

@@ -9,8 +9,24 @@ use super::inbound::Q_OUTBOX;
 use crate::api::ApiError;
 use crate::config::Config;
 use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore};
-use crate::store::{EnqueueOutcome, NewMessage};
+use sha2::Digest;
+
+use crate::store::{EnqueueOutcome, NewMessage, OpOutcome, WriteOp};
 use crate::telemetry::MessageEvent;
+
+/// Seen-scope of outbox requests that named their message id (`id/fingerprint`).
+const SCOPE_OUTBOX_REQUESTS: &str = "outbox_requests";
+
+/// The message id a client's idempotency key stands for: a UUID (version 8) from the
+/// node id and the key, so a retry after a lost answer names the same message.
+pub fn message_id_for_key(node_id: &str, key: &str) -> String {
+    let digest = sha2::Sha256::digest(format!("outpost outbox key\n{node_id}\n{key}"));
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
 
 impl NodeCore {
     /// Seal `payload` to `to` and queue it durably. Returns the message id.
@@ -22,9 +38,92 @@ impl NodeCore {
         ttl_s: Option<u64>,
         priority: u8,
     ) -> Result<String, ApiError> {
+        self.queue_outbox_as(to, payload_type, payload, ttl_s, priority, None)
+            .await
+    }
+
+    /// [`NodeCore::queue_outbox`] with the client's own message id (from an
+    /// idempotency key): a repeat of the same request is answered with the same id and
+    /// queues nothing; the same id for another request gets 409 `idempotency_conflict`.
+    pub async fn queue_outbox_as(
+        &self,
+        to: &str,
+        payload_type: &str,
+        payload: &Value,
+        ttl_s: Option<u64>,
+        priority: u8,
+        client_id: Option<&str>,
+    ) -> Result<String, ApiError> {
         if !self.accepting() {
             return Err(ApiError::not_ready());
         }
+        let Some(id) = client_id else {
+            return self
+                .seal_and_enqueue(to, payload_type, payload, ttl_s, priority, None, vec![])
+                .await;
+        };
+        if uuid::Uuid::try_parse(id)
+            .map(|u| u.hyphenated().to_string() != id)
+            .unwrap_or(true)
+        {
+            return Err(ApiError::bad_request(
+                "message_id must be a lowercase hyphenated UUID",
+            ));
+        }
+        let fingerprint = crate::app::calls::sha256_hex(
+            &serde_json::to_vec(&json!([to, payload_type, payload, ttl_s, priority]))
+                .unwrap_or_default(),
+        );
+        let seen_id = format!("{id}/{fingerprint}");
+        let _held = self.job_locks.lock(&format!("outbox/{id}")).await;
+        let known = self
+            .store
+            .status(id)
+            .map_err(NodeCore::map_store_error)?
+            .is_some();
+        if known {
+            let same = self
+                .store
+                .seen(SCOPE_OUTBOX_REQUESTS, &seen_id)
+                .map_err(NodeCore::map_store_error)?;
+            return match same {
+                true => Ok(id.to_string()),
+                false => Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "idempotency_conflict",
+                    format!("message {id} was queued for another request; nothing was queued"),
+                )),
+            };
+        }
+        let keep_until = |expires_at_ms: u64| WriteOp::Remember {
+            scope: SCOPE_OUTBOX_REQUESTS.into(),
+            id: seen_id.clone(),
+            keep_until_ms: expires_at_ms + super::calls::RESULT_KEEP_MS,
+        };
+        let max_expiry = self.now_ms() + self.cfg.queue.max_ttl_s * 1000;
+        self.seal_and_enqueue(
+            to,
+            payload_type,
+            payload,
+            ttl_s,
+            priority,
+            Some(id),
+            vec![keep_until(max_expiry)],
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn seal_and_enqueue(
+        &self,
+        to: &str,
+        payload_type: &str,
+        payload: &Value,
+        ttl_s: Option<u64>,
+        priority: u8,
+        message_id: Option<&str>,
+        extra: Vec<WriteOp>,
+    ) -> Result<String, ApiError> {
         let sealed = seal_for(
             &self.cfg,
             &self.keys,
@@ -35,20 +134,35 @@ impl NodeCore {
             payload,
             ttl_s,
             priority,
+            message_id,
         )?;
-        self.enqueue_outbox_envelope(to, &sealed.params, sealed.envelope_json)
+        self.enqueue_outbox_envelope(to, &sealed.params, sealed.envelope_json, extra)
             .await?;
         Ok(sealed.params.message_id)
     }
 
+    /// Queue a sealed envelope, with `extra` ops in the same atomic write.
     pub async fn enqueue_outbox_envelope(
         &self,
         to: &str,
         params: &SealParams,
         envelope_json: Vec<u8>,
+        extra: Vec<WriteOp>,
     ) -> Result<(), ApiError> {
         let msg = outbox_message(&self.cfg, to, params, envelope_json);
-        match self.store.enqueue(msg).await {
+        let mut ops = vec![WriteOp::Enqueue(msg)];
+        ops.extend(extra);
+        let enqueued = self
+            .store
+            .write(ops)
+            .await
+            .and_then(|o| match o.into_iter().next() {
+                Some(OpOutcome::Enqueued(e)) => Ok(e),
+                _ => Err(crate::store::StoreError::Engine(
+                    "enqueue answered unexpectedly".into(),
+                )),
+            });
+        match enqueued {
             Ok(EnqueueOutcome::Duplicate) => Ok(()),
             Ok(_) => {
                 MessageEvent {
@@ -109,6 +223,7 @@ pub fn seal_for(
     payload: &Value,
     ttl_s: Option<u64>,
     priority: u8,
+    message_id: Option<&str>,
 ) -> Result<Sealed, ApiError> {
     if !is_valid_payload_type(payload_type) {
         return Err(ApiError::bad_request(format!(
@@ -117,9 +232,6 @@ pub fn seal_for(
     }
     if !payload.is_object() {
         return Err(ApiError::bad_request("payload must be a JSON object"));
-    }
-    if ttl_s == Some(0) {
-        return Err(ApiError::bad_request("ttl_s must be > 0"));
     }
     let Some(peer) = trust.get(to) else {
         return Err(ApiError::bad_request(format!(
@@ -130,9 +242,14 @@ pub fn seal_for(
         Some(c) if payload_type == "COMMAND" => c.to_string(),
         _ => payload_type.to_string(),
     };
-    let ttl = cfg.queue.ttl_for(&kind, ttl_s);
+    let ttl = cfg
+        .queue
+        .checked_ttl(&kind, ttl_s)
+        .map_err(super::errors::ttl_error)?;
     let params = SealParams {
-        message_id: uuid::Uuid::now_v7().to_string(),
+        message_id: message_id
+            .map(str::to_string)
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         created_at_ms: now,
         expires_at_ms: now + ttl * 1000,
         payload_type: payload_type.to_string(),

@@ -89,9 +89,31 @@ impl QueueConfig {
         requested_s.unwrap_or(base).min(self.max_ttl_s)
     }
 
+    /// The TTL for a message of `kind` with the caller's `requested_s`: refused when it
+    /// is 0 or above `max_ttl_s` (never silently clamped), the per-kind default when absent.
+    pub fn checked_ttl(&self, kind: &str, requested_s: Option<u64>) -> Result<u64, TtlError> {
+        match requested_s {
+            Some(0) => Err(TtlError::Zero),
+            Some(r) if r > self.max_ttl_s => Err(TtlError::TooLong {
+                requested: r,
+                max: self.max_ttl_s,
+            }),
+            r => Ok(self.ttl_for(kind, r)),
+        }
+    }
+
     pub fn is_queueable(&self, command_type: &str) -> bool {
         !self.not_queueable.iter().any(|c| c == command_type)
     }
+}
+
+/// A caller's `ttl_s` that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TtlError {
+    #[error("ttl_s must be > 0")]
+    Zero,
+    #[error("ttl_s {requested} is above queue.max_ttl_s ({max}); ask for at most {max}")]
+    TooLong { requested: u64, max: u64 },
 }
 
 /// The resolved, checked configuration.

@@ -153,10 +153,11 @@ pub async fn tool_call(
 ) -> ApiResult<Response> {
     let sub = require(&gw, &headers, Need::Tool(&b.tool_name))?;
     let doc = target_doc(&gw, &b.target.node_id)?;
-    if b.ttl_s == Some(0) {
-        return Err(ApiError::bad_request("ttl_s must be > 0"));
-    }
-    let ttl_s = gw.cfg.queue.ttl_for("TASK_REQUEST", b.ttl_s);
+    let ttl_s = gw
+        .cfg
+        .queue
+        .checked_ttl("TASK_REQUEST", b.ttl_s)
+        .map_err(crate::app::errors::ttl_error)?;
     let job_id = b
         .job_id
         .clone()
@@ -311,10 +312,11 @@ pub async fn commands(
             ),
         ));
     }
-    if b.ttl_s == Some(0) {
-        return Err(ApiError::bad_request("ttl_s must be > 0"));
-    }
-    let ttl_s = gw.cfg.queue.ttl_for(&b.command_type, b.ttl_s);
+    let ttl_s = gw
+        .cfg
+        .queue
+        .checked_ttl(&b.command_type, b.ttl_s)
+        .map_err(crate::app::errors::ttl_error)?;
     let mut payload = match b.body {
         Value::Object(m) => Value::Object(m),
         Value::Null => json!({}),

@@ -707,3 +707,33 @@ async fn not_queueable_commands_are_refused_once_the_node_stops_polling() {
         "{pv}"
     );
 }
+
+/// The gateway refuses an absurd `ttl_s` like the node does: 400 `ttl_too_long`, for
+/// tool calls and commands alike (it was silently clamped).
+#[tokio::test(flavor = "multi_thread")]
+async fn ttl_above_the_maximum_is_refused_not_clamped() {
+    let f = start();
+    let huge = 100 * 365 * 86_400u64;
+    let (st, v) = f
+        .client(
+            "/v1/commands",
+            Some(json!({"target": {"node_id": NODE}, "command_type": "setpoint", "body": {}, "ttl_s": huge})),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("ttl_too_long")),
+        "{v}"
+    );
+    let (st, v) = f
+        .client(
+            "/v1/tool_call",
+            Some(json!({"target": {"node_id": NODE}, "tool_name": "echo", "tool_args": {}, "ttl_s": huge, "wait_s": 0})),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("ttl_too_long")),
+        "{v}"
+    );
+}

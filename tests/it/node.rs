@@ -422,3 +422,74 @@ async fn unauthenticated_refusals_cost_bounded_audit_entries_and_series() {
     let out = home.cli(&["audit", "verify"]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// A client that lost the answer to `POST /v1/outbox` retries with the same
+/// `Idempotency-Key` (or `message_id`) and gets the same message, queued once; the same
+/// key for another request is refused. An absurd `ttl_s` is refused, never clamped.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbox_retries_with_an_idempotency_key_queue_one_message() {
+    let home = Home::init("node", "node:o", "");
+    let d = home.start();
+    let tok = home.token("node:o", &["admin"], "10m");
+    let post = |key: Option<&str>, body: Value| {
+        let mut r = http()
+            .post(d.url("/v1/outbox"))
+            .bearer_auth(&tok)
+            .json(&body);
+        if let Some(k) = key {
+            r = r.header("Idempotency-Key", k);
+        }
+        async move {
+            let resp = r.send().await.unwrap();
+            let st = resp.status().as_u16();
+            (st, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let msg = json!({"to": "node:o", "payload_type": "DATA", "payload": {"t": 21.5}});
+    let (s1, v1) = post(Some("reading-7"), msg.clone()).await;
+    assert_eq!(s1, 202, "{v1}");
+    let (s2, v2) = post(Some("reading-7"), msg.clone()).await;
+    assert_eq!((s2, &v2["message_id"]), (202, &v1["message_id"]), "{v2}");
+    let mut other = msg.clone();
+    other["payload"] = json!({"t": 99});
+    let (s3, v3) = post(Some("reading-7"), other).await;
+    assert_eq!(
+        (s3, v3["error"]["code"].as_str()),
+        (409, Some("idempotency_conflict")),
+        "{v3}"
+    );
+    // The same with the id in the body.
+    let id = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+    let mut with_id = msg.clone();
+    with_id["message_id"] = json!(id);
+    let (s4, v4) = post(None, with_id.clone()).await;
+    let (s5, v5) = post(None, with_id).await;
+    assert_eq!((s4, &v4["message_id"]), (202, &json!(id)), "{v4}");
+    assert_eq!((s5, &v5["message_id"]), (202, &json!(id)), "{v5}");
+    let status: Value = http()
+        .get(d.url("/v1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let depth = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "outbox")
+        .map(|q| q["depth"].as_u64().unwrap());
+    assert_eq!(depth, Some(2), "{status}");
+
+    // TTLs: above queue.max_ttl_s is refused with its own code, not clamped.
+    let mut long = msg.clone();
+    long["ttl_s"] = json!(100 * 365 * 86_400u64);
+    let (s, v) = post(None, long).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("ttl_too_long")),
+        "{v}"
+    );
+    assert!(d.stop().success());
+}
