@@ -6,6 +6,12 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::app::error::NodeError;
+use crate::envelope::OpenError;
+use crate::store::StoreError;
+use crate::token::DenyCode;
+use crate::tools::ToolError;
+
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -94,3 +100,139 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// A refused capability token: 401 when there was none we could verify, 403 when a
+/// valid one does not allow the request (both roles).
+pub fn deny_status(code: DenyCode) -> StatusCode {
+    match code {
+        DenyCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        DenyCode::Forbidden => StatusCode::FORBIDDEN,
+    }
+}
+
+/// The HTTP status of each domain error (SPEC §5's table), the only place that knows.
+fn status_of(e: &NodeError) -> StatusCode {
+    match e {
+        NodeError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
+        NodeError::BadRequest(_) | NodeError::Ttl(_) => StatusCode::BAD_REQUEST,
+        NodeError::Denied { code, .. } => deny_status(*code),
+        NodeError::UnknownTool(_) | NodeError::NotFound(_) => StatusCode::NOT_FOUND,
+        NodeError::JobConflict(_) | NodeError::IdempotencyConflict(_) => StatusCode::CONFLICT,
+        NodeError::Tool(t) => match t {
+            ToolError::UnknownTool(_) => StatusCode::NOT_FOUND,
+            ToolError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ToolError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ToolError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ToolError::Failed(_) => StatusCode::BAD_GATEWAY,
+        },
+        NodeError::Envelope(o) => match o {
+            OpenError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            OpenError::UnknownSender | OpenError::BadSignature => StatusCode::UNAUTHORIZED,
+            OpenError::Forbidden => StatusCode::FORBIDDEN,
+            _ => StatusCode::BAD_REQUEST,
+        },
+        NodeError::Store(s) => match s {
+            StoreError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+            StoreError::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
+            StoreError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            StoreError::Expired => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        },
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(e: NodeError) -> Self {
+        if e.is_internal() {
+            tracing::error!(event = "internal_error", detail = %e);
+        }
+        ApiError {
+            status: status_of(&e),
+            code: e.code(),
+            message: e.public_message(),
+            retry_after_s: e.retry_after_s(),
+        }
+    }
+}
+
+/// A store failure as an API error (the gateway's handlers, which have no domain error
+/// type of their own yet).
+pub fn store_error(e: StoreError) -> ApiError {
+    NodeError::Store(e).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(e: NodeError) -> (u16, &'static str) {
+        let a = ApiError::from(e);
+        (a.status.as_u16(), a.code)
+    }
+
+    /// SPEC §5's status for each tool failure (moved here from the tools module, which
+    /// no longer knows HTTP).
+    #[test]
+    fn tool_errors_map_to_their_spec_status() {
+        assert_eq!(
+            api(ToolError::Timeout { timeout_ms: 1 }.into()),
+            (504, "tool_timeout")
+        );
+        assert_eq!(
+            api(ToolError::Failed("x".into()).into()),
+            (502, "tool_failed")
+        );
+        assert_eq!(
+            api(ToolError::UnknownTool("x".into()).into()),
+            (404, "unknown_tool")
+        );
+        assert_eq!(
+            api(ToolError::BadRequest("x".into()).into()),
+            (400, "bad_request")
+        );
+        let busy = ToolError::Busy {
+            tool: "x".into(),
+            limit: 1,
+        };
+        assert_eq!(api(busy.into()), (429, "busy"));
+    }
+
+    #[test]
+    fn store_and_token_errors_map_to_their_status() {
+        assert_eq!(api(StoreError::StorageFull.into()), (507, "storage_full"));
+        assert_eq!(
+            api(StoreError::QueueFull { retry_after_s: 3 }.into()),
+            (429, "queue_full")
+        );
+        assert_eq!(api(StoreError::Closed.into()), (500, "internal"));
+        // Every refusal reason: 401 without a token we could verify, 403 otherwise (the
+        // token module classifies, this decides the status; moved from its tests).
+        use crate::token::DenyReason::*;
+        for (reasons, want) in [
+            (
+                &[
+                    Missing,
+                    Malformed,
+                    UnknownIssuer,
+                    BadSignature,
+                    Expired,
+                    NotYetValid,
+                ][..],
+                401,
+            ),
+            (
+                &[IssuerNotAllowed, WrongAudience, MissingScope, Revoked][..],
+                403,
+            ),
+        ] {
+            for r in reasons {
+                let e = NodeError::Denied {
+                    code: r.code(),
+                    reason: *r,
+                    message: String::new(),
+                };
+                assert_eq!(api(e).0, want, "{}", r.as_str());
+            }
+        }
+    }
+}

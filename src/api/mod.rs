@@ -6,7 +6,7 @@ pub mod error;
 pub mod json;
 pub mod node;
 
-pub use error::{ApiError, ApiResult};
+pub use error::{store_error, ApiError, ApiResult};
 
 /// Counts an answered request in `outpost_http_requests_total` by status class (both
 /// roles).

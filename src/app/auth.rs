@@ -3,7 +3,7 @@
 //! always issue tokens for itself) and the synced revocation list.
 
 use super::core::NodeCore;
-use crate::api::ApiError;
+use super::error::NodeError;
 use crate::token::{self, Claims, Decision, DenyReason, Request};
 
 impl NodeCore {
@@ -25,11 +25,7 @@ impl NodeCore {
         )
     }
 
-    fn check_token(
-        &self,
-        token: Option<&str>,
-        req: Request<'_>,
-    ) -> Result<Claims, (ApiError, &'static str)> {
+    fn check_token(&self, token: Option<&str>, req: Request<'_>) -> Result<Claims, NodeError> {
         let token = token.unwrap_or("");
         let skew = self.cfg.max_clock_skew_s * 1000;
         let revoked = |jti: &str| self.is_revoked(jti);
@@ -45,41 +41,34 @@ impl NodeCore {
         match decision {
             Decision::Allow { claims } => Ok(claims),
             Decision::Deny { code, reason } => {
-                let msg = match reason {
+                let message = match reason {
                     DenyReason::Missing => {
                         "a capability token is required (body \"token\" or Authorization: Bearer)"
                             .to_string()
                     }
                     r => format!("token refused: {}", r.as_str()),
                 };
-                let err = if code.http_status() == 401 {
-                    ApiError::unauthorized(msg)
-                } else {
-                    ApiError::forbidden(msg)
-                };
-                Err((err, reason.as_str()))
+                Err(NodeError::Denied {
+                    code,
+                    reason,
+                    message,
+                })
             }
         }
     }
 
     /// Token check for running `tool_name`. On refusal, the error's message names the
     /// reason (safe to show: it says nothing about keys).
-    pub fn authorize_tool(&self, token: Option<&str>, tool_name: &str) -> Result<Claims, ApiError> {
+    pub fn authorize_tool(
+        &self,
+        token: Option<&str>,
+        tool_name: &str,
+    ) -> Result<Claims, NodeError> {
         self.check_token(token, Request::tool(&self.cfg.node_id, tool_name))
-            .map_err(|(e, _)| e)
-    }
-
-    /// Reason text for a refusal, for the audit log.
-    pub fn refusal_reason(&self, token: Option<&str>, tool_name: &str) -> &'static str {
-        match self.check_token(token, Request::tool(&self.cfg.node_id, tool_name)) {
-            Ok(_) => "allowed",
-            Err((_, r)) => r,
-        }
     }
 
     /// Inbox and outbox need the `admin` scope.
-    pub fn authorize_admin(&self, token: Option<&str>) -> Result<Claims, ApiError> {
+    pub fn authorize_admin(&self, token: Option<&str>) -> Result<Claims, NodeError> {
         self.check_token(token, Request::scope(&self.cfg.node_id, "admin"))
-            .map_err(|(e, _)| e)
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::core::NodeCore;
-use crate::api::ApiError;
+use super::error::NodeError;
 use crate::audit::AuditOutcome;
 use crate::telemetry::ToolCallFinished;
 
@@ -80,20 +80,16 @@ pub fn valid_job_id(s: &str) -> bool {
 impl NodeCore {
     /// Run a tool call end to end. `actor` names who asked (for the audit log): the
     /// token's subject, or the envelope's sender for `TASK_REQUEST`s.
-    pub async fn tool_call(&self, req: ToolCallRequest, via: &str) -> Result<Value, ApiError> {
+    pub async fn tool_call(&self, req: ToolCallRequest, via: &str) -> Result<Value, NodeError> {
         if !self.accepting() {
-            return Err(ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "not_ready",
-                "shutting down; the call was not run",
-            ));
+            return Err(NodeError::NotReady("shutting down; the call was not run"));
         }
         if req.tool_name.is_empty() || req.tool_name.len() > 64 {
-            return Err(ApiError::bad_request("tool_name must be 1..64 characters"));
+            return Err(NodeError::bad_request("tool_name must be 1..64 characters"));
         }
         if let Some(j) = &req.job_id {
             if !valid_job_id(j) {
-                return Err(ApiError::bad_request(
+                return Err(NodeError::bad_request(
                     "job_id must be 1..128 characters of [A-Za-z0-9._:-]",
                 ));
             }
@@ -119,11 +115,10 @@ impl NodeCore {
         let claims = match self.authorize_tool(req.token.as_deref(), &req.tool_name) {
             Ok(c) => c,
             Err(e) => {
-                let reason = e.message.trim_start_matches("token refused: ").to_string();
-                let detail = if req.token.is_none() {
-                    "missing_token"
-                } else {
-                    reason.as_str()
+                let detail = match &e {
+                    _ if req.token.is_none() => "missing_token",
+                    NodeError::Denied { reason, .. } => reason.as_str(),
+                    other => other.code(),
                 };
                 self.audit_call_outcome(
                     &job_id,
@@ -161,10 +156,7 @@ impl NodeCore {
                 "unknown_tool",
             )
             .await;
-            return Err(ApiError::not_found(
-                "unknown_tool",
-                format!("no tool named {:?}; see GET /v1/tools", req.tool_name),
-            ));
+            return Err(NodeError::UnknownTool(req.tool_name.clone()));
         }
 
         // 3. Idempotency: one run per (caller, job id), even under concurrent repeats.
@@ -174,10 +166,7 @@ impl NodeCore {
             true => None,
         };
         if !minted {
-            let stored = self
-                .store
-                .result_get(&key)
-                .map_err(NodeCore::map_store_error)?;
+            let stored = self.store.result_get(&key).map_err(NodeError::Store)?;
             if let Some(stored) =
                 stored.and_then(|b| serde_json::from_slice::<StoredResult>(&b).ok())
             {
@@ -193,14 +182,10 @@ impl NodeCore {
                     "job_id_conflict",
                 )
                 .await;
-                return Err(ApiError::new(
-                    axum::http::StatusCode::CONFLICT,
-                    "job_id_conflict",
-                    format!(
-                        "job_id {job_id:?} was already used by this caller for another tool or \
+                return Err(NodeError::JobConflict(format!(
+                    "job_id {job_id:?} was already used by this caller for another tool or \
                          other arguments; nothing was run"
-                    ),
-                ));
+                )));
             }
         }
 
@@ -234,7 +219,6 @@ impl NodeCore {
                 Ok(body)
             }
             Err(err) => {
-                let api = super::errors::tool_error(&err);
                 let audit_outcome = err.audit_outcome();
                 let outcome = audit_outcome.as_str();
                 self.audit_call_outcome(
@@ -243,7 +227,7 @@ impl NodeCore {
                     &actor,
                     &args_sha,
                     audit_outcome,
-                    api.code,
+                    err.code(),
                 )
                 .await;
                 ToolCallFinished {
@@ -253,7 +237,7 @@ impl NodeCore {
                     duration: Some(elapsed),
                 }
                 .emit(&self.metrics);
-                Err(api)
+                Err(NodeError::Tool(err))
             }
         }
     }

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::api::ApiError;
 use crate::audit::AuditLog;
 use crate::clock::{self, SharedClock};
 use crate::config::Config;
@@ -169,7 +168,7 @@ impl NodeCore {
         }
     }
 
-    pub fn map_store_error(e: crate::store::StoreError) -> ApiError {
-        super::errors::store_error(e)
+    pub fn map_store_error(e: crate::store::StoreError) -> super::error::NodeError {
+        super::error::NodeError::Store(e)
     }
 }

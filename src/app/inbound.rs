@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use super::core::NodeCore;
-use crate::api::ApiError;
+use super::error::NodeError;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::envelope::{open, OpenContext, OpenError, Opened};
 use crate::store::{EnqueueOutcome, NewMessage};
@@ -65,9 +65,11 @@ impl NodeCore {
         }
     }
 
-    pub async fn receive_envelope(&self, bytes: &[u8]) -> Result<Received, ApiError> {
+    pub async fn receive_envelope(&self, bytes: &[u8]) -> Result<Received, NodeError> {
         if !self.accepting() {
-            return Err(ApiError::not_ready());
+            return Err(NodeError::NotReady(
+                "the store is recovering or not writable",
+            ));
         }
         let opened = match self.open_envelope(bytes) {
             Ok(o) => o,
@@ -99,11 +101,11 @@ impl NodeCore {
                     Some(e.code()),
                 )
                 .await;
-                return Err(super::errors::open_error(&e));
+                return Err(NodeError::Envelope(e));
             }
         };
         let payload: Value = serde_json::from_slice(&opened.plaintext)
-            .map_err(|_| ApiError::bad_request("payload is not JSON"))?;
+            .map_err(|_| NodeError::bad_request("payload is not JSON"))?;
         let now = self.now_ms();
         let queue = if opened.payload_type == "TASK_REQUEST" {
             Q_TASKS

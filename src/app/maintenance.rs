@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::core::NodeCore;
-use crate::api::ApiError;
+use super::error::NodeError;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::service::Notifier;
 use crate::telemetry::MessageEvent;
@@ -200,7 +200,7 @@ impl NodeCore {
             .unwrap_or(0)
     }
 
-    pub fn status_json(&self) -> Result<Value, ApiError> {
+    pub fn status_json(&self) -> Result<Value, NodeError> {
         let now = self.now_ms();
         let stats = self
             .store

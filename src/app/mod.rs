@@ -76,7 +76,7 @@ pub async fn run_role(
 pub mod auth;
 pub mod calls;
 pub mod core;
-pub mod errors;
+pub mod error;
 pub mod inbound;
 pub mod keyfile;
 pub mod maintenance;

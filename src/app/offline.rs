@@ -31,7 +31,7 @@ pub fn queue_outbox(
         0,
         None,
     )
-    .map_err(|e| Exit::failed(format!("{}: {}", e.code, e.message)))?;
+    .map_err(|e| Exit::failed(format!("{}: {}", e.code(), e.public_message())))?;
     let id = sealed.params.message_id.clone();
     store
         .enqueue(outbox_message(
@@ -41,7 +41,7 @@ pub fn queue_outbox(
             sealed.envelope_json,
         ))
         .wait()
-        .map_err(|e| Exit::failed(super::errors::store_error(e).message))?;
+        .map_err(|e| Exit::failed(super::error::NodeError::Store(e).public_message()))?;
     store.close();
     Ok(id)
 }

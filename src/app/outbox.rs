@@ -5,8 +5,8 @@ use rand_core::OsRng;
 use serde_json::{json, Value};
 
 use super::core::NodeCore;
+use super::error::NodeError;
 use super::inbound::Q_OUTBOX;
-use crate::api::ApiError;
 use crate::config::Config;
 use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore};
 use sha2::Digest;
@@ -37,7 +37,7 @@ impl NodeCore {
         payload: &Value,
         ttl_s: Option<u64>,
         priority: u8,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, NodeError> {
         self.queue_outbox_as(to, payload_type, payload, ttl_s, priority, None)
             .await
     }
@@ -53,9 +53,11 @@ impl NodeCore {
         ttl_s: Option<u64>,
         priority: u8,
         client_id: Option<&str>,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, NodeError> {
         if !self.accepting() {
-            return Err(ApiError::not_ready());
+            return Err(NodeError::NotReady(
+                "the store is recovering or not writable",
+            ));
         }
         let Some(id) = client_id else {
             return self
@@ -66,7 +68,7 @@ impl NodeCore {
             .map(|u| u.hyphenated().to_string() != id)
             .unwrap_or(true)
         {
-            return Err(ApiError::bad_request(
+            return Err(NodeError::bad_request(
                 "message_id must be a lowercase hyphenated UUID",
             ));
         }
@@ -88,11 +90,9 @@ impl NodeCore {
                 .map_err(NodeCore::map_store_error)?;
             return match same {
                 true => Ok(id.to_string()),
-                false => Err(ApiError::new(
-                    axum::http::StatusCode::CONFLICT,
-                    "idempotency_conflict",
-                    format!("message {id} was queued for another request; nothing was queued"),
-                )),
+                false => Err(NodeError::IdempotencyConflict(format!(
+                    "message {id} was queued for another request; nothing was queued"
+                ))),
             };
         }
         let keep_until = |expires_at_ms: u64| WriteOp::Remember {
@@ -123,7 +123,7 @@ impl NodeCore {
         priority: u8,
         message_id: Option<&str>,
         extra: Vec<WriteOp>,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, NodeError> {
         let sealed = seal_for(
             &self.cfg,
             &self.keys,
@@ -148,7 +148,7 @@ impl NodeCore {
         params: &SealParams,
         envelope_json: Vec<u8>,
         extra: Vec<WriteOp>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), NodeError> {
         let msg = outbox_message(&self.cfg, to, params, envelope_json);
         let mut ops = vec![WriteOp::Enqueue(msg)];
         ops.extend(extra);
@@ -198,7 +198,7 @@ impl NodeCore {
         &self,
         requester: &str,
         result: Value,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, NodeError> {
         self.queue_outbox(requester, "TASK_RESULT", &result, None, 0)
             .await
     }
@@ -224,17 +224,17 @@ pub fn seal_for(
     ttl_s: Option<u64>,
     priority: u8,
     message_id: Option<&str>,
-) -> Result<Sealed, ApiError> {
+) -> Result<Sealed, NodeError> {
     if !is_valid_payload_type(payload_type) {
-        return Err(ApiError::bad_request(format!(
+        return Err(NodeError::bad_request(format!(
             "payload_type {payload_type:?} is not a valid type"
         )));
     }
     if !payload.is_object() {
-        return Err(ApiError::bad_request("payload must be a JSON object"));
+        return Err(NodeError::bad_request("payload must be a JSON object"));
     }
     let Some(peer) = trust.get(to) else {
-        return Err(ApiError::bad_request(format!(
+        return Err(NodeError::bad_request(format!(
             "unknown recipient {to:?}: add its identity with `outpost trust add`"
         )));
     };
@@ -245,7 +245,7 @@ pub fn seal_for(
     let ttl = cfg
         .queue
         .checked_ttl(&kind, ttl_s)
-        .map_err(super::errors::ttl_error)?;
+        .map_err(NodeError::Ttl)?;
     let params = SealParams {
         message_id: message_id
             .map(str::to_string)
@@ -264,7 +264,7 @@ pub fn seal_for(
         &plaintext,
         &mut OsRng,
     )
-    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    .map_err(|e| NodeError::bad_request(e.to_string()))?;
     Ok(Sealed {
         params,
         envelope_json: env.to_json(),
@@ -302,12 +302,15 @@ pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> Value {
     })
 }
 
-pub fn task_result_err(job_id: &str, request_id: &str, e: &ApiError) -> Value {
+pub fn task_result_err(job_id: &str, request_id: &str, e: &NodeError) -> Value {
+    if e.is_internal() {
+        tracing::error!(event = "internal_error", job_id, detail = %e);
+    }
     json!({
         "job_id": job_id,
         "request_id": request_id,
         "ok": false,
-        "error": {"code": e.code, "message": e.message},
+        "error": {"code": e.code(), "message": e.public_message()},
         "evidence": Value::Null,
     })
 }

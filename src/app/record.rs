@@ -2,7 +2,7 @@
 //! the entry (and, for a successful tool call, its stored result) go in one atomic
 //! request, and the caller waits for durability without holding the audit lock.
 
-use crate::api::ApiError;
+use super::error::NodeError;
 use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditOutcome, AuditRecord};
 use crate::store::{OpOutcome, StoreError, WriteOp};
 
@@ -78,7 +78,7 @@ impl NodeCore {
         args_sha: &str,
         result_sha: &str,
         body_for: impl FnOnce(u64, &str) -> serde_json::Value,
-    ) -> Result<(u64, String, serde_json::Value), ApiError> {
+    ) -> Result<(u64, String, serde_json::Value), NodeError> {
         let mut rec = AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok);
         rec.job_id = Some(job_id.into());
         rec.tool_name = Some(tool.into());

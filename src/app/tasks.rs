@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::ToolCallRequest;
 use super::core::NodeCore;
+use super::error::NodeError;
 use super::inbound::Q_TASKS;
 use super::outbox::{task_result_err, task_result_ok};
 
@@ -75,14 +76,14 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
             r.job_id.get_or_insert_with(|| job_id.clone());
             match core.tool_call(r, requester).await {
                 Ok(body) => task_result_ok(&job_id, message_id, &body),
-                Err(e) if e.code == "not_ready" => return, // shutting down: leave it queued
+                Err(NodeError::NotReady(_)) => return, // shutting down: leave it queued
                 Err(e) => task_result_err(&job_id, message_id, &e),
             }
         }
         Err(e) => task_result_err(
             &job_id,
             message_id,
-            &crate::api::ApiError::bad_request(format!("TASK_REQUEST payload: {e}")),
+            &NodeError::bad_request(format!("TASK_REQUEST payload: {e}")),
         ),
     };
     match core.queue_task_result(requester, result).await {
@@ -92,18 +93,22 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
         Err(e) if e.is_transient() => {
             // Outbox full, disk full, shutting down: keep the task; it is retried on the
             // next pass and answered from the stored result.
-            tracing::warn!(event = "task_result_not_queued", message_id, code = e.code);
+            tracing::warn!(
+                event = "task_result_not_queued",
+                message_id,
+                code = e.code()
+            );
         }
         Err(e) => {
             // The result can never be sealed (e.g. the requester is not in the trust
             // store): retrying would loop forever. Drop the task, loudly and audited.
-            tracing::error!(event = "task_result_undeliverable", message_id, requester, code = e.code, reason = %e.message);
+            tracing::error!(event = "task_result_undeliverable", message_id, requester, code = e.code(), reason = %e.public_message());
             core.audit_event(
                 crate::audit::AuditEvent::DeadLetter,
                 crate::audit::AuditOutcome::Dead,
                 message_id,
                 Some(requester),
-                Some(e.code),
+                Some(e.code()),
             )
             .await;
             ack_task(core, requester, message_id).await;

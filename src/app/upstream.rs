@@ -27,7 +27,7 @@ impl NodeLink for Link {
                 // Our own trouble (store full, shutting down): keep it queued upstream.
                 Err(e) if e.is_transient() => InboundOutcome::Retry,
                 Err(e) => InboundOutcome::Rejected {
-                    code: e.code.to_string(),
+                    code: e.code().to_string(),
                 },
             }
         })

@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 
 use super::core::NodeCore;
+use super::error::NodeError;
 use super::inbound::Q_INBOX;
-use crate::api::ApiError;
 use crate::telemetry::MessageEvent;
 
 impl NodeCore {
     /// Unacknowledged inbox messages, oldest first (per sender FIFO, senders in order).
-    pub fn inbox_list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Value>, ApiError> {
+    pub fn inbox_list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Value>, NodeError> {
         let now = self.now_ms();
         let page = self
             .store
@@ -41,16 +41,16 @@ impl NodeCore {
         Ok(out.into_iter().map(|(_, v)| v).collect())
     }
 
-    pub async fn inbox_ack(&self, message_id: &str) -> Result<(), ApiError> {
+    pub async fn inbox_ack(&self, message_id: &str) -> Result<(), NodeError> {
         let Some(st) = self
             .store
             .status(message_id)
             .map_err(NodeCore::map_store_error)?
         else {
-            return Err(ApiError::not_found("not_found", "no such inbox message"));
+            return Err(NodeError::NotFound("no such inbox message"));
         };
         if st.queue != Q_INBOX {
-            return Err(ApiError::not_found("not_found", "no such inbox message"));
+            return Err(NodeError::NotFound("no such inbox message"));
         }
         let out = self
             .store
@@ -75,7 +75,7 @@ impl NodeCore {
         Ok(())
     }
 
-    pub fn message_status(&self, message_id: &str) -> Result<Option<Value>, ApiError> {
+    pub fn message_status(&self, message_id: &str) -> Result<Option<Value>, NodeError> {
         let st = self
             .store
             .status(message_id)

@@ -52,7 +52,7 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
     match d {
         Decision::Allow { claims } => Ok(claims.sub),
         Decision::Deny { code, reason } => {
-            let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::FORBIDDEN);
+            let status = crate::api::error::deny_status(code);
             Err(ApiError::new(
                 status,
                 code.as_str(),

@@ -157,7 +157,7 @@ pub async fn tool_call(
         .cfg
         .queue
         .checked_ttl("TASK_REQUEST", b.ttl_s)
-        .map_err(crate::app::errors::ttl_error)?;
+        .map_err(|e| ApiError::from(crate::app::error::NodeError::Ttl(e)))?;
     let job_id = b
         .job_id
         .clone()
@@ -316,7 +316,7 @@ pub async fn commands(
         .cfg
         .queue
         .checked_ttl(&b.command_type, b.ttl_s)
-        .map_err(crate::app::errors::ttl_error)?;
+        .map_err(|e| ApiError::from(crate::app::error::NodeError::Ttl(e)))?;
     let mut payload = match b.body {
         Value::Object(m) => Value::Object(m),
         Value::Null => json!({}),

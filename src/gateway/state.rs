@@ -10,11 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Bus, GatewayEvent};
 use super::liveness::{classify, Liveness};
-use crate::api::ApiError;
 use crate::audit::Frontier;
 use crate::config::Config;
 use crate::envelope::{IdentityDocument, Keys, SeenSignatures, TrustStore};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 use crate::telemetry::Metrics;
 
 /// Queue (store namespace) of messages waiting for a node; `peer` = the node id.
@@ -282,19 +281,4 @@ impl Gateway {
     }
 }
 
-/// One mapping from store failures to the API's errors.
-pub fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::QueueFull { retry_after_s } => ApiError::queue_full(retry_after_s),
-        StoreError::StorageFull => ApiError::storage_full(),
-        StoreError::TooLarge { .. } => ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "message exceeds the configured size limit",
-        ),
-        StoreError::Expired => ApiError::bad_request("message already expired"),
-        StoreError::Invalid(m) => ApiError::bad_request(m),
-        StoreError::Closed => ApiError::not_ready(),
-        other => ApiError::internal(other),
-    }
-}
+pub use crate::api::store_error;

@@ -64,12 +64,6 @@ impl DenyCode {
             Self::Forbidden => "forbidden",
         }
     }
-    pub fn http_status(self) -> u16 {
-        match self {
-            Self::Unauthorized => 401,
-            Self::Forbidden => 403,
-        }
-    }
 }
 
 /// The precise reason (for logs, audit `detail` and metrics; safe to show the caller).

@@ -9,10 +9,10 @@
 //! Capability checks, idempotency by `job_id` and auditing happen *around* a call (API /
 //! store layer); this module only answers "run tool X with these args, safely".
 //!
-//! Errors ([`ToolError`]) carry a stable `code()` and `http_status()`: `unknown_tool`
-//! 404, `bad_request` 400 (names the failing field), `tool_timeout` 504, `tool_failed`
-//! 502, `busy` 429 — a tool at its concurrency limit refuses immediately instead of
-//! queueing (the API should add `Retry-After: 1`).
+//! Errors ([`ToolError`]) carry a stable `code()`: `unknown_tool`, `bad_request` (names
+//! the failing field), `tool_timeout`, `tool_failed`, `busy` — a tool at its concurrency
+//! limit refuses immediately instead of queueing. Their HTTP statuses (SPEC §5) are
+//! decided in `api::error`, the one place that knows HTTP.
 
 pub mod external;
 pub mod pii;
@@ -176,17 +176,6 @@ impl ToolError {
         }
     }
 
-    /// The HTTP status SPEC §5 gives the code.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            Self::UnknownTool(_) => 404,
-            Self::BadRequest(_) => 400,
-            Self::Timeout { .. } => 504,
-            Self::Failed(_) => 502,
-            Self::Busy { .. } => 429,
-        }
-    }
-
     /// Audit outcome for this failure (`timeout` vs `failed` vs `refused`).
     pub fn audit_outcome(&self) -> crate::audit::AuditOutcome {
         use crate::audit::AuditOutcome;
@@ -279,7 +268,7 @@ mod config_tests {
             ),
         ];
         for (e, code, status) in cases {
-            assert_eq!((e.code(), e.http_status()), (code, status));
+            assert_eq!(e.code(), code, "status {status} is checked in api::error");
         }
     }
 }

@@ -25,5 +25,5 @@ pub async fn call(
         }
         req.token = Some(b);
     }
-    core.tool_call(req, "local").await.map(Json)
+    Ok(core.tool_call(req, "local").await.map(Json)?)
 }

@@ -337,11 +337,9 @@ fn http_classes() {
         NotYetValid,
     ] {
         assert_eq!(r.code(), DenyCode::Unauthorized, "{}", r.as_str());
-        assert_eq!(r.code().http_status(), 401);
     }
     for r in [IssuerNotAllowed, WrongAudience, MissingScope, Revoked] {
         assert_eq!(r.code(), DenyCode::Forbidden, "{}", r.as_str());
-        assert_eq!(r.code().http_status(), 403);
     }
 }
 
