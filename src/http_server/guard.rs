@@ -10,7 +10,9 @@
 //!
 //! The answer is written only while hyper has no response of its own pending (nothing
 //! in flight, everything it wrote flushed), so the two can never interleave; a bad head
-//! pipelined behind a request in flight just closes the connection.
+//! pipelined behind a request in flight just closes the connection. After the answer we
+//! shut our side and read what the client still sends for a while (a lingering close),
+//! so that a client still writing a huge head reads our answer instead of a reset.
 
 use std::io;
 use std::net::SocketAddr;
@@ -39,8 +41,20 @@ pub struct Guard<IO> {
     eof: bool,
     /// hyper wrote and has not seen a completed flush since.
     unflushed: bool,
-    /// Our own answer to a refused head, and how much of it is written.
-    refusal: Option<(Vec<u8>, usize)>,
+    refusal: Option<Refusal>,
+    /// We sent FIN after a refusal; hyper's own shutdown is then a no-op.
+    shut: bool,
+}
+
+/// Bytes a refused client may still send that we read and drop before closing, so the
+/// close does not turn into a reset that destroys our answer in its receive buffer.
+const LINGER_BYTES: usize = 1024 * 1024;
+
+enum Refusal {
+    /// Our answer, and how much of it is written.
+    Writing(Vec<u8>, usize),
+    /// Answer sent and write side shut: discard input until EOF or the budget is spent.
+    Lingering(usize),
 }
 
 impl<IO> Guard<IO> {
@@ -56,6 +70,7 @@ impl<IO> Guard<IO> {
             eof: false,
             unflushed: false,
             refusal: None,
+            shut: false,
         }
     }
 }
@@ -75,28 +90,45 @@ pub fn raw_response(e: &ApiError) -> Vec<u8> {
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Guard<IO> {
-    /// Write the refusal, then report end of input so hyper closes the connection.
+    /// Write the refusal, shut our side, linger; then report end of input so hyper
+    /// closes the connection.
     fn poll_refusal(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.state.in_flight() || self.unflushed {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "malformed request pipelined behind a pending response",
-            )));
-        }
-        let Some((bytes, written)) = self.refusal.as_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        while *written < bytes.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &bytes[*written..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        loop {
+            match self.refusal.as_mut() {
+                None => return Poll::Ready(Ok(())),
+                Some(Refusal::Writing(bytes, written)) => {
+                    if *written == 0 && (self.state.in_flight() || self.unflushed) {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "malformed request pipelined behind a pending response",
+                        )));
+                    }
+                    while *written < bytes.len() {
+                        let n = ready!(Pin::new(&mut self.io).poll_write(cx, &bytes[*written..]))?;
+                        if n == 0 {
+                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                        }
+                        *written += n;
+                    }
+                    ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+                    ready!(Pin::new(&mut self.io).poll_shutdown(cx))?;
+                    self.shut = true;
+                    self.refusal = Some(Refusal::Lingering(LINGER_BYTES));
+                }
+                Some(Refusal::Lingering(left)) => {
+                    let mut rb = ReadBuf::new(&mut self.scratch);
+                    let n = match ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb)) {
+                        Ok(()) => rb.filled().len(),
+                        Err(_) => 0,
+                    };
+                    *left = left.saturating_sub(n);
+                    if n == 0 || *left == 0 {
+                        self.refusal = None;
+                        self.eof = true;
+                    }
+                }
             }
-            *written += n;
         }
-        ready!(Pin::new(&mut self.io).poll_flush(cx))?;
-        self.refusal = None;
-        self.eof = true;
-        Poll::Ready(Ok(()))
     }
 }
 
@@ -140,7 +172,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<IO> {
                     status = e.status.as_u16(),
                     code = e.code,
                 );
-                this.refusal = Some((raw_response(&e), 0));
+                this.refusal = Some(Refusal::Writing(raw_response(&e), 0));
             }
         }
     }
@@ -179,6 +211,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Guard<IO> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.shut {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }

@@ -105,10 +105,18 @@ impl ConnState {
         Some((base + std::time::Duration::from_millis(ms), why))
     }
 
-    /// Lower goes first; `None` when it must not be evicted.
+    /// Lower goes first; `None` when it must not be evicted. A connection that never
+    /// completed a request ranks by its age (`idle_since` is its accept time), not by
+    /// when its bytes were read: under a flood, a just-accepted `/healthz` is read after
+    /// older slow connections and must not look older than them.
     fn eviction_rank(&self) -> Option<(bool, Instant)> {
         let s = self.lock();
-        (s.in_flight == 0).then(|| (s.served > 0, s.phase_since.max(s.idle_since)))
+        let since = if s.served == 0 {
+            s.idle_since
+        } else {
+            s.phase_since.max(s.idle_since)
+        };
+        (s.in_flight == 0).then_some((s.served > 0, since))
     }
 }
 
@@ -259,6 +267,8 @@ mod tests {
         keepalive.state.request_finished(ms(1));
         let slow_old = table.admit(ms(2)).unwrap();
         let slow_new = table.admit(ms(3)).unwrap();
+        // Bytes read late do not make an older connection look newer.
+        slow_old.state.set_phase(Phase::Head, ms(10));
         let a = table.admit(ms(4)).unwrap();
         assert!(slow_old.evicted.is_cancelled());
         assert!(!slow_new.evicted.is_cancelled() && !keepalive.evicted.is_cancelled());

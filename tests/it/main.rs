@@ -18,5 +18,7 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod slow_clients;
+mod slow_clients_flood;
 mod store_cli;
 mod systemd;
