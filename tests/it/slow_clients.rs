@@ -144,7 +144,8 @@ fn slow_and_silent_connections_are_closed_within_the_timeouts() {
 #[test]
 fn unparseable_requests_get_the_json_error_shape() {
     let mut huge = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
-    huge.extend(std::iter::repeat_n(b'a', 100 * 1024));
+    // Past hyper's own read-buffer limit (~400 KiB), where it answers 431 by itself.
+    huge.extend(std::iter::repeat_n(b'a', 512 * 1024));
     huge.extend_from_slice(b"\r\n\r\n");
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         ("huge headers", huge, 431, "headers_too_large"),
@@ -167,28 +168,29 @@ fn unparseable_requests_get_the_json_error_shape() {
             "bad_request",
         ),
     ];
+    let mut failures = Vec::new();
     for (home, d) in both_roles("") {
         for (name, req, want_status, want_code) in &cases {
             let (closed, got) = time_to_close(d.addr, req, Duration::from_secs(10));
-            assert!(closed.is_some(), "{}: {name}: left open", home.node_id);
             let (st, ctype, v) = parse_response(&got);
-            let raw = String::from_utf8_lossy(&got);
-            assert_eq!(st, *want_status, "{}: {name}: {raw}", home.node_id);
-            assert_eq!(ctype, "application/json", "{}: {name}: {raw}", home.node_id);
-            assert_eq!(v["ok"], false, "{}: {name}: {raw}", home.node_id);
-            assert_eq!(
-                v["error"]["code"], *want_code,
-                "{}: {name}: {raw}",
-                home.node_id
-            );
-            assert!(
-                v["error"]["message"]
-                    .as_str()
-                    .is_some_and(|m| !m.is_empty()),
-                "{name}: {raw}"
-            );
+            let ok = closed.is_some()
+                && st == *want_status
+                && ctype == "application/json"
+                && v["ok"] == false
+                && v["error"]["code"] == *want_code
+                && v["error"]["message"].as_str().is_some_and(|m| !m.is_empty());
+            if !ok {
+                let mut raw = String::from_utf8_lossy(&got).to_string();
+                raw.truncate(300);
+                failures.push(format!(
+                    "{}: {name}: want {want_status} {want_code} and close, got closed={} {raw:?}",
+                    home.node_id,
+                    closed.is_some()
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// Read one response with a Content-Length body from a keep-alive connection.

@@ -50,7 +50,13 @@ fn request(
     body: Option<&Value>,
     timeout: Duration,
 ) -> Option<(u16, Value)> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    let mut s = match TcpStream::connect_timeout(&addr, timeout) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("connect {path}: {e}");
+            return None;
+        }
+    };
     s.set_read_timeout(Some(timeout)).ok()?;
     s.set_write_timeout(Some(timeout)).ok()?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
