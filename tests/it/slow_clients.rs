@@ -178,7 +178,9 @@ fn unparseable_requests_get_the_json_error_shape() {
                 && ctype == "application/json"
                 && v["ok"] == false
                 && v["error"]["code"] == *want_code
-                && v["error"]["message"].as_str().is_some_and(|m| !m.is_empty());
+                && v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty());
             if !ok {
                 let mut raw = String::from_utf8_lossy(&got).to_string();
                 raw.truncate(300);
