@@ -110,12 +110,15 @@ fn fit_cap(configured: u32) -> usize {
     if !ok || rl.rlim_cur == libc::RLIM_INFINITY {
         return configured as usize;
     }
-    let room = u64::from(rl.rlim_cur).saturating_sub(FD_RESERVE).max(1);
+    // rlim_t is u32 on some 32-bit ARM targets.
+    #[allow(clippy::useless_conversion)]
+    let nofile = u64::from(rl.rlim_cur);
+    let room = nofile.saturating_sub(FD_RESERVE).max(1);
     if u64::from(configured) > room {
         tracing::warn!(
             event = "max_connections_lowered",
             configured,
-            nofile = u64::from(rl.rlim_cur),
+            nofile,
             effective = room,
             "api.max_connections does not fit the open-file limit; lowered"
         );

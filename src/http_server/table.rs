@@ -173,7 +173,8 @@ impl Table {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().open.len()
     }
 

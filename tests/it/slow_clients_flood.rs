@@ -21,6 +21,7 @@ const HELD: usize = 2000;
 const PARTIAL_HEAD: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n";
 
 /// Our own open-file limit must fit the held connections (the gateway gets its own).
+#[allow(clippy::unnecessary_cast)] // rlim_t is u32 on some 32-bit targets
 fn raise_nofile(want: u64) {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
