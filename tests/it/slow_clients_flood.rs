@@ -77,7 +77,9 @@ fn request(
 }
 
 /// The attacker: opens `HELD` connections that each send half a head, and reopens any
-/// the gateway closes, until `stop`.
+/// the gateway closes, until `stop`. About one connection a millisecond: at full speed
+/// on a loaded two-core machine the listen backlog overflows and SYNs are dropped,
+/// which measures the kernel, not the gateway (and the old gateway fails either way).
 fn hold(
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -85,6 +87,7 @@ fn hold(
     reopened: Arc<AtomicUsize>,
 ) {
     let open = || {
+        std::thread::sleep(Duration::from_millis(1));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
         // Evicted before it could even write: the sweep below reopens it.
         let _ = s.write_all(PARTIAL_HEAD);
