@@ -20,6 +20,8 @@
 //! - [`audit`]: RFC 6962 Merkle tree, canonical entries, signed checkpoints.
 //! - [`tools`]: tool registry, built-ins, external-process runner.
 //! - [`api`]: axum routers for node and gateway; one error → status mapping.
+//! - [`http_server`]: the HTTP edge both roles serve on: timeouts, connection cap, JSON
+//!   answers for unparseable requests, drain.
 //! - [`sync`]: node↔gateway protocol.
 //! - [`gateway`]: the upstream role.
 //! - [`keyed_lock`]: one async lock per key (job ids).
@@ -35,6 +37,7 @@ pub mod clock;
 pub mod config;
 pub mod envelope;
 pub mod gateway;
+pub mod http_server;
 pub mod keyed_lock;
 pub mod service;
 pub mod store;

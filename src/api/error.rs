@@ -86,9 +86,17 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The one error body: `{"ok":false,"error":{"code":..,"message":..}}`. Also written
+    /// by hand by the HTTP edge for requests that never reach a router.
+    pub fn body_json(&self) -> serde_json::Value {
+        json!({"ok": false, "error": {"code": self.code, "message": self.message}})
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"ok": false, "error": {"code": self.code, "message": self.message}});
+        let body = self.body_json();
         let mut resp = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after_s {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {

@@ -34,17 +34,18 @@ pub async fn run(
     Notifier.ready();
     tracing::info!(event = "ready", node_id = %cfg.node_id, %addr, "node ready");
 
-    let drain = shutdown.clone();
-    let serve_core = core.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        drain.cancelled().await;
-        // From here on, new tool calls are refused before anything runs.
-        serve_core.stop_accepting();
+    // From the signal on, new tool calls are refused before anything runs.
+    let stop = shutdown.clone();
+    let stop_core = core.clone();
+    tracker.spawn(async move {
+        stop.cancelled().await;
+        stop_core.stop_accepting();
     });
+    let server = crate::http_server::serve(listener, None, app, cfg.http, shutdown.clone());
     // In-flight requests get the drain deadline after the signal, then are dropped
     // (an external tool still running is killed with its process group).
     let deadline = Duration::from_millis(cfg.drain_timeout_ms);
-    let mut serving = std::pin::pin!(std::future::IntoFuture::into_future(server));
+    let mut serving = std::pin::pin!(server);
     tokio::select! {
         r = &mut serving => r?,
         _ = async {

@@ -4,6 +4,7 @@
 //!
 //! `outpost config check` runs exactly this path offline.
 
+pub mod http;
 pub mod raw;
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::tools::ExternalToolConfig;
+pub use http::HttpLimits;
 use raw::RawConfig;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/outpost/outpost.toml";
@@ -126,6 +128,8 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// `(cert_file, key_file)` when the API serves HTTPS (gateway role).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Timeouts and the connection cap of the API listener.
+    pub http: HttpLimits,
     pub upstream: Option<Upstream>,
     pub queue: QueueConfig,
     pub max_clock_skew_s: u64,
@@ -300,6 +304,8 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     };
 
+    let http = http::check(&raw.api, role, &mut errs);
+
     let upstream = raw.upstream.map(|u| {
         if role == Role::Gateway {
             errs.push("[upstream] is for the node role only".into());
@@ -443,6 +449,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         listen,
         max_body_bytes,
         tls,
+        http,
         upstream,
         queue,
         max_clock_skew_s,

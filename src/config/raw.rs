@@ -47,6 +47,11 @@ pub struct RawApi {
     /// PEM certificate chain and key: the gateway then serves HTTPS (rustls).
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
+    /// Slow-client limits of the HTTP listener (see `config::http`).
+    pub header_timeout_ms: Option<u64>,
+    pub body_timeout_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+    pub max_connections: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -118,3 +118,35 @@ fn node_id_rule_matches_spec() {
         assert!(!valid_node_id(bad), "{bad}");
     }
 }
+
+#[test]
+fn http_limits_default_by_role_and_are_range_checked() {
+    let node = from_str(MINIMAL).unwrap();
+    assert_eq!(node.http, HttpLimits::defaults(Role::Node));
+    assert_eq!(node.http.max_connections, 256);
+    let gw = from_str("[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n").unwrap();
+    assert_eq!(gw.http.max_connections, 4096);
+    assert_eq!(gw.http.header_timeout_ms, 10_000);
+    let set = from_str(&format!(
+        "{MINIMAL}[api]\nheader_timeout_ms = 1000\nbody_timeout_ms = 2000\nidle_timeout_ms = 3000\nmax_connections = 9\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        (
+            set.http.header_timeout_ms,
+            set.http.body_timeout_ms,
+            set.http.idle_timeout_ms
+        ),
+        (1000, 2000, 3000)
+    );
+    assert_eq!(set.http.max_connections, 9);
+    let e = from_str(&format!(
+        "{MINIMAL}[api]\nheader_timeout_ms = 5\nmax_connections = 0\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("api.header_timeout_ms") && e.contains("api.max_connections"),
+        "{e}"
+    );
+}

@@ -185,16 +185,7 @@ pub async fn run(
     tracing::info!(event = "ready", node_id = %gw.cfg.node_id, %addr, role = "gateway", "gateway ready");
 
     let app = router(gw.clone());
-    let stop = shutdown.clone();
-    let served = match acceptor {
-        Some(acc) => tls::serve(listener, acc, app, stop).await,
-        None => {
-            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-        }
-    };
+    let served = crate::http_server::serve(listener, acceptor, app, gw.cfg.http, shutdown).await;
     gw.set_ready(false);
     Notifier.stopping();
     tracker.close();

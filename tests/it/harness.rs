@@ -138,11 +138,20 @@ impl Home {
     }
 
     pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
-        self.start_wrapped(&[], env)
+        self.start_cmd(&[], env, None)
     }
 
     /// Starts the daemon through `wrapper` (e.g. `ip netns exec NS`).
     pub fn start_wrapped(&self, wrapper: &[String], env: &[(&str, &str)]) -> Daemon {
+        self.start_cmd(wrapper, env, None)
+    }
+
+    /// Start with `RLIMIT_NOFILE` set to `nofile`, as a unit's `LimitNOFILE=` would.
+    pub fn start_with_nofile(&self, nofile: u64) -> Daemon {
+        self.start_cmd(&[], &[], Some(nofile))
+    }
+
+    fn start_cmd(&self, wrapper: &[String], env: &[(&str, &str)], nofile: Option<u64>) -> Daemon {
         let addr_file = self.data().join("api.addr");
         let _ = std::fs::remove_file(&addr_file);
         let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
@@ -163,6 +172,22 @@ impl Home {
             .stderr(log);
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit(2) is async-signal-safe; nothing else runs in the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let rl = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd.spawn().expect("spawn outpost run");
         let mut d = Daemon {

@@ -20,6 +20,8 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod slow_clients;
+mod slow_clients_flood;
 mod startup;
 mod store_cli;
 mod systemd;
