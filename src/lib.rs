@@ -12,6 +12,7 @@
 //! ## Layout
 //!
 //! - [`app`]: wires the components of a role; owns cancellation, task tracking and drain.
+//! - [`daemon`]: what both roles' daemons share (addr file, trust cache, store options).
 //! - [`clock`]: the only place that reads the wall clock.
 //! - [`config`]: raw TOML structs → `check()` → resolved config; drop-ins.
 //! - [`store`]: the durable mailbox (engine seam, queues, dedup, blobs, results, audit rows).
@@ -35,6 +36,7 @@ pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod daemon;
 pub mod envelope;
 pub mod gateway;
 pub mod http_server;

@@ -31,7 +31,7 @@ pub struct NodeCore {
     pub store: Store,
     pub keys: Arc<Keys>,
     pub identity: IdentityDocument,
-    pub trust: super::trust::TrustCache,
+    pub trust: crate::daemon::trust::TrustCache,
     pub audit: Arc<AuditLog<StoreAudit>>,
     pub tools: Registry,
     pub metrics: Arc<Metrics>,
@@ -84,7 +84,7 @@ impl NodeCore {
             );
         }
         let store = super::open_store(&cfg, clock.clone())?;
-        let trust = super::trust::TrustCache::load(&store, &identity)?;
+        let trust = crate::daemon::trust::TrustCache::load(&store, &identity)?;
         let audit = Arc::new(AuditLog::open(StoreAudit::new(store.clone()))?);
         let tools = super::build_registry(&cfg)?;
         let started_ms = store.now_ms();

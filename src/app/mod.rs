@@ -5,8 +5,6 @@
 //! with a deadline (warning if exceeded) and returns. Nothing calls `process::exit`
 //! with writes in flight.
 
-pub mod listen;
-
 use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
@@ -68,7 +66,7 @@ pub async fn run_role(
             .await
             .map_err(anyhow::Error::from),
     };
-    listen::remove_addr_file(&data_dir);
+    crate::daemon::listen::remove_addr_file(&data_dir);
     tracing::info!(event = "stopped", %addr);
     res
 }
@@ -87,7 +85,6 @@ pub mod record;
 pub mod refusals;
 pub mod store_audit;
 pub mod tasks;
-pub mod trust;
 pub mod upstream;
 pub mod views;
 
@@ -96,23 +93,7 @@ pub fn open_store(
     cfg: &Config,
     clock: crate::clock::SharedClock,
 ) -> anyhow::Result<crate::store::Store> {
-    use crate::store::{EngineKind, Store, StoreOptions};
-    let engine = match cfg.store_engine.as_str() {
-        #[cfg(feature = "sled")]
-        "sled" => EngineKind::Sled,
-        _ => EngineKind::Sqlite,
-    };
-    let opts = StoreOptions {
-        engine,
-        max_messages_per_recipient: cfg.queue.max_messages_per_recipient,
-        max_store_bytes: cfg.queue.max_store_bytes,
-        max_message_bytes: cfg.queue.max_message_bytes,
-        max_attempts: cfg.queue.max_attempts,
-        ..StoreOptions::default()
-    };
-    let dir = keyfile::store_dir(&cfg.data_dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(Store::open(&dir, opts, clock)?)
+    Ok(crate::daemon::open_store(cfg, clock)?)
 }
 
 /// Built-in tools plus the config's `[[tools]]`.

@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::core::NodeCore;
-use super::listen;
 use crate::config::Config;
+use crate::daemon::listen;
 use crate::service::Notifier;
 
 pub async fn run(

@@ -2,9 +2,19 @@
 
 use serde_json::Value;
 
+use super::error::NodeError;
 use super::outbox::{outbox_message, seal_for};
-use crate::cli::Exit;
 use crate::config::Config;
+
+/// Why an offline send failed: the node's refusal (shown as `code: message`), or the
+/// store/keys could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    #[error("{}: {}", .0.code(), .0.public_message())]
+    Refused(NodeError),
+    #[error(transparent)]
+    Setup(#[from] anyhow::Error),
+}
 
 /// `outpost send`: seal and queue straight into the outbox (SQLite lets the CLI and a
 /// running daemon share the store; the daemon's sync loop picks it up on its next pass).
@@ -14,11 +24,12 @@ pub fn queue_outbox(
     payload_type: &str,
     payload: &Value,
     ttl_s: Option<u64>,
-) -> anyhow::Result<String> {
+) -> Result<String, OfflineError> {
     let store = super::open_store(cfg, crate::clock::system())?;
-    let keys = crate::envelope::Keys::load(&super::keyfile::keys_path(&cfg.data_dir))?;
+    let keys = crate::envelope::Keys::load(&super::keyfile::keys_path(&cfg.data_dir))
+        .map_err(anyhow::Error::from)?;
     let me = super::keyfile::read_identity(&cfg.data_dir)?;
-    let trust = super::trust::effective(&store, &me)?;
+    let trust = crate::daemon::trust::effective(&store, &me)?;
     let sealed = seal_for(
         cfg,
         &keys,
@@ -31,7 +42,7 @@ pub fn queue_outbox(
         0,
         None,
     )
-    .map_err(|e| Exit::failed(format!("{}: {}", e.code(), e.public_message())))?;
+    .map_err(OfflineError::Refused)?;
     let id = sealed.params.message_id.clone();
     store
         .enqueue(outbox_message(
@@ -41,7 +52,7 @@ pub fn queue_outbox(
             sealed.envelope_json,
         ))
         .wait()
-        .map_err(|e| Exit::failed(super::error::NodeError::Store(e).public_message()))?;
+        .map_err(|e| OfflineError::Refused(NodeError::Store(e)))?;
     store.close();
     Ok(id)
 }

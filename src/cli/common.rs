@@ -53,7 +53,7 @@ pub fn load_identity(cfg: &Config) -> anyhow::Result<IdentityDocument> {
 }
 
 pub fn load_trust(store: &Store) -> anyhow::Result<TrustStore> {
-    app::trust::load(store)
+    crate::daemon::trust::load(store)
 }
 
 pub fn read_input(file: &str) -> anyhow::Result<Vec<u8>> {

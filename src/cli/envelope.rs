@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::common::{load_config, load_keys, open_store, parse_ttl_ms, read_input};
 use super::{ConfigArg, EnvelopeCmd, Exit};
-use crate::app::trust;
+use crate::daemon::trust;
 use crate::envelope::{open, seal, OpenContext, SealParams};
 
 pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
@@ -106,7 +106,12 @@ pub fn send(
         .transpose()?
         .map(|ms| ms.div_ceil(1000));
     let payload: Value = serde_json::from_slice(&read_json_object()?)?;
-    let id = crate::app::offline::queue_outbox(&cfg, to, payload_type, &payload, ttl_s)?;
+    let id = crate::app::offline::queue_outbox(&cfg, to, payload_type, &payload, ttl_s).map_err(
+        |e| match e {
+            crate::app::offline::OfflineError::Refused(_) => Exit::failed(e.to_string()).into(),
+            crate::app::offline::OfflineError::Setup(e) => e,
+        },
+    )?;
     println!("{{\"queued\":true,\"message_id\":\"{id}\"}}");
     Ok(())
 }

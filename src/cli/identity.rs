@@ -2,7 +2,7 @@
 
 use super::common::{load_config, load_identity, open_store, read_input};
 use super::{ConfigArg, Exit, TrustCmd};
-use crate::app::trust;
+use crate::daemon::trust;
 use crate::envelope::{IdentityDocument, Rights};
 
 pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {

@@ -12,7 +12,7 @@ use super::{ConfigArg, Exit};
 
 pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
-    let addr = crate::app::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
+    let addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
     let body = http_get(addr, "/v1/status").map_err(|e| {
         Exit::failed(format!(
             "the daemon does not answer on {addr} ({e}); is `outpost run` active?"

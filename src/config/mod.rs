@@ -7,6 +7,7 @@
 pub mod http;
 pub mod raw;
 
+use crate::store::EngineKind;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -133,7 +134,7 @@ pub struct Config {
     pub upstream: Option<Upstream>,
     pub queue: QueueConfig,
     pub max_clock_skew_s: u64,
-    pub store_engine: String,
+    pub store_engine: crate::store::EngineKind,
     pub tools: Vec<ExternalToolConfig>,
     pub drain_timeout_ms: u64,
     /// How often the daemon signs a checkpoint while the audit log grows.
@@ -395,15 +396,23 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         errs.push("security.max_clock_skew_s must be at most 3600".into());
     }
 
-    let store_engine = raw.store.engine.unwrap_or_else(|| "sqlite".into());
-    match store_engine.as_str() {
-        "sqlite" => {}
-        "sled" if cfg!(feature = "sled") => {}
-        "sled" => errs.push("store.engine = \"sled\" needs a build with the `sled` feature".into()),
-        other => errs.push(format!(
-            "store.engine {other:?} must be \"sqlite\" or \"sled\""
-        )),
-    }
+    // Parsed once, here: an engine this build cannot open is a config error.
+    let store_engine = match raw.store.engine.as_deref().unwrap_or("sqlite") {
+        "sqlite" => EngineKind::Sqlite,
+        #[cfg(feature = "sled")]
+        "sled" => EngineKind::Sled,
+        #[cfg(not(feature = "sled"))]
+        "sled" => {
+            errs.push("store.engine = \"sled\" needs a build with the `sled` feature".into());
+            EngineKind::Sqlite
+        }
+        other => {
+            errs.push(format!(
+                "store.engine {other:?} must be \"sqlite\" or \"sled\""
+            ));
+            EngineKind::Sqlite
+        }
+    };
 
     let mut names = std::collections::BTreeSet::new();
     for t in &raw.tools {

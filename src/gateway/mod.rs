@@ -31,7 +31,6 @@ pub mod sweeper;
 pub mod tls;
 pub mod upload;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +45,7 @@ pub use state::Gateway;
 use crate::config::Config;
 use crate::envelope::Keys;
 use crate::service::Notifier;
-use crate::store::{EngineKind, Store, StoreOptions};
+use crate::store::Store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -62,21 +61,7 @@ pub enum GatewayError {
     Tls(#[from] tls::TlsError),
 }
 
-/// Store options from the config (the gateway keeps its queues with the same limits).
-pub fn store_options(cfg: &Config) -> StoreOptions {
-    StoreOptions {
-        engine: match cfg.store_engine.as_str() {
-            #[cfg(feature = "sled")]
-            "sled" => EngineKind::Sled,
-            _ => EngineKind::Sqlite,
-        },
-        max_messages_per_recipient: cfg.queue.max_messages_per_recipient,
-        max_store_bytes: cfg.queue.max_store_bytes,
-        max_message_bytes: cfg.queue.max_message_bytes,
-        max_attempts: cfg.queue.max_attempts,
-        ..StoreOptions::default()
-    }
-}
+pub use crate::daemon::store_options;
 
 /// All routes of SPEC §6 plus health, readiness, metrics, `POST /v1/revocations` and
 /// `GET /v1/nodes/{id}/audit`.
@@ -136,22 +121,9 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, Gateway
         &keys,
         "1970-01-01T00:00:00Z",
     );
-    let trust = crate::app::trust::TrustCache::load(&store, &me)
+    let trust = crate::daemon::trust::TrustCache::load(&store, &me)
         .map_err(|e| GatewayError::Trust(e.to_string()))?;
     Ok(Gateway::new(cfg, store, keys, trust, shutdown))
-}
-
-/// Write `<data_dir>/api.addr` (temp + fsync + rename) so scripts and the demo find a
-/// gateway started on port 0.
-fn write_addr_file(data_dir: &Path, addr: std::net::SocketAddr) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = data_dir.join(".api.addr.tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        writeln!(f, "{addr}")?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, data_dir.join("api.addr"))
 }
 
 /// Serve the gateway on `listener` until `shutdown` fires, then drain (long-polls and
@@ -179,7 +151,7 @@ pub async fn run(
     let tracker = TaskTracker::new();
     tracker.spawn(sweeper::run(gw.clone()));
     tracker.spawn(sweeper::watchdog(gw.clone()));
-    write_addr_file(&data_dir, addr)?;
+    crate::daemon::listen::write_addr_file(&data_dir, addr)?;
     gw.set_ready(true);
     Notifier.ready();
     tracing::info!(event = "ready", node_id = %gw.cfg.node_id, %addr, role = "gateway", "gateway ready");
@@ -195,7 +167,7 @@ pub async fn run(
     {
         tracing::warn!(event = "drain_deadline_exceeded", deadline_ms = drain_ms);
     }
-    let _ = std::fs::remove_file(data_dir.join("api.addr"));
+    crate::daemon::listen::remove_addr_file(&data_dir);
     let store = gw.store.clone();
     let _ = tokio::task::spawn_blocking(move || store.close()).await;
     tracing::info!(event = "stopped", %addr, role = "gateway");

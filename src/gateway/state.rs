@@ -64,7 +64,7 @@ pub struct Gateway {
     pub store: Store,
     pub keys: Arc<Keys>,
     pub me: IdentityDocument,
-    trust: crate::app::trust::TrustCache,
+    trust: crate::daemon::trust::TrustCache,
     pub metrics: Arc<Metrics>,
     pub bus: Bus,
     pub shutdown: CancellationToken,
@@ -92,7 +92,7 @@ impl Gateway {
         cfg: Config,
         store: Store,
         keys: Keys,
-        trust: crate::app::trust::TrustCache,
+        trust: crate::daemon::trust::TrustCache,
         shutdown: CancellationToken,
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;

@@ -187,26 +187,71 @@ const DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// Every metric outpost exports (SPEC §9). Names follow one rule:
-/// `outpost_<thing>_<unit or total>`, labels lowercase.
-#[derive(Debug)]
-pub struct Metrics {
-    pub queue_depth: Family,
-    pub queue_oldest_age_seconds: Family,
-    pub messages_total: Family,
-    pub delivery_attempts_total: Family,
-    pub envelopes_total: Family,
-    pub tool_calls_total: Family,
-    pub tool_call_duration_seconds: Histogram,
-    pub http_requests_total: Family,
-    pub upstream_connected: Family,
-    pub audit_size: Family,
-    pub audit_unsynced_entries: Family,
-    pub store_bytes: Family,
-    pub store_quarantined_records: Family,
-    /// A gateway's registry: the node-only families (upstream link, local audit log,
-    /// tool calls) are not exported, since a gateway has none of them.
-    gateway: bool,
+/// Declares every metric family once: the struct field, its registration and its place
+/// in the exposition all come from one line, so a metric cannot be added and then
+/// silently never exported. `node` marks families a gateway does not export.
+macro_rules! families {
+    ($($field:ident: $kind:literal $name:literal [$($label:literal),*] $scope:ident $help:literal;)*) => {
+        /// Every metric outpost exports (SPEC §9). Names follow one rule:
+        /// `outpost_<thing>_<unit or total>`, labels lowercase.
+        #[derive(Debug)]
+        pub struct Metrics {
+            $(pub $field: Family,)*
+            pub tool_call_duration_seconds: Histogram,
+            /// A gateway's registry: the node-only families (upstream link, local audit
+            /// log, tool calls) are not exported, since a gateway has none of them.
+            gateway: bool,
+        }
+
+        impl Metrics {
+            /// The node's registry.
+            pub fn new() -> Self {
+                Self {
+                    $($field: Family::new($name, $help, $kind, &[$($label),*]),)*
+                    tool_call_duration_seconds: Histogram::new(
+                        "outpost_tool_call_duration_seconds",
+                        "Wall time of tool executions.",
+                        DURATION_BUCKETS,
+                    ),
+                    gateway: false,
+                }
+            }
+
+            /// Each family with whether only a node exports it, in exposition order.
+            fn families(&self) -> Vec<(&Family, bool)> {
+                vec![$((&self.$field, families!(@node $scope)),)*]
+            }
+        }
+    };
+    (@node node) => { true };
+    (@node both) => { false };
+}
+
+families! {
+    queue_depth: "gauge" "outpost_queue_depth" ["queue", "peer"] both
+        "Messages waiting in a queue for a peer.";
+    queue_oldest_age_seconds: "gauge" "outpost_queue_oldest_age_seconds" ["queue", "peer"] both
+        "Age of the oldest message waiting in a queue for a peer.";
+    messages_total: "counter" "outpost_messages_total" ["queue", "event"] both
+        "Message lifecycle events by queue.";
+    delivery_attempts_total: "counter" "outpost_delivery_attempts_total" ["result"] both
+        "Delivery attempts by result.";
+    envelopes_total: "counter" "outpost_envelopes_total" ["result"] both
+        "Inbound envelopes by result code.";
+    tool_calls_total: "counter" "outpost_tool_calls_total" ["tool", "outcome"] node
+        "Tool calls by tool and outcome.";
+    http_requests_total: "counter" "outpost_http_requests_total" ["status"] both
+        "HTTP requests answered, by status class.";
+    upstream_connected: "gauge" "outpost_upstream_connected" [] node
+        "1 while the node reaches its gateway, else 0.";
+    audit_size: "gauge" "outpost_audit_size" [] node
+        "Entries in the local audit log.";
+    audit_unsynced_entries: "gauge" "outpost_audit_unsynced_entries" [] node
+        "Audit entries not yet confirmed by the gateway.";
+    store_bytes: "gauge" "outpost_store_bytes" [] both
+        "Bytes used by queued messages and blobs.";
+    store_quarantined_records: "gauge" "outpost_store_quarantined_records" [] both
+        "Corrupt records moved to quarantine since the store was created.";
 }
 
 impl Default for Metrics {
@@ -221,90 +266,6 @@ impl Metrics {
         Self {
             gateway: true,
             ..Self::new()
-        }
-    }
-
-    /// The node's registry.
-    pub fn new() -> Self {
-        Self {
-            gateway: false,
-            queue_depth: Family::new(
-                "outpost_queue_depth",
-                "Messages waiting in a queue for a peer.",
-                "gauge",
-                &["queue", "peer"],
-            ),
-            queue_oldest_age_seconds: Family::new(
-                "outpost_queue_oldest_age_seconds",
-                "Age of the oldest message waiting in a queue for a peer.",
-                "gauge",
-                &["queue", "peer"],
-            ),
-            messages_total: Family::new(
-                "outpost_messages_total",
-                "Message lifecycle events by queue.",
-                "counter",
-                &["queue", "event"],
-            ),
-            delivery_attempts_total: Family::new(
-                "outpost_delivery_attempts_total",
-                "Delivery attempts by result.",
-                "counter",
-                &["result"],
-            ),
-            envelopes_total: Family::new(
-                "outpost_envelopes_total",
-                "Inbound envelopes by result code.",
-                "counter",
-                &["result"],
-            ),
-            tool_calls_total: Family::new(
-                "outpost_tool_calls_total",
-                "Tool calls by tool and outcome.",
-                "counter",
-                &["tool", "outcome"],
-            ),
-            tool_call_duration_seconds: Histogram::new(
-                "outpost_tool_call_duration_seconds",
-                "Wall time of tool executions.",
-                DURATION_BUCKETS,
-            ),
-            http_requests_total: Family::new(
-                "outpost_http_requests_total",
-                "HTTP requests answered, by status class.",
-                "counter",
-                &["status"],
-            ),
-            upstream_connected: Family::new(
-                "outpost_upstream_connected",
-                "1 while the node reaches its gateway, else 0.",
-                "gauge",
-                &[],
-            ),
-            audit_size: Family::new(
-                "outpost_audit_size",
-                "Entries in the local audit log.",
-                "gauge",
-                &[],
-            ),
-            audit_unsynced_entries: Family::new(
-                "outpost_audit_unsynced_entries",
-                "Audit entries not yet confirmed by the gateway.",
-                "gauge",
-                &[],
-            ),
-            store_bytes: Family::new(
-                "outpost_store_bytes",
-                "Bytes used by queued messages and blobs.",
-                "gauge",
-                &[],
-            ),
-            store_quarantined_records: Family::new(
-                "outpost_store_quarantined_records",
-                "Corrupt records moved to quarantine since the store was created.",
-                "gauge",
-                &[],
-            ),
         }
     }
 
@@ -325,30 +286,10 @@ impl Metrics {
     /// Prometheus text exposition format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let node_only = [
-            &self.tool_calls_total,
-            &self.upstream_connected,
-            &self.audit_size,
-            &self.audit_unsynced_entries,
-        ];
-        for f in [
-            &self.queue_depth,
-            &self.queue_oldest_age_seconds,
-            &self.messages_total,
-            &self.delivery_attempts_total,
-            &self.envelopes_total,
-            &self.tool_calls_total,
-            &self.http_requests_total,
-            &self.upstream_connected,
-            &self.audit_size,
-            &self.audit_unsynced_entries,
-            &self.store_bytes,
-            &self.store_quarantined_records,
-        ] {
-            if self.gateway && node_only.iter().any(|n| std::ptr::eq(*n, f)) {
-                continue;
+        for (f, node_only) in self.families() {
+            if !(self.gateway && node_only) {
+                f.render(&mut out);
             }
-            f.render(&mut out);
         }
         if !self.gateway {
             self.tool_call_duration_seconds.render(&mut out);
