@@ -255,13 +255,5 @@ fn print_report(r: &crate::store::DoctorReport) {
 }
 
 fn disk_free(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as u64;
-    Some((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+    crate::service::disk_usage(dir).map(|d| (d.available, d.total))
 }

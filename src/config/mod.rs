@@ -486,12 +486,7 @@ pub fn valid_node_id(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
-fn valid_tool_name(s: &str) -> bool {
-    let mut c = s.chars();
-    matches!(c.next(), Some('a'..='z'))
-        && s.len() <= 64
-        && c.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
+use crate::tools::valid_tool_name;
 
 #[cfg(test)]
 mod tests;

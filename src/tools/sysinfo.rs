@@ -5,8 +5,6 @@
 //! without a sensor) is `null` rather than an error: a partial answer beats none. The
 //! data directory's path is not echoed back (paths are internal details).
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -82,20 +80,14 @@ fn parse_meminfo(s: &str) -> Value {
 }
 
 fn disk(dir: &Path) -> Value {
-    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
-        return Value::Null;
-    };
-    // SAFETY: statvfs only writes into the zeroed struct we own; `c` is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Value::Null;
+    match crate::service::disk_usage(dir) {
+        Some(d) => json!({
+            "total_bytes": d.total,
+            "free_bytes": d.free,
+            "available_bytes": d.available,
+        }),
+        None => Value::Null,
     }
-    let frsize = st.f_frsize as u64;
-    json!({
-        "total_bytes": (st.f_blocks as u64).saturating_mul(frsize),
-        "free_bytes": (st.f_bfree as u64).saturating_mul(frsize),
-        "available_bytes": (st.f_bavail as u64).saturating_mul(frsize),
-    })
 }
 
 /// The CPU's zone if one is labelled as such (`cpu-thermal` on Raspberry Pi OS,
