@@ -12,6 +12,7 @@ use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore}
 use sha2::Digest;
 
 use crate::store::{EnqueueOutcome, NewMessage, OpOutcome, WriteOp};
+use crate::sync::wire::{TaskError, TaskResult};
 use crate::telemetry::MessageEvent;
 
 /// Seen-scope of outbox requests that named their message id (`id/fingerprint`).
@@ -197,9 +198,10 @@ impl NodeCore {
     pub async fn queue_task_result(
         &self,
         requester: &str,
-        result: Value,
+        result: TaskResult,
     ) -> Result<String, ApiError> {
-        self.queue_outbox(requester, "TASK_RESULT", &result, None, 0)
+        let payload = serde_json::to_value(&result).map_err(ApiError::internal)?;
+        self.queue_outbox(requester, "TASK_RESULT", &payload, None, 0)
             .await
     }
 }
@@ -292,22 +294,27 @@ pub fn outbox_message(
     }
 }
 
-pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> Value {
-    json!({
-        "job_id": job_id,
-        "request_id": request_id,
-        "ok": true,
-        "result": body.get("result").cloned().unwrap_or(Value::Null),
-        "evidence": body.get("evidence").cloned().unwrap_or(Value::Null),
-    })
+pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> TaskResult {
+    TaskResult {
+        error: None,
+        evidence: body.get("evidence").cloned().unwrap_or(Value::Null),
+        job_id: job_id.to_string(),
+        ok: true,
+        request_id: Some(request_id.to_string()),
+        result: Some(body.get("result").cloned().unwrap_or(Value::Null)),
+    }
 }
 
-pub fn task_result_err(job_id: &str, request_id: &str, e: &ApiError) -> Value {
-    json!({
-        "job_id": job_id,
-        "request_id": request_id,
-        "ok": false,
-        "error": {"code": e.code, "message": e.message},
-        "evidence": Value::Null,
-    })
+pub fn task_result_err(job_id: &str, request_id: &str, e: &ApiError) -> TaskResult {
+    TaskResult {
+        error: Some(TaskError {
+            code: e.code.to_string(),
+            message: e.message.clone(),
+        }),
+        evidence: Value::Null,
+        job_id: job_id.to_string(),
+        ok: false,
+        request_id: Some(request_id.to_string()),
+        result: None,
+    }
 }
