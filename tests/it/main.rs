@@ -22,4 +22,5 @@ mod powercut;
 mod powercut_shim;
 mod startup;
 mod store_cli;
+mod sync_wire;
 mod systemd;
