@@ -221,7 +221,6 @@ pub async fn tool_call(
         tool_args: b.tool_args.clone(),
         tool_name: b.tool_name.clone(),
     };
-
     let wait = Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
     // Subscribe before enqueueing, so a fast answer cannot slip past us.
     let mut events = gw.bus.subscribe();
