@@ -3,13 +3,14 @@
 //! id for replay protection. `TASK_REQUEST`s go to the `tasks` queue (the task worker
 //! runs them), everything else to the `inbox` for local consumers.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::core::NodeCore;
 use super::error::NodeError;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::envelope::{open, OpenContext, OpenError, Opened};
 use crate::store::{EnqueueOutcome, NewMessage};
+use crate::sync::wire::InboxRecord;
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
 
 pub const Q_INBOX: &str = "inbox";
@@ -20,19 +21,6 @@ pub const Q_OUTBOX: &str = "outbox";
 pub enum Received {
     Accepted { message_id: String },
     Duplicate { message_id: String },
-}
-
-/// The record kept in the inbox / tasks queues: the decrypted payload plus who sent it.
-pub fn inbox_record(o: &Opened, payload: Value, received_at_ms: u64) -> Value {
-    json!({
-        "message_id": o.message_id,
-        "from": o.sender_node_id,
-        "payload_type": o.payload_type,
-        "payload": payload,
-        "received_at_ms": received_at_ms,
-        "created_at_ms": o.created_at_ms,
-        "expires_at_ms": o.expires_at_ms,
-    })
 }
 
 impl NodeCore {
@@ -112,7 +100,8 @@ impl NodeCore {
         } else {
             Q_INBOX
         };
-        let record = inbox_record(&opened, payload, now);
+        // What the inbox / tasks queues keep: the decrypted payload plus who sent it.
+        let record = InboxRecord::new(&opened, payload, now);
         let skew_ms = self.cfg.max_clock_skew_s * 1000;
         let msg = NewMessage {
             queue: queue.to_string(),
@@ -122,7 +111,7 @@ impl NodeCore {
             priority: opened.priority.min(255) as u8,
             created_at_ms: opened.created_at_ms,
             expires_at_ms: opened.expires_at_ms,
-            body: serde_json::to_vec(&record).unwrap_or_default(),
+            body: record.to_bytes(),
             max_attempts: None,
             dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * skew_ms)),
         };

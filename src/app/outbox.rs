@@ -12,6 +12,7 @@ use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore}
 use sha2::Digest;
 
 use crate::store::{EnqueueOutcome, NewMessage, OpOutcome, WriteOp};
+use crate::sync::wire::{TaskError, TaskResult};
 use crate::telemetry::MessageEvent;
 
 /// Seen-scope of outbox requests that named their message id (`id/fingerprint`).
@@ -197,9 +198,11 @@ impl NodeCore {
     pub async fn queue_task_result(
         &self,
         requester: &str,
-        result: Value,
+        result: TaskResult,
     ) -> Result<String, NodeError> {
-        self.queue_outbox(requester, "TASK_RESULT", &result, None, 0)
+        let payload = serde_json::to_value(&result)
+            .map_err(|e| NodeError::bad_request(format!("TASK_RESULT: {e}")))?;
+        self.queue_outbox(requester, "TASK_RESULT", &payload, None, 0)
             .await
     }
 }
@@ -292,25 +295,30 @@ pub fn outbox_message(
     }
 }
 
-pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> Value {
-    json!({
-        "job_id": job_id,
-        "request_id": request_id,
-        "ok": true,
-        "result": body.get("result").cloned().unwrap_or(Value::Null),
-        "evidence": body.get("evidence").cloned().unwrap_or(Value::Null),
-    })
+pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> TaskResult {
+    TaskResult {
+        error: None,
+        evidence: body.get("evidence").cloned().unwrap_or(Value::Null),
+        job_id: job_id.to_string(),
+        ok: true,
+        request_id: Some(request_id.to_string()),
+        result: Some(body.get("result").cloned().unwrap_or(Value::Null)),
+    }
 }
 
-pub fn task_result_err(job_id: &str, request_id: &str, e: &NodeError) -> Value {
+pub fn task_result_err(job_id: &str, request_id: &str, e: &NodeError) -> TaskResult {
     if e.is_internal() {
         tracing::error!(event = "internal_error", job_id, detail = %e);
     }
-    json!({
-        "job_id": job_id,
-        "request_id": request_id,
-        "ok": false,
-        "error": {"code": e.code(), "message": e.public_message()},
-        "evidence": Value::Null,
-    })
+    TaskResult {
+        error: Some(TaskError {
+            code: e.code().to_string(),
+            message: e.public_message(),
+        }),
+        evidence: Value::Null,
+        job_id: job_id.to_string(),
+        ok: false,
+        request_id: Some(request_id.to_string()),
+        result: None,
+    }
 }

@@ -15,6 +15,7 @@ use super::core::NodeCore;
 use super::error::NodeError;
 use super::inbound::Q_TASKS;
 use super::outbox::{task_result_err, task_result_ok};
+use crate::sync::wire::{InboxRecord, TaskRequest};
 
 pub async fn worker(core: Arc<NodeCore>, shutdown: CancellationToken) {
     loop {
@@ -63,9 +64,23 @@ async fn run_ready_tasks(core: &NodeCore, shutdown: &CancellationToken) -> usize
 }
 
 async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]) {
-    let record: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let payload = record.get("payload").cloned().unwrap_or(Value::Null);
-    let req: Result<ToolCallRequest, _> = serde_json::from_value(payload.clone());
+    // An unreadable record (storage damage) is answered like an unreadable request:
+    // with an error result, so the requester is not left waiting.
+    let payload = match InboxRecord::from_bytes(body) {
+        Ok(r) => r.payload,
+        Err(e) => {
+            tracing::error!(event = "task_record_unreadable", message_id, error = %e);
+            Value::Null
+        }
+    };
+    let req = serde_json::from_value::<TaskRequest>(payload.clone()).map(|t| ToolCallRequest {
+        job_id: t.job_id,
+        tool_name: t.tool_name,
+        tool_args: t.tool_args,
+        token: t.token,
+    });
+    // The request's job id, or the message id: also names the error result of a
+    // request that did not parse.
     let job_id = payload
         .get("job_id")
         .and_then(|j| j.as_str())

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::core::NodeCore;
 use super::error::NodeError;
 use super::inbound::Q_INBOX;
+use crate::sync::wire::InboxRecord;
 use crate::telemetry::MessageEvent;
 
 impl NodeCore {
@@ -22,16 +23,21 @@ impl NodeCore {
             .into_iter()
             .filter(|m| m.expires_at_ms > now)
             .filter_map(|m| {
-                let v: Value = serde_json::from_slice(&m.body).ok()?;
-                let received = v["received_at_ms"].as_u64().unwrap_or(0);
+                let r = match InboxRecord::from_bytes(&m.body) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(event = "inbox_record_unreadable", message_id = %m.message_id, error = %e);
+                        return None;
+                    }
+                };
                 Some((
-                    received,
+                    r.received_at_ms,
                     json!({
                         "message_id": m.message_id,
-                        "from": v["from"],
-                        "payload_type": v["payload_type"],
-                        "payload": v["payload"],
-                        "received_at_ms": received,
+                        "from": r.from,
+                        "payload_type": r.payload_type,
+                        "payload": r.payload,
+                        "received_at_ms": r.received_at_ms,
                         "expires_at_ms": m.expires_at_ms,
                     }),
                 ))

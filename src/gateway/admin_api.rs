@@ -16,6 +16,7 @@ use super::auth::require;
 use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_INBOX};
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
+use crate::sync::wire::InboxRecord;
 use crate::token::Need;
 
 #[derive(Debug, Deserialize)]
@@ -34,10 +35,16 @@ pub async fn inbox(
         .store
         .list(Q_INBOX, q.from.as_deref(), None, 500)
         .map_err(store_error)?;
-    let messages: Vec<Value> = page
+    let messages: Vec<InboxRecord> = page
         .items
         .iter()
-        .filter_map(|m| serde_json::from_slice(&m.body).ok())
+        .filter_map(|m| match InboxRecord::from_bytes(&m.body) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(event = "inbox_record_unreadable", message_id = %m.message_id, error = %e);
+                None
+            }
+        })
         .collect();
     Ok(Json(json!({"messages": messages})))
 }

@@ -13,8 +13,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::auth::SignedNode;
 use super::state::{store_error, Gateway};
@@ -23,6 +22,7 @@ use crate::api::{ApiError, ApiResult};
 use crate::audit::{leaf_hash, verify_extension, ExtensionError, Frontier};
 use crate::envelope::b64_encode;
 use crate::store::WriteOp;
+use crate::sync::wire::{AuditAnswer, AuditStatus, AuditUpload};
 
 fn ns_entries(node: &str) -> String {
     format!("gw_audit:{node}")
@@ -55,16 +55,6 @@ impl Refusal {
             }
             _ => "audit_mismatch",
         }
-    }
-}
-
-/// An entry as uploaded: the canonical JSON text (what was hashed), or the object
-/// (re-serialized with sorted keys and no whitespace, which is the canonical form).
-fn entry_bytes(v: &Value) -> Option<Vec<u8>> {
-    match v {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Object(_) => serde_json::to_vec(v).ok(),
-        _ => None,
     }
 }
 
@@ -108,13 +98,6 @@ pub fn verify_upload(
     Ok((ext.frontier, ext.checkpoint.size, fresh))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AuditBody {
-    entries: Vec<Value>,
-    checkpoint: String,
-}
-
 fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, ApiError> {
     let rows = gw.store.kv_list(&ns_entries(node)).map_err(store_error)?;
     let mut f = Frontier::new();
@@ -124,18 +107,17 @@ fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, ApiError> {
     Ok(f)
 }
 
-pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
-    let body: AuditBody = parse(&signed.body)?;
+pub async fn upload(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<AuditAnswer>> {
+    // Entries that are neither text nor objects fail here, as 400 bad_request.
+    let body: AuditUpload = parse(&signed.body)?;
     let node = signed.node_id.clone();
     let Some(peer_key) = gw.trust().get(&node).map(|p| p.keys.sign) else {
         return Err(ApiError::unauthorized("unknown node"));
     };
-    let entries: Vec<Vec<u8>> = body
-        .entries
-        .iter()
-        .map(entry_bytes)
-        .collect::<Option<_>>()
-        .ok_or_else(|| ApiError::bad_request("entries must be JSON objects or their text"))?;
+    let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
     let mut frontiers = gw.audit.lock().await;
     let old = match frontiers.get(&node) {
         Some(f) => f.clone(),
@@ -175,11 +157,14 @@ pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiRe
     gw.store.write(ops).await.map_err(store_error)?;
     tracing::info!(event = "audit_synced", node_id = %node, size, "audit log extended and verified");
     frontiers.insert(node, new);
-    Ok(Json(json!({"size": size})))
+    Ok(Json(AuditAnswer { size }))
 }
 
 /// `GET /v1/nodes/{id}/audit`: the confirmed size and root.
-pub async fn status(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
+pub async fn status(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<AuditStatus>> {
     let mut frontiers = gw.audit.lock().await;
     let f = match frontiers.get(&signed.node_id) {
         Some(f) => f.clone(),
@@ -189,9 +174,10 @@ pub async fn status(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiRe
             f
         }
     };
-    Ok(Json(
-        json!({"size": f.size(), "root": b64_encode(&f.root())}),
-    ))
+    Ok(Json(AuditStatus {
+        root: b64_encode(&f.root()),
+        size: f.size(),
+    }))
 }
 
 /// Confirmed audit size of `node` (for `GET /v1/nodes`).

@@ -25,6 +25,7 @@ use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::envelope::{seal, IdentityDocument, SealParams};
 use crate::store::{EnqueueOutcome, NewMessage, WriteOp};
+use crate::sync::wire::TaskRequest;
 use crate::telemetry::MessageEvent;
 use crate::token::{issue, Claims, Need};
 
@@ -77,7 +78,7 @@ async fn seal_and_enqueue(
     to: &IdentityDocument,
     payload_type: &str,
     ttl_s: u64,
-    plaintext: &Value,
+    plaintext: &impl serde::Serialize,
     message_id: &str,
     extra: Vec<WriteOp>,
 ) -> Result<u64, ApiError> {
@@ -214,9 +215,12 @@ pub async fn tool_call(
             issue(&gw.keys, &claims).map_err(ApiError::internal)?
         }
     };
-    let plaintext = json!({
-        "job_id": job_id, "tool_name": b.tool_name, "tool_args": b.tool_args, "token": token,
-    });
+    let request = TaskRequest {
+        job_id: Some(job_id.clone()),
+        token: Some(token),
+        tool_args: b.tool_args.clone(),
+        tool_name: b.tool_name.clone(),
+    };
     let wait = Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
     // Subscribe before enqueueing, so a fast answer cannot slip past us.
     let mut events = gw.bus.subscribe();
@@ -237,16 +241,7 @@ pub async fn tool_call(
             value: doc.node_id.clone().into_bytes(),
         },
     ];
-    seal_and_enqueue(
-        &gw,
-        &doc,
-        "TASK_REQUEST",
-        ttl_s,
-        &plaintext,
-        &message_id,
-        map,
-    )
-    .await?;
+    seal_and_enqueue(&gw, &doc, "TASK_REQUEST", ttl_s, &request, &message_id, map).await?;
     drop(_held);
     if gw.connected(&doc.node_id) && !wait.is_zero() {
         let deadline = tokio::time::Instant::now() + wait;

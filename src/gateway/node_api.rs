@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::auth::SignedNode;
 use super::events::GatewayEvent;
@@ -15,6 +15,7 @@ use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_NODE};
 use crate::api::json::parse;
 use crate::api::{ApiError, ApiResult};
 use crate::store::{OpOutcome, WriteOp};
+use crate::sync::wire::{AckAnswer, AckRequest, PullAnswer, Revocations};
 use crate::telemetry::MessageEvent;
 
 /// Upper bound of a long-poll, whatever the node asks for.
@@ -43,7 +44,7 @@ pub async fn pull(
     State(gw): State<Arc<Gateway>>,
     Query(q): Query<PullQuery>,
     signed: SignedNode,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PullAnswer>> {
     let node = signed.node_id.as_str();
     let wait = Duration::from_secs(q.wait_s.unwrap_or(0).min(MAX_WAIT_S));
     let max = q
@@ -89,33 +90,17 @@ pub async fn pull(
         .iter()
         .filter_map(|m| serde_json::from_slice(&m.body).ok())
         .collect();
-    Ok(Json(
-        json!({"pending_count": pending, "envelopes": envelopes}),
-    ))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AckBody {
-    message_ids: Vec<String>,
-    /// Envelopes the node's pipeline refused: they leave the queue too (a resend would
-    /// be refused again) but are reported as `rejected`, not `delivered`.
-    #[serde(default)]
-    rejected: Vec<RejectedId>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RejectedId {
-    id: String,
-    code: String,
+    Ok(Json(PullAnswer {
+        envelopes,
+        pending_count: pending as u64,
+    }))
 }
 
 /// `POST /v1/nodes/{id}/ack`: removes the messages from the node's queue and emits
 /// `delivered` (with `was_stored`) — or `rejected` with the node's code — for each that
 /// was there.
-pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
-    let body: AckBody = parse(&signed.body)?;
+pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<AckAnswer>> {
+    let body: AckRequest = parse(&signed.body)?;
     if body.message_ids.len() + body.rejected.len() > MAX_BATCH {
         return Err(ApiError::bad_request("at most 1000 ids per ack"));
     }
@@ -183,7 +168,7 @@ pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResul
         });
         acked.push(id);
     }
-    Ok(Json(json!({"acked": acked})))
+    Ok(Json(AckAnswer { acked }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,7 +182,7 @@ pub async fn revocations(
     State(gw): State<Arc<Gateway>>,
     Query(q): Query<SinceQuery>,
     _signed: SignedNode,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Revocations>> {
     let since = q.since.unwrap_or(0);
     let rows = gw.store.kv_list(KV_REVOCATIONS).map_err(store_error)?;
     let mut version = 0;
@@ -209,5 +194,5 @@ pub async fn revocations(
             revoked.push(String::from_utf8_lossy(&v).into_owned());
         }
     }
-    Ok(Json(json!({"version": version, "revoked": revoked})))
+    Ok(Json(Revocations { revoked, version }))
 }

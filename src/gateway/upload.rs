@@ -12,8 +12,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::auth::SignedNode;
 use super::events::GatewayEvent;
@@ -22,13 +21,8 @@ use crate::api::json::parse;
 use crate::api::{ApiError, ApiResult};
 use crate::envelope::{open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError};
 use crate::store::{EnqueueOutcome, NewMessage, WriteOp};
+use crate::sync::wire::{InboxRecord, TaskResult, UploadAnswer, UploadRejected, UploadRequest};
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UploadBody {
-    envelopes: Vec<Value>,
-}
 
 enum Verdict {
     Accepted,
@@ -36,8 +30,11 @@ enum Verdict {
     Rejected(String),
 }
 
-pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<Value>> {
-    let body: UploadBody = parse(&signed.body)?;
+pub async fn upload(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<UploadAnswer>> {
+    let body: UploadRequest = parse(&signed.body)?;
     if body.envelopes.len() > super::node_api::MAX_BATCH {
         return Err(ApiError::bad_request("at most 1000 envelopes per upload"));
     }
@@ -63,16 +60,18 @@ pub async fn upload(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiRe
                     node_id: signed.node_id.clone(),
                     code: code.clone(),
                 });
-                rejected.push(json!({"id": id, "code": code}));
+                rejected.push(UploadRejected { code, id });
             }
             // Storage trouble is the gateway's, not the envelope's: fail the request so
             // the node keeps everything queued and retries.
             Err(e) => return Err(e),
         }
     }
-    Ok(Json(
-        json!({"accepted": accepted, "duplicates": duplicates, "rejected": rejected}),
-    ))
+    Ok(Json(UploadAnswer {
+        accepted,
+        duplicates,
+        rejected,
+    }))
 }
 
 async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict, ApiError> {
@@ -110,23 +109,22 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
         Err(OpenError::Duplicate) => return Ok(Verdict::Duplicate),
         Err(e) => return Ok(Verdict::Rejected(e.code().into())),
     };
-    let payload: Value = serde_json::from_slice(&opened.plaintext).unwrap_or(Value::Null);
     let keep = replay_keep_until_ms(opened.expires_at_ms, 2 * gw.skew_ms());
     if opened.payload_type == "TASK_RESULT" {
-        let Some(job_id) = payload.get("job_id").and_then(|j| j.as_str()) else {
+        let Ok(result) = serde_json::from_slice::<TaskResult>(&opened.plaintext) else {
             return Ok(Verdict::Rejected("bad_request".into()));
         };
         // The result names its request (`request_id`); it is filed under that request
         // only if the request really went to this node. Anything else (a node-initiated
         // call, a request id of another node's) is kept under the result's own id.
-        let named = payload.get("request_id").and_then(|r| r.as_str());
-        let request_id = match named {
+        let request_id = match &result.request_id {
             Some(rid) => match gw.store.kv_get(KV_REQUESTS, rid).map_err(store_error)? {
-                Some(node) if node == uploader.as_bytes() => rid.to_string(),
+                Some(node) if node == uploader.as_bytes() => rid.clone(),
                 _ => opened.message_id.clone(),
             },
             None => opened.message_id.clone(),
         };
+        // Stored as the node sent it: `GET /v1/messages/{id}` shows those bytes.
         gw.store
             .write(vec![
                 WriteOp::KvPut {
@@ -142,23 +140,26 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
             ])
             .await
             .map_err(store_error)?;
-        let ok = payload.get("ok").and_then(|o| o.as_bool()).unwrap_or(false);
-        tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id, ok);
+        let (job_id, ok) = (result.job_id, result.ok);
+        tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id = %job_id, ok);
         gw.publish(GatewayEvent::Result {
             message_id: request_id,
-            job_id: job_id.to_string(),
+            job_id,
             node_id: uploader.to_string(),
             ok,
         });
         return Ok(Verdict::Accepted);
     }
-    let record = json!({
-        "message_id": opened.message_id,
-        "from": opened.sender_node_id,
-        "payload_type": opened.payload_type,
-        "payload": payload,
-        "received_at_ms": now,
-    });
+    // The gateway's inbox record never carried the envelope times (see InboxRecord).
+    let record = InboxRecord {
+        created_at_ms: None,
+        expires_at_ms: None,
+        ..InboxRecord::new(
+            &opened,
+            serde_json::from_slice(&opened.plaintext).unwrap_or(Value::Null),
+            now,
+        )
+    };
     let msg = NewMessage {
         queue: Q_INBOX.into(),
         peer: uploader.to_string(),
@@ -167,7 +168,7 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
         priority: opened.priority.min(255) as u8,
         created_at_ms: opened.created_at_ms,
         expires_at_ms: opened.expires_at_ms,
-        body: serde_json::to_vec(&record).unwrap_or_default(),
+        body: record.to_bytes(),
         max_attempts: Some(0),
         dedup_until_ms: Some(keep),
     };

@@ -1,13 +1,18 @@
 //! The worker's chores once connected: pushing the outbox, syncing the audit log,
 //! fetching revocations. Each returns the event the machine gets next.
+//!
+//! A store error is a failure like a network error (logged, retried with backoff),
+//! never "nothing to do": an outbox that cannot be read is not an empty outbox.
 
 use std::time::Duration;
 
 use rand::Rng;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::machine::Event;
 use super::transport::SyncError;
+use super::wire::{AuditAnswer, AuditEntryText, AuditStatus, AuditUpload, Revocations};
+use super::wire::{UploadAnswer, UploadRequest};
 use super::worker::{failed, Worker, AUDIT_CHUNK};
 use super::{KEY_AUDIT_SYNCED, KEY_REVOCATIONS_VERSION, KV_META, KV_REVOKED, KV_SYNC, Q_OUTBOX};
 use crate::store::WriteOp;
@@ -28,12 +33,21 @@ impl Worker {
             if room == 0 {
                 break;
             }
-            let msgs = store
-                .next_batch(Q_OUTBOX, &peer, room, now)
-                .unwrap_or_default();
+            let msgs = match store.next_batch(Q_OUTBOX, &peer, room, now) {
+                Ok(m) => m,
+                Err(e) => return failed(&store_failed(e)),
+            };
             for m in msgs {
-                if let Ok(v) = serde_json::from_slice::<Value>(&m.body) {
-                    batch.push((peer.clone(), m.message_id, v));
+                match serde_json::from_slice::<Value>(&m.body) {
+                    Ok(v) => batch.push((peer.clone(), m.message_id, v)),
+                    // Sealed by this node, so only storage damage gets here; it stays
+                    // queued (and counted) for an operator to look at.
+                    Err(e) => tracing::error!(
+                        event = "outbox_body_unreadable",
+                        message_id = %m.message_id,
+                        peer = %peer,
+                        error = %e
+                    ),
                 }
             }
         }
@@ -41,21 +55,27 @@ impl Worker {
             return Event::Pushed { more: false };
         }
         let more = batch.len() >= max as usize;
-        let body = json!({"envelopes": batch.iter().map(|b| b.2.clone()).collect::<Vec<_>>()});
+        let body = UploadRequest {
+            envelopes: batch.iter().map(|b| b.2.clone()).collect(),
+        };
         let pq = self.t.node_path("upload");
-        let resp = self
-            .t
-            .call(reqwest::Method::POST, &pq, Some(&body), now, Duration::ZERO)
-            .await;
-        let v = match resp {
-            Ok(v) => v,
+        let answer = match self.t.post::<_, UploadAnswer>(&pq, &body, now).await {
+            Ok(a) => a,
             Err(e) => {
                 let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
                 for (peer, ids) in group(&batch, |_| true) {
-                    let dead = store
+                    let dead = match store
                         .record_failure(Q_OUTBOX, &peer, ids, now, jitter)
                         .await
-                        .unwrap_or_default();
+                    {
+                        Ok(d) => d,
+                        Err(se) => {
+                            // The attempt goes uncounted; the upload failure is still
+                            // what the machine hears about.
+                            tracing::warn!(event = "outbox_failure_not_recorded", peer = %peer, error = %se);
+                            Vec::new()
+                        }
+                    };
                     for id in dead {
                         self.deps
                             .node
@@ -72,30 +92,14 @@ impl Worker {
                 return failed(&e);
             }
         };
-        let list = |k: &str| -> Vec<String> {
-            v[k].as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mut done = list("accepted");
-        done.extend(list("duplicates"));
-        let rejected: Vec<(String, String)> = v["rejected"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|r| {
-                        (
-                            r["id"].as_str().unwrap_or_default().to_string(),
-                            r["code"].as_str().unwrap_or_default().to_string(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let UploadAnswer {
+            accepted: mut done,
+            duplicates,
+            rejected,
+        } = answer;
+        done.extend(duplicates);
+        let rejected: Vec<(String, String)> =
+            rejected.into_iter().map(|r| (r.id, r.code)).collect();
         let mut ops = Vec::new();
         for (peer, ids) in group(&batch, |id| done.iter().any(|d| d == id)) {
             ops.push(WriteOp::Ack {
@@ -124,7 +128,7 @@ impl Worker {
             }
         }
         if let Err(e) = store.write(ops).await {
-            return failed(&SyncError::Setup(format!("store: {e}")));
+            return failed(&store_failed(e));
         }
         for (peer, id, _) in &batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
@@ -156,10 +160,10 @@ impl Worker {
                 let pq = self.t.node_path("audit");
                 match self
                     .t
-                    .call(reqwest::Method::GET, &pq, None, self.now(), Duration::ZERO)
+                    .get::<AuditStatus>(&pq, self.now(), Duration::ZERO)
                     .await
                 {
-                    Ok(v) => v["size"].as_u64().unwrap_or(0),
+                    Ok(a) => a.size,
                     Err(e) => return failed(&e),
                 }
             }
@@ -173,31 +177,24 @@ impl Worker {
                 return Event::AuditSynced;
             }
         };
-        let texts: Vec<Value> = batch
-            .entries
-            .iter()
-            .map(|b| Value::String(String::from_utf8_lossy(b).into_owned()))
-            .collect();
-        let note = batch.checkpoint;
-        let body = json!({"entries": texts, "checkpoint": note});
+        let body = AuditUpload {
+            checkpoint: batch.checkpoint,
+            entries: batch
+                .entries
+                .iter()
+                .map(|b| AuditEntryText::Text(String::from_utf8_lossy(b).into_owned()))
+                .collect(),
+        };
         let pq = self.t.node_path("audit");
-        match self
-            .t
-            .call(
-                reqwest::Method::POST,
-                &pq,
-                Some(&body),
-                self.now(),
-                Duration::ZERO,
-            )
-            .await
-        {
-            Ok(v) => {
-                let s = v["size"].as_u64().unwrap_or(confirmed);
+        match self.t.post::<_, AuditAnswer>(&pq, &body, self.now()).await {
+            Ok(AuditAnswer { size: s }) => {
                 self.confirmed_audit = Some(s);
-                let _ = store
+                if let Err(e) = store
                     .kv_put(KV_META, KEY_AUDIT_SYNCED, s.to_string().into_bytes())
-                    .await;
+                    .await
+                {
+                    return failed(&store_failed(e));
+                }
                 tracing::info!(event = "audit_synced", size = s);
                 Event::AuditSynced
             }
@@ -214,35 +211,38 @@ impl Worker {
 
     pub(super) async fn revocations(&self) -> Event {
         let store = &self.deps.store;
-        let since: u64 = store
-            .kv_get(KV_SYNC, KEY_REVOCATIONS_VERSION)
-            .ok()
-            .flatten()
-            .and_then(|b| String::from_utf8(b).ok()?.parse().ok())
-            .unwrap_or(0);
+        let stored = match store.kv_get(KV_SYNC, KEY_REVOCATIONS_VERSION) {
+            Ok(v) => v,
+            Err(e) => return failed(&store_failed(e)),
+        };
+        let since: u64 = match stored {
+            None => 0,
+            Some(b) => match String::from_utf8(b).ok().and_then(|t| t.parse().ok()) {
+                Some(n) => n,
+                None => {
+                    // Asking from 0 again is safe (revocations only add) and rewrites it.
+                    tracing::warn!(event = "revocations_version_unreadable");
+                    0
+                }
+            },
+        };
         let pq = format!("{}?since={since}", self.t.node_path("revocations"));
-        let v = match self
+        let Revocations { revoked, version } = match self
             .t
-            .call(reqwest::Method::GET, &pq, None, self.now(), Duration::ZERO)
+            .get::<Revocations>(&pq, self.now(), Duration::ZERO)
             .await
         {
-            Ok(v) => v,
+            Ok(r) => r,
             Err(e) => return failed(&e),
         };
-        let mut ops: Vec<WriteOp> = v["revoked"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|j| j.as_str())
-                    .map(|jti| WriteOp::KvPut {
-                        ns: KV_REVOKED.into(),
-                        key: jti.into(),
-                        value: b"1".to_vec(),
-                    })
-                    .collect()
+        let mut ops: Vec<WriteOp> = revoked
+            .into_iter()
+            .map(|jti| WriteOp::KvPut {
+                ns: KV_REVOKED.into(),
+                key: jti,
+                value: b"1".to_vec(),
             })
-            .unwrap_or_default();
-        let version = v["version"].as_u64().unwrap_or(since);
+            .collect();
         if ops.is_empty() && version == since {
             return Event::RevocationsFetched;
         }
@@ -253,9 +253,13 @@ impl Worker {
         });
         match store.write(ops).await {
             Ok(_) => Event::RevocationsFetched,
-            Err(e) => failed(&SyncError::Setup(format!("store: {e}"))),
+            Err(e) => failed(&store_failed(e)),
         }
     }
+}
+
+fn store_failed(e: crate::store::StoreError) -> SyncError {
+    SyncError::Setup(format!("store: {e}"))
 }
 
 /// Ids of `batch` that pass `keep`, grouped by recipient.

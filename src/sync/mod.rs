@@ -5,6 +5,9 @@
 //! - [`transport`]: signed HTTP requests with reqwest + rustls.
 //! - [`worker`]: the thin async loop that performs each action and feeds the outcome
 //!   back as the next event.
+//! - [`wire`]: the node ↔ gateway messages as serde types, shared by both roles (the
+//!   gateway's node API serialises them, the worker deserialises them), plus the
+//!   record the inbox and tasks queues keep.
 //!
 //! The node daemon plugs in through [`NodeLink`] (the one seam: how a pulled envelope
 //! enters the node's receive pipeline, and how the node signs an audit checkpoint) and
@@ -18,6 +21,7 @@
 mod chores;
 pub mod machine;
 pub mod transport;
+pub mod wire;
 pub mod worker;
 
 use std::future::Future;

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
+use super::wire::ErrorAnswer;
 use crate::config::Upstream;
 use crate::envelope::{sign_request, Keys, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 
@@ -66,15 +68,52 @@ impl Transport {
         format!("/v1/nodes/{}/{what}", self.node_id)
     }
 
-    /// Send a signed request; `extra_wait` lengthens the timeout for long-polls.
-    pub async fn call(
+    /// Signed `GET`; `extra_wait` lengthens the timeout for long-polls.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+        now_ms: u64,
+        extra_wait: Duration,
+    ) -> Result<T, SyncError> {
+        self.call(
+            reqwest::Method::GET,
+            path_and_query,
+            None,
+            now_ms,
+            extra_wait,
+        )
+        .await
+    }
+
+    /// Signed `POST` of a JSON body.
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+        body: &B,
+        now_ms: u64,
+    ) -> Result<T, SyncError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| SyncError::Setup(e.to_string()))?;
+        self.call(
+            reqwest::Method::POST,
+            path_and_query,
+            Some(bytes),
+            now_ms,
+            Duration::ZERO,
+        )
+        .await
+    }
+
+    /// Send a signed request and read the answer as `T`. An answer that is not a `T`
+    /// is [`SyncError::Malformed`]: the worker fails the chore and backs off, exactly
+    /// as for a network error.
+    async fn call<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path_and_query: &str,
-        body: Option<&Value>,
+        body: Option<Vec<u8>>,
         now_ms: u64,
         extra_wait: Duration,
-    ) -> Result<Value, SyncError> {
+    ) -> Result<T, SyncError> {
         let url = reqwest::Url::parse(&format!("{}{}", self.base, path_and_query))
             .map_err(|e| SyncError::Setup(e.to_string()))?;
         // Sign exactly what goes on the wire after URL normalisation.
@@ -82,9 +121,8 @@ impl Transport {
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_string(),
         };
-        let bytes = body
-            .map(|b| serde_json::to_vec(b).unwrap_or_default())
-            .unwrap_or_default();
+        let has_body = body.is_some();
+        let bytes = body.unwrap_or_default();
         let sig = sign_request(
             &self.keys,
             &self.node_id,
@@ -100,7 +138,7 @@ impl Transport {
             .header(HEADER_NODE, &self.node_id)
             .header(HEADER_TIMESTAMP, now_ms.to_string())
             .header(HEADER_SIGNATURE, sig);
-        if body.is_some() {
+        if has_body {
             req = req
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(bytes);
@@ -115,15 +153,22 @@ impl Transport {
             .await
             .map_err(|e| SyncError::Network(e.without_url().to_string()))?;
         if !status.is_success() {
-            let code = serde_json::from_slice::<Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+            // Already an error: a body without our error shape just leaves the code empty.
+            let code = serde_json::from_slice::<ErrorAnswer>(&text)
+                .map(|a| a.error.code)
                 .unwrap_or_default();
             return Err(SyncError::Status {
                 status: status.as_u16(),
                 code,
             });
         }
-        serde_json::from_slice(&text).map_err(|e| SyncError::Malformed(e.to_string()))
+        serde_json::from_slice(&text).map_err(|e| {
+            tracing::warn!(
+                event = "gateway_answer_malformed",
+                path = %signed_pq,
+                error = %e
+            );
+            SyncError::Malformed(format!("{signed_pq}: {e}"))
+        })
     }
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::machine::{Action, Event, Machine, MachineConfig};
 use super::transport::{SyncError, Transport};
+use super::wire::{AckAnswer, AckRejected, AckRequest, PullAnswer};
 use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
 use crate::config::Config;
 use crate::envelope::Keys;
@@ -143,13 +143,9 @@ impl Worker {
 
     async fn pull(&self, wait_s: u64, max: u32) -> Event {
         let pq = format!("{}?wait_s={wait_s}&max={max}", self.t.node_path("pull"));
-        let call = self.t.call(
-            reqwest::Method::GET,
-            &pq,
-            None,
-            self.now(),
-            Duration::from_secs(wait_s),
-        );
+        let call = self
+            .t
+            .get::<PullAnswer>(&pq, self.now(), Duration::from_secs(wait_s));
         let resp = if wait_s > 0 {
             tokio::select! {
                 r = call => r,
@@ -162,41 +158,33 @@ impl Worker {
                 _ = self.shutdown.cancelled() => return Event::Shutdown,
             }
         };
-        let v = match resp {
-            Ok(v) => v,
+        let answer = match resp {
+            Ok(a) => a,
             Err(e) => return failed(&e),
         };
-        let pending = v["pending_count"].as_u64().unwrap_or(0);
-        let envs = v["envelopes"].as_array().cloned().unwrap_or_default();
         let mut ack = Vec::new();
         let mut rejected = Vec::new();
-        for env in envs {
+        for env in answer.envelopes {
+            // The id is the envelope's business; the pipeline refuses one without it.
             let id = env["message_id"].as_str().unwrap_or_default().to_string();
             let bytes = serde_json::to_vec(&env).unwrap_or_default();
             match self.deps.node.receive(bytes).await {
                 InboundOutcome::Accepted | InboundOutcome::Duplicate => ack.push(id),
                 InboundOutcome::Rejected { code } => {
                     tracing::warn!(event = "pulled_envelope_rejected", message_id = %id, code = %code);
-                    rejected.push(json!({"id": id, "code": code}));
+                    rejected.push(AckRejected { code, id });
                 }
                 InboundOutcome::Retry => break,
             }
         }
         let received = (ack.len() + rejected.len()) as u64;
         if received > 0 {
-            let body = json!({"message_ids": ack, "rejected": rejected});
+            let body = AckRequest {
+                message_ids: ack,
+                rejected,
+            };
             let pq = self.t.node_path("ack");
-            if let Err(e) = self
-                .t
-                .call(
-                    reqwest::Method::POST,
-                    &pq,
-                    Some(&body),
-                    self.now(),
-                    Duration::ZERO,
-                )
-                .await
-            {
+            if let Err(e) = self.t.post::<_, AckAnswer>(&pq, &body, self.now()).await {
                 // Stored locally already; the gateway resends and we answer duplicate.
                 return failed(&e);
             }
@@ -207,7 +195,7 @@ impl Worker {
                 .pulled += received;
         }
         Event::Pulled {
-            pending_count: pending,
+            pending_count: answer.pending_count,
             received,
         }
     }

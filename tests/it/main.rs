@@ -24,4 +24,5 @@ mod slow_clients;
 mod slow_clients_flood;
 mod startup;
 mod store_cli;
+mod sync_wire;
 mod systemd;

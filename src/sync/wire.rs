@@ -1,0 +1,257 @@
+//! The node ↔ gateway contract as types (SPEC §6, §7 sync): every request and answer of
+//! the signed node API, the `TASK_REQUEST` / `TASK_RESULT` payloads, and the record the
+//! inbox and tasks queues keep. The gateway serialises these, the node deserialises them
+//! (and the other way round for requests), so both sides share one definition.
+//!
+//! **Bytes on the wire.** The JSON is the same, byte for byte, as when both sides built
+//! it with `json!` (whose maps sort their keys): fields are declared in alphabetical
+//! order, and optional fields are omitted exactly where they were before. The unit
+//! tests pin the text of each message.
+//!
+//! **Unknown fields.** The gateway is upgraded first, so it may be newer than a node,
+//! never (on purpose) older:
+//! - answers the node reads (and the `TASK_REQUEST` it runs) ignore unknown fields, so
+//!   a newer gateway that adds one does not cut off older nodes;
+//! - request bodies the gateway reads keep `deny_unknown_fields`, as they always had: a
+//!   newer node whose request carries something this gateway does not understand gets
+//!   a loud 400 instead of having part of its request silently dropped.
+//!
+//! A missing or mistyped required field is an error on both sides, never a default: the
+//! node treats a malformed answer like a network failure (logged, retried with backoff).
+//!
+//! Envelopes travel as [`Value`]: their format belongs to [`crate::envelope`], and the
+//! receive pipeline checks each one on its own, so one bad envelope never costs a batch.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::envelope::Opened;
+
+/// `GET /v1/nodes/{id}/pull?wait_s=&max=` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PullAnswer {
+    /// In queue order.
+    pub envelopes: Vec<Value>,
+    /// Messages queued for the node, this batch included.
+    pub pending_count: u64,
+}
+
+/// `POST /v1/nodes/{id}/ack` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    pub message_ids: Vec<String>,
+    /// Envelopes the node's pipeline refused: they leave the queue too (a resend would
+    /// be refused again) but are reported as `rejected`, not `delivered`. Older nodes
+    /// do not send it.
+    #[serde(default)]
+    pub rejected: Vec<AckRejected>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckRejected {
+    pub code: String,
+    pub id: String,
+}
+
+/// `POST /v1/nodes/{id}/ack` answer: the ids that were still queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckAnswer {
+    pub acked: Vec<String>,
+}
+
+/// `POST /v1/nodes/{id}/upload` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadRequest {
+    pub envelopes: Vec<Value>,
+}
+
+/// `POST /v1/nodes/{id}/upload` answer: each envelope's id in one of the three lists.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UploadAnswer {
+    pub accepted: Vec<String>,
+    pub duplicates: Vec<String>,
+    pub rejected: Vec<UploadRejected>,
+}
+
+/// A refused envelope; `id` is its `message_id` as far as it could be read (`""` when
+/// the envelope had none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRejected {
+    pub code: String,
+    pub id: String,
+}
+
+/// `GET /v1/nodes/{id}/audit` answer: the gateway's verified copy of the node's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditStatus {
+    /// Merkle root, base64.
+    pub root: String,
+    pub size: u64,
+}
+
+/// `POST /v1/nodes/{id}/audit` body: entries from the confirmed size on, and a
+/// checkpoint note signed for exactly the extended tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditUpload {
+    pub checkpoint: String,
+    pub entries: Vec<AuditEntryText>,
+}
+
+/// An uploaded audit entry: its canonical JSON text (what was hashed; what nodes send),
+/// or the object itself, which re-serialises (sorted keys, no whitespace) to that text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, try_from = "Value")]
+pub enum AuditEntryText {
+    Text(String),
+    Object(Map<String, Value>),
+}
+
+impl TryFrom<Value> for AuditEntryText {
+    type Error = &'static str;
+    fn try_from(v: Value) -> Result<Self, Self::Error> {
+        match v {
+            Value::String(s) => Ok(Self::Text(s)),
+            Value::Object(m) => Ok(Self::Object(m)),
+            _ => Err("entries must be JSON objects or their text"),
+        }
+    }
+}
+
+impl AuditEntryText {
+    /// The bytes that were hashed into the tree.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Self::Text(s) => s.into_bytes(),
+            Self::Object(m) => serde_json::to_vec(&m).unwrap_or_default(),
+        }
+    }
+}
+
+/// `POST /v1/nodes/{id}/audit` answer: the new confirmed size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditAnswer {
+    pub size: u64,
+}
+
+/// `GET /v1/nodes/{id}/revocations?since=N` answer: token ids revoked after version N,
+/// and the version to ask from next time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revocations {
+    pub revoked: Vec<String>,
+    pub version: u64,
+}
+
+/// The error shape of every non-2xx answer (`{"error": {"code", …}}`); the node only
+/// needs the code.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ErrorAnswer {
+    pub error: ErrorCode,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ErrorCode {
+    pub code: String,
+}
+
+/// `TASK_REQUEST` payload: a tool call to run on the recipient. The gateway always sets
+/// `job_id` and `token`; a node-to-node request may leave them out, as the node's own
+/// `POST /v1/tool_call` may.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// `{}` when absent; an explicit `null` stays `null` (the tool decides).
+    #[serde(default = "empty_object")]
+    pub tool_args: Value,
+    pub tool_name: String,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+/// `TASK_RESULT` payload: the outcome of a `TASK_REQUEST`, sealed back to the requester.
+/// Exactly one of `result` (when `ok`) and `error` is present.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<TaskError>,
+    /// The audit evidence of the call (`null` when it failed before running).
+    #[serde(default)]
+    pub evidence: Value,
+    pub job_id: String,
+    pub ok: bool,
+    /// Message id of the `TASK_REQUEST` answered; results from before it existed lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The tool's result; present (possibly `null`) exactly when `ok`.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub result: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskError {
+    pub code: String,
+    pub message: String,
+}
+
+/// A field that is there, even as `null`, is `Some` (plain `Option` would turn `null`
+/// into `None` and drop it on the way back out).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// What the inbox and tasks queues keep for a received message (the message body in the
+/// store): the decrypted payload plus who sent it. The node writes the envelope's
+/// times too; the gateway's inbox never did, so they are optional and left out when
+/// absent, which keeps every record already on disk readable and new ones identical.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboxRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    pub from: String,
+    pub message_id: String,
+    pub payload: Value,
+    pub payload_type: String,
+    pub received_at_ms: u64,
+}
+
+impl InboxRecord {
+    /// The node's record for an opened envelope (with its times).
+    pub fn new(o: &Opened, payload: Value, received_at_ms: u64) -> Self {
+        Self {
+            created_at_ms: Some(o.created_at_ms),
+            expires_at_ms: Some(o.expires_at_ms),
+            from: o.sender_node_id.clone(),
+            message_id: o.message_id.clone(),
+            payload,
+            payload_type: o.payload_type.clone(),
+            received_at_ms,
+        }
+    }
+
+    /// The stored bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;
