@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::audit::AuditLog;
 use crate::clock::{self, SharedClock};
 use crate::config::Config;
-use crate::envelope::{IdentityDocument, Keys, TrustStore};
+use crate::envelope::{Keys, TrustStore};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 use crate::tools::Registry;
@@ -27,38 +27,37 @@ pub const KV_REVOKED: &str = "revoked";
 const VERIFY_CACHE_TOKENS: usize = 256;
 
 pub struct NodeCore {
-    pub cfg: Arc<Config>,
-    pub store: Store,
-    pub keys: Arc<Keys>,
-    pub identity: IdentityDocument,
-    pub trust: crate::daemon::trust::TrustCache,
-    pub audit: Arc<AuditLog<StoreAudit>>,
-    pub tools: Registry,
-    pub metrics: Arc<Metrics>,
-    pub clock: SharedClock,
+    pub(super) cfg: Arc<Config>,
+    pub(super) store: Store,
+    pub(super) keys: Arc<Keys>,
+    pub(super) trust: crate::daemon::trust::TrustCache,
+    pub(super) audit: Arc<AuditLog<StoreAudit>>,
+    pub(super) tools: Registry,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) clock: SharedClock,
     accepting: AtomicBool,
     ready: AtomicBool,
-    pub started_ms: u64,
+    pub(super) started_ms: u64,
     /// Bumped by the main loop (sweeper) each time it completes a pass; the watchdog
     /// only pings systemd when this moved.
-    pub progress: AtomicU64,
-    pub boot_instant: tokio::time::Instant,
+    pub(super) progress: AtomicU64,
+    pub(super) boot_instant: tokio::time::Instant,
     /// The last periodic time-floor write succeeded (the store is writable).
-    pub store_ok: AtomicBool,
+    pub(super) store_ok: AtomicBool,
     /// Woken when a `TASK_REQUEST` lands in the tasks queue.
-    pub tasks_waiting: Notify,
+    pub(super) tasks_waiting: Notify,
     /// One lock per caller's job, so concurrent repeats run the tool once.
-    pub job_locks: crate::keyed_lock::KeyedLocks,
+    pub(super) job_locks: crate::keyed_lock::KeyedLocks,
     upstream: Mutex<Option<Arc<dyn Upstream>>>,
     /// Memo of token signature checks (a field device sees the same few tokens over
     /// and over; the Ed25519 verification was a third of a tool call's CPU).
-    pub verify_cache: crate::token::VerifyCache,
+    pub(super) verify_cache: crate::token::VerifyCache,
     /// HTTP requests answered (the sweeper trims memory once this stops moving).
-    pub served: AtomicU64,
+    pub(super) served: AtomicU64,
     /// What refused requests may cost in audit entries.
-    pub refusals: Mutex<super::refusals::RefusalBudget>,
+    pub(super) refusals: Mutex<super::refusals::RefusalBudget>,
     /// Audit appends failed since the last one that succeeded (one log line an episode).
-    pub append_failures: Mutex<u64>,
+    pub(super) append_failures: Mutex<u64>,
 }
 
 /// What the node's upstream link (the sync loop) shows to the rest of the node.
@@ -92,7 +91,6 @@ impl NodeCore {
             cfg: Arc::new(cfg),
             store,
             keys: Arc::new(keys),
-            identity,
             trust,
             audit,
             tools,
@@ -112,6 +110,26 @@ impl NodeCore {
             refusals: Mutex::new(super::refusals::RefusalBudget::new(started_ms)),
             append_failures: Mutex::new(0),
         })
+    }
+
+    /// The resolved configuration.
+    pub fn cfg(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The metrics registry (rendered by `GET /metrics`).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The tools this node runs.
+    pub fn tools(&self) -> &Registry {
+        &self.tools
+    }
+
+    /// One more HTTP request answered (the sweeper trims memory once this stops moving).
+    pub fn note_served(&self) {
+        self.served.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn now_ms(&self) -> u64 {

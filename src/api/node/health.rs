@@ -26,7 +26,7 @@ pub async fn metrics(State(core): State<Core>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        core.metrics.render(),
+        core.metrics().render(),
     )
 }
 

@@ -22,7 +22,7 @@ use crate::app::core::NodeCore;
 pub type Core = Arc<NodeCore>;
 
 pub fn router(core: Core) -> Router {
-    let limit = core.cfg.max_body_bytes as usize;
+    let limit = core.cfg().max_body_bytes as usize;
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -56,9 +56,8 @@ async fn method_not_allowed() -> ApiError {
 
 async fn count_requests(State(core): State<Core>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
-    crate::api::count_response(&core.metrics, &resp);
-    core.served
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::api::count_response(core.metrics(), &resp);
+    core.note_served();
     resp
 }
 

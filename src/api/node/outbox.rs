@@ -37,7 +37,7 @@ pub async fn queue(
                 .ok_or_else(|| {
                     ApiError::bad_request("Idempotency-Key must be 1..255 visible ASCII characters")
                 })?;
-            Some(message_id_for_key(&core.cfg.node_id, key))
+            Some(message_id_for_key(&core.cfg().node_id, key))
         }
         None => None,
     };

@@ -9,7 +9,7 @@ use crate::api::{ApiError, ApiResult};
 use crate::app::calls::ToolCallRequest;
 
 pub async fn list(State(core): State<Core>) -> Json<Value> {
-    Json(json!({"tools": core.tools.contracts()}))
+    Json(json!({"tools": core.tools().contracts()}))
 }
 
 pub async fn call(
