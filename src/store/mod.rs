@@ -47,6 +47,8 @@ pub mod ops;
 mod read;
 mod schema;
 pub mod time;
+mod trees;
+mod tx;
 pub mod types;
 mod writer;
 

@@ -5,8 +5,8 @@
 
 use super::blobs::sha256;
 use super::codec::*;
+use super::tx::Tx;
 use super::types::*;
-use super::writer::Tx;
 use super::{backoff, StoreError};
 
 /// Reason recorded when the sweeper expires a message.

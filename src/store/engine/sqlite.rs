@@ -53,7 +53,7 @@ use std::sync::{mpsc, Mutex};
 use rusqlite::{params, CachedStatement, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::{readahead, BatchOp, Engine, EngineError, GroupBuilder, Reader, Tree};
-use crate::store::codec::{u64_val, META_SCHEMA, T_BYID, T_META};
+use crate::store::trees::{u64_val, META_SCHEMA, T_BYID, T_META};
 
 /// File name of the database inside the store directory.
 pub const DB_FILE: &str = "store.sqlite3";
@@ -70,7 +70,7 @@ const TREES: usize = 32;
 
 /// Trees whose values are large records (see module docs).
 fn large_values(tree: Tree) -> bool {
-    use crate::store::codec::{T_AUDIT, T_DEAD, T_MSG, T_QUAR, T_RESULT};
+    use crate::store::trees::{T_AUDIT, T_DEAD, T_MSG, T_QUAR, T_RESULT};
     matches!(tree, T_MSG | T_AUDIT | T_RESULT | T_DEAD | T_QUAR)
 }
 
@@ -84,7 +84,7 @@ fn large_values(tree: Tree) -> bool {
 /// one-message commit; layout 2 kept meta and counters in a table `t1` of their own).
 /// Every other tree has a table of its own.
 fn shared(tree: Tree) -> bool {
-    use crate::store::codec::T_COUNT;
+    use crate::store::trees::T_COUNT;
     matches!(tree, T_META | T_COUNT)
 }
 /// The table the shared trees live in: the id tree's.
@@ -973,7 +973,7 @@ impl Engine for SqliteEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::codec::{parse_u64, T_AUDIT, T_META, T_MSG};
+    use crate::store::trees::{parse_u64, T_AUDIT, T_META, T_MSG};
 
     #[test]
     fn a_format_1_store_is_migrated_to_one_table_per_tree() {
@@ -1167,7 +1167,7 @@ mod tests {
 
     #[test]
     fn trees_sharing_a_table_stay_apart() {
-        use crate::store::codec::T_COUNT;
+        use crate::store::trees::T_COUNT;
         let d = tempfile::tempdir().unwrap();
         let e = SqliteEngine::open(d.path()).unwrap();
         let put = |tree, k: &[u8], v: &[u8]| BatchOp::Put {
@@ -1248,7 +1248,7 @@ mod tests {
     /// ids (layout 3), once, and every row reads back as before.
     #[test]
     fn layout_2_meta_and_counters_move_into_the_id_table() {
-        use crate::store::codec::T_COUNT;
+        use crate::store::trees::T_COUNT;
         let d = tempfile::tempdir().unwrap();
         {
             let c = Connection::open(d.path().join(DB_FILE)).unwrap();
