@@ -40,7 +40,6 @@
 
 use std::path::Path;
 
-mod readahead;
 #[cfg(feature = "sled")]
 pub mod sled_engine;
 pub mod sqlite;
