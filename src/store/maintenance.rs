@@ -4,8 +4,9 @@ use std::path::Path;
 
 use super::blobs::{hex, Blobs};
 use super::codec::*;
+use super::counter::Counter;
 use super::engine::{BatchOp, Engine};
-use super::types::{Body, MsgRecord};
+use super::records::{Body, MsgRecord};
 use super::{Store, StoreError};
 
 /// What `outpost doctor` prints.
@@ -176,9 +177,7 @@ impl Store {
         report.messages = live;
         let mut counted = 0;
         if let Err(err) = e.scan(T_COUNT, &[], None, &mut |_, v| {
-            counted += super::types::Counter::decode(v)
-                .map(|c| c.depth)
-                .unwrap_or(0);
+            counted += Counter::decode(v).map(|c| c.depth).unwrap_or(0);
             true
         }) {
             report.integrity.push(format!("counters: {err}"));

@@ -40,11 +40,13 @@
 pub mod backoff;
 pub mod blobs;
 pub mod codec;
+mod counter;
 pub mod engine;
 mod lanes;
 mod maintenance;
 pub mod ops;
 mod read;
+mod records;
 mod schema;
 pub mod time;
 mod trees;

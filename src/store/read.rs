@@ -1,7 +1,9 @@
 //! Read side: streaming scans of committed state. Never loads a whole queue.
 
 use super::codec::*;
+use super::counter::Counter;
 use super::ops::WriteOp;
+use super::records::*;
 use super::types::*;
 use super::{Store, StoreError};
 

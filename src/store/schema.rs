@@ -20,8 +20,9 @@ use std::collections::BTreeMap;
 
 use super::blobs::Blobs;
 use super::codec::*;
+use super::counter::{Counter, Lane, LANE_SLACK_MS};
 use super::engine::{BatchOp, Engine};
-use super::types::{Counter, IdEntry, Lane, MsgRecord, LANE_SLACK_MS, TOMBSTONE};
+use super::records::{Body, IdEntry, MsgRecord, TOMBSTONE};
 use super::{StoreError, SCHEMA_VERSION};
 
 pub struct Opened {
@@ -242,8 +243,8 @@ pub fn rebuild_counters(
         match (MsgRecord::decode(v), parse_msg_key(k)) {
             (Ok(rec), Some((q, p, _, _))) => {
                 let blob = match rec.body {
-                    super::types::Body::Blob { len, .. } => len,
-                    super::types::Body::Inline(_) => 0,
+                    Body::Blob { len, .. } => len,
+                    Body::Inline(_) => 0,
                 };
                 let cost = (k.len() + v.len()) as u64 + blob + 64;
                 let ck = count_key(&q, &p);

@@ -4,7 +4,9 @@
 //! [`super::sweep`] are written in these terms.
 
 use crate::store::codec::*;
+use crate::store::counter::*;
 use crate::store::lanes;
+use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
 use crate::store::StoreError;

@@ -12,6 +12,7 @@ mod queue;
 mod sweep;
 
 use crate::store::codec::*;
+use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
 use crate::store::StoreError;

@@ -6,6 +6,7 @@ use crate::store::backoff;
 use crate::store::blobs::sha256;
 use crate::store::codec::*;
 use crate::store::lanes;
+use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
 use crate::store::StoreError;

@@ -3,7 +3,9 @@
 
 use super::books::*;
 use crate::store::codec::*;
+use crate::store::counter::*;
 use crate::store::lanes;
+use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
 use crate::store::StoreError;
