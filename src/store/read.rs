@@ -2,10 +2,11 @@
 
 use super::codec::*;
 use super::counter::Counter;
+use super::error::StoreError;
 use super::ops::WriteOp;
 use super::records::*;
 use super::types::*;
-use super::{Store, StoreError};
+use super::Store;
 
 impl Store {
     fn scan_prefix(

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use super::blobs::Blobs;
 use super::engine::{BatchOp, Reader, Tree};
-use super::{StoreError, StoreOptions};
+use super::error::StoreError;
+use super::options::StoreOptions;
 
 /// Pending writes of a group, per tree (indexed by tree id): `None` = delete.
 #[derive(Default)]

@@ -20,10 +20,11 @@ use tokio::sync::oneshot;
 use super::blobs::Blobs;
 use super::codec::{parse_u64, u64_val, META_NEXT_SEQ, META_TIME_FLOOR, T_BLOBREF, T_META};
 use super::engine::Engine;
+use super::error::StoreError;
 use super::ops::{self, OpOutcome, WriteOp};
+use super::options::StoreOptions;
 use super::time::TimeKeeper;
 use super::tx::{Overlay, Tx};
-use super::{StoreError, StoreOptions};
 
 /// Upper bound of requests merged into one batch (keeps a batch's memory bounded).
 const MAX_GROUP: usize = 1024;

@@ -5,11 +5,11 @@
 
 use crate::store::codec::*;
 use crate::store::counter::*;
+use crate::store::error::StoreError;
 use crate::store::lanes;
 use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
-use crate::store::StoreError;
 
 /// Reason recorded when the sweeper expires a message.
 pub const REASON_TIMEOUT: &str = "timeout_in_queue";

@@ -12,10 +12,10 @@ mod queue;
 mod sweep;
 
 use crate::store::codec::*;
+use crate::store::error::StoreError;
 use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
-use crate::store::StoreError;
 use books::*;
 
 pub use books::{REASON_MAX_ATTEMPTS, REASON_TIMEOUT};

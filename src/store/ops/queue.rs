@@ -5,11 +5,11 @@ use super::books::*;
 use crate::store::backoff;
 use crate::store::blobs::sha256;
 use crate::store::codec::*;
+use crate::store::error::StoreError;
 use crate::store::lanes;
 use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
-use crate::store::StoreError;
 
 pub(super) fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError> {
     check_name("queue", &m.queue)?;

@@ -4,11 +4,11 @@
 use super::books::*;
 use crate::store::codec::*;
 use crate::store::counter::*;
+use crate::store::error::StoreError;
 use crate::store::lanes;
 use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
-use crate::store::StoreError;
 
 /// Expires what is due: messages in the expiry index, then lane messages (which have no
 /// index entry, see `types::Lane`), at most `limit` of each.
