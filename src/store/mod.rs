@@ -40,7 +40,7 @@
 //! ## Layering (who may depend on whom)
 //!
 //! A module uses only modules of lower layers (or its own); nothing depends upwards and
-//! there are no cycles.
+//! there are no cycles. Only this file and the re-exports below are public.
 //!
 //! 1. Leaves: `trees` (tree ids, meta keys: the tree map), `backoff`, `time`, `blobs`.
 //! 2. `engine` (the seam and its engines) → `trees`. `error` ([`StoreError`]) and
@@ -58,26 +58,28 @@
 //! 7. The handle: this file ([`Store`]: open, close, submitting to the writer), `write`
 //!    (write calls), `read` (read calls) and `maintenance` (doctor, backup, compact) —
 //!    `impl Store` blocks over everything below.
+//!
+//! `benches/store.rs` needs one engine constant besides the API: [`bench`].
 
-pub mod backoff;
-pub mod blobs;
-pub mod codec;
+pub(crate) mod backoff;
+mod blobs;
+mod codec;
 mod counter;
 mod damage;
-pub mod engine;
+mod engine;
 mod error;
 mod lanes;
 mod maintenance;
-pub mod ops;
+mod ops;
 mod options;
 mod read;
 mod records;
 mod schema;
 mod submitted;
-pub mod time;
+mod time;
 mod trees;
 mod tx;
-pub mod types;
+mod types;
 mod write;
 mod writer;
 
@@ -91,14 +93,24 @@ use tokio::sync::oneshot;
 
 use crate::clock::SharedClock;
 
-pub use engine::{EngineError, EngineKind};
+pub use engine::EngineKind;
 pub use error::StoreError;
 pub use maintenance::DoctorReport;
 pub use ops::{OpOutcome, WriteOp, REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
 pub use options::StoreOptions;
 pub use schema::SCHEMA_VERSION;
 pub use submitted::Submitted;
-pub use types::*;
+pub use types::{
+    AckOutcome, EnqueueOutcome, ExpiredMessage, MessageState, MessageStatus, NewMessage, Page,
+    QueueStat, StoredMessage,
+};
+
+/// What the store benchmarks (`benches/store.rs`) need beyond the API; not for the
+/// daemon's code.
+pub mod bench {
+    /// Page size of a new SQLite store: what one WAL frame of a commit carries.
+    pub const SQLITE_PAGE_SIZE: usize = super::engine::sqlite::PAGE_SIZE;
+}
 
 struct Inner {
     dir: PathBuf,
