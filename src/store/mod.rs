@@ -36,7 +36,7 @@
 //!
 //! Read calls are synchronous and short (one page); from async code they are fine for
 //! page-sized work, use `spawn_blocking` for exports and `doctor`.
-
+//!
 //! ## Layering (who may depend on whom)
 //!
 //! A module uses only modules of lower layers (or its own); nothing depends upwards and
@@ -46,7 +46,8 @@
 //! 2. `engine` (the seam and its engines) → `trees`. `error` ([`StoreError`]) and
 //!    `options` ([`StoreOptions`]) → `engine`.
 //! 3. On-disk encoding: `codec` (keys, sealed values) → `trees`; `types` (the API's
-//!    values) → `codec`; `records` and `counter` (stored forms) → `codec`, `types`.
+//!    values) → `codec`; `records` (stored messages, ids, tombstones) → `codec`,
+//!    `types`; `counter` (per-recipient counters and lanes) → `codec`.
 //! 4. `lanes` (expiry-ordered lanes) → `engine`, `codec`, `records`, `counter`;
 //!    `tx` (a request's view of its group) → `engine`, `blobs`, `error`, `options`;
 //!    `damage` (finding and quarantining damaged records) → `engine`, `codec`,
@@ -95,14 +96,13 @@ use crate::clock::SharedClock;
 
 pub use engine::EngineKind;
 pub use error::StoreError;
-pub use maintenance::DoctorReport;
 pub use ops::{OpOutcome, WriteOp, REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
 pub use options::StoreOptions;
 pub use schema::SCHEMA_VERSION;
 pub use submitted::Submitted;
 pub use types::{
-    AckOutcome, EnqueueOutcome, ExpiredMessage, MessageState, MessageStatus, NewMessage, Page,
-    QueueStat, StoredMessage,
+    AckOutcome, DoctorReport, EnqueueOutcome, ExpiredMessage, MessageState, MessageStatus,
+    NewMessage, Page, QueueStat, StoredMessage,
 };
 
 /// What the store benchmarks (`benches/store.rs`) need beyond the API; not for the

@@ -134,3 +134,32 @@ pub struct Page<T> {
     pub items: Vec<T>,
     pub next: Option<String>,
 }
+
+/// What `outpost doctor` prints.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoctorReport {
+    pub engine: String,
+    /// Engine-level problems (`PRAGMA integrity_check` lines for SQLite).
+    pub integrity: Vec<String>,
+    /// Records that fail to decode (version, CRC, layout): `tree/key: reason`.
+    pub undecodable: Vec<String>,
+    /// Message records whose blob file is missing.
+    pub missing_blobs: Vec<String>,
+    /// Blob files whose content no longer matches their hash.
+    pub corrupt_blobs: Vec<String>,
+    /// Records already moved aside: `tree/key: reason`.
+    pub quarantined: Vec<String>,
+    /// Live messages seen by the scan, and what the counters claim.
+    pub messages: u64,
+    pub counted: u64,
+}
+
+impl DoctorReport {
+    pub fn healthy(&self) -> bool {
+        self.integrity.is_empty()
+            && self.undecodable.is_empty()
+            && self.missing_blobs.is_empty()
+            && self.corrupt_blobs.is_empty()
+            && self.messages == self.counted
+    }
+}

@@ -1,4 +1,5 @@
-//! Layout migrations: bringing an older file to the current table layout on open.
+//! Creating the tables, and layout migrations: bringing an older file to the current
+//! table layout on open.
 //!
 //! Format 1 kept every tree in one `kv(tree, key, value)` table with 1 KiB pages; such
 //! a store is migrated on open in one transaction (its page size stays what it was).
@@ -12,9 +13,26 @@ use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::conn::err;
 use super::statements::{tree_sql, GroupStatements};
-use super::tables::{create_tables, shared, SHARED_MARK, SHARED_TABLE, TREES};
+use super::tables::{large_values, shared, SHARED_MARK, SHARED_TABLE, TREES};
 use crate::store::engine::{BatchOp, EngineError, Tree};
 use crate::store::trees::{u64_val, META_SCHEMA, T_META};
+
+/// Creates every tree's table that does not exist yet.
+pub(super) fn create_tables(conn: &Connection) -> Result<(), EngineError> {
+    let mut ddl = String::new();
+    for t in 0..TREES {
+        if large_values(t as Tree) {
+            ddl.push_str(&format!(
+                "CREATE TABLE IF NOT EXISTS t{t} (rid INTEGER PRIMARY KEY, k BLOB NOT NULL UNIQUE, v BLOB NOT NULL);"
+            ));
+        } else {
+            ddl.push_str(&format!(
+                "CREATE TABLE IF NOT EXISTS t{t} (k BLOB NOT NULL PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;"
+            ));
+        }
+    }
+    conn.execute_batch(&ddl).map_err(err)
+}
 
 /// `PRAGMA user_version` of the current file layout (layout 1 never set it: 0). Layout
 /// 2: one table per tree, meta and counters in `t1`; layout 3: meta and counters in the

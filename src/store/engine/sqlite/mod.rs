@@ -10,7 +10,7 @@
 //! - this file: [`SqliteEngine`] — opening the store, the writer's transactions
 //!   (`commit_group`, `apply`), the pool of read connections, maintenance;
 //! - [`tables`]: which table holds each tree and how its rows look (layout 3);
-//! - [`layout`]: migrations of older file layouts on open;
+//! - [`layout`]: creating the tables, and migrations of older file layouts on open;
 //! - [`statements`]: the SQL text per tree and statement caching (reads, scans, the
 //!   writer's statements held for a group);
 //! - [`conn`]: opening and configuring connections, SQLite errors → [`EngineError`];

@@ -13,12 +13,10 @@
 //!   sibling rebalancing — and a big record is stored in the leaf instead of spilling
 //!   to overflow pages; the ordering lives in the small `k` index.
 //!
-//! How an older file reaches this layout is [`super::layout`]'s job.
+//! Creating the tables, and bringing an older file to this layout, is
+//! [`super::layout`]'s job.
 
-use rusqlite::Connection;
-
-use super::conn::err;
-use crate::store::engine::{EngineError, Tree};
+use crate::store::engine::Tree;
 use crate::store::trees::{T_BYID, T_META};
 
 /// Tree ids are `0..TREES`; table `t<N>` is created for each when the store is (`t1` and
@@ -60,21 +58,4 @@ pub(super) fn stored_key(tree: Tree, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     } else {
         std::borrow::Cow::Borrowed(key)
     }
-}
-
-/// Creates every tree's table that does not exist yet.
-pub(super) fn create_tables(conn: &Connection) -> Result<(), EngineError> {
-    let mut ddl = String::new();
-    for t in 0..TREES {
-        if large_values(t as Tree) {
-            ddl.push_str(&format!(
-                "CREATE TABLE IF NOT EXISTS t{t} (rid INTEGER PRIMARY KEY, k BLOB NOT NULL UNIQUE, v BLOB NOT NULL);"
-            ));
-        } else {
-            ddl.push_str(&format!(
-                "CREATE TABLE IF NOT EXISTS t{t} (k BLOB NOT NULL PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;"
-            ));
-        }
-    }
-    conn.execute_batch(&ddl).map_err(err)
 }

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::{params, Connection};
 
-use super::layout::LAYOUT;
-use super::tables::{create_tables, SHARED_MARK};
+use super::layout::{create_tables, LAYOUT};
+use super::tables::SHARED_MARK;
 use super::wal::{sync_wal, WAL_RECHECK_EVERY};
 use super::{SqliteEngine, DB_FILE, PAGE_SIZE};
 use crate::store::engine::{BatchOp, Engine, Reader};
