@@ -33,7 +33,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub fn from_io(what: &str, e: &std::io::Error) -> Self {
+    pub(crate) fn from_io(what: &str, e: &std::io::Error) -> Self {
         match EngineError::from_io(e) {
             EngineError::Full(_) => StoreError::StorageFull,
             _ => StoreError::Io(format!("{what}: {e}")),
