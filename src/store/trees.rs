@@ -10,7 +10,7 @@ pub type Tree = u8;
 
 pub const T_META: Tree = 1;
 pub const T_MSG: Tree = 2;
-/// Message id → queue key of a live message, or its tombstone (`types::IdEntry`).
+/// Message id → queue key of a live message, or its tombstone (`records::IdEntry`).
 pub const T_BYID: Tree = 3;
 pub const T_EXP: Tree = 4;
 /// Schema ≤ 2 kept tombstones here; migration to 3 moves them into [`T_BYID`], so

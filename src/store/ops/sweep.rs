@@ -11,7 +11,7 @@ use crate::store::tx::Tx;
 use crate::store::types::*;
 
 /// Expires what is due: messages in the expiry index, then lane messages (which have no
-/// index entry, see `types::Lane`), at most `limit` of each.
+/// index entry, see `counter::Lane`), at most `limit` of each.
 pub(super) fn sweep(
     tx: &mut Tx<'_>,
     now_ms: u64,
