@@ -60,7 +60,7 @@
 //!    (write calls), `read` (read calls) and `maintenance` (doctor, backup, compact) —
 //!    `impl Store` blocks over everything below.
 //!
-//! `benches/store.rs` needs one engine constant besides the API: [`bench`].
+//! `benches/store.rs` needs one engine constant besides the API: [`bench`](mod@bench).
 
 pub(crate) mod backoff;
 mod blobs;

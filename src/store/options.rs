@@ -17,7 +17,7 @@ pub struct StoreOptions {
     pub max_attempts: u32,
     /// How long `delivered`/`expired`/`rejected` tombstones answer `status()`.
     pub status_retention_ms: u64,
-    /// The `Retry-After` hint carried by [`StoreError::QueueFull`].
+    /// The `Retry-After` hint carried by [`StoreError::QueueFull`](super::StoreError::QueueFull).
     pub queue_full_retry_after_s: u64,
     /// Decode every record (and hash every blob) on open, quarantining damage before
     /// anything is delivered. Costs one read of the store at start; when off, damage is

@@ -43,7 +43,7 @@ impl Store {
     }
 
     /// Counts a failed attempt for each id and schedules the next one by
-    /// [`backoff::delay_ms`] with `jitter` in `[-1, 1]`. Returns the ids that ran out of
+    /// `backoff::delay_ms` with `jitter` in `[-1, 1]`. Returns the ids that ran out of
     /// attempts and moved to the dead-letter queue.
     pub fn record_failure(
         &self,
