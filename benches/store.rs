@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use outpost::clock;
-use outpost::store::engine::sqlite;
+use outpost::store::bench::SQLITE_PAGE_SIZE;
 use outpost::store::{EngineKind, NewMessage, Store, StoreOptions, WriteOp};
 
 const BODY: usize = 512;
@@ -482,7 +482,7 @@ fn main() {
     // `scripts/wal-breakdown.py` of the 1-producer phase counted 4.4 frames per enqueue
     // in session 8 (5.75 in session 5, 7.14 before expiry-ordered lanes). The disk's own
     // price for that many bytes, measured like the floor.
-    let commit_bytes = COMMIT_PAGES * (sqlite::PAGE_SIZE + 24);
+    let commit_bytes = COMMIT_PAGES * (SQLITE_PAGE_SIZE + 24);
     let (c50, c99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, commit_bytes);
     let mut rows = Vec::new();
     let only = std::env::var("OUTPOST_BENCH_ENGINE").ok();

@@ -44,17 +44,9 @@ impl Blobs {
         Ok(Self { root })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     pub fn path(&self, hash: &[u8; 32]) -> PathBuf {
         let h = hex(hash);
         self.root.join(&h[..2]).join(&h[2..])
-    }
-
-    pub fn exists(&self, hash: &[u8; 32]) -> bool {
-        self.path(hash).is_file()
     }
 
     /// Durably writes `data` under its hash (no-op if already present).

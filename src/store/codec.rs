@@ -8,38 +8,10 @@
 //! Values carry a version byte and a CRC-32, so a flipped bit on an SD card is detected
 //! as a corrupt record (quarantined and reported) instead of being delivered.
 
-use super::engine::Tree;
-
-pub const T_META: Tree = 1;
-pub const T_MSG: Tree = 2;
-/// Message id → queue key of a live message, or its tombstone (`types::IdEntry`).
-pub const T_BYID: Tree = 3;
-pub const T_EXP: Tree = 4;
-/// Schema ≤ 2 kept tombstones here; migration to 3 moves them into [`T_BYID`], so
-/// it stays empty.
-pub const T_STATUS: Tree = 5;
-/// `keep_until(BE) | message id` → empty: when each tombstone may be pruned.
-pub const T_STATUS_EXP: Tree = 6;
-pub const T_DEAD: Tree = 7;
-pub const T_COUNT: Tree = 8;
-pub const T_SEEN: Tree = 9;
-pub const T_SEEN_EXP: Tree = 10;
-pub const T_KV: Tree = 11;
-pub const T_RESULT: Tree = 12;
-pub const T_RESULT_EXP: Tree = 13;
-pub const T_AUDIT: Tree = 14;
-pub const T_CKPT: Tree = 15;
-pub const T_BLOBREF: Tree = 16;
-pub const T_QUAR: Tree = 17;
-/// `due_ms(BE) | counter key` → empty: when each expiry-ordered lane is next worth a look
-/// (`store::lanes`).
-pub const T_LANE_DUE: Tree = 18;
-
-pub const META_SCHEMA: &[u8] = b"schema_version";
-pub const META_NEXT_SEQ: &[u8] = b"next_seq";
-pub const META_TIME_FLOOR: &[u8] = b"time_floor_ms";
-pub const META_BYTES: &[u8] = b"total_bytes";
-pub const META_AUDIT_LEN: &[u8] = b"audit_len";
+// Tree ids, meta keys and the u64 value encoding live in the leaf `trees`, which the
+// engines depend on too; they are re-exported here so every key-building caller keeps
+// one import.
+pub use super::trees::*;
 
 const REC_VERSION: u8 = 1;
 
@@ -252,6 +224,8 @@ pub fn id_key(id: &str) -> Vec<u8> {
 }
 
 /// The message id an id-tree key stands for (`None`: not a key [`id_key`] makes).
+/// Only tests read ids back out of keys; the store keeps the id in the record.
+#[cfg(test)]
 pub fn id_of_key(k: &[u8]) -> Option<String> {
     match k.split_first() {
         Some((&ID_KEY_UUID, b)) => Some(uuid::Uuid::from_slice(b).ok()?.hyphenated().to_string()),
@@ -279,15 +253,6 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
-}
-
-pub fn u64_val(v: u64) -> Vec<u8> {
-    v.to_le_bytes().to_vec()
-}
-
-pub fn parse_u64(v: &[u8]) -> Option<u64> {
-    let b: [u8; 8] = v.try_into().ok()?;
-    Some(u64::from_le_bytes(b))
 }
 
 #[cfg(test)]

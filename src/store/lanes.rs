@@ -11,8 +11,9 @@
 //! passed without trait upcasting, which the MSRV (1.85) does not have.
 
 use super::codec::{prefix_end, split_time_key, time_key, T_COUNT, T_LANE_DUE, T_MSG};
+use super::counter::{Counter, Lane, LANE_SLACK_MS};
 use super::engine::{EngineError, Reader};
-use super::types::{Counter, Lane, MsgRecord, LANE_SLACK_MS};
+use super::records::MsgRecord;
 
 /// A lane's key in the due tree.
 pub fn due_key(due_ms: u64, count_key: &[u8]) -> Vec<u8> {

@@ -1,9 +1,12 @@
 //! Read side: streaming scans of committed state. Never loads a whole queue.
 
 use super::codec::*;
+use super::counter::Counter;
+use super::error::StoreError;
 use super::ops::WriteOp;
+use super::records::*;
 use super::types::*;
-use super::{Store, StoreError};
+use super::Store;
 
 impl Store {
     fn scan_prefix(

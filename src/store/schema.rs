@@ -20,9 +20,13 @@ use std::collections::BTreeMap;
 
 use super::blobs::Blobs;
 use super::codec::*;
+use super::counter::{Counter, Lane, LANE_SLACK_MS};
 use super::engine::{BatchOp, Engine};
-use super::types::{Counter, IdEntry, Lane, MsgRecord, LANE_SLACK_MS, TOMBSTONE};
-use super::{StoreError, SCHEMA_VERSION};
+use super::error::StoreError;
+use super::records::{Body, IdEntry, MsgRecord, TOMBSTONE};
+
+/// Current on-disk schema version (see this file for the migrations).
+pub const SCHEMA_VERSION: u64 = 4;
 
 pub struct Opened {
     pub next_seq: u64,
@@ -88,7 +92,7 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     if !rebuild && verify {
         // Damaged records are moved aside before anything can deliver them.
         let mut live = 0;
-        let damage = match super::maintenance::scan_damage(engine, blobs, &mut live) {
+        let damage = match super::damage::scan_damage(engine, blobs, &mut live) {
             Ok(d) => d,
             Err(e) => {
                 // Page-level damage the engine itself cannot read past: open anyway (so
@@ -99,7 +103,7 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
             }
         };
         if !damage.is_empty() {
-            let lines = super::maintenance::quarantine_now(engine, damage)?;
+            let lines = super::damage::quarantine_now(engine, damage)?;
             for l in &lines {
                 tracing::warn!(record = %l, "quarantined damaged record on open");
             }
@@ -242,8 +246,8 @@ pub fn rebuild_counters(
         match (MsgRecord::decode(v), parse_msg_key(k)) {
             (Ok(rec), Some((q, p, _, _))) => {
                 let blob = match rec.body {
-                    super::types::Body::Blob { len, .. } => len,
-                    super::types::Body::Inline(_) => 0,
+                    Body::Blob { len, .. } => len,
+                    Body::Inline(_) => 0,
                 };
                 let cost = (k.len() + v.len()) as u64 + blob + 64;
                 let ck = count_key(&q, &p);

@@ -70,13 +70,6 @@ impl TimeKeeper {
         };
         s.persisted_ms = s.persisted_ms.max(ms);
     }
-
-    pub fn floor_ms(&self) -> u64 {
-        match self.state.lock() {
-            Ok(s) => s.persisted_ms,
-            Err(p) => p.into_inner().persisted_ms,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -40,13 +40,12 @@
 
 use std::path::Path;
 
-mod readahead;
 #[cfg(feature = "sled")]
 pub mod sled_engine;
 pub mod sqlite;
 
-/// A tree id. Trees are a key prefix, not separate files, in both engines.
-pub type Tree = u8;
+/// A tree id (defined with the tree map in the leaf `store::trees`).
+pub use super::trees::Tree;
 
 /// One operation of a write batch.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -116,7 +116,7 @@ fn a_quarantined_lane_member_leaves_its_lane(kind: EngineKind) {
     let members = || {
         e.get(T_COUNT, &count_key("outbox", "gw"))
             .unwrap()
-            .map(|v| types::Counter::decode(&v).unwrap().lane.members)
+            .map(|v| counter::Counter::decode(&v).unwrap().lane.members)
     };
     assert_eq!(members(), Some(2));
     damage_a_then_read_b(&s);

@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::counter::*;
+use super::records::*;
 use super::*;
 use crate::clock::ManualClock;
 

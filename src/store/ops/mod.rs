@@ -1,0 +1,257 @@
+//! Queue semantics as write operations, evaluated by the writer inside one group.
+//!
+//! Every op reads through the request's overlay ([`Tx`]), so checks (cap, budget,
+//! duplicates, audit index) see the writes of earlier requests in the same group.
+//!
+//! This file holds the ops' vocabulary ([`WriteOp`], [`OpOutcome`]) and [`apply`], which
+//! runs the small ones inline; [`queue`] and [`sweep`] hold the larger ones, and
+//! [`books`] the bookkeeping they share (counters, totals, tombstones, quarantine).
+
+mod books;
+mod queue;
+mod sweep;
+
+use crate::store::codec::*;
+use crate::store::error::StoreError;
+use crate::store::records::*;
+use crate::store::tx::Tx;
+use crate::store::types::*;
+use books::*;
+
+pub use books::{REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
+
+/// One durable change. Public so a caller can put several (an audit append and a tool
+/// result) into ONE atomic request with [`super::Store::write`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    Enqueue(NewMessage),
+    MarkDelivering {
+        queue: String,
+        peer: String,
+        ids: Vec<String>,
+    },
+    RecordFailure {
+        queue: String,
+        peer: String,
+        ids: Vec<String>,
+        now_ms: u64,
+        jitter: f64,
+    },
+    Ack {
+        queue: String,
+        peer: String,
+        ids: Vec<String>,
+        now_ms: u64,
+    },
+    /// Removes up to `limit` messages with `expires_at <= now_ms`.
+    SweepExpired {
+        now_ms: u64,
+        limit: usize,
+    },
+    /// Prunes dedup entries, results and status tombstones whose keep-until passed.
+    Prune {
+        now_ms: u64,
+        limit: usize,
+    },
+    Requeue {
+        message_id: String,
+        now_ms: u64,
+    },
+    PurgeDead {
+        limit: usize,
+    },
+    Reject {
+        queue: String,
+        peer: String,
+        message_id: String,
+        reason: String,
+        now_ms: u64,
+    },
+    Remember {
+        scope: String,
+        id: String,
+        keep_until_ms: u64,
+    },
+    KvPut {
+        ns: String,
+        key: String,
+        value: Vec<u8>,
+    },
+    KvDelete {
+        ns: String,
+        key: String,
+    },
+    ResultPut {
+        job_id: String,
+        result: Vec<u8>,
+        keep_until_ms: u64,
+    },
+    AuditAppend {
+        index: u64,
+        entry: Vec<u8>,
+    },
+    CheckpointPut {
+        size: u64,
+        note: String,
+    },
+    /// Moves a damaged record aside (tree + key) so it is reported, not delivered.
+    Quarantine {
+        tree: u8,
+        key: Vec<u8>,
+        reason: String,
+    },
+    /// Writes nothing but the time floor.
+    Touch,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpOutcome {
+    Done,
+    Enqueued(EnqueueOutcome),
+    Acked(Vec<AckOutcome>),
+    /// Ids moved to the dead-letter queue.
+    Dead(Vec<String>),
+    Expired(Vec<ExpiredMessage>),
+    Count(usize),
+}
+
+pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
+    match op {
+        WriteOp::Enqueue(m) => queue::enqueue(tx, m).map(OpOutcome::Enqueued),
+        WriteOp::MarkDelivering { queue, peer, ids } => {
+            for id in ids {
+                if let Some((key, _, mut rec)) = load_live(tx, &queue, &peer, &id, true)? {
+                    rec.state = MessageState::Delivering;
+                    tx.put(T_MSG, key, rec.encode());
+                }
+            }
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::RecordFailure {
+            queue,
+            peer,
+            ids,
+            now_ms,
+            jitter,
+        } => queue::record_failure(tx, &queue, &peer, ids, now_ms, jitter).map(OpOutcome::Dead),
+        WriteOp::Ack {
+            queue,
+            peer,
+            ids,
+            now_ms,
+        } => {
+            let mut out = Vec::with_capacity(ids.len());
+            let mut leaving = Leaving::default();
+            for id in ids {
+                let was_stored = match load_live(tx, &queue, &peer, &id, false)? {
+                    Some((key, value_len, rec)) => {
+                        unlink_live(tx, key, value_len, &rec, &mut leaving)?;
+                        put_status(tx, &id, &rec, MessageState::Delivered, "", now_ms, true);
+                        true
+                    }
+                    None => false,
+                };
+                out.push(AckOutcome {
+                    message_id: id,
+                    was_stored,
+                });
+            }
+            leaving.settle(tx, &queue, &peer)?;
+            Ok(OpOutcome::Acked(out))
+        }
+        WriteOp::SweepExpired { now_ms, limit } => {
+            sweep::sweep(tx, now_ms, limit).map(OpOutcome::Expired)
+        }
+        WriteOp::Prune { now_ms, limit } => sweep::prune(tx, now_ms, limit).map(OpOutcome::Count),
+        WriteOp::Requeue { message_id, now_ms } => {
+            queue::requeue(tx, &message_id, now_ms).map(|_| OpOutcome::Done)
+        }
+        WriteOp::PurgeDead { limit } => queue::purge_dead(tx, limit).map(OpOutcome::Count),
+        WriteOp::Reject {
+            queue,
+            peer,
+            message_id,
+            reason,
+            now_ms,
+        } => {
+            check_name("message_id", &message_id)?;
+            let live = matches!(
+                tx.get(T_BYID, &id_key(&message_id))?.map(IdEntry::parse),
+                Some(IdEntry::Live(_))
+            );
+            if !live {
+                let st = StatusRecord {
+                    state: MessageState::Rejected,
+                    queue,
+                    peer,
+                    attempts: 0,
+                    next_attempt_at_ms: 0,
+                    reason,
+                    keep_until_ms: now_ms.saturating_add(tx.opts.status_retention_ms),
+                    dead_seq: 0,
+                };
+                write_status(tx, &message_id, &st)?;
+            }
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::Remember {
+            scope,
+            id,
+            keep_until_ms,
+        } => {
+            remember(tx, &scope, &id, keep_until_ms)?;
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::KvPut { ns, key, value } => {
+            check_name("kv namespace", &ns)?;
+            tx.put(T_KV, scoped_key(&ns, &key), value);
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::KvDelete { ns, key } => {
+            tx.delete(T_KV, scoped_key(&ns, &key));
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::ResultPut {
+            job_id,
+            result,
+            keep_until_ms,
+        } => {
+            check_name("job_id", &job_id)?;
+            if let Some(old) = tx.get(T_RESULT, job_id.as_bytes())? {
+                if let Some(t) = old.get(..8).and_then(parse_u64) {
+                    tx.delete(T_RESULT_EXP, time_key(t, job_id.as_bytes()));
+                }
+            }
+            let mut v = u64_val(keep_until_ms);
+            v.extend_from_slice(&result);
+            tx.put(T_RESULT, job_id.as_bytes().to_vec(), v);
+            tx.put(
+                T_RESULT_EXP,
+                time_key(keep_until_ms, job_id.as_bytes()),
+                Vec::new(),
+            );
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::AuditAppend { index, entry } => {
+            let len = get_u64(tx, T_META, META_AUDIT_LEN)?;
+            if index != len {
+                return Err(StoreError::AuditIndex {
+                    expected: len,
+                    got: index,
+                });
+            }
+            tx.put(T_AUDIT, index.to_be_bytes().to_vec(), entry);
+            tx.put(T_META, META_AUDIT_LEN.to_vec(), u64_val(len + 1));
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::CheckpointPut { size, note } => {
+            tx.put(T_CKPT, size.to_be_bytes().to_vec(), note.into_bytes());
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::Quarantine { tree, key, reason } => {
+            quarantine(tx, tree, key, &reason)?;
+            Ok(OpOutcome::Done)
+        }
+        WriteOp::Touch => Ok(OpOutcome::Done),
+    }
+}
