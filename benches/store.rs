@@ -454,7 +454,7 @@ fn main() {
     }
     if std::env::var("OUTPOST_BENCH_COLD_ONLY").is_ok() {
         // Linux ≥ 6.16 with ext4: what reading the WAL back after a power cut did to the
-        // bytes written per commit (store::engine::readahead).
+        // bytes written per commit (store::engine::sqlite::readahead).
         if let Some(wb) = cold_restart(&exe, &root.join("sqlite-cold"), 5_000) {
             println!("1 producer after an unclean stop and a cold page cache: {wb:.0} B/msg");
         }

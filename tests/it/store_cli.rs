@@ -52,7 +52,7 @@ async fn damaged_record_is_reported_quarantined_and_the_daemon_still_starts() {
     // Damage one queued message record (tree 2) in place.
     {
         let c = rusqlite::Connection::open(home.data().join("store/store.sqlite3")).unwrap();
-        // Tree 2 (messages) lives in table t2 (store layout 2, see engine/sqlite.rs).
+        // Tree 2 (messages) lives in table t2 (store layout 2, see store/engine/sqlite/tables.rs).
         let n = c
             .execute(
                 "UPDATE t2 SET v = x'01deadbeef00' WHERE rid = (SELECT min(rid) FROM t2)",
