@@ -163,6 +163,12 @@ impl From<NodeError> for ApiError {
     }
 }
 
+impl From<crate::config::TtlError> for ApiError {
+    fn from(e: crate::config::TtlError) -> Self {
+        NodeError::Ttl(e).into()
+    }
+}
+
 /// A store failure as an API error (the gateway's handlers, which have no domain error
 /// type of their own yet).
 pub fn store_error(e: StoreError) -> ApiError {

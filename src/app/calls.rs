@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::core::NodeCore;
 use super::error::NodeError;
@@ -30,9 +29,7 @@ fn empty_object() -> Value {
     json!({})
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    crate::audit::to_hex(&Sha256::digest(bytes))
-}
+pub use crate::audit::sha256_hex;
 
 /// A stored result with what it is bound to: a repeat of the `job_id` is answered from
 /// it only by the same caller (token subject), for the same tool and the same arguments.
@@ -70,12 +67,7 @@ pub fn result_key(subject: &str, job_id: &str) -> String {
     format!("{}/{job_id}", sha256_hex(subject.as_bytes()))
 }
 
-pub fn valid_job_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
-}
+pub use crate::tools::valid_job_id;
 
 impl NodeCore {
     /// Run a tool call end to end. `actor` names who asked (for the audit log): the

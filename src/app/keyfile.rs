@@ -17,7 +17,7 @@ pub fn identity_path(data_dir: &Path) -> PathBuf {
 }
 
 pub fn store_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("store")
+    crate::daemon::store_dir(data_dir)
 }
 
 /// The data dir holds keys: 0700, created if missing.

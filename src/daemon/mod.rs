@@ -22,12 +22,17 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
     }
 }
 
+/// `<data_dir>/store`: where both roles keep their store.
+pub fn store_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
+    data_dir.join("store")
+}
+
 /// Open (creating if needed) the store in `<data_dir>/store` with the config's limits.
 pub fn open_store(
     cfg: &Config,
     clock: crate::clock::SharedClock,
 ) -> Result<Store, crate::store::StoreError> {
-    let dir = crate::app::keyfile::store_dir(&cfg.data_dir);
+    let dir = store_dir(&cfg.data_dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| crate::store::StoreError::from_io("store dir", &e))?;
     Store::open(&dir, store_options(cfg), clock)

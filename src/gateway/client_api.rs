@@ -158,12 +158,12 @@ pub async fn tool_call(
         .cfg
         .queue
         .checked_ttl("TASK_REQUEST", b.ttl_s)
-        .map_err(|e| ApiError::from(crate::app::error::NodeError::Ttl(e)))?;
+        .map_err(ApiError::from)?;
     let job_id = b
         .job_id
         .clone()
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    if !crate::app::calls::valid_job_id(&job_id) {
+    if !crate::tools::valid_job_id(&job_id) {
         return Err(ApiError::bad_request(
             "job_id must be 1..128 characters of [A-Za-z0-9._:-]",
         ));
@@ -171,8 +171,7 @@ pub async fn tool_call(
     // A caller's job id is bound to this node, tool and arguments (held under a lock so
     // that concurrent repeats queue one request).
     let key = job_key(&doc.node_id, &sub, &job_id);
-    let args_sha =
-        crate::app::calls::sha256_hex(&serde_json::to_vec(&b.tool_args).unwrap_or_default());
+    let args_sha = crate::audit::sha256_hex(&serde_json::to_vec(&b.tool_args).unwrap_or_default());
     let _held = gw.job_locks.lock(&key).await;
     if let Some(bytes) = gw.store.kv_get(KV_JOBS, &key).map_err(store_error)? {
         let rec: JobRecord = serde_json::from_slice(&bytes)
@@ -311,7 +310,7 @@ pub async fn commands(
         .cfg
         .queue
         .checked_ttl(&b.command_type, b.ttl_s)
-        .map_err(|e| ApiError::from(crate::app::error::NodeError::Ttl(e)))?;
+        .map_err(ApiError::from)?;
     let mut payload = match b.body {
         Value::Object(m) => Value::Object(m),
         Value::Null => json!({}),

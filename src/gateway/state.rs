@@ -46,7 +46,7 @@ pub struct JobRecord {
 /// Key of a caller's job for one node: job ids are scoped per caller (token subject)
 /// and node, so two callers' ids never collide.
 pub fn job_key(node_id: &str, subject: &str, job_id: &str) -> String {
-    let scope = crate::app::calls::sha256_hex(format!("{node_id}\n{subject}").as_bytes());
+    let scope = crate::audit::sha256_hex(format!("{node_id}\n{subject}").as_bytes());
     format!("{scope}/{job_id}")
 }
 

@@ -134,6 +134,14 @@ impl ExternalToolConfig {
     }
 }
 
+/// Job ids (client-chosen idempotency keys of tool calls, at node and gateway alike).
+pub fn valid_job_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+}
+
 /// Tool names: what token scopes (`tool:<name>`) and URLs can carry without escaping.
 pub fn valid_tool_name(name: &str) -> bool {
     let b = name.as_bytes();
