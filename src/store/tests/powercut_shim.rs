@@ -1,6 +1,6 @@
 //! The power-cut shim's Rust side, shared by the store's power-cut test
 //! (`store::tests::powercut`) and the daemon's (`tests/it/powercut.rs`, which includes
-//! this file by path): builds `powercut.c` with the system C compiler, sets up the
+//! this file by path): builds `tests/support/powercut.c` with the system C compiler, sets up the
 //! environment that preloads it, and rolls the watched files back over every write the
 //! killed process had not synced. See `powercut.c` for the log format and DECISIONS D9
 //! for the model. `OUTPOST_PCUT_DEBUG=1` prints, per run, what was rolled back.
@@ -11,7 +11,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SHIM: &str = include_str!("powercut.c");
+const SHIM: &str = include_str!("../../../tests/support/powercut.c");
 const HEADER: &[u8] = b"PCUT1\n";
 
 pub struct PowerCut {
