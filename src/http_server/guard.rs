@@ -37,7 +37,6 @@ pub struct Guard<IO> {
     /// Checked bytes hyper has not taken yet.
     ready: Vec<u8>,
     taken: usize,
-    scratch: Vec<u8>,
     eof: bool,
     /// hyper wrote and has not seen a completed flush since.
     unflushed: bool,
@@ -66,7 +65,6 @@ impl<IO> Guard<IO> {
             framing: Framing::default(),
             ready: Vec::new(),
             taken: 0,
-            scratch: vec![0; READ_CHUNK],
             eof: false,
             unflushed: false,
             refusal: None,
@@ -116,7 +114,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Guard<IO> {
                     self.refusal = Some(Refusal::Lingering(LINGER_BYTES));
                 }
                 Some(Refusal::Lingering(left)) => {
-                    let mut rb = ReadBuf::new(&mut self.scratch);
+                    let mut scratch = [0u8; READ_CHUNK];
+                    let mut rb = ReadBuf::new(&mut scratch);
                     let n = match ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb)) {
                         Ok(()) => rb.filled().len(),
                         Err(_) => 0,
@@ -145,7 +144,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<IO> {
                 buf.put_slice(&this.ready[this.taken..this.taken + n]);
                 this.taken += n;
                 if this.taken == this.ready.len() {
-                    this.ready.clear();
+                    // Give the buffer back: an idle connection (a long-poll, a
+                    // keep-alive client) then holds no read buffer of ours.
+                    this.ready = Vec::new();
                     this.taken = 0;
                 }
                 return Poll::Ready(Ok(()));
@@ -156,14 +157,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<IO> {
             if this.eof {
                 return Poll::Ready(Ok(()));
             }
-            let mut rb = ReadBuf::new(&mut this.scratch);
+            // On the stack, not in the connection: thousands of idle connections then
+            // cost no read buffer each.
+            let mut scratch = [0u8; READ_CHUNK];
+            let mut rb = ReadBuf::new(&mut scratch);
             ready!(Pin::new(&mut this.io).poll_read(cx, &mut rb))?;
             let n = rb.filled().len();
             if n == 0 {
                 this.eof = true;
                 continue;
             }
-            let fed = this.framing.feed(&this.scratch[..n], &mut this.ready);
+            let fed = this.framing.feed(&scratch[..n], &mut this.ready);
             this.state.set_phase(this.framing.phase(), Instant::now());
             if let Err(e) = fed {
                 tracing::debug!(
