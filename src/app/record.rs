@@ -183,16 +183,16 @@ impl NodeCore {
     /// counts for the next one.
     pub async fn flush_refusal_summary(&self, force: bool) {
         let now = self.now_ms();
-        let detail = {
+        let due = {
             let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
             b.take_summary(now, force)
         };
-        let Some(detail) = detail else { return };
+        let Some(counts) = due else { return };
         let mut rec = AuditRecord::new(AuditEvent::RefusalSummary, AuditOutcome::Refused);
-        rec.detail = Some(detail.clone());
+        rec.detail = Some(super::refusals::summary_detail(&counts));
         if self.append_durable(rec, |_, _| Vec::new()).await.is_err() {
             let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-            b.restore(&detail);
+            b.restore(counts);
         }
     }
 

@@ -52,9 +52,9 @@ impl RefusalBudget {
         false
     }
 
-    /// The summary `detail` to write now, if any refusals were suppressed and a summary
-    /// is due (or `force`, at shutdown). Taking it resets the counts.
-    pub fn take_summary(&mut self, now_ms: u64, force: bool) -> Option<String> {
+    /// The suppressed counts to summarise now, if any and a summary is due (or `force`,
+    /// at shutdown). Taking them resets the counts.
+    pub fn take_summary(&mut self, now_ms: u64, force: bool) -> Option<BTreeMap<String, u64>> {
         if self.suppressed.is_empty() {
             return None;
         }
@@ -64,14 +64,7 @@ impl RefusalBudget {
             return None;
         }
         self.summarised_at_ms = now_ms;
-        let counts = std::mem::take(&mut self.suppressed);
-        Some(
-            counts
-                .iter()
-                .map(|(r, n)| format!("{r}={n}"))
-                .collect::<Vec<_>>()
-                .join(","),
-        )
+        Some(std::mem::take(&mut self.suppressed))
     }
 
     /// Refusals counted and not yet summarised (for tests and status).
@@ -80,15 +73,20 @@ impl RefusalBudget {
     }
 
     /// Puts counts back after a summary could not be written.
-    pub fn restore(&mut self, detail: &str) {
-        for part in detail.split(',') {
-            if let Some((r, n)) = part.rsplit_once('=') {
-                if let Ok(n) = n.parse::<u64>() {
-                    *self.suppressed.entry(r.to_string()).or_insert(0) += n;
-                }
-            }
+    pub fn restore(&mut self, counts: BTreeMap<String, u64>) {
+        for (r, n) in counts {
+            *self.suppressed.entry(r).or_insert(0) += n;
         }
     }
+}
+
+/// The `refusal_summary` entry's `detail`: `reason=count,…` in reason order.
+pub fn summary_detail(counts: &BTreeMap<String, u64>) -> String {
+    counts
+        .iter()
+        .map(|(r, n)| format!("{r}={n}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -96,11 +94,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn total(detail: &str) -> u64 {
-        detail
-            .split(',')
-            .filter_map(|p| p.rsplit_once('=').and_then(|(_, n)| n.parse::<u64>().ok()))
-            .sum()
+    fn total(counts: &BTreeMap<String, u64>) -> u64 {
+        counts.values().sum()
     }
 
     #[test]
@@ -109,10 +104,8 @@ mod tests {
         let own = (0..1_000).filter(|_| b.admit(1, "missing_token")).count();
         assert_eq!(own, BURST as usize);
         assert_eq!(b.take_summary(30_000, false), None, "not due yet");
-        assert_eq!(
-            b.take_summary(60_000, false).as_deref(),
-            Some("missing_token=980")
-        );
+        let counts = b.take_summary(60_000, false).unwrap();
+        assert_eq!(summary_detail(&counts), "missing_token=980");
         assert_eq!(b.pending(), 0);
         // A minute later the bucket has refilled by six.
         let own = (0..100).filter(|_| b.admit(60_000, "bad")).count();
@@ -126,7 +119,7 @@ mod tests {
             b.admit(0, "x");
         }
         let s = b.take_summary(0, true).unwrap();
-        b.restore(&s);
+        b.restore(s);
         assert_eq!(b.pending(), 3);
     }
 

@@ -148,7 +148,9 @@ async fn a_full_disk_never_breaks_the_audit_log() {
     );
 
     // Space comes back; a checkpoint interval (and a sweeper pass, at most 4 s apart)
-    // passes before the next call.
+    // passes before the next call. A plain wait, not a poll: on correct code nothing
+    // observable happens here (the log did not grow, so no checkpoint is signed); the
+    // old code signed one over the entry that was never written.
     std::fs::remove_file(&filler).unwrap();
     tokio::time::sleep(Duration::from_millis(5_000)).await;
     for i in 0..5 {
@@ -157,7 +159,7 @@ async fn a_full_disk_never_breaks_the_audit_log() {
         assert_eq!(st, 200, "{v}");
         note(&job, st, &v, &mut acked);
     }
-    tokio::time::sleep(Duration::from_millis(5_000)).await;
+    // The daemon signs a last checkpoint on its way down, over everything it appended.
     let log = d.log_text();
     assert!(d.stop().success(), "{log}");
     // The journal shares the full disk: one line when appends start failing, one when
