@@ -22,7 +22,26 @@ pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
 /// What a running role verifies with: the persisted peers plus its own identity, which
 /// may always issue tokens for itself (`outpost token issue` on the device).
 pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustStore> {
-    let mut t = load(store)?;
+    with_me(load(store)?, me)
+}
+
+/// The trust store a running role verifies with, shared by its handlers.
+///
+/// `outpost trust add` writes the store while the daemon runs, so a lookup that misses
+/// (unknown sender or issuer) calls [`TrustCache::reload_if_stale`], which re-reads the
+/// record at most once a second before the caller refuses.
+pub struct TrustCache {
+    load: Loader,
+    me: IdentityDocument,
+    current: std::sync::RwLock<std::sync::Arc<TrustStore>>,
+    last_reload_ms: std::sync::atomic::AtomicU64,
+}
+
+/// Reads the persisted peers (the store's record, or a gateway's database).
+pub type Loader = Box<dyn Fn() -> anyhow::Result<TrustStore> + Send + Sync>;
+
+/// The peers plus `me` as an issuer (see [`effective`]).
+fn with_me(mut t: TrustStore, me: &IdentityDocument) -> anyhow::Result<TrustStore> {
     if t.get(&me.node_id).is_none() {
         t.add(
             me.clone(),
@@ -35,23 +54,18 @@ pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustSt
     Ok(t)
 }
 
-/// The trust store a running role verifies with, shared by its handlers.
-///
-/// `outpost trust add` writes the store while the daemon runs, so a lookup that misses
-/// (unknown sender or issuer) calls [`TrustCache::reload_if_stale`], which re-reads the
-/// record at most once a second before the caller refuses.
-pub struct TrustCache {
-    store: Store,
-    me: IdentityDocument,
-    current: std::sync::RwLock<std::sync::Arc<TrustStore>>,
-    last_reload_ms: std::sync::atomic::AtomicU64,
-}
-
 impl TrustCache {
+    /// The cache over the store's trust record.
     pub fn load(store: &Store, me: &IdentityDocument) -> anyhow::Result<Self> {
-        let t = effective(store, me)?;
+        let store = store.clone();
+        Self::with_loader(Box::new(move || load(&store)), me)
+    }
+
+    /// The cache over any source of peers.
+    pub fn with_loader(load: Loader, me: &IdentityDocument) -> anyhow::Result<Self> {
+        let t = with_me(load()?, me)?;
         Ok(Self {
-            store: store.clone(),
+            load,
             me: me.clone(),
             current: std::sync::RwLock::new(std::sync::Arc::new(t)),
             last_reload_ms: std::sync::atomic::AtomicU64::new(0),
@@ -72,7 +86,7 @@ impl TrustCache {
             return;
         }
         self.last_reload_ms.store(now_ms, Ordering::Relaxed);
-        match effective(&self.store, &self.me) {
+        match (self.load)().and_then(|t| with_me(t, &self.me)) {
             Ok(t) => {
                 if let Ok(mut g) = self.current.write() {
                     *g = std::sync::Arc::new(t);

@@ -8,31 +8,16 @@
 //! old leaves are the prefix it hashed. A gap or mismatch is refused (409) and logged as
 //! an alert, never merged. `GET` answers the confirmed size so a node can resume.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::Json;
 use serde_json::Value;
 
-use super::auth::SignedNode;
-use super::state::{store_error, Gateway};
-use crate::api::json::parse;
-use crate::api::{ApiError, ApiResult};
+use super::error::GatewayError;
+use super::state::Gateway;
+use super::storage::AuditExtension;
 use crate::audit::{leaf_hash, verify_extension, ExtensionError, Frontier};
 use crate::envelope::b64_encode;
-use crate::store::WriteOp;
-use crate::sync::wire::{AuditAnswer, AuditStatus, AuditUpload};
-
-fn ns_entries(node: &str) -> String {
-    format!("gw_audit:{node}")
-}
-fn ns_checkpoints(node: &str) -> String {
-    format!("gw_auditcp:{node}")
-}
-fn key(i: u64) -> String {
-    format!("{i:020}")
-}
+use crate::sync::wire::{AuditStatus, AuditUpload};
 
 /// Why an upload is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,35 +83,52 @@ pub fn verify_upload(
     Ok((ext.frontier, ext.checkpoint.size, fresh))
 }
 
-fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, ApiError> {
-    let rows = gw.store.kv_list(&ns_entries(node)).map_err(store_error)?;
+async fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, GatewayError> {
     let mut f = Frontier::new();
-    for (_, v) in rows {
+    for v in gw.state.audit_entries(node).await? {
         f.push(leaf_hash(&v));
     }
     Ok(f)
 }
 
-pub async fn upload(
-    State(gw): State<Arc<Gateway>>,
-    signed: SignedNode,
-) -> ApiResult<Json<AuditAnswer>> {
-    // Entries that are neither text nor objects fail here, as 400 bad_request.
-    let body: AuditUpload = parse(&signed.body)?;
-    let node = signed.node_id.clone();
-    let Some(peer_key) = gw.trust().get(&node).map(|p| p.keys.sign) else {
-        return Err(ApiError::unauthorized("unknown node"));
+/// Entries an upload resends below the confirmed size (after a lost answer), as
+/// stored, so the pure check can compare them.
+async fn resent_prefix(
+    gw: &Gateway,
+    node: &str,
+    size: u64,
+    entries: &[Vec<u8>],
+) -> Result<HashMap<u64, Vec<u8>>, GatewayError> {
+    let mut out = HashMap::new();
+    for e in entries {
+        match entry_index(e) {
+            Some(i) if i < size => {
+                if let Some(v) = gw.state.audit_entry(node, i).await? {
+                    out.insert(i, v);
+                }
+            }
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Verify an upload from `node` against its stored copy and store the extension.
+/// Returns the new confirmed size. Uploads are serialised per gateway.
+pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, GatewayError> {
+    let Some(peer_key) = gw.trust().get(node).map(|p| p.keys.sign) else {
+        return Err(GatewayError::UnknownPeer);
     };
     let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
     let mut frontiers = gw.audit.lock().await;
-    let old = match frontiers.get(&node) {
+    let old = match frontiers.get(node) {
         Some(f) => f.clone(),
-        None => load_frontier(&gw, &node)?,
+        None => load_frontier(gw, node).await?,
     };
-    let ns = ns_entries(&node);
-    let stored = |i: u64| gw.store.kv_get(&ns, &key(i)).ok().flatten();
+    let resent = resent_prefix(gw, node, old.size(), &entries).await?;
+    let stored = |i: u64| resent.get(&i).cloned();
     let (new, size, fresh) =
-        match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_key, &node) {
+        match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_key, node) {
             Ok(x) => x,
             Err(r) => {
                 tracing::error!(
@@ -137,47 +139,36 @@ pub async fn upload(
                     detail = %r,
                     "audit upload refused: not merged"
                 );
-                return Err(ApiError::new(StatusCode::CONFLICT, r.code(), r.to_string()));
+                return Err(r.into());
             }
         };
-    let mut ops: Vec<WriteOp> = fresh
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| WriteOp::KvPut {
-            ns: ns.clone(),
-            key: key(old.size() + i as u64),
-            value: e,
-        })
-        .collect();
-    ops.push(WriteOp::KvPut {
-        ns: ns_checkpoints(&node),
-        key: key(size),
-        value: body.checkpoint.into_bytes(),
-    });
-    gw.store.write(ops).await.map_err(store_error)?;
+    let ext = AuditExtension {
+        start: old.size(),
+        entries: fresh,
+        checkpoint_size: size,
+        checkpoint: body.checkpoint,
+    };
+    gw.state.audit_extend(node, ext).await?;
     tracing::info!(event = "audit_synced", node_id = %node, size, "audit log extended and verified");
-    frontiers.insert(node, new);
-    Ok(Json(AuditAnswer { size }))
+    frontiers.insert(node.to_string(), new);
+    Ok(size)
 }
 
-/// `GET /v1/nodes/{id}/audit`: the confirmed size and root.
-pub async fn status(
-    State(gw): State<Arc<Gateway>>,
-    signed: SignedNode,
-) -> ApiResult<Json<AuditStatus>> {
+/// The confirmed size and root of `node`'s copy.
+pub async fn status(gw: &Gateway, node: &str) -> Result<AuditStatus, GatewayError> {
     let mut frontiers = gw.audit.lock().await;
-    let f = match frontiers.get(&signed.node_id) {
+    let f = match frontiers.get(node) {
         Some(f) => f.clone(),
         None => {
-            let f = load_frontier(&gw, &signed.node_id)?;
-            frontiers.insert(signed.node_id.clone(), f.clone());
+            let f = load_frontier(gw, node).await?;
+            frontiers.insert(node.to_string(), f.clone());
             f
         }
     };
-    Ok(Json(AuditStatus {
+    Ok(AuditStatus {
         root: b64_encode(&f.root()),
         size: f.size(),
-    }))
+    })
 }
 
 /// Confirmed audit size of `node` (for `GET /v1/nodes`).
@@ -186,7 +177,7 @@ pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
     if let Some(f) = frontiers.get(node) {
         return f.size();
     }
-    match load_frontier(gw, node) {
+    match load_frontier(gw, node).await {
         Ok(f) => {
             let s = f.size();
             frontiers.insert(node.to_string(), f);

@@ -3,44 +3,44 @@
 //! upstream messages and audit logs, and tells dashboards what happens (SSE).
 //!
 //! ```text
-//!  operator ─ bearer token ─► client_api ─ seal + durable enqueue ─► store "to_node"/<node>
+//!  operator ─ bearer token ─► commands ─ seal + durable queue ─► storage (node's queue)
 //!                                │  ▲ wait for `result` event             │
 //!                                ▼  │                                     ▼
-//!  dashboards ◄── SSE ── events::Bus ◄── node_api (pull/ack) ◄── signed long-poll ── node
+//!  dashboards ◄── SSE ── events::Bus ◄── delivery (pull/ack) ◄── signed long-poll ── node
 //!                                   ◄── upload (results, inbox, forward) ◄─┘
 //!                                   ◄── audit_sync (verify, store) ◄───────┘
 //! ```
 //!
-//! Layout: [`state`] (shared state, liveness, trust) · [`auth`] (tokens, request
-//! signatures) · [`client_api`] · [`admin_api`] · [`node_api`] · [`upload`] ·
-//! [`audit_sync`] · [`events`] · [`liveness`] · [`sweeper`].
+//! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
+//! behind one interface) · [`commands`] (tool calls, commands) · [`delivery`] (pull,
+//! ack, revocations) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
+//! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
+//! live beside the node's, in `api::gateway`.
 //!
 //! Files in the data directory (same conventions as the node): `keys.json`, the store in
 //! `store/`, `api.addr` written after binding; the trust store is the KV record
 //! `trust/peers` that `outpost trust add` writes.
 
-pub mod admin_api;
 pub mod audit_sync;
-pub mod auth;
-pub mod client_api;
+pub mod commands;
+pub mod delivery;
+pub mod error;
 pub mod events;
 pub mod liveness;
-pub mod node_api;
 pub mod state;
+pub mod storage;
 pub mod sweeper;
 pub mod tls;
-pub mod upload;
+pub mod uploads;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
-use axum::Router;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use state::Gateway;
+use storage::GatewayState;
 
 use crate::config::Config;
 use crate::envelope::Keys;
@@ -48,7 +48,7 @@ use crate::service::Notifier;
 use crate::store::Store;
 
 #[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
+pub enum StartError {
     #[error("cannot load keys: {0}")]
     Keys(#[from] crate::envelope::KeyFileError),
     #[error("cannot open the store: {0}")]
@@ -63,52 +63,8 @@ pub enum GatewayError {
 
 pub use crate::daemon::store_options;
 
-/// All routes of SPEC §6 plus health, readiness, metrics, `POST /v1/revocations` and
-/// `GET /v1/nodes/{id}/audit`.
-pub fn router(gw: Arc<Gateway>) -> Router {
-    let limit = gw.cfg.max_body_bytes as usize;
-    Router::new()
-        .route("/healthz", get(admin_api::healthz))
-        .route("/readyz", get(admin_api::readyz))
-        .route("/metrics", get(admin_api::metrics))
-        .route("/v1/status", get(admin_api::status))
-        .route("/v1/tool_call", post(client_api::tool_call))
-        .route("/v1/commands", post(client_api::commands))
-        .route("/v1/messages/{id}", get(client_api::message))
-        .route("/v1/events", get(client_api::events))
-        .route("/v1/nodes", get(client_api::nodes))
-        .route("/v1/inbox", get(admin_api::inbox))
-        .route("/v1/inbox/{id}/ack", post(admin_api::inbox_ack))
-        .route("/v1/revocations", post(admin_api::revoke))
-        .route("/v1/nodes/{id}/pull", get(node_api::pull))
-        .route("/v1/nodes/{id}/ack", post(node_api::ack))
-        .route("/v1/nodes/{id}/upload", post(upload::upload))
-        .route(
-            "/v1/nodes/{id}/audit",
-            post(audit_sync::upload).get(audit_sync::status),
-        )
-        .route("/v1/nodes/{id}/revocations", get(node_api::revocations))
-        .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::middleware::from_fn_with_state(
-            gw.clone(),
-            count_requests,
-        ))
-        .with_state(gw)
-}
-
-async fn count_requests(
-    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let resp = next.run(req).await;
-    crate::api::count_response(&gw.metrics, &resp);
-    resp
-}
-
 /// Open keys, store and trust for `cfg` (blocking; call before serving).
-pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, GatewayError> {
+pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartError> {
     let keys = Keys::load(&cfg.data_dir.join("keys.json"))?;
     let store = Store::open(
         &cfg.data_dir.join("store"),
@@ -121,9 +77,14 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, Gateway
         &keys,
         "1970-01-01T00:00:00Z",
     );
-    let trust = crate::daemon::trust::TrustCache::load(&store, &me)
-        .map_err(|e| GatewayError::Trust(e.to_string()))?;
-    Ok(Gateway::new(cfg, store, keys, trust, shutdown))
+    let state: Arc<dyn GatewayState> = Arc::new(storage::embedded::Embedded::new(store));
+    let source = state.clone();
+    let trust = crate::daemon::trust::TrustCache::with_loader(
+        Box::new(move || source.load_trust().map_err(anyhow::Error::from)),
+        &me,
+    )
+    .map_err(|e| StartError::Trust(e.to_string()))?;
+    Ok(Gateway::new(cfg, state, keys, trust, shutdown))
 }
 
 /// Serve the gateway on `listener` until `shutdown` fires, then drain (long-polls and
@@ -133,7 +94,7 @@ pub async fn run(
     cfg: Config,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
-) -> Result<(), GatewayError> {
+) -> Result<(), StartError> {
     let addr = listener.local_addr()?;
     let drain_ms = cfg.drain_timeout_ms;
     let data_dir = cfg.data_dir.clone();
@@ -146,7 +107,7 @@ pub async fn run(
     let gw = Arc::new(
         tokio::task::spawn_blocking(move || open(cfg, sd))
             .await
-            .map_err(|e| GatewayError::Io(std::io::Error::other(e.to_string())))??,
+            .map_err(|e| StartError::Io(std::io::Error::other(e.to_string())))??,
     );
     let tracker = TaskTracker::new();
     tracker.spawn(sweeper::run(gw.clone()));
@@ -156,7 +117,7 @@ pub async fn run(
     Notifier.ready();
     tracing::info!(event = "ready", node_id = %gw.cfg.node_id, %addr, role = "gateway", "gateway ready");
 
-    let app = router(gw.clone());
+    let app = crate::api::gateway::router(gw.clone());
     let served = crate::http_server::serve(listener, acceptor, app, gw.cfg.http, shutdown).await;
     gw.set_ready(false);
     Notifier.stopping();
@@ -168,8 +129,9 @@ pub async fn run(
         tracing::warn!(event = "drain_deadline_exceeded", deadline_ms = drain_ms);
     }
     crate::daemon::listen::remove_addr_file(&data_dir);
-    let store = gw.store.clone();
-    let _ = tokio::task::spawn_blocking(move || store.close()).await;
+    if let Err(e) = gw.state.close().await {
+        tracing::warn!(event = "close_failed", error = %e);
+    }
     tracing::info!(event = "stopped", %addr, role = "gateway");
-    served.map_err(GatewayError::Io)
+    served.map_err(StartError::Io)
 }

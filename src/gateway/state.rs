@@ -10,45 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Bus, GatewayEvent};
 use super::liveness::{classify, Liveness};
+use super::storage::GatewayState;
 use crate::audit::Frontier;
 use crate::config::Config;
 use crate::envelope::{IdentityDocument, Keys, SeenSignatures, TrustStore};
-use crate::store::Store;
 use crate::telemetry::Metrics;
-
-/// Queue (store namespace) of messages waiting for a node; `peer` = the node id.
-pub const Q_NODE: &str = "to_node";
-/// Queue of non-result messages nodes sent to the gateway; `peer` = the sender.
-pub const Q_INBOX: &str = "inbox";
-/// Dedup scope for results received.
-pub const SCOPE_RESULTS: &str = "results";
-/// KV: trust store (same record the CLI's `trust add` writes).
-pub const KV_TRUST: &str = "trust";
-/// KV: a caller's job (`job_key`) → [`JobRecord`] of its TASK_REQUEST.
-pub const KV_JOBS: &str = "gw_jobs";
-/// KV: message_id of a TASK_REQUEST → the node it was sent to (routes its TASK_RESULT,
-/// which names it as `request_id`).
-pub const KV_REQUESTS: &str = "gw_requests";
-/// KV: message_id of a TASK_REQUEST → its TASK_RESULT payload (JSON).
-pub const KV_RESULTS: &str = "gw_results";
-/// KV: revoked token ids, key = zero-padded version, value = jti.
-pub const KV_REVOCATIONS: &str = "gw_revocations";
-
-/// What a caller's job id is bound to at the gateway: a repeat by the same caller for the
-/// same node, tool and arguments is answered from it; anything else is a conflict.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct JobRecord {
-    pub message_id: String,
-    pub tool_name: String,
-    pub args_sha256: String,
-}
-
-/// Key of a caller's job for one node: job ids are scoped per caller (token subject)
-/// and node, so two callers' ids never collide.
-pub fn job_key(node_id: &str, subject: &str, job_id: &str) -> String {
-    let scope = crate::audit::sha256_hex(format!("{node_id}\n{subject}").as_bytes());
-    format!("{scope}/{job_id}")
-}
 
 /// Per-node runtime state (not persisted: after a restart every node is `offline` until
 /// it calls in, which is the truth as far as this process knows).
@@ -61,7 +27,8 @@ pub struct NodeLive {
 
 pub struct Gateway {
     pub cfg: Arc<Config>,
-    pub store: Store,
+    /// Everything durable: queues, jobs, results, inbox, revocations, audit copies.
+    pub state: Arc<dyn GatewayState>,
     pub keys: Arc<Keys>,
     pub me: IdentityDocument,
     trust: crate::daemon::trust::TrustCache,
@@ -90,17 +57,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Gateway {
     pub fn new(
         cfg: Config,
-        store: Store,
+        state: Arc<dyn GatewayState>,
         keys: Keys,
         trust: crate::daemon::trust::TrustCache,
         shutdown: CancellationToken,
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;
         let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
-        let started_ms = store.now_ms();
+        let started_ms = state.now_ms();
         Self {
             cfg: Arc::new(cfg),
-            store,
+            state,
             keys: Arc::new(keys),
             me,
             trust,
@@ -120,7 +87,7 @@ impl Gateway {
     }
 
     pub fn now_ms(&self) -> u64 {
-        self.store.now_ms()
+        self.state.now_ms()
     }
 
     pub fn skew_ms(&self) -> u64 {
@@ -274,11 +241,9 @@ impl Gateway {
     }
 
     pub fn revoked(&self, jti: &str) -> bool {
-        match self.store.kv_list(KV_REVOCATIONS) {
-            Ok(rows) => rows.iter().any(|(_, v)| v.as_slice() == jti.as_bytes()),
-            Err(_) => false,
-        }
+        self.state.is_revoked(jti).unwrap_or_else(|e| {
+            tracing::warn!(event = "revocations_unreadable", error = %e);
+            false
+        })
     }
 }
-
-pub use crate::api::store_error;

@@ -17,7 +17,7 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub async fn run(gw: Arc<Gateway>) {
     loop {
         let now = gw.now_ms();
-        match gw.store.sweep_expired(now).await {
+        match gw.state.sweep_expired().await {
             Ok(expired) => {
                 for m in expired {
                     let reason = crate::store::REASON_TIMEOUT;
@@ -59,7 +59,7 @@ pub async fn watchdog(gw: Arc<Gateway>) {
     let mut last = u64::MAX;
     loop {
         let p = gw.progress.load(Ordering::Relaxed);
-        if gw.store.sync_failed() {
+        if !gw.state.durable() {
             // No write can be made durable any more: let systemd restart us.
             tracing::error!(
                 event = "store_sync_failed",
@@ -68,7 +68,7 @@ pub async fn watchdog(gw: Arc<Gateway>) {
         } else if p != last {
             Notifier.watchdog();
             last = p;
-            if let Ok(stats) = gw.store.queue_stats(gw.now_ms()) {
+            if let Ok(stats) = gw.state.queue_stats().await {
                 let depth: u64 = stats.iter().map(|s| s.depth).sum();
                 Notifier.status(&format!("gateway: {depth} messages queued"));
             }

@@ -13,11 +13,11 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, StatusCode};
 
-use super::state::Gateway;
 use crate::api::ApiError;
 use crate::envelope::{
     verify_request, RequestSigError, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
 };
+use crate::gateway::Gateway;
 use crate::token::{check, Decision, Need, Request as TokenRequest};
 
 /// The bearer token of a request, if any.

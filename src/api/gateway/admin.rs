@@ -1,9 +1,8 @@
 //! Gateway inbox (messages nodes sent upstream, other than results), token revocation,
-//! and the health/metrics endpoints.
-
-use std::sync::Arc;
+//! and the health/metrics/status endpoints.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -13,11 +12,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::require;
-use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_INBOX};
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
+use crate::gateway::storage::Revoked;
+use crate::gateway::Gateway;
 use crate::sync::wire::InboxRecord;
 use crate::token::Need;
+
+/// Most inbox messages one `GET /v1/inbox` lists.
+const INBOX_PAGE: usize = 500;
 
 #[derive(Debug, Deserialize)]
 pub struct InboxQuery {
@@ -31,17 +34,13 @@ pub async fn inbox(
     Query(q): Query<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
-    let page = gw
-        .store
-        .list(Q_INBOX, q.from.as_deref(), None, 500)
-        .map_err(store_error)?;
-    let messages: Vec<InboxRecord> = page
-        .items
+    let rows = gw.state.inbox_list(q.from.as_deref(), INBOX_PAGE).await?;
+    let messages: Vec<InboxRecord> = rows
         .iter()
-        .filter_map(|m| match InboxRecord::from_bytes(&m.body) {
+        .filter_map(|b| match InboxRecord::from_bytes(b) {
             Ok(r) => Some(r),
             Err(e) => {
-                tracing::warn!(event = "inbox_record_unreadable", message_id = %m.message_id, error = %e);
+                tracing::warn!(event = "inbox_record_unreadable", error = %e);
                 None
             }
         })
@@ -56,16 +55,9 @@ pub async fn inbox_ack(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
-    let st = gw.store.status(&id).map_err(store_error)?;
-    let Some(st) = st.filter(|s| s.queue == Q_INBOX) else {
+    let Some(acked) = gw.state.inbox_ack(&id).await? else {
         return Err(ApiError::not_found("not_found", "no such inbox message"));
     };
-    let out = gw
-        .store
-        .ack(Q_INBOX, &st.peer, vec![id.clone()], gw.now_ms())
-        .await
-        .map_err(store_error)?;
-    let acked = out.iter().any(|a| a.was_stored);
     Ok(Json(json!({"ok": true, "message_id": id, "acked": acked})))
 }
 
@@ -85,32 +77,19 @@ pub async fn revoke(
     if b.jti.is_empty() || b.jti.len() > 128 {
         return Err(ApiError::bad_request("jti must be 1..=128 characters"));
     }
-    // Serialised by the audit lock so two revocations never take the same version.
-    let _g = gw.audit.lock().await;
-    let rows = gw.store.kv_list(KV_REVOCATIONS).map_err(store_error)?;
-    if rows.iter().any(|(_, v)| v.as_slice() == b.jti.as_bytes()) {
-        return Ok(Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response());
-    }
-    let version = rows
-        .iter()
-        .filter_map(|(k, _)| k.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0)
-        + 1;
-    gw.store
-        .kv_put(
-            KV_REVOCATIONS,
-            &format!("{version:020}"),
-            b.jti.clone().into_bytes(),
-        )
-        .await
-        .map_err(store_error)?;
-    tracing::info!(event = "token_revoked", jti = %b.jti, version);
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({"ok": true, "jti": b.jti, "version": version})),
-    )
-        .into_response())
+    Ok(match gw.state.revoke(&b.jti).await? {
+        Revoked::Duplicate => {
+            Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
+        }
+        Revoked::Added { version } => {
+            tracing::info!(event = "token_revoked", jti = %b.jti, version);
+            (
+                StatusCode::CREATED,
+                Json(json!({"ok": true, "jti": b.jti, "version": version})),
+            )
+                .into_response()
+        }
+    })
 }
 
 pub async fn healthz() -> Json<Value> {
@@ -126,8 +105,7 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
 }
 
 /// `GET /metrics`: like `/v1/status`, open on loopback, otherwise a `read` token is
-/// needed (the queue series name every node). One store query per scrape: a counter
-/// row and one index seek per queue, whatever the number of queued messages.
+/// needed (the queue series name every node). One state query per scrape.
 pub async fn metrics(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -136,7 +114,7 @@ pub async fn metrics(
     if !peer.ip().is_loopback() {
         require(&gw, &headers, Need::Scope("read"))?;
     }
-    if let Ok(stats) = gw.store.queue_stats(gw.now_ms()) {
+    if let Ok(stats) = gw.state.queue_stats().await {
         gw.metrics.set_queue_stats(&stats);
         gw.metrics
             .store_bytes
@@ -161,9 +139,9 @@ pub async fn status(
     }
     let now = gw.now_ms();
     let queues: Vec<Value> = gw
-        .store
-        .queue_stats(now)
-        .map_err(store_error)?
+        .state
+        .queue_stats()
+        .await?
         .into_iter()
         .map(|s| json!({"queue": s.queue, "peer": s.peer, "depth": s.depth, "oldest_age_s": s.oldest_age_s}))
         .collect();

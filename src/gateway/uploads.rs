@@ -8,21 +8,16 @@
 //! - addressed to another enrolled node → forwarded unopened into that node's queue
 //!   (the gateway cannot read it: it is sealed to the recipient).
 
-use std::sync::Arc;
-
-use axum::extract::State;
-use axum::Json;
 use serde_json::Value;
 
-use super::auth::SignedNode;
+use super::error::GatewayError;
 use super::events::GatewayEvent;
-use super::state::{store_error, Gateway, KV_REQUESTS, KV_RESULTS, Q_INBOX, Q_NODE, SCOPE_RESULTS};
-use crate::api::json::parse;
-use crate::api::{ApiError, ApiResult};
+use super::state::Gateway;
+use super::storage::{FiledResult, ForNode, InboxMessage, Queued, StateError};
 use crate::envelope::{open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError};
-use crate::store::{EnqueueOutcome, NewMessage, WriteOp};
-use crate::sync::wire::{InboxRecord, TaskResult, UploadAnswer, UploadRejected, UploadRequest};
-use crate::telemetry::{EnvelopeReceived, MessageEvent};
+use crate::store::StoreError;
+use crate::sync::wire::{InboxRecord, TaskResult, UploadAnswer, UploadRejected};
+use crate::telemetry::EnvelopeReceived;
 
 enum Verdict {
     Accepted,
@@ -30,34 +25,38 @@ enum Verdict {
     Rejected(String),
 }
 
+/// Receive what `uploader` sent upstream, envelope by envelope. Fails as a whole only
+/// for the gateway's own trouble (storage), so the node keeps everything and retries.
 pub async fn upload(
-    State(gw): State<Arc<Gateway>>,
-    signed: SignedNode,
-) -> ApiResult<Json<UploadAnswer>> {
-    let body: UploadRequest = parse(&signed.body)?;
-    if body.envelopes.len() > super::node_api::MAX_BATCH {
-        return Err(ApiError::bad_request("at most 1000 envelopes per upload"));
+    gw: &Gateway,
+    uploader: &str,
+    envelopes: Vec<Value>,
+) -> Result<UploadAnswer, GatewayError> {
+    if envelopes.len() > super::delivery::MAX_BATCH {
+        return Err(GatewayError::BadRequest(
+            "at most 1000 envelopes per upload".into(),
+        ));
     }
     let (mut accepted, mut duplicates, mut rejected) = (Vec::new(), Vec::new(), Vec::new());
-    for v in body.envelopes {
+    for v in envelopes {
         let id = v
             .get("message_id")
             .and_then(|x| x.as_str())
             .map(|s| s.chars().take(100).collect::<String>())
             .unwrap_or_default();
-        match receive_one(&gw, &signed.node_id, &v).await {
+        match receive_one(gw, uploader, &v).await {
             Ok(Verdict::Accepted) => accepted.push(id),
             Ok(Verdict::Duplicate) => duplicates.push(id),
             Ok(Verdict::Rejected(code)) => {
                 EnvelopeReceived {
                     result: &code,
-                    sender: &signed.node_id,
+                    sender: uploader,
                     message_id: &id,
                 }
                 .emit(&gw.metrics);
                 gw.publish(GatewayEvent::Rejected {
                     message_id: id.clone(),
-                    node_id: signed.node_id.clone(),
+                    node_id: uploader.to_string(),
                     code: code.clone(),
                 });
                 rejected.push(UploadRejected { code, id });
@@ -67,14 +66,14 @@ pub async fn upload(
             Err(e) => return Err(e),
         }
     }
-    Ok(Json(UploadAnswer {
+    Ok(UploadAnswer {
         accepted,
         duplicates,
         rejected,
-    }))
+    })
 }
 
-async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict, ApiError> {
+async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict, GatewayError> {
     let bytes = serde_json::to_vec(v).unwrap_or_default();
     if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
         return Ok(Verdict::Rejected("payload_too_large".into()));
@@ -100,10 +99,9 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
         max_bytes: gw.cfg.queue.max_message_bytes as usize,
         max_ttl_ms: gw.cfg.queue.max_ttl_s * 1000,
     };
-    let seen = |_s: &str, id: &str| {
-        gw.store.seen(SCOPE_RESULTS, id).unwrap_or(false)
-            || gw.store.seen(Q_INBOX, id).unwrap_or(false)
-    };
+    // The replay check is pure; ask the state about this envelope's id first.
+    let known = gw.state.upload_seen(&env.message_id).await?;
+    let seen = |_s: &str, id: &str| known && id == env.message_id;
     let opened = match open_parsed(&env, &ctx, &seen) {
         Ok(o) => o,
         Err(OpenError::Duplicate) => return Ok(Verdict::Duplicate),
@@ -118,28 +116,21 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
         // only if the request really went to this node. Anything else (a node-initiated
         // call, a request id of another node's) is kept under the result's own id.
         let request_id = match &result.request_id {
-            Some(rid) => match gw.store.kv_get(KV_REQUESTS, rid).map_err(store_error)? {
-                Some(node) if node == uploader.as_bytes() => rid.clone(),
+            Some(rid) => match gw.state.request_node(rid).await? {
+                Some(node) if node == uploader => rid.clone(),
                 _ => opened.message_id.clone(),
             },
             None => opened.message_id.clone(),
         };
         // Stored as the node sent it: `GET /v1/messages/{id}` shows those bytes.
-        gw.store
-            .write(vec![
-                WriteOp::KvPut {
-                    ns: KV_RESULTS.into(),
-                    key: request_id.clone(),
-                    value: opened.plaintext.clone(),
-                },
-                WriteOp::Remember {
-                    scope: SCOPE_RESULTS.into(),
-                    id: opened.message_id.clone(),
-                    keep_until_ms: keep,
-                },
-            ])
-            .await
-            .map_err(store_error)?;
+        gw.state
+            .file_result(FiledResult {
+                request_id: request_id.clone(),
+                result_message_id: opened.message_id.clone(),
+                plaintext: opened.plaintext.clone(),
+                remember_until_ms: keep,
+            })
+            .await?;
         let (job_id, ok) = (result.job_id, result.ok);
         tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id = %job_id, ok);
         gw.publish(GatewayEvent::Result {
@@ -160,28 +151,26 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
             now,
         )
     };
-    let msg = NewMessage {
-        queue: Q_INBOX.into(),
-        peer: uploader.to_string(),
+    let msg = InboxMessage {
+        from_node: uploader.to_string(),
         message_id: opened.message_id.clone(),
         payload_type: opened.payload_type.clone(),
         priority: opened.priority.min(255) as u8,
         created_at_ms: opened.created_at_ms,
         expires_at_ms: opened.expires_at_ms,
-        body: record.to_bytes(),
-        max_attempts: Some(0),
-        dedup_until_ms: Some(keep),
+        record: record.to_bytes(),
+        remember_until_ms: keep,
     };
-    match gw.store.enqueue(msg).await {
-        Ok(EnqueueOutcome::Duplicate) => Ok(Verdict::Duplicate),
-        Ok(EnqueueOutcome::Queued { .. }) => Ok(Verdict::Accepted),
-        Err(crate::store::StoreError::Expired) => Ok(Verdict::Rejected("expired".into())),
-        Err(e) => Err(store_error(e)),
+    match gw.state.inbox_put(msg).await {
+        Ok(Queued::Duplicate) => Ok(Verdict::Duplicate),
+        Ok(Queued::Queued) => Ok(Verdict::Accepted),
+        Err(StateError::Store(StoreError::Expired)) => Ok(Verdict::Rejected("expired".into())),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Node → node: queue the sealed envelope for its recipient, unopened.
-async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict, ApiError> {
+async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict, GatewayError> {
     let to = env.recipient_node_id.clone();
     if gw.enrolled(&to).is_none() {
         return Ok(Verdict::Rejected("unknown_recipient".into()));
@@ -190,43 +179,33 @@ async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict,
     if now >= env.expires_at_ms.saturating_add(gw.skew_ms()) {
         return Ok(Verdict::Rejected("expired".into()));
     }
-    let msg = NewMessage {
-        queue: Q_NODE.into(),
-        peer: to.clone(),
+    let msg = ForNode {
+        node_id: to.clone(),
         message_id: env.message_id.clone(),
         payload_type: env.payload_type.clone(),
         priority: env.priority.min(255) as u8,
         created_at_ms: env.created_at_ms,
         expires_at_ms: env.expires_at_ms,
-        body: bytes,
-        max_attempts: Some(gw.cfg.queue.max_attempts),
-        dedup_until_ms: None,
+        envelope: bytes,
+        max_attempts: gw.cfg.queue.max_attempts,
     };
-    match gw.store.enqueue(msg).await {
-        Ok(EnqueueOutcome::Duplicate) => Ok(Verdict::Duplicate),
-        Ok(EnqueueOutcome::Queued { .. }) => {
-            MessageEvent {
-                queue: Q_NODE,
-                event: "enqueued",
-                peer: &to,
-                message_id: &env.message_id,
-                reason: None,
-            }
-            .emit(&gw.metrics);
-            gw.publish(GatewayEvent::Queued {
-                message_id: env.message_id.clone(),
-                node_id: to.clone(),
-                payload_type: env.payload_type.clone(),
-                expires_at_ms: env.expires_at_ms,
-            });
-            gw.wake_node(&to);
+    match gw.state.forward(msg).await {
+        Ok(Queued::Duplicate) => Ok(Verdict::Duplicate),
+        Ok(Queued::Queued) => {
+            super::commands::queued(
+                gw,
+                &env.message_id,
+                &to,
+                &env.payload_type,
+                env.expires_at_ms,
+            );
             Ok(Verdict::Accepted)
         }
-        Err(crate::store::StoreError::Expired) => Ok(Verdict::Rejected("expired".into())),
-        Err(e @ crate::store::StoreError::QueueFull { .. }) => {
+        Err(StateError::Store(StoreError::Expired)) => Ok(Verdict::Rejected("expired".into())),
+        Err(StateError::Store(e @ StoreError::QueueFull { .. })) => {
             tracing::warn!(event = "forward_refused", to = %to, error = %e);
             Ok(Verdict::Rejected("queue_full".into()))
         }
-        Err(e) => Err(store_error(e)),
+        Err(e) => Err(e.into()),
     }
 }

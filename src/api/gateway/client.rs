@@ -1,0 +1,164 @@
+//! Client side of the gateway: operators and dashboards queue tool calls and commands
+//! for nodes, follow them, and list nodes. Thin: parse, check the token, call
+//! `gateway::commands`, shape the answer.
+//!
+//! Scopes: `tool:<name>` for a tool call, `command:<type>` for a command, `read` for
+//! status/events/nodes, `admin` for everything (inbox, revocations).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::require;
+use crate::api::json::JsonBody;
+use crate::api::ApiResult;
+use crate::gateway::commands::{self, Command, ToolCall, ToolCallOutcome};
+use crate::gateway::Gateway;
+use crate::token::Need;
+
+/// Default and maximum time a tool call waits for the node's answer.
+pub const DEFAULT_WAIT_S: u64 = 10;
+pub const MAX_WAIT_S: u64 = 60;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub node_id: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallBody {
+    pub target: Target,
+    pub tool_name: String,
+    #[serde(default)]
+    pub tool_args: Value,
+    pub job_id: Option<String>,
+    pub ttl_s: Option<u64>,
+    pub wait_s: Option<u64>,
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandBody {
+    pub target: Target,
+    pub command_type: String,
+    #[serde(default)]
+    pub body: Value,
+    pub ttl_s: Option<u64>,
+}
+
+fn accepted(body: Value) -> Response {
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+/// `POST /v1/tool_call`.
+pub async fn tool_call(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<ToolCallBody>,
+) -> ApiResult<Response> {
+    let sub = require(&gw, &headers, Need::Tool(&b.tool_name))?;
+    let call = ToolCall {
+        node_id: b.target.node_id,
+        tool_name: b.tool_name,
+        tool_args: b.tool_args,
+        job_id: b.job_id,
+        ttl_s: b.ttl_s,
+        wait: Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S)),
+        token: b.token,
+    };
+    Ok(match commands::tool_call(&gw, &sub, call).await? {
+        ToolCallOutcome::Answered {
+            message_id,
+            tool_name,
+            result,
+        } => answered(&message_id, &tool_name, result).into_response(),
+        ToolCallOutcome::Queued { message_id, job_id } => accepted(
+            json!({"ok": false, "queued": true, "message_id": message_id, "job_id": job_id}),
+        ),
+    })
+}
+
+/// The node's result in the node's own answer shape.
+fn answered(message_id: &str, tool_name: &str, r: Value) -> Json<Value> {
+    let mut out = json!({
+        "ok": r.get("ok").and_then(|o| o.as_bool()).unwrap_or(false),
+        "message_id": message_id,
+        "job_id": r.get("job_id").cloned().unwrap_or(Value::Null),
+        "tool_name": tool_name,
+        "evidence": r.get("evidence").cloned().unwrap_or(Value::Null),
+    });
+    for k in ["result", "error"] {
+        if let Some(v) = r.get(k) {
+            out[k] = v.clone();
+        }
+    }
+    Json(out)
+}
+
+/// `POST /v1/commands`.
+pub async fn commands(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<CommandBody>,
+) -> ApiResult<Response> {
+    let scope = format!("command:{}", b.command_type);
+    require(&gw, &headers, Need::Scope(&scope))?;
+    let c = Command {
+        node_id: b.target.node_id,
+        command_type: b.command_type,
+        body: b.body,
+        ttl_s: b.ttl_s,
+    };
+    let (message_id, expires) = commands::command(&gw, c).await?;
+    Ok(accepted(
+        json!({"ok": false, "queued": true, "message_id": message_id, "expires_at_ms": expires}),
+    ))
+}
+
+/// `GET /v1/messages/{id}`: status as on the node, plus `result` once it arrived.
+pub async fn message(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    require(&gw, &headers, Need::Scope("read"))?;
+    let view = commands::message(&gw, &id).await?;
+    let mut out = match &view.status {
+        Some(s) => json!({
+            "message_id": id, "state": s.state.as_str(), "node_id": s.peer,
+            "attempts": s.attempts, "next_attempt_at": s.next_attempt_at_ms,
+        }),
+        None => {
+            json!({"message_id": id, "state": "delivered", "attempts": 0, "next_attempt_at": 0})
+        }
+    };
+    if let Some(reason) = view.status.and_then(|s| s.reason) {
+        out["reason"] = Value::String(reason);
+    }
+    if let Some(r) = view.result {
+        out["result"] = r;
+    }
+    Ok(Json(out))
+}
+
+/// `GET /v1/events` (SSE).
+pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Response> {
+    require(&gw, &headers, Need::Scope("read"))?;
+    Ok(super::events::sse_response(&gw.bus, gw.shutdown.clone()))
+}
+
+/// `GET /v1/nodes`.
+pub async fn nodes(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    require(&gw, &headers, Need::Scope("read"))?;
+    let nodes = commands::nodes(&gw).await?;
+    Ok(Json(json!({ "nodes": nodes })))
+}

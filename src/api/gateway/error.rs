@@ -1,0 +1,97 @@
+//! The gateway's errors as HTTP: the only place that knows their status codes.
+
+use axum::http::StatusCode;
+
+use crate::api::ApiError;
+use crate::gateway::error::GatewayError;
+use crate::gateway::storage::StateError;
+
+impl From<StateError> for ApiError {
+    fn from(e: StateError) -> Self {
+        match e {
+            StateError::Store(s) => crate::api::store_error(s),
+            StateError::Unavailable(detail) => {
+                tracing::warn!(event = "storage_unavailable", detail = %detail);
+                ApiError {
+                    retry_after_s: Some(1),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_unavailable",
+                        "the gateway's storage cannot be reached; retry shortly",
+                    )
+                }
+            }
+            StateError::Corrupt(detail) => ApiError::internal(detail),
+        }
+    }
+}
+
+impl From<GatewayError> for ApiError {
+    fn from(e: GatewayError) -> Self {
+        let msg = e.to_string();
+        match e {
+            GatewayError::BadRequest(_) => ApiError::bad_request(msg),
+            GatewayError::Ttl(t) => t.into(),
+            GatewayError::UnknownNode(_) => ApiError::not_found("unknown_node", msg),
+            GatewayError::UnknownPeer => ApiError::unauthorized(msg),
+            GatewayError::JobConflict(_) => {
+                ApiError::new(StatusCode::CONFLICT, "job_id_conflict", msg)
+            }
+            GatewayError::Duplicate => ApiError::new(StatusCode::CONFLICT, "duplicate", msg),
+            GatewayError::RecipientOffline(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "recipient_offline", msg)
+            }
+            GatewayError::NotFound(code, _) => ApiError::not_found(code, msg),
+            GatewayError::Audit(r) => ApiError::new(StatusCode::CONFLICT, r.code(), msg),
+            GatewayError::State(s) => s.into(),
+            GatewayError::Internal(detail) => ApiError::internal(detail),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    fn api(e: GatewayError) -> (u16, &'static str) {
+        let a = ApiError::from(e);
+        (a.status.as_u16(), a.code)
+    }
+
+    #[test]
+    fn each_gateway_error_has_its_status_and_code() {
+        assert_eq!(
+            api(GatewayError::UnknownNode("n".into())),
+            (404, "unknown_node")
+        );
+        assert_eq!(
+            api(GatewayError::JobConflict("x".into())),
+            (409, "job_id_conflict")
+        );
+        assert_eq!(api(GatewayError::Duplicate), (409, "duplicate"));
+        assert_eq!(
+            api(GatewayError::RecipientOffline("x".into())),
+            (503, "recipient_offline")
+        );
+        assert_eq!(api(GatewayError::UnknownPeer), (401, "unauthorized"));
+        assert_eq!(
+            api(StateError::Unavailable("down".into()).into()),
+            (503, "storage_unavailable")
+        );
+        assert_eq!(
+            api(StoreError::QueueFull { retry_after_s: 2 }.into()),
+            (429, "queue_full")
+        );
+        assert_eq!(api(StoreError::StorageFull.into()), (507, "storage_full"));
+        assert_eq!(
+            api(GatewayError::Audit(
+                crate::gateway::audit_sync::Refusal::Gap {
+                    expected: 1,
+                    got: 2
+                }
+            )),
+            (409, "audit_gap")
+        );
+    }
+}

@@ -1,0 +1,62 @@
+//! The gateway's HTTP API (SPEC §6), beside the node's: routes and thin handlers that
+//! parse, authenticate, call a `gateway::` flow and shape the answer. Errors become
+//! HTTP only here ([`error`]).
+
+pub mod admin;
+pub mod auth;
+pub mod client;
+pub mod error;
+pub mod events;
+pub mod node;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::gateway::Gateway;
+
+/// All routes of SPEC §6 plus health, readiness, metrics, `POST /v1/revocations` and
+/// `GET /v1/nodes/{id}/audit`.
+pub fn router(gw: Arc<Gateway>) -> Router {
+    let limit = gw.cfg.max_body_bytes as usize;
+    Router::new()
+        .route("/healthz", get(admin::healthz))
+        .route("/readyz", get(admin::readyz))
+        .route("/metrics", get(admin::metrics))
+        .route("/v1/status", get(admin::status))
+        .route("/v1/tool_call", post(client::tool_call))
+        .route("/v1/commands", post(client::commands))
+        .route("/v1/messages/{id}", get(client::message))
+        .route("/v1/events", get(client::events))
+        .route("/v1/nodes", get(client::nodes))
+        .route("/v1/inbox", get(admin::inbox))
+        .route("/v1/inbox/{id}/ack", post(admin::inbox_ack))
+        .route("/v1/revocations", post(admin::revoke))
+        .route("/v1/nodes/{id}/pull", get(node::pull))
+        .route("/v1/nodes/{id}/ack", post(node::ack))
+        .route("/v1/nodes/{id}/upload", post(node::upload))
+        .route(
+            "/v1/nodes/{id}/audit",
+            post(node::audit_upload).get(node::audit_status),
+        )
+        .route("/v1/nodes/{id}/revocations", get(node::revocations))
+        .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            gw.clone(),
+            count_requests,
+        ))
+        .with_state(gw)
+}
+
+async fn count_requests(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let resp = next.run(req).await;
+    crate::api::count_response(&gw.metrics, &resp);
+    resp
+}

@@ -1,0 +1,99 @@
+//! Node side of the gateway: long-poll pull, ack, upload, audit sync, revocations.
+//! Every handler takes a [`SignedNode`], so nothing here runs for an unsigned request.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::Json;
+use serde::Deserialize;
+
+use super::auth::SignedNode;
+use crate::api::json::parse;
+use crate::api::ApiResult;
+use crate::gateway::storage::NodeAck;
+use crate::gateway::{audit_sync, delivery, uploads, Gateway};
+use crate::sync::wire::{
+    AckAnswer, AckRequest, AuditAnswer, AuditStatus, AuditUpload, PullAnswer, Revocations,
+    UploadAnswer, UploadRequest,
+};
+
+#[derive(Debug, Deserialize)]
+pub struct PullQuery {
+    pub wait_s: Option<u64>,
+    pub max: Option<usize>,
+}
+
+/// `GET /v1/nodes/{id}/pull?wait_s=&max=`: `{"pending_count","envelopes":[…]}` in queue
+/// order, waiting up to `wait_s` for the first.
+pub async fn pull(
+    State(gw): State<Arc<Gateway>>,
+    Query(q): Query<PullQuery>,
+    signed: SignedNode,
+) -> ApiResult<Json<PullAnswer>> {
+    let p = delivery::pull(&gw, &signed.node_id, q.wait_s, q.max).await?;
+    Ok(Json(PullAnswer {
+        envelopes: p.envelopes,
+        pending_count: p.pending,
+    }))
+}
+
+/// `POST /v1/nodes/{id}/ack`: removes the messages from the node's queue.
+pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResult<Json<AckAnswer>> {
+    let body: AckRequest = parse(&signed.body)?;
+    let ack = NodeAck {
+        delivered: body.message_ids,
+        rejected: body.rejected.into_iter().map(|r| (r.id, r.code)).collect(),
+    };
+    let acked = delivery::ack(&gw, &signed.node_id, ack).await?;
+    Ok(Json(AckAnswer { acked }))
+}
+
+/// `POST /v1/nodes/{id}/upload`: envelopes the node sends upstream.
+pub async fn upload(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<UploadAnswer>> {
+    let body: UploadRequest = parse(&signed.body)?;
+    Ok(Json(
+        uploads::upload(&gw, &signed.node_id, body.envelopes).await?,
+    ))
+}
+
+/// `POST /v1/nodes/{id}/audit`: entries from the confirmed size plus a signed
+/// checkpoint; 409 `audit_gap`/`audit_mismatch` when they would not extend the copy.
+pub async fn audit_upload(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<AuditAnswer>> {
+    // Entries that are neither text nor objects fail here, as 400 bad_request.
+    let body: AuditUpload = parse(&signed.body)?;
+    let size = audit_sync::extend(&gw, &signed.node_id, body).await?;
+    Ok(Json(AuditAnswer { size }))
+}
+
+/// `GET /v1/nodes/{id}/audit`: the confirmed size and root.
+pub async fn audit_status(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<AuditStatus>> {
+    Ok(Json(audit_sync::status(&gw, &signed.node_id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SinceQuery {
+    pub since: Option<u64>,
+}
+
+/// `GET /v1/nodes/{id}/revocations?since=N`: revoked token ids added after version N,
+/// and the current version to pass next time.
+pub async fn revocations(
+    State(gw): State<Arc<Gateway>>,
+    Query(q): Query<SinceQuery>,
+    _signed: SignedNode,
+) -> ApiResult<Json<Revocations>> {
+    let list = delivery::revocations(&gw, q.since.unwrap_or(0)).await?;
+    Ok(Json(Revocations {
+        revoked: list.revoked,
+        version: list.version,
+    }))
+}

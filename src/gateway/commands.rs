@@ -1,0 +1,338 @@
+//! Work for nodes: a caller's tool call or command is sealed to its node and queued
+//! durably; a tool call waits (a bounded time) for the node's result.
+
+use std::time::Duration;
+
+use rand_core::OsRng;
+use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::error::GatewayError;
+use super::events::GatewayEvent;
+use super::state::Gateway;
+use super::storage::{
+    job_key, ForNode, JobRecord, MessageStatus, NewJob, QueueStat, Queued, QUEUE_TO_NODE as TO_NODE,
+};
+use crate::envelope::{seal, IdentityDocument, SealParams};
+use crate::sync::wire::TaskRequest;
+use crate::telemetry::MessageEvent;
+use crate::token::{issue, Claims};
+
+/// A caller's tool call for one node.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub node_id: String,
+    pub tool_name: String,
+    pub tool_args: Value,
+    pub job_id: Option<String>,
+    pub ttl_s: Option<u64>,
+    /// How long to wait for the result when the node is online (0 = do not wait).
+    pub wait: Duration,
+    /// The caller's own token for the node; otherwise the gateway mints one for
+    /// exactly this tool.
+    pub token: Option<String>,
+}
+
+/// What became of a tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCallOutcome {
+    /// The node answered (now, or earlier for a repeated job id).
+    Answered {
+        message_id: String,
+        tool_name: String,
+        result: Value,
+    },
+    /// Queued (durably); the result arrives later (`GET /v1/messages/{id}`, events).
+    Queued { message_id: String, job_id: String },
+}
+
+/// A command for one node.
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub node_id: String,
+    pub command_type: String,
+    pub body: Value,
+    pub ttl_s: Option<u64>,
+}
+
+/// The enrolled node `node_id`, or `UnknownNode`.
+pub fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
+    gw.enrolled(node_id)
+        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))
+}
+
+/// Seal `plaintext` to `to` and queue it durably (with the job binding in the same
+/// transaction). Returns after the write is durable, with the expiry.
+async fn seal_and_queue(
+    gw: &Gateway,
+    to: &IdentityDocument,
+    payload_type: &str,
+    ttl_s: u64,
+    plaintext: &impl serde::Serialize,
+    message_id: &str,
+    job: Option<NewJob>,
+) -> Result<u64, GatewayError> {
+    let now = gw.now_ms();
+    let params = SealParams {
+        message_id: message_id.to_string(),
+        created_at_ms: now,
+        expires_at_ms: now + ttl_s * 1000,
+        payload_type: payload_type.to_string(),
+        priority: 0,
+    };
+    let pt = serde_json::to_vec(plaintext)
+        .map_err(|e| GatewayError::Internal(format!("payload: {e}")))?;
+    let env = seal(&gw.keys, &gw.cfg.node_id, to, &params, &pt, &mut OsRng)
+        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let live = gw.polling(&to.node_id);
+    let msg = ForNode {
+        node_id: to.node_id.clone(),
+        message_id: message_id.to_string(),
+        payload_type: payload_type.to_string(),
+        priority: 0,
+        created_at_ms: now,
+        expires_at_ms: params.expires_at_ms,
+        envelope: env.to_json(),
+        max_attempts: gw.cfg.queue.max_attempts,
+    };
+    if gw.state.queue_command(msg, job).await? == Queued::Duplicate {
+        return Err(GatewayError::Duplicate);
+    }
+    if live {
+        gw.mark_live_sent(message_id);
+    }
+    queued(
+        gw,
+        message_id,
+        &to.node_id,
+        payload_type,
+        params.expires_at_ms,
+    );
+    Ok(params.expires_at_ms)
+}
+
+/// A message is durable in a node's queue: metric, log, event, and wake its long-poll.
+pub fn queued(gw: &Gateway, message_id: &str, node_id: &str, payload_type: &str, expires: u64) {
+    MessageEvent {
+        queue: TO_NODE,
+        event: "enqueued",
+        peer: node_id,
+        message_id,
+        reason: None,
+    }
+    .emit(&gw.metrics);
+    gw.publish(GatewayEvent::Queued {
+        message_id: message_id.to_string(),
+        node_id: node_id.to_string(),
+        payload_type: payload_type.to_string(),
+        expires_at_ms: expires,
+    });
+    gw.wake_node(node_id);
+}
+
+/// The result filed for a request, as the node sent it. An unreadable record counts
+/// as none (logged): the caller sees the request as still waiting.
+pub async fn result_of(gw: &Gateway, message_id: &str) -> Result<Option<Value>, GatewayError> {
+    Ok(match gw.state.result(message_id).await? {
+        None => None,
+        Some(b) => match serde_json::from_slice(&b) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(event = "result_unreadable", message_id, error = %e);
+                None
+            }
+        },
+    })
+}
+
+/// A tool call from `subject` (the caller's token subject): bound to its job id, queued
+/// once, answered from the node's result when it arrives within `wait`.
+pub async fn tool_call(
+    gw: &Gateway,
+    subject: &str,
+    call: ToolCall,
+) -> Result<ToolCallOutcome, GatewayError> {
+    let doc = target(gw, &call.node_id)?;
+    let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
+    let job_id = call
+        .job_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    if !crate::tools::valid_job_id(&job_id) {
+        return Err(GatewayError::BadRequest(
+            "job_id must be 1..128 characters of [A-Za-z0-9._:-]".into(),
+        ));
+    }
+    // A caller's job id is bound to this node, tool and arguments (held under a lock so
+    // that concurrent repeats queue one request).
+    let key = job_key(&doc.node_id, subject, &job_id);
+    let args = serde_json::to_vec(&call.tool_args)
+        .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
+    let args_sha = crate::audit::sha256_hex(&args);
+    let held = gw.job_locks.lock(&key).await;
+    if let Some(rec) = gw.state.job(&key).await? {
+        if rec.tool_name != call.tool_name || rec.args_sha256 != args_sha {
+            return Err(GatewayError::JobConflict(format!(
+                "job_id {job_id:?} was already used by this caller for {} with other \
+                 arguments or another tool; nothing was queued",
+                doc.node_id
+            )));
+        }
+        // The same job again: answer what is known of it, queue nothing.
+        return Ok(match result_of(gw, &rec.message_id).await? {
+            Some(result) => ToolCallOutcome::Answered {
+                message_id: rec.message_id,
+                tool_name: call.tool_name,
+                result,
+            },
+            None => ToolCallOutcome::Queued {
+                message_id: rec.message_id,
+                job_id,
+            },
+        });
+    }
+    let message_id = uuid::Uuid::now_v7().to_string();
+    let token = match call.token {
+        Some(t) => t,
+        None => {
+            let claims = Claims::new(
+                &gw.cfg.node_id,
+                subject,
+                &doc.node_id,
+                vec![format!("tool:{}", call.tool_name)],
+                gw.now_ms(),
+                ttl_s * 1000,
+                &uuid::Uuid::now_v7().to_string(),
+            )
+            .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+            issue(&gw.keys, &claims).map_err(|e| GatewayError::Internal(e.to_string()))?
+        }
+    };
+    let request = TaskRequest {
+        job_id: Some(job_id.clone()),
+        token: Some(token),
+        tool_args: call.tool_args,
+        tool_name: call.tool_name.clone(),
+    };
+    // Subscribe before queueing, so a fast answer cannot slip past us.
+    let mut events = gw.bus.subscribe();
+    let job = NewJob {
+        key,
+        record: JobRecord {
+            message_id: message_id.clone(),
+            tool_name: call.tool_name.clone(),
+            args_sha256: args_sha,
+        },
+    };
+    seal_and_queue(
+        gw,
+        &doc,
+        "TASK_REQUEST",
+        ttl_s,
+        &request,
+        &message_id,
+        Some(job),
+    )
+    .await?;
+    drop(held);
+    if gw.connected(&doc.node_id) && !call.wait.is_zero() {
+        let deadline = tokio::time::Instant::now() + call.wait;
+        loop {
+            if let Some(result) = result_of(gw, &message_id).await? {
+                return Ok(ToolCallOutcome::Answered {
+                    message_id,
+                    tool_name: call.tool_name,
+                    result,
+                });
+            }
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok((_, GatewayEvent::Result { .. })) | Err(RecvError::Lagged(_)) => {}
+                    Ok(_) => continue,
+                    Err(RecvError::Closed) => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = gw.shutdown.cancelled() => break,
+            }
+        }
+    }
+    Ok(ToolCallOutcome::Queued { message_id, job_id })
+}
+
+/// Queue a command; returns its message id and expiry.
+pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayError> {
+    let doc = target(gw, &c.node_id)?;
+    if c.command_type.is_empty() || c.command_type.len() > 64 {
+        return Err(GatewayError::BadRequest(
+            "command_type must be 1..=64 characters".into(),
+        ));
+    }
+    if !gw.cfg.queue.is_queueable(&c.command_type) && !gw.reachable_now(&doc.node_id) {
+        return Err(GatewayError::RecipientOffline(format!(
+            "{} holds no long-poll now and {:?} commands are not queued",
+            doc.node_id, c.command_type
+        )));
+    }
+    let ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
+    let mut payload = match c.body {
+        Value::Object(m) => Value::Object(m),
+        Value::Null => json!({}),
+        other => json!({"value": other}),
+    };
+    payload["command_type"] = Value::String(c.command_type.clone());
+    let message_id = uuid::Uuid::now_v7().to_string();
+    let expires = seal_and_queue(gw, &doc, "COMMAND", ttl_s, &payload, &message_id, None).await?;
+    Ok((message_id, expires))
+}
+
+/// Where a message is, and the result filed for it.
+#[derive(Debug, Clone)]
+pub struct MessageView {
+    pub status: Option<MessageStatus>,
+    pub result: Option<Value>,
+}
+
+pub async fn message(gw: &Gateway, id: &str) -> Result<MessageView, GatewayError> {
+    let status = gw.state.message_status(id).await?;
+    let result = result_of(gw, id).await?;
+    if status.is_none() && result.is_none() {
+        return Err(GatewayError::NotFound(
+            "not_found",
+            "no such message".into(),
+        ));
+    }
+    Ok(MessageView { status, result })
+}
+
+/// One enrolled node as `GET /v1/nodes` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeView {
+    pub node_id: String,
+    pub last_seen: Option<u64>,
+    pub liveness: &'static str,
+    pub polling: bool,
+    pub queue_depth: u64,
+    pub oldest_age_s: u64,
+    pub audit_size: u64,
+}
+
+pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
+    let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
+    let mut out = Vec::new();
+    let trust = gw.trust();
+    for p in trust.list().filter(|p| p.doc.role == "node") {
+        let id = &p.doc.node_id;
+        let (live, last_seen) = gw.liveness(id);
+        let st = stats.iter().find(|s| s.queue == TO_NODE && &s.peer == id);
+        out.push(NodeView {
+            node_id: id.clone(),
+            last_seen,
+            liveness: live.as_str(),
+            polling: gw.polling(id),
+            queue_depth: st.map(|s| s.depth).unwrap_or(0),
+            oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
+            audit_size: super::audit_sync::confirmed_size(gw, id).await,
+        });
+    }
+    Ok(out)
+}

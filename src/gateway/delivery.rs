@@ -1,0 +1,144 @@
+//! Handing queued messages to their node: the long-poll pull, the ack that removes
+//! them, and the revocation list nodes fetch.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::error::GatewayError;
+use super::events::GatewayEvent;
+use super::state::Gateway;
+use super::storage::{Batch, NodeAck, RevocationList, QUEUE_TO_NODE};
+use crate::telemetry::MessageEvent;
+
+/// Upper bound of a long-poll, whatever the node asks for.
+pub const MAX_WAIT_S: u64 = 60;
+/// Most envelopes per pull, ids per ack, envelopes per upload.
+pub const MAX_BATCH: usize = 1000;
+
+/// Decrements the long-poll count however the pull ends (answer, disconnect,
+/// shutdown).
+struct PollGuard<'a>(&'a Gateway, &'a str);
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.0.poll_ended(self.1);
+    }
+}
+
+/// A pull's answer: envelopes in queue order and how many were waiting.
+pub struct Pulled {
+    pub envelopes: Vec<Value>,
+    pub pending: u64,
+}
+
+/// Up to `max` messages for `node`, waiting up to `wait` for the first (woken by the
+/// node's `Notify` when something is queued, or by shutdown).
+pub async fn pull(
+    gw: &Gateway,
+    node: &str,
+    wait_s: Option<u64>,
+    max: Option<usize>,
+) -> Result<Pulled, GatewayError> {
+    let wait = Duration::from_secs(wait_s.unwrap_or(0).min(MAX_WAIT_S));
+    let max = max
+        .unwrap_or(gw.cfg.queue.flush_batch as usize)
+        .clamp(1, MAX_BATCH);
+    // Only a pull that waits holds the node "on the line": a message queued while it
+    // is held goes out at once (`was_stored: false`). The handshake and flush pulls
+    // (`wait_s = 0`) answer immediately, and the node does its chores before it
+    // long-polls again, so counting them would call a message that then waits "live".
+    let _guard = (!wait.is_zero()).then(|| {
+        gw.poll_started(node);
+        PollGuard(gw, node)
+    });
+    let deadline = tokio::time::Instant::now() + wait;
+    let waker = gw.waker(node);
+    let batch: Batch = loop {
+        // Register interest before looking, so a message queued between the look and
+        // the wait still wakes us.
+        let notified = waker.notified();
+        let batch = gw.state.take_batch(node, max).await?;
+        if !batch.deliveries.is_empty() || tokio::time::Instant::now() >= deadline {
+            break batch;
+        }
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = gw.shutdown.cancelled() => break batch,
+        }
+    };
+    let envelopes = batch
+        .deliveries
+        .into_iter()
+        .filter_map(|d| {
+            match serde_json::from_slice(&d.envelope) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(event = "queued_envelope_unreadable", message_id = %d.message_id, error = %e);
+                    None
+                }
+            }
+        })
+        .collect();
+    Ok(Pulled {
+        envelopes,
+        pending: batch.pending,
+    })
+}
+
+/// Remove what `node` acknowledged and emit `delivered` (with `was_stored`) — or
+/// `rejected` with the node's code — for each that was there. Returns those ids.
+pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, GatewayError> {
+    if ack.delivered.len() + ack.rejected.len() > MAX_BATCH {
+        return Err(GatewayError::BadRequest("at most 1000 ids per ack".into()));
+    }
+    let rejected: Vec<(String, String)> = ack
+        .rejected
+        .into_iter()
+        .map(|(id, code)| (id, code.chars().take(64).collect()))
+        .collect();
+    let removed = gw
+        .state
+        .ack(
+            node,
+            NodeAck {
+                delivered: ack.delivered,
+                rejected: rejected.clone(),
+            },
+        )
+        .await?;
+    for id in &removed {
+        let was_stored = gw.take_was_stored(id);
+        let code = rejected.iter().find(|(r, _)| r == id).map(|(_, c)| c);
+        MessageEvent {
+            queue: QUEUE_TO_NODE,
+            event: if code.is_some() {
+                "rejected"
+            } else {
+                "delivered"
+            },
+            peer: node,
+            message_id: id,
+            reason: code.map(String::as_str),
+        }
+        .emit(&gw.metrics);
+        gw.publish(match code {
+            Some(c) => GatewayEvent::Rejected {
+                message_id: id.clone(),
+                node_id: node.to_string(),
+                code: c.clone(),
+            },
+            None => GatewayEvent::Delivered {
+                message_id: id.clone(),
+                node_id: node.to_string(),
+                was_stored,
+            },
+        });
+    }
+    Ok(removed)
+}
+
+/// Revoked token ids added after version `since`, and the current version.
+pub async fn revocations(gw: &Gateway, since: u64) -> Result<RevocationList, GatewayError> {
+    Ok(gw.state.revocations(since).await?)
+}

@@ -1,0 +1,48 @@
+//! What a gateway flow can fail with, in the gateway's own terms. The HTTP edge
+//! (`api::gateway::error`) gives each a status; nothing in `gateway/` knows one.
+
+use super::audit_sync::Refusal;
+use super::storage::StateError;
+use crate::config::TtlError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The request is malformed or out of bounds.
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Ttl(#[from] TtlError),
+    /// The target is not an enrolled node.
+    #[error("{0:?} is not an enrolled node (add it with `outpost trust add --send`)")]
+    UnknownNode(String),
+    /// A signed request from a node the trust store does not know (any more).
+    #[error("unknown node")]
+    UnknownPeer,
+    /// A caller's job id is bound to another tool or other arguments.
+    #[error("{0}")]
+    JobConflict(String),
+    /// A message id is already in use.
+    #[error("message id already used")]
+    Duplicate,
+    /// A command that is not queued for an offline node.
+    #[error("{0}")]
+    RecipientOffline(String),
+    /// No such message (or inbox message).
+    #[error("{1}")]
+    NotFound(&'static str, String),
+    /// An audit upload that would not extend the stored copy.
+    #[error(transparent)]
+    Audit(#[from] Refusal),
+    /// The gateway's durable state failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Something that should not happen (sealing to a verified identity failed…).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<crate::store::StoreError> for GatewayError {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::State(e.into())
+    }
+}

@@ -1,0 +1,246 @@
+//! The gateway's state behind one interface ([`GatewayState`]), so that the handlers
+//! speak of commands, jobs, results, deliveries, the inbox, revocations and audit
+//! copies — never of queue, KV or dedup-scope names.
+//!
+//! One implementation today: [`embedded::Embedded`], the store every node runs too
+//! (a single file set on the gateway's disk). A database-backed implementation (for
+//! gateway replicas sharing one database) implements the same trait; everything above
+//! it — the handlers, the sweeper, liveness, events — stays as it is.
+//!
+//! Contract every implementation keeps (the handlers rely on it):
+//! - A future that resolves `Ok` has made its write durable (fsynced, or committed by
+//!   the database). Nothing is acknowledged to a caller before that.
+//! - Per node, [`GatewayState::take_batch`] hands out messages in the order they were
+//!   queued (priority first, then arrival), never one that expired, and never one
+//!   already handed out and not yet acknowledged or retried.
+//! - [`GatewayState::queue_command`] stores a job binding and its command in one
+//!   transaction: either both exist afterwards or neither.
+//! - Ids are unique per gateway: a second message with a known id is
+//!   [`Queued::Duplicate`] and nothing is written.
+
+pub mod embedded;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::envelope::TrustStore;
+pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
+
+/// Queue names the state reports in [`QueueStat::queue`] (and `/v1/status`, metrics
+/// and logs show): messages waiting for a node (`peer` = the node)…
+pub const QUEUE_TO_NODE: &str = "to_node";
+/// …and messages nodes sent to the gateway itself (`peer` = the sender).
+pub const QUEUE_INBOX: &str = "inbox";
+
+/// What every call returns: a boxed future, so the trait stays object-safe
+/// (`Arc<dyn GatewayState>`) without a macro crate.
+pub type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StateError>> + Send + 'a>>;
+
+/// Why the gateway's state could not answer. The HTTP edge maps each to a status
+/// (`api::gateway`); nothing here knows one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The store's own error (queue full, storage full, expired, corrupt, i/o…).
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The backing service cannot be reached now (a database restarting); retry.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// A record the gateway wrote earlier cannot be read back.
+    #[error("stored record unreadable: {0}")]
+    Corrupt(String),
+}
+
+/// A sealed envelope waiting for its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForNode {
+    pub node_id: String,
+    pub message_id: String,
+    pub payload_type: String,
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// The envelope as JSON bytes, exactly as the node will receive it.
+    pub envelope: Vec<u8>,
+    /// Deliveries before it is dead-lettered; 0 = until expiry.
+    pub max_attempts: u32,
+}
+
+/// What a caller's job id is bound to at the gateway: a repeat by the same caller for
+/// the same node, tool and arguments is answered from it; anything else is a conflict.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    pub message_id: String,
+    pub tool_name: String,
+    pub args_sha256: String,
+}
+
+/// A caller's job, stored with its TASK_REQUEST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// [`job_key`] of (node, caller, job id).
+    pub key: String,
+    pub record: JobRecord,
+}
+
+/// Key of a caller's job for one node: job ids are scoped per caller (token subject)
+/// and node, so two callers' ids never collide.
+pub fn job_key(node_id: &str, subject: &str, job_id: &str) -> String {
+    let scope = crate::audit::sha256_hex(format!("{node_id}\n{subject}").as_bytes());
+    format!("{scope}/{job_id}")
+}
+
+/// Outcome of storing a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queued {
+    /// Durable.
+    Queued,
+    /// The id is known (queued, delivered or remembered): nothing was written.
+    Duplicate,
+}
+
+/// A message handed to its node by a pull.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub message_id: String,
+    pub envelope: Vec<u8>,
+}
+
+/// A pull's batch and how many messages were waiting when it was taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub deliveries: Vec<Delivery>,
+    pub pending: u64,
+}
+
+/// A node's ack: ids it received, and ids it refused with its code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeAck {
+    pub delivered: Vec<String>,
+    pub rejected: Vec<(String, String)>,
+}
+
+/// A message a node sent to the gateway itself (not a result): kept in the inbox
+/// until an operator acknowledges it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxMessage {
+    pub from_node: String,
+    pub message_id: String,
+    pub payload_type: String,
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// The record the inbox lists (`sync::wire::InboxRecord` bytes).
+    pub record: Vec<u8>,
+    /// The id is refused as a replay until then.
+    pub remember_until_ms: u64,
+}
+
+/// A node's TASK_RESULT, filed under the request it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiledResult {
+    /// The TASK_REQUEST's message id (or the result's own, when it names none of this
+    /// node's requests).
+    pub request_id: String,
+    /// The result's own envelope id: refused as a replay until `remember_until_ms`.
+    pub result_message_id: String,
+    /// The decrypted result as the node sent it.
+    pub plaintext: Vec<u8>,
+    pub remember_until_ms: u64,
+}
+
+/// Outcome of a revocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoked {
+    /// Added under this version (versions only grow).
+    Added { version: u64 },
+    /// Already revoked; nothing changed.
+    Duplicate,
+}
+
+/// The revocation list from version `since` on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RevocationList {
+    /// Token ids revoked after `since`.
+    pub revoked: Vec<String>,
+    /// The newest version (0 = none ever).
+    pub version: u64,
+}
+
+/// An accepted extension of a node's audit copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditExtension {
+    /// Index of the first entry (the confirmed size before).
+    pub start: u64,
+    pub entries: Vec<Vec<u8>>,
+    /// The signed checkpoint note that covers them, and its size.
+    pub checkpoint_size: u64,
+    pub checkpoint: String,
+}
+
+/// The gateway's durable state. See the module documentation for the contract.
+pub trait GatewayState: Send + Sync {
+    /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
+    /// clock for the embedded engine).
+    fn now_ms(&self) -> u64;
+
+    /// Queue a sealed envelope for its node, with the caller's job binding (tool calls)
+    /// in the same transaction.
+    fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued>;
+    /// Queue an envelope one node sent to another (forwarded unopened).
+    fn forward(&self, msg: ForNode) -> Fut<'_, Queued>;
+    /// The job a caller's key is bound to.
+    fn job<'a>(&'a self, key: &'a str) -> Fut<'a, Option<JobRecord>>;
+    /// The node a TASK_REQUEST was sent to.
+    fn request_node<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<String>>;
+    /// The TASK_RESULT filed under a request, as the node sent it.
+    fn result<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<Vec<u8>>>;
+    /// File a result (and remember its envelope id) in one transaction.
+    fn file_result(&self, result: FiledResult) -> Fut<'_, ()>;
+    /// An envelope id a node uploaded before (a result or an inbox message).
+    fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool>;
+
+    /// Up to `max` messages for `node`, marked as being delivered.
+    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, Batch>;
+    /// Remove what the node acknowledged; returns the ids that were removed (an id
+    /// acknowledged twice is removed once).
+    fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>>;
+
+    /// Keep a message a node sent to the gateway.
+    fn inbox_put(&self, msg: InboxMessage) -> Fut<'_, Queued>;
+    /// Inbox records, oldest first, after `from` (an id).
+    fn inbox_list<'a>(&'a self, from: Option<&'a str>, limit: usize) -> Fut<'a, Vec<Vec<u8>>>;
+    /// Acknowledge an inbox message: `None` = no such message, `Some(removed)`.
+    fn inbox_ack<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<bool>>;
+
+    /// Where a message (command or inbox message) is now.
+    fn message_status<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<MessageStatus>>;
+    /// Depth, head age and bytes per node queue (and the inbox, by sender).
+    fn queue_stats(&self) -> Fut<'_, Vec<QueueStat>>;
+    /// Dead-letter what expired (each message exactly once).
+    fn sweep_expired(&self) -> Fut<'_, Vec<ExpiredMessage>>;
+
+    /// Revoke a token id (versions are assigned one at a time).
+    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked>;
+    /// Revocations newer than `since`.
+    fn revocations(&self, since: u64) -> Fut<'_, RevocationList>;
+    /// Is this token id revoked? Asked on every token check, synchronously (the
+    /// check is pure): answer from memory or a cheap local read.
+    fn is_revoked(&self, jti: &str) -> Result<bool, StateError>;
+
+    /// Every entry of a node's audit copy, in index order.
+    fn audit_entries<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Vec<u8>>>;
+    /// One entry of a node's audit copy.
+    fn audit_entry<'a>(&'a self, node: &'a str, index: u64) -> Fut<'a, Option<Vec<u8>>>;
+    /// Store a verified extension and its checkpoint in one transaction.
+    fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()>;
+
+    /// The trust store (peers `outpost trust add` enrolled), read synchronously: the
+    /// trust cache calls it at most once a second.
+    fn load_trust(&self) -> Result<TrustStore, StateError>;
+    /// False once the state can no longer make writes durable (a failed fsync): the
+    /// watchdog stops pinging so systemd restarts the gateway.
+    fn durable(&self) -> bool;
+    /// Flush and close (at shutdown).
+    fn close(&self) -> Fut<'_, ()>;
+}
