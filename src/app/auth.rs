@@ -2,11 +2,31 @@
 //! checked fully offline against the trust store (plus this node's own key, which may
 //! always issue tokens for itself) and the synced revocation list.
 
-use super::core::NodeCore;
+use std::sync::Arc;
+
+use super::base::Base;
 use super::error::NodeError;
 use crate::token::{self, Claims, Decision, DenyReason, Request};
 
-impl NodeCore {
+/// Distinct tokens whose verification is remembered (a few hundred bytes each).
+const VERIFY_CACHE_TOKENS: usize = 256;
+
+/// Checks capability tokens for this node's local API and its task requests.
+pub struct Authorizer {
+    base: Arc<Base>,
+    /// Memo of token signature checks (a field device sees the same few tokens over
+    /// and over; the Ed25519 verification was a third of a tool call's CPU).
+    verify_cache: token::VerifyCache,
+}
+
+impl Authorizer {
+    pub(super) fn new(base: Arc<Base>) -> Self {
+        Self {
+            base,
+            verify_cache: token::VerifyCache::new(VERIFY_CACHE_TOKENS),
+        }
+    }
+
     fn decide(
         &self,
         token: &str,
@@ -17,9 +37,9 @@ impl NodeCore {
         token::check_cached(
             token,
             req,
-            self.now_ms(),
+            self.base.now_ms(),
             skew_ms,
-            &self.trust(),
+            &self.base.trust(),
             revoked,
             Some(&self.verify_cache),
         )
@@ -27,15 +47,15 @@ impl NodeCore {
 
     fn check_token(&self, token: Option<&str>, req: Request<'_>) -> Result<Claims, NodeError> {
         let token = token.unwrap_or("");
-        let skew = self.cfg.max_clock_skew_s * 1000;
-        let revoked = |jti: &str| self.is_revoked(jti);
+        let skew = self.base.skew_ms();
+        let revoked = |jti: &str| self.base.is_revoked(jti);
         let mut decision = self.decide(token, &req, skew, &revoked);
         if let Decision::Deny {
             reason: DenyReason::UnknownIssuer,
             ..
         } = decision
         {
-            self.reload_trust_if_stale();
+            self.base.reload_trust_if_stale();
             decision = self.decide(token, &req, skew, &revoked);
         }
         match decision {
@@ -64,11 +84,11 @@ impl NodeCore {
         token: Option<&str>,
         tool_name: &str,
     ) -> Result<Claims, NodeError> {
-        self.check_token(token, Request::tool(&self.cfg.node_id, tool_name))
+        self.check_token(token, Request::tool(&self.base.cfg.node_id, tool_name))
     }
 
     /// Inbox and outbox need the `admin` scope.
     pub fn authorize_admin(&self, token: Option<&str>) -> Result<Claims, NodeError> {
-        self.check_token(token, Request::scope(&self.cfg.node_id, "admin"))
+        self.check_token(token, Request::scope(&self.base.cfg.node_id, "admin"))
     }
 }

@@ -7,10 +7,15 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::core::NodeCore;
+use std::sync::Arc;
+
+use super::auth::Authorizer;
+use super::base::Base;
 use super::error::NodeError;
+use super::recorder::Recorder;
 use crate::audit::AuditOutcome;
 use crate::telemetry::ToolCallFinished;
+use crate::tools::Registry;
 
 /// Results are kept at least this long for `job_id` idempotency (SPEC §4.11).
 pub const RESULT_KEEP_MS: u64 = 25 * 3600 * 1000;
@@ -69,11 +74,41 @@ pub fn result_key(subject: &str, job_id: &str) -> String {
 
 pub use crate::tools::valid_job_id;
 
-impl NodeCore {
+/// The tool-call flow: token, idempotency, run, audit + result.
+pub struct ToolCalls {
+    base: Arc<Base>,
+    auth: Arc<Authorizer>,
+    recorder: Arc<Recorder>,
+    tools: Registry,
+    /// One lock per caller's job, so concurrent repeats run the tool once.
+    job_locks: crate::keyed_lock::KeyedLocks,
+}
+
+impl ToolCalls {
+    pub(super) fn new(
+        base: Arc<Base>,
+        auth: Arc<Authorizer>,
+        recorder: Arc<Recorder>,
+        tools: Registry,
+    ) -> Self {
+        Self {
+            base,
+            auth,
+            recorder,
+            tools,
+            job_locks: crate::keyed_lock::KeyedLocks::new(),
+        }
+    }
+
+    /// The tools this node runs.
+    pub fn tools(&self) -> &Registry {
+        &self.tools
+    }
+
     /// Run a tool call end to end. `actor` names who asked (for the audit log): the
     /// token's subject, or the envelope's sender for `TASK_REQUEST`s.
     pub async fn tool_call(&self, req: ToolCallRequest, via: &str) -> Result<Value, NodeError> {
-        if !self.accepting() {
+        if !self.base.life.accepting() {
             return Err(NodeError::NotReady("shutting down; the call was not run"));
         }
         if req.tool_name.is_empty() || req.tool_name.len() > 64 {
@@ -104,7 +139,10 @@ impl NodeCore {
         };
 
         // 1. Capability: no tool runs without a valid token.
-        let claims = match self.authorize_tool(req.token.as_deref(), &req.tool_name) {
+        let claims = match self
+            .auth
+            .authorize_tool(req.token.as_deref(), &req.tool_name)
+        {
             Ok(c) => c,
             Err(e) => {
                 let detail = match &e {
@@ -112,22 +150,23 @@ impl NodeCore {
                     NodeError::Denied { reason, .. } => reason.as_str(),
                     other => other.code(),
                 };
-                self.audit_call_outcome(
-                    &job_id,
-                    &req.tool_name,
-                    via,
-                    &args_sha,
-                    AuditOutcome::Refused,
-                    detail,
-                )
-                .await;
+                self.recorder
+                    .audit_call_outcome(
+                        &job_id,
+                        &req.tool_name,
+                        via,
+                        &args_sha,
+                        AuditOutcome::Refused,
+                        detail,
+                    )
+                    .await;
                 ToolCallFinished {
                     tool: label,
                     outcome: "refused",
                     job_id: &job_id,
                     duration: None,
                 }
-                .emit(&self.metrics);
+                .emit(&self.base.metrics);
                 return Err(e);
             }
         };
@@ -139,15 +178,16 @@ impl NodeCore {
 
         // 2. Known tool?
         if self.tools.spec(&req.tool_name).is_none() {
-            self.audit_call_outcome(
-                &job_id,
-                &req.tool_name,
-                &actor,
-                &args_sha,
-                AuditOutcome::Refused,
-                "unknown_tool",
-            )
-            .await;
+            self.recorder
+                .audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    &actor,
+                    &args_sha,
+                    AuditOutcome::Refused,
+                    "unknown_tool",
+                )
+                .await;
             return Err(NodeError::UnknownTool(req.tool_name.clone()));
         }
 
@@ -158,22 +198,23 @@ impl NodeCore {
             true => None,
         };
         if !minted {
-            let stored = self.store.result_get(&key).map_err(NodeError::Store)?;
+            let stored = self.base.store.result_get(&key).map_err(NodeError::Store)?;
             if let Some(stored) =
                 stored.and_then(|b| serde_json::from_slice::<StoredResult>(&b).ok())
             {
                 if stored.compare(&actor, &req.tool_name, &args_sha) == Repeat::Same {
                     return Ok(stored.body);
                 }
-                self.audit_call_outcome(
-                    &job_id,
-                    &req.tool_name,
-                    &actor,
-                    &args_sha,
-                    AuditOutcome::Refused,
-                    "job_id_conflict",
-                )
-                .await;
+                self.recorder
+                    .audit_call_outcome(
+                        &job_id,
+                        &req.tool_name,
+                        &actor,
+                        &args_sha,
+                        AuditOutcome::Refused,
+                        "job_id_conflict",
+                    )
+                    .await;
                 return Err(NodeError::JobConflict(format!(
                     "job_id {job_id:?} was already used by this caller for another tool or \
                          other arguments; nothing was run"
@@ -191,6 +232,7 @@ impl NodeCore {
                 let result_sha = sha256_hex(&serde_json::to_vec(&result).unwrap_or_default());
                 let tool = req.tool_name.clone();
                 let (_, _, body) = self
+                    .recorder
                     .record_tool_success(
                         &key,
                         &job_id,
@@ -207,28 +249,29 @@ impl NodeCore {
                     job_id: &job_id,
                     duration: Some(elapsed),
                 }
-                .emit(&self.metrics);
+                .emit(&self.base.metrics);
                 Ok(body)
             }
             Err(err) => {
                 let audit_outcome = err.audit_outcome();
                 let outcome = audit_outcome.as_str();
-                self.audit_call_outcome(
-                    &job_id,
-                    &req.tool_name,
-                    &actor,
-                    &args_sha,
-                    audit_outcome,
-                    err.code(),
-                )
-                .await;
+                self.recorder
+                    .audit_call_outcome(
+                        &job_id,
+                        &req.tool_name,
+                        &actor,
+                        &args_sha,
+                        audit_outcome,
+                        err.code(),
+                    )
+                    .await;
                 ToolCallFinished {
                     tool: label,
                     outcome,
                     job_id: &job_id,
                     duration: Some(elapsed),
                 }
-                .emit(&self.metrics);
+                .emit(&self.base.metrics);
                 Err(NodeError::Tool(err))
             }
         }

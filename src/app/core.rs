@@ -1,63 +1,37 @@
-//! `NodeCore`: everything the node's API handlers and workers share, and the flows that
-//! cross components (tool call = token check → idempotency → run → audit + result in one
-//! durable batch; inbound envelope = pipeline → durable inbox; outbox = seal → enqueue).
+//! `NodeCore`: the node role composed of its services, one per flow —
+//! [`ToolCalls`] (token → idempotency → run → audit + result), [`Inbound`] (envelope
+//! pipeline → durable inbox or tasks), [`Outbox`] (seal → queue for the sync loop),
+//! [`Inbox`] (local consumers), [`Recorder`] (the audit log) — over a shared [`Base`]
+//! (config, store, keys, trust, metrics, clock, lifecycle).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::audit::AuditLog;
-use crate::clock::{self, SharedClock};
-use crate::config::Config;
-use crate::envelope::{Keys, TrustStore};
-use crate::store::Store;
-use crate::telemetry::Metrics;
-use crate::tools::Registry;
-use tokio::sync::Notify;
-
+use super::auth::Authorizer;
+use super::base::Base;
+use super::calls::ToolCalls;
+use super::error::NodeError;
+use super::inbound::Inbound;
+use super::inbox::Inbox;
 use super::keyfile;
-use super::store_audit::StoreAudit;
+use super::outbox::Outbox;
+use super::recorder::Recorder;
+use crate::clock;
+use crate::config::Config;
+use crate::envelope::Keys;
+use crate::telemetry::Metrics;
 
-/// KV namespaces this role keeps in the store.
-pub const KV_META: &str = "meta";
-pub const KV_REVOKED: &str = "revoked";
-
-/// Distinct tokens whose verification is remembered (a few hundred bytes each).
-const VERIFY_CACHE_TOKENS: usize = 256;
+pub use super::base::{KV_META, KV_REVOKED};
 
 pub struct NodeCore {
-    pub(super) cfg: Arc<Config>,
-    pub(super) store: Store,
-    pub(super) keys: Arc<Keys>,
-    pub(super) trust: crate::daemon::trust::TrustCache,
-    pub(super) audit: Arc<AuditLog<StoreAudit>>,
-    pub(super) tools: Registry,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) clock: SharedClock,
-    accepting: AtomicBool,
-    ready: AtomicBool,
-    pub(super) started_ms: u64,
-    /// Bumped by the main loop (sweeper) each time it completes a pass; the watchdog
-    /// only pings systemd when this moved.
-    pub(super) progress: AtomicU64,
-    pub(super) boot_instant: tokio::time::Instant,
-    /// The last periodic time-floor write succeeded (the store is writable).
-    pub(super) store_ok: AtomicBool,
-    /// Woken when a `TASK_REQUEST` lands in the tasks queue.
-    pub(super) tasks_waiting: Notify,
-    /// One lock per caller's job, so concurrent repeats run the tool once.
-    pub(super) job_locks: crate::keyed_lock::KeyedLocks,
-    upstream: Mutex<Option<Arc<dyn Upstream>>>,
-    /// Memo of token signature checks (a field device sees the same few tokens over
-    /// and over; the Ed25519 verification was a third of a tool call's CPU).
-    pub(super) verify_cache: crate::token::VerifyCache,
-    /// HTTP requests answered (the sweeper trims memory once this stops moving).
-    pub(super) served: AtomicU64,
-    /// What refused requests may cost in audit entries.
-    pub(super) refusals: Mutex<super::refusals::RefusalBudget>,
-    /// Audit appends failed since the last one that succeeded (one log line an episode).
-    pub(super) append_failures: Mutex<u64>,
+    base: Arc<Base>,
+    pub auth: Arc<Authorizer>,
+    pub recorder: Arc<Recorder>,
+    pub calls: ToolCalls,
+    pub inbound: Inbound,
+    pub outbox: Outbox,
+    pub inbox: Inbox,
 }
 
 /// What the node's upstream link (the sync loop) shows to the rest of the node.
@@ -84,101 +58,56 @@ impl NodeCore {
         }
         let store = super::open_store(&cfg, clock.clone())?;
         let trust = crate::daemon::trust::TrustCache::load(&store, &identity)?;
-        let audit = Arc::new(AuditLog::open(StoreAudit::new(store.clone()))?);
         let tools = super::build_registry(&cfg)?;
-        let started_ms = store.now_ms();
+        let base = Arc::new(Base::new(cfg, store, keys, trust, clock));
+        let recorder = Arc::new(Recorder::open(base.clone())?);
+        let auth = Arc::new(Authorizer::new(base.clone()));
         Ok(Self {
-            cfg: Arc::new(cfg),
-            store,
-            keys: Arc::new(keys),
-            trust,
-            audit,
-            tools,
-            metrics: Arc::new(Metrics::new()),
-            clock,
-            accepting: AtomicBool::new(true),
-            ready: AtomicBool::new(false),
-            started_ms,
-            progress: AtomicU64::new(0),
-            boot_instant: tokio::time::Instant::now(),
-            store_ok: AtomicBool::new(true),
-            tasks_waiting: Notify::new(),
-            job_locks: crate::keyed_lock::KeyedLocks::new(),
-            upstream: Mutex::new(None),
-            verify_cache: crate::token::VerifyCache::new(VERIFY_CACHE_TOKENS),
-            served: AtomicU64::new(0),
-            refusals: Mutex::new(super::refusals::RefusalBudget::new(started_ms)),
-            append_failures: Mutex::new(0),
+            calls: ToolCalls::new(base.clone(), auth.clone(), recorder.clone(), tools),
+            inbound: Inbound::new(base.clone(), recorder.clone()),
+            outbox: Outbox::new(base.clone(), recorder.clone()),
+            inbox: Inbox::new(base.clone()),
+            auth,
+            recorder,
+            base,
         })
+    }
+
+    /// What every service shares.
+    pub fn base(&self) -> &Arc<Base> {
+        &self.base
     }
 
     /// The resolved configuration.
     pub fn cfg(&self) -> &Config {
-        &self.cfg
+        &self.base.cfg
     }
 
     /// The metrics registry (rendered by `GET /metrics`).
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        &self.base.metrics
     }
 
-    /// The tools this node runs.
-    pub fn tools(&self) -> &Registry {
-        &self.tools
+    pub fn now_ms(&self) -> u64 {
+        self.base.now_ms()
     }
 
     /// One more HTTP request answered (the sweeper trims memory once this stops moving).
     pub fn note_served(&self) {
-        self.served.fetch_add(1, Ordering::Relaxed);
+        self.base.life.note_served();
     }
 
-    pub fn now_ms(&self) -> u64 {
-        self.store.now_ms()
-    }
-
-    pub fn set_ready(&self) {
-        self.ready.store(true, Ordering::SeqCst);
-    }
+    /// Ready for traffic: started, not shutting down, and the store takes writes.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst) && self.accepting.load(Ordering::SeqCst)
-    }
-    pub fn stop_accepting(&self) {
-        self.accepting.store(false, Ordering::SeqCst);
-    }
-    pub fn accepting(&self) -> bool {
-        self.accepting.load(Ordering::SeqCst)
+        self.base.life.is_ready() && self.base.life.store_writable()
     }
 
     pub fn close(&self) {
-        self.store.close();
-    }
-
-    pub fn trust(&self) -> Arc<TrustStore> {
-        self.trust.get()
-    }
-
-    /// An unknown peer: re-read the trust store (at most once a second) before refusing.
-    pub fn reload_trust_if_stale(&self) {
-        self.trust.reload_if_stale(self.now_ms());
-    }
-
-    pub fn is_revoked(&self, jti: &str) -> bool {
-        matches!(self.store.kv_get(KV_REVOKED, jti), Ok(Some(_)))
-    }
-
-    pub fn set_upstream(&self, h: Arc<dyn Upstream>) {
-        *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
-    }
-
-    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
-        self.upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.base.store.close();
     }
 
     pub fn upstream_status(&self) -> Value {
-        match self.upstream().as_ref() {
+        match self.outbox.upstream().as_ref() {
             Some(h) => h.status_json(),
             None => {
                 json!({"state": "none", "detail": "no [upstream] configured: fully offline node"})
@@ -186,7 +115,67 @@ impl NodeCore {
         }
     }
 
-    pub fn map_store_error(e: crate::store::StoreError) -> super::error::NodeError {
-        super::error::NodeError::Store(e)
+    /// One line for systemd's `STATUS=`.
+    pub fn status_line(&self) -> String {
+        let now = self.now_ms();
+        let stats = self.base.store.queue_stats(now).unwrap_or_default();
+        let mut parts: Vec<String> = stats
+            .iter()
+            .filter(|s| s.depth > 0)
+            .map(|s| format!("{}/{}={}", s.queue, s.peer, s.depth))
+            .collect();
+        if parts.is_empty() {
+            parts.push("all queues empty".into());
+        }
+        format!(
+            "queues: {}; audit {}",
+            parts.join(" "),
+            self.recorder.size()
+        )
+    }
+
+    /// Mirror store state into gauges just before `/metrics` renders.
+    pub fn refresh_gauges(&self) {
+        let (store, metrics) = (&self.base.store, &self.base.metrics);
+        if let Ok(stats) = store.queue_stats(self.now_ms()) {
+            metrics.set_queue_stats(&stats);
+        }
+        let size = self.recorder.size();
+        metrics.audit_size.set(&[], size as f64);
+        metrics
+            .audit_unsynced_entries
+            .set(&[], size.saturating_sub(self.recorder.synced_size()) as f64);
+        metrics
+            .store_bytes
+            .set(&[], store.bytes_used().unwrap_or(0) as f64);
+    }
+
+    /// `GET /v1/status`.
+    pub fn status_json(&self) -> Result<Value, NodeError> {
+        let now = self.now_ms();
+        let stats = self.base.store.queue_stats(now).map_err(NodeError::Store)?;
+        let queues: Vec<Value> = stats
+            .iter()
+            .map(|s| {
+                json!({"queue": s.queue, "peer": s.peer, "depth": s.depth, "oldest_age_s": s.oldest_age_s})
+            })
+            .collect();
+        let wall = self.base.clock.now_ms();
+        let cfg = &self.base.cfg;
+        Ok(json!({
+            "node_id": cfg.node_id,
+            "role": cfg.role.as_str(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": now.saturating_sub(self.base.life.started_ms) / 1000,
+            "upstream": self.upstream_status(),
+            "queues": queues,
+            "audit": {"size": self.recorder.size(), "synced_size": self.recorder.synced_size()},
+            "clock": {
+                "now_ms": now,
+                "wall_ms": wall,
+                "behind_floor": wall < now,
+                "max_skew_s": cfg.max_clock_skew_s,
+            },
+        }))
     }
 }

@@ -3,10 +3,14 @@
 //! id for replay protection. `TASK_REQUEST`s go to the `tasks` queue (the task worker
 //! runs them), everything else to the `inbox` for local consumers.
 
-use serde_json::Value;
+use std::sync::Arc;
 
-use super::core::NodeCore;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::base::Base;
 use super::error::NodeError;
+use super::recorder::Recorder;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::envelope::{open, OpenContext, OpenError, Opened};
 use crate::store::{EnqueueOutcome, NewMessage};
@@ -23,38 +27,59 @@ pub enum Received {
     Duplicate { message_id: String },
 }
 
-impl NodeCore {
+/// Envelopes arriving for this node.
+pub struct Inbound {
+    base: Arc<Base>,
+    recorder: Arc<Recorder>,
+    /// Woken when a `TASK_REQUEST` lands in the tasks queue.
+    tasks_waiting: Notify,
+}
+
+impl Inbound {
+    pub(super) fn new(base: Arc<Base>, recorder: Arc<Recorder>) -> Self {
+        Self {
+            base,
+            recorder,
+            tasks_waiting: Notify::new(),
+        }
+    }
+
+    /// Notified when a task was queued (the task worker waits on it).
+    pub fn tasks_waiting(&self) -> &Notify {
+        &self.tasks_waiting
+    }
+
     fn open_envelope(&self, bytes: &[u8]) -> Result<Opened, OpenError> {
         let attempt = |trust: &crate::envelope::TrustStore| {
             let ctx = OpenContext {
-                me: &self.cfg.node_id,
-                keys: &self.keys,
+                me: &self.base.cfg.node_id,
+                keys: &self.base.keys,
                 trust,
-                now_ms: self.now_ms(),
-                skew_ms: self.cfg.max_clock_skew_s * 1000,
-                max_bytes: self.cfg.queue.max_message_bytes as usize,
-                max_ttl_ms: self.cfg.queue.max_ttl_s * 1000,
+                now_ms: self.base.now_ms(),
+                skew_ms: self.base.skew_ms(),
+                max_bytes: self.base.cfg.queue.max_message_bytes as usize,
+                max_ttl_ms: self.base.cfg.queue.max_ttl_s * 1000,
             };
             // Dedup scopes are the receiving queues; ids are unique per sender and in
             // practice globally (UUIDv7/ULID), so either queue having it is a replay.
             let seen = |_sender: &str, id: &str| {
                 [Q_INBOX, Q_TASKS]
                     .iter()
-                    .any(|q| self.store.seen(q, id).unwrap_or(false))
+                    .any(|q| self.base.store.seen(q, id).unwrap_or(false))
             };
             open(bytes, &ctx, &seen)
         };
-        match attempt(&self.trust()) {
+        match attempt(&self.base.trust()) {
             Err(OpenError::UnknownSender) => {
-                self.reload_trust_if_stale();
-                attempt(&self.trust())
+                self.base.reload_trust_if_stale();
+                attempt(&self.base.trust())
             }
             other => other,
         }
     }
 
     pub async fn receive_envelope(&self, bytes: &[u8]) -> Result<Received, NodeError> {
-        if !self.accepting() {
+        if !self.base.life.accepting() {
             return Err(NodeError::NotReady(
                 "the store is recovering or not writable",
             ));
@@ -70,7 +95,7 @@ impl NodeCore {
                     message_id: &id,
                     reason: None,
                 }
-                .emit(&self.metrics);
+                .emit(&self.base.metrics);
                 return Ok(Received::Duplicate { message_id: id });
             }
             Err(e) => {
@@ -80,21 +105,22 @@ impl NodeCore {
                     sender: &sender,
                     message_id: &id,
                 }
-                .emit(&self.metrics);
-                self.audit_event(
-                    Event::EnvelopeRejected,
-                    Outcome::Rejected,
-                    &id,
-                    Some(&sender),
-                    Some(e.code()),
-                )
-                .await;
+                .emit(&self.base.metrics);
+                self.recorder
+                    .audit_event(
+                        Event::EnvelopeRejected,
+                        Outcome::Rejected,
+                        &id,
+                        Some(&sender),
+                        Some(e.code()),
+                    )
+                    .await;
                 return Err(NodeError::Envelope(e));
             }
         };
         let payload: Value = serde_json::from_slice(&opened.plaintext)
             .map_err(|_| NodeError::bad_request("payload is not JSON"))?;
-        let now = self.now_ms();
+        let now = self.base.now_ms();
         let queue = if opened.payload_type == "TASK_REQUEST" {
             Q_TASKS
         } else {
@@ -102,7 +128,7 @@ impl NodeCore {
         };
         // What the inbox / tasks queues keep: the decrypted payload plus who sent it.
         let record = InboxRecord::new(&opened, payload, now);
-        let skew_ms = self.cfg.max_clock_skew_s * 1000;
+        let skew_ms = self.base.skew_ms();
         let msg = NewMessage {
             queue: queue.to_string(),
             peer: opened.sender_node_id.clone(),
@@ -115,7 +141,7 @@ impl NodeCore {
             max_attempts: None,
             dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * skew_ms)),
         };
-        match self.store.enqueue(msg).await {
+        match self.base.store.enqueue(msg).await {
             Ok(EnqueueOutcome::Duplicate) => Ok(Received::Duplicate {
                 message_id: opened.message_id,
             }),
@@ -125,7 +151,7 @@ impl NodeCore {
                     sender: &opened.sender_node_id,
                     message_id: &opened.message_id,
                 }
-                .emit(&self.metrics);
+                .emit(&self.base.metrics);
                 MessageEvent {
                     queue,
                     event: "enqueued",
@@ -133,15 +159,16 @@ impl NodeCore {
                     message_id: &opened.message_id,
                     reason: None,
                 }
-                .emit(&self.metrics);
-                self.audit_event(
-                    Event::EnvelopeAccepted,
-                    Outcome::Ok,
-                    &opened.message_id,
-                    Some(&opened.sender_node_id),
-                    Some(&opened.payload_type),
-                )
-                .await;
+                .emit(&self.base.metrics);
+                self.recorder
+                    .audit_event(
+                        Event::EnvelopeAccepted,
+                        Outcome::Ok,
+                        &opened.message_id,
+                        Some(&opened.sender_node_id),
+                        Some(&opened.payload_type),
+                    )
+                    .await;
                 if queue == Q_TASKS {
                     self.tasks_waiting.notify_one();
                 }
@@ -150,9 +177,10 @@ impl NodeCore {
                 })
             }
             Err(e) => {
-                self.audit_overflow(&e, &opened.message_id, &opened.sender_node_id)
+                self.recorder
+                    .audit_overflow(&e, &opened.message_id, &opened.sender_node_id)
                     .await;
-                Err(NodeCore::map_store_error(e))
+                Err(NodeError::Store(e))
             }
         }
     }

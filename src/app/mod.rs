@@ -72,21 +72,22 @@ pub async fn run_role(
 }
 
 pub mod auth;
+pub mod base;
 pub mod calls;
 pub mod core;
 pub mod error;
 pub mod inbound;
+pub mod inbox;
 pub mod keyfile;
 pub mod maintenance;
 pub mod node;
 pub mod offline;
 pub mod outbox;
-pub mod record;
+pub mod recorder;
 pub mod refusals;
 pub mod store_audit;
 pub mod tasks;
 pub mod upstream;
-pub mod views;
 
 /// Open the store in `<data_dir>/store` with the config's limits.
 pub fn open_store(

@@ -30,7 +30,7 @@ pub async fn run(
 
     let app = crate::api::node::router(core.clone());
     listen::write_addr_file(&cfg.data_dir, addr)?;
-    core.set_ready();
+    core.base().life.set_ready();
     Notifier.ready();
     tracing::info!(event = "ready", node_id = %cfg.node_id, %addr, "node ready");
 
@@ -39,7 +39,7 @@ pub async fn run(
     let stop_core = core.clone();
     tracker.spawn(async move {
         stop.cancelled().await;
-        stop_core.stop_accepting();
+        stop_core.base().life.stop_accepting();
     });
     let server = crate::http_server::serve(listener, None, app, cfg.http, shutdown.clone());
     // In-flight requests get the drain deadline after the signal, then are dropped
@@ -72,8 +72,8 @@ pub async fn run(
         );
     }
     // Refusals still counted, then a last checkpoint over everything this run appended.
-    core.flush_refusal_summary(true).await;
-    core.checkpoint_audit().await;
+    core.recorder.flush_refusal_summary(true).await;
+    core.recorder.checkpoint().await;
     core.close();
     Ok(())
 }

@@ -1,12 +1,16 @@
 //! Messages this node sends: sealed to the final recipient at once (so they sit
 //! encrypted on flash), then queued per recipient in the `outbox` for the sync loop.
 
+use std::sync::{Arc, Mutex};
+
 use rand_core::OsRng;
 use serde_json::{json, Value};
 
-use super::core::NodeCore;
+use super::base::Base;
+use super::core::Upstream;
 use super::error::NodeError;
 use super::inbound::Q_OUTBOX;
+use super::recorder::Recorder;
 use crate::config::Config;
 use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore};
 use sha2::Digest;
@@ -29,7 +33,37 @@ pub fn message_id_for_key(node_id: &str, key: &str) -> String {
         .to_string()
 }
 
-impl NodeCore {
+/// Messages this node sends, sealed and queued for the sync loop.
+pub struct Outbox {
+    base: Arc<Base>,
+    recorder: Arc<Recorder>,
+    /// One lock per client message id, so concurrent repeats queue one message.
+    locks: crate::keyed_lock::KeyedLocks,
+    upstream: Mutex<Option<Arc<dyn Upstream>>>,
+}
+
+impl Outbox {
+    pub(super) fn new(base: Arc<Base>, recorder: Arc<Recorder>) -> Self {
+        Self {
+            base,
+            recorder,
+            locks: crate::keyed_lock::KeyedLocks::new(),
+            upstream: Mutex::new(None),
+        }
+    }
+
+    /// The sync loop, once started: woken when something is queued.
+    pub fn set_upstream(&self, h: Arc<dyn Upstream>) {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+
+    pub fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        self.upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Seal `payload` to `to` and queue it durably. Returns the message id.
     pub async fn queue_outbox(
         &self,
@@ -43,7 +77,7 @@ impl NodeCore {
             .await
     }
 
-    /// [`NodeCore::queue_outbox`] with the client's own message id (from an
+    /// [`Outbox::queue_outbox`] with the client's own message id (from an
     /// idempotency key): a repeat of the same request is answered with the same id and
     /// queues nothing; the same id for another request gets 409 `idempotency_conflict`.
     pub async fn queue_outbox_as(
@@ -55,7 +89,7 @@ impl NodeCore {
         priority: u8,
         client_id: Option<&str>,
     ) -> Result<String, NodeError> {
-        if !self.accepting() {
+        if !self.base.life.accepting() {
             return Err(NodeError::NotReady(
                 "the store is recovering or not writable",
             ));
@@ -78,17 +112,19 @@ impl NodeCore {
                 .unwrap_or_default(),
         );
         let seen_id = format!("{id}/{fingerprint}");
-        let _held = self.job_locks.lock(&format!("outbox/{id}")).await;
+        let _held = self.locks.lock(id).await;
         let known = self
+            .base
             .store
             .status(id)
-            .map_err(NodeCore::map_store_error)?
+            .map_err(NodeError::Store)?
             .is_some();
         if known {
             let same = self
+                .base
                 .store
                 .seen(SCOPE_OUTBOX_REQUESTS, &seen_id)
-                .map_err(NodeCore::map_store_error)?;
+                .map_err(NodeError::Store)?;
             return match same {
                 true => Ok(id.to_string()),
                 false => Err(NodeError::IdempotencyConflict(format!(
@@ -101,7 +137,7 @@ impl NodeCore {
             id: seen_id.clone(),
             keep_until_ms: expires_at_ms + super::calls::RESULT_KEEP_MS,
         };
-        let max_expiry = self.now_ms() + self.cfg.queue.max_ttl_s * 1000;
+        let max_expiry = self.base.now_ms() + self.base.cfg.queue.max_ttl_s * 1000;
         self.seal_and_enqueue(
             to,
             payload_type,
@@ -126,10 +162,10 @@ impl NodeCore {
         extra: Vec<WriteOp>,
     ) -> Result<String, NodeError> {
         let sealed = seal_for(
-            &self.cfg,
-            &self.keys,
-            &self.trust(),
-            self.now_ms(),
+            &self.base.cfg,
+            &self.base.keys,
+            &self.base.trust(),
+            self.base.now_ms(),
             to,
             payload_type,
             payload,
@@ -150,10 +186,11 @@ impl NodeCore {
         envelope_json: Vec<u8>,
         extra: Vec<WriteOp>,
     ) -> Result<(), NodeError> {
-        let msg = outbox_message(&self.cfg, to, params, envelope_json);
+        let msg = outbox_message(&self.base.cfg, to, params, envelope_json);
         let mut ops = vec![WriteOp::Enqueue(msg)];
         ops.extend(extra);
         let enqueued = self
+            .base
             .store
             .write(ops)
             .await
@@ -173,7 +210,7 @@ impl NodeCore {
                     message_id: &params.message_id,
                     reason: None,
                 }
-                .emit(&self.metrics);
+                .emit(&self.base.metrics);
                 if let Some(u) = self.upstream() {
                     u.wake();
                 }
@@ -187,9 +224,11 @@ impl NodeCore {
                     message_id: &params.message_id,
                     reason: Some("store_refused"),
                 }
-                .emit(&self.metrics);
-                self.audit_overflow(&e, &params.message_id, to).await;
-                Err(NodeCore::map_store_error(e))
+                .emit(&self.base.metrics);
+                self.recorder
+                    .audit_overflow(&e, &params.message_id, to)
+                    .await;
+                Err(NodeError::Store(e))
             }
         }
     }

@@ -26,7 +26,7 @@ pub async fn worker(core: Arc<NodeCore>, shutdown: CancellationToken) {
         if did == 0 {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = core.tasks_waiting.notified() => {}
+                _ = core.inbound.tasks_waiting().notified() => {}
                 // Retry tasks whose result could not be queued (disk or outbox full).
                 _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             }
@@ -36,7 +36,8 @@ pub async fn worker(core: Arc<NodeCore>, shutdown: CancellationToken) {
 
 async fn run_ready_tasks(core: &NodeCore, shutdown: &CancellationToken) -> usize {
     let now = core.now_ms();
-    let peers = match core.store.peers(Q_TASKS) {
+    let store = &core.base().store;
+    let peers = match store.peers(Q_TASKS) {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(event = "task_scan_failed", error = %e);
@@ -45,7 +46,7 @@ async fn run_ready_tasks(core: &NodeCore, shutdown: &CancellationToken) -> usize
     };
     let mut done = 0;
     for peer in peers {
-        let batch = match core.store.next_batch(Q_TASKS, &peer, 16, now) {
+        let batch = match store.next_batch(Q_TASKS, &peer, 16, now) {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(event = "task_scan_failed", error = %e);
@@ -89,7 +90,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
     let result = match req {
         Ok(mut r) => {
             r.job_id.get_or_insert_with(|| job_id.clone());
-            match core.tool_call(r, requester).await {
+            match core.calls.tool_call(r, requester).await {
                 Ok(body) => task_result_ok(&job_id, message_id, &body),
                 Err(NodeError::NotReady(_)) => return, // shutting down: leave it queued
                 Err(e) => task_result_err(&job_id, message_id, &e),
@@ -101,7 +102,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
             &NodeError::bad_request(format!("TASK_REQUEST payload: {e}")),
         ),
     };
-    match core.queue_task_result(requester, result).await {
+    match core.outbox.queue_task_result(requester, result).await {
         Ok(_) => {
             ack_task(core, requester, message_id).await;
         }
@@ -118,14 +119,15 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
             // The result can never be sealed (e.g. the requester is not in the trust
             // store): retrying would loop forever. Drop the task, loudly and audited.
             tracing::error!(event = "task_result_undeliverable", message_id, requester, code = e.code(), reason = %e.public_message());
-            core.audit_event(
-                crate::audit::AuditEvent::DeadLetter,
-                crate::audit::AuditOutcome::Dead,
-                message_id,
-                Some(requester),
-                Some(e.code()),
-            )
-            .await;
+            core.recorder
+                .audit_event(
+                    crate::audit::AuditEvent::DeadLetter,
+                    crate::audit::AuditOutcome::Dead,
+                    message_id,
+                    Some(requester),
+                    Some(e.code()),
+                )
+                .await;
             ack_task(core, requester, message_id).await;
         }
     }
@@ -135,7 +137,12 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
 /// again, and `job_id` idempotency answers it from the stored result.
 async fn ack_task(core: &NodeCore, requester: &str, message_id: &str) {
     let ids = vec![message_id.to_string()];
-    if let Err(e) = core.store.ack(Q_TASKS, requester, ids, core.now_ms()).await {
+    if let Err(e) = core
+        .base()
+        .store
+        .ack(Q_TASKS, requester, ids, core.now_ms())
+        .await
+    {
         tracing::warn!(event = "task_ack_failed", message_id, error = %e);
     }
 }

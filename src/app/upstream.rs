@@ -21,7 +21,7 @@ struct Link(Arc<NodeCore>);
 impl NodeLink for Link {
     fn receive(&self, envelope_json: Vec<u8>) -> BoxFuture<'_, InboundOutcome> {
         Box::pin(async move {
-            match self.0.receive_envelope(&envelope_json).await {
+            match self.0.inbound.receive_envelope(&envelope_json).await {
                 Ok(Received::Accepted { .. }) => InboundOutcome::Accepted,
                 Ok(Received::Duplicate { .. }) => InboundOutcome::Duplicate,
                 // Our own trouble (store full, shutting down): keep it queued upstream.
@@ -48,7 +48,7 @@ impl NodeLink for Link {
                 message_id,
                 reason: Some(reason),
             }
-            .emit(&self.0.metrics);
+            .emit(self.0.metrics());
             let (ev, outcome) = if event == "dead" {
                 (
                     crate::audit::AuditEvent::DeadLetter,
@@ -61,6 +61,7 @@ impl NodeLink for Link {
                 )
             };
             self.0
+                .recorder
                 .audit_event(ev, outcome, message_id, Some(peer), Some(reason))
                 .await;
         })
@@ -74,18 +75,18 @@ impl NodeLink for Link {
         let core = self.0.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                if core.audit.size() <= confirmed_size {
+                let log = core.recorder.log();
+                if log.size() <= confirmed_size {
                     return Ok(None);
                 }
-                core.audit
-                    .sync_batch(
-                        confirmed_size,
-                        max_entries,
-                        core.keys.signing_key(),
-                        &core.cfg.node_id,
-                    )
-                    .map(Some)
-                    .map_err(|e| e.to_string())
+                log.sync_batch(
+                    confirmed_size,
+                    max_entries,
+                    core.base().keys.signing_key(),
+                    &core.cfg().node_id,
+                )
+                .map(Some)
+                .map_err(|e| e.to_string())
             })
             .await
             .map_err(|e| e.to_string())?
@@ -104,14 +105,14 @@ impl Upstream for SyncHandle {
 
 pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: CancellationToken) {
     let deps = SyncDeps {
-        cfg: core.cfg.clone(),
-        store: core.store.clone(),
-        keys: core.keys.clone(),
-        metrics: core.metrics.clone(),
+        cfg: core.base().cfg.clone(),
+        store: core.base().store.clone(),
+        keys: core.base().keys.clone(),
+        metrics: core.base().metrics.clone(),
         node: Arc::new(Link(core.clone())),
     };
     match crate::sync::spawn(deps, tracker, shutdown) {
-        Ok(Some(h)) => core.set_upstream(Arc::new(h)),
+        Ok(Some(h)) => core.outbox.set_upstream(Arc::new(h)),
         Ok(None) => {}
         Err(e) => tracing::error!(event = "upstream_setup_failed", error = %e),
     }

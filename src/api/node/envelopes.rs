@@ -13,7 +13,7 @@ pub async fn receive(
     State(core): State<Core>,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    match core.receive_envelope(&body).await? {
+    match core.inbound.receive_envelope(&body).await? {
         Received::Accepted { message_id } => Ok((
             StatusCode::ACCEPTED,
             Json(json!({"accepted": true, "message_id": message_id})),

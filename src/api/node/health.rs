@@ -12,7 +12,7 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(core): State<Core>) -> ApiResult<Json<Value>> {
-    if core.is_ready() && core.store_writable() {
+    if core.is_ready() {
         Ok(Json(json!({"status": "ready"})))
     } else {
         Err(ApiError::not_ready())

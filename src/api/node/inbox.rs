@@ -20,8 +20,10 @@ pub async fn list(
     headers: HeaderMap,
     QueryParams(q): QueryParams<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
-    core.authorize_admin(bearer(&headers).as_deref())?;
-    let messages = core.inbox_list(q.from.as_deref(), q.limit.unwrap_or(100).min(1000))?;
+    core.auth.authorize_admin(bearer(&headers).as_deref())?;
+    let messages = core
+        .inbox
+        .list(q.from.as_deref(), q.limit.unwrap_or(100).min(1000))?;
     Ok(Json(json!({ "messages": messages })))
 }
 
@@ -30,7 +32,7 @@ pub async fn ack(
     headers: HeaderMap,
     Path(message_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    core.authorize_admin(bearer(&headers).as_deref())?;
-    core.inbox_ack(&message_id).await?;
+    core.auth.authorize_admin(bearer(&headers).as_deref())?;
+    core.inbox.ack(&message_id).await?;
     Ok(Json(json!({"ok": true, "message_id": message_id})))
 }

@@ -6,7 +6,7 @@ use super::Core;
 use crate::api::{ApiError, ApiResult};
 
 pub async fn status(State(core): State<Core>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    match core.message_status(&id)? {
+    match core.inbox.message_status(&id)? {
         Some(v) => Ok(Json(v)),
         None => Err(ApiError::not_found("not_found", "no message with that id")),
     }

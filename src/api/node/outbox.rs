@@ -26,7 +26,7 @@ pub async fn queue(
     headers: HeaderMap,
     JsonBody(req): JsonBody<OutboxRequest>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    core.authorize_admin(bearer(&headers).as_deref())?;
+    core.auth.authorize_admin(bearer(&headers).as_deref())?;
     // `Idempotency-Key: …` (any client string) or `message_id` (a UUID) in the body.
     let from_key = match headers.get("idempotency-key") {
         Some(v) => {
@@ -50,6 +50,7 @@ pub async fn queue(
         (a, b) => a.or(b),
     };
     let id = core
+        .outbox
         .queue_outbox_as(
             &req.to,
             &req.payload_type,

@@ -9,7 +9,7 @@ use crate::api::{ApiError, ApiResult};
 use crate::app::calls::ToolCallRequest;
 
 pub async fn list(State(core): State<Core>) -> Json<Value> {
-    Json(json!({"tools": core.tools().contracts()}))
+    Json(json!({"tools": core.calls.tools().contracts()}))
 }
 
 pub async fn call(
@@ -25,5 +25,5 @@ pub async fn call(
         }
         req.token = Some(b);
     }
-    Ok(core.tool_call(req, "local").await.map(Json)?)
+    Ok(core.calls.tool_call(req, "local").await.map(Json)?)
 }

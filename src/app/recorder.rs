@@ -2,48 +2,116 @@
 //! the entry (and, for a successful tool call, its stored result) go in one atomic
 //! request, and the caller waits for durability without holding the audit lock.
 
+use std::sync::{Arc, Mutex};
+
+use super::base::{Base, KV_META};
 use super::error::NodeError;
-use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditOutcome, AuditRecord};
+use super::refusals::RefusalBudget;
+use super::store_audit::StoreAudit;
+use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditLog, AuditOutcome, AuditRecord};
 use crate::store::{OpOutcome, StoreError, WriteOp};
 
 use super::calls::{StoredResult, RESULT_KEEP_MS};
-use super::core::NodeCore;
 
-impl NodeCore {
+/// The node's audit log and what may be written to it: tool calls, envelopes,
+/// expiries, overflows, refusals (within their budget), checkpoints.
+pub struct Recorder {
+    base: Arc<Base>,
+    log: Arc<AuditLog<StoreAudit>>,
+    /// What refused requests may cost in audit entries.
+    refusals: Mutex<RefusalBudget>,
+    /// Audit appends failed since the last one that succeeded (one log line an episode).
+    append_failures: Mutex<u64>,
+}
+
+impl Recorder {
+    pub(super) fn open(base: Arc<Base>) -> anyhow::Result<Self> {
+        let log = Arc::new(AuditLog::open(StoreAudit::new(base.store.clone()))?);
+        let refusals = Mutex::new(RefusalBudget::new(base.life.started_ms));
+        Ok(Self {
+            base,
+            log,
+            refusals,
+            append_failures: Mutex::new(0),
+        })
+    }
+
+    /// The log itself (the sync link uploads from it).
+    pub fn log(&self) -> &Arc<AuditLog<StoreAudit>> {
+        &self.log
+    }
+
+    /// Entries in the log (durable frontier).
+    pub fn size(&self) -> u64 {
+        self.log.size()
+    }
+
+    /// How much of the log the gateway confirmed (0 before the first sync).
+    pub fn synced_size(&self) -> u64 {
+        self.base
+            .store
+            .kv_get(KV_META, "audit_synced_size")
+            .ok()
+            .flatten()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Sign and store a checkpoint if the log grew since the last one (blocking work,
+    /// off the runtime threads).
+    pub async fn checkpoint(&self) {
+        let log = self.log.clone();
+        let base = self.base.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            let size = log.size();
+            let latest = log.latest_checkpoint().ok().flatten().map(|(s, _)| s);
+            if size == 0 || latest == Some(size) {
+                return Ok(());
+            }
+            log.checkpoint(base.keys.signing_key(), &base.cfg.node_id)
+                .map(|_| ())
+        })
+        .await;
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(event = "audit_checkpoint_failed", error = %e),
+            Err(e) => tracing::warn!(event = "audit_checkpoint_failed", error = %e),
+        }
+    }
+
     /// Append `record` plus `extra` ops atomically; returns `(index, leaf_hash_hex)`.
     async fn append_durable(
         &self,
         record: AuditRecord,
         extra: impl FnOnce(u64, &str) -> Vec<WriteOp>,
     ) -> Result<(u64, String), StoreError> {
-        let now = self.now_ms();
-        let store = &self.store;
-        let submitted = self
-            .audit
-            .append_submit(vec![record], now, |first, entries| {
-                let leaf = entries
-                    .first()
-                    .map(|e| to_hex(&leaf_hash(e)))
-                    .unwrap_or_default();
-                let extra = extra(first, &leaf);
-                let mut ops: Vec<WriteOp> = entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, entry)| WriteOp::AuditAppend {
-                        index: first + i as u64,
-                        entry,
-                    })
-                    .collect();
-                ops.extend(extra);
-                store.write(ops)
-            });
+        let now = self.base.now_ms();
+        let store = &self.base.store;
+        let submitted = self.log.append_submit(vec![record], now, |first, entries| {
+            let leaf = entries
+                .first()
+                .map(|e| to_hex(&leaf_hash(e)))
+                .unwrap_or_default();
+            let extra = extra(first, &leaf);
+            let mut ops: Vec<WriteOp> = entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, entry)| WriteOp::AuditAppend {
+                    index: first + i as u64,
+                    entry,
+                })
+                .collect();
+            ops.extend(extra);
+            store.write(ops)
+        });
         let (hashes, handle, ticket) = match submitted {
             Ok(x) => x,
             Err(e) => return Err(StoreError::Corrupt(e.to_string())),
         };
         // The outcome is reported to the log by a task of its own, so that a caller that
         // goes away (a client that hung up) cannot leave the batch unconfirmed.
-        let audit = self.audit.clone();
+        let audit = self.log.clone();
         let settled = tokio::spawn(async move {
             let r = handle.await;
             match &r {
@@ -87,7 +155,7 @@ impl NodeCore {
         rec.result_sha256 = Some(result_sha.into());
         // The answer carries the entry's index and leaf hash, known only under the
         // audit lock: build it there, and store it in the same atomic request.
-        let keep = self.now_ms() + RESULT_KEEP_MS;
+        let keep = self.base.now_ms() + RESULT_KEEP_MS;
         let mut body = serde_json::Value::Null;
         let (index, leaf) = self
             .append_durable(rec, |index, leaf| {
@@ -105,12 +173,12 @@ impl NodeCore {
                 }]
             })
             .await
-            .map_err(NodeCore::map_store_error)?;
+            .map_err(NodeError::Store)?;
         Ok((index, leaf, body))
     }
 
     /// A refused, failed or timed-out call. Best effort: the refusal is answered even
-    /// if the disk is full (see [`NodeCore::note_append`] for the log line). Refusals go
+    /// if the disk is full (see [`Recorder::note_append`] for the log line). Refusals go
     /// through the refusal budget ([`super::refusals`]).
     pub async fn audit_call_outcome(
         &self,
@@ -173,7 +241,7 @@ impl NodeCore {
     }
 
     fn admit_refusal(&self, reason: &str) -> bool {
-        let now = self.now_ms();
+        let now = self.base.now_ms();
         let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
         b.admit(now, reason)
     }
@@ -182,7 +250,7 @@ impl NodeCore {
     /// the sweeper) or `force` (at shutdown). A summary that cannot be written keeps its
     /// counts for the next one.
     pub async fn flush_refusal_summary(&self, force: bool) {
-        let now = self.now_ms();
+        let now = self.base.now_ms();
         let due = {
             let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
             b.take_summary(now, force)

@@ -1,23 +1,34 @@
-//! Read-side views the API serves: inbox listing/ack, message status.
+//! The local inbox (messages for local consumers: list, acknowledge) and message
+//! status.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::core::NodeCore;
+use super::base::Base;
 use super::error::NodeError;
 use super::inbound::Q_INBOX;
 use crate::sync::wire::InboxRecord;
 use crate::telemetry::MessageEvent;
 
-impl NodeCore {
+/// Messages for local consumers, and where any message is.
+pub struct Inbox {
+    base: Arc<Base>,
+}
+
+impl Inbox {
+    pub(super) fn new(base: Arc<Base>) -> Self {
+        Self { base }
+    }
+
     /// Unacknowledged inbox messages, oldest first (per sender FIFO, senders in order).
-    pub fn inbox_list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Value>, NodeError> {
-        let now = self.now_ms();
+    pub fn list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Value>, NodeError> {
+        let now = self.base.now_ms();
         let page = self
+            .base
             .store
             .list(Q_INBOX, from, None, limit)
-            .map_err(NodeCore::map_store_error)?;
+            .map_err(NodeError::Store)?;
         let mut out: Vec<(u64, Value)> = page
             .items
             .into_iter()
@@ -47,11 +58,12 @@ impl NodeCore {
         Ok(out.into_iter().map(|(_, v)| v).collect())
     }
 
-    pub async fn inbox_ack(&self, message_id: &str) -> Result<(), NodeError> {
+    pub async fn ack(&self, message_id: &str) -> Result<(), NodeError> {
         let Some(st) = self
+            .base
             .store
             .status(message_id)
-            .map_err(NodeCore::map_store_error)?
+            .map_err(NodeError::Store)?
         else {
             return Err(NodeError::NotFound("no such inbox message"));
         };
@@ -59,15 +71,16 @@ impl NodeCore {
             return Err(NodeError::NotFound("no such inbox message"));
         }
         let out = self
+            .base
             .store
             .ack(
                 Q_INBOX,
                 &st.peer,
                 vec![message_id.to_string()],
-                self.now_ms(),
+                self.base.now_ms(),
             )
             .await
-            .map_err(NodeCore::map_store_error)?;
+            .map_err(NodeError::Store)?;
         if out.iter().any(|a| a.was_stored) {
             MessageEvent {
                 queue: Q_INBOX,
@@ -76,16 +89,17 @@ impl NodeCore {
                 message_id,
                 reason: None,
             }
-            .emit(&self.metrics);
+            .emit(&self.base.metrics);
         }
         Ok(())
     }
 
     pub fn message_status(&self, message_id: &str) -> Result<Option<Value>, NodeError> {
         let st = self
+            .base
             .store
             .status(message_id)
-            .map_err(NodeCore::map_store_error)?;
+            .map_err(NodeError::Store)?;
         Ok(st.map(|s| {
             let mut v = json!({
                 "message_id": message_id,
@@ -100,9 +114,5 @@ impl NodeCore {
             }
             v
         }))
-    }
-
-    pub fn store_writable(&self) -> bool {
-        self.store_ok.load(Ordering::Relaxed)
     }
 }
