@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use outpost::clock;
 use outpost::store::bench::SQLITE_PAGE_SIZE;
-use outpost::store::{EngineKind, NewMessage, Store, StoreOptions, WriteOp};
+use outpost::store::{Batch, EngineKind, NewMessage, Store, StoreOptions};
 
 const BODY: usize = 512;
 /// WAL frames of a one-message SQLite commit (see `main`).
@@ -257,10 +257,11 @@ fn many_tasks(kind: EngineKind, dir: &Path, producers: usize, per: usize) -> (f6
 fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
     let s = open(kind, dir);
     for _ in 0..n / 1000 {
-        let ops = (0..1000)
-            .map(|_| WriteOp::Enqueue(msg("drain", id())))
-            .collect();
-        s.write(ops).wait().expect("fill");
+        let mut b = Batch::new();
+        for _ in 0..1000 {
+            b.enqueue(msg("drain", id()));
+        }
+        s.commit(b).wait().expect("fill");
     }
     settle();
     if let Some(ms) = std::env::var("OUTPOST_BENCH_DRAIN_PAUSE_MS")
@@ -305,11 +306,13 @@ fn drain(kind: EngineKind, dir: &Path, n: usize) -> Duration {
 fn sweep_idle(dir: &Path, recipients: usize) -> Duration {
     let s = open(EngineKind::Sqlite, dir);
     for chunk in (0..recipients).collect::<Vec<_>>().chunks(500) {
-        let ops = chunk
-            .iter()
-            .flat_map(|r| [0, 1].map(|_| WriteOp::Enqueue(msg(&format!("node{r}"), id()))))
-            .collect();
-        s.write(ops).wait().expect("fill");
+        let mut b = Batch::new();
+        for r in chunk {
+            for _ in 0..2 {
+                b.enqueue(msg(&format!("node{r}"), id()));
+            }
+        }
+        s.commit(b).wait().expect("fill");
     }
     settle();
     let mut lat = Vec::new();
@@ -340,10 +343,11 @@ fn child(mode: &str, engine: &str, dir: &Path) {
     }
     if mode == "rss-fill" {
         for c in 0..100 {
-            let ops = (0..1000)
-                .map(|i| WriteOp::Enqueue(msg(&format!("peer{}", i % 10), format!("r{c}-{i}"))))
-                .collect();
-            s.write(ops).wait().expect("fill");
+            let mut b = Batch::new();
+            for i in 0..1000 {
+                b.enqueue(msg(&format!("peer{}", i % 10), format!("r{c}-{i}")));
+            }
+            s.commit(b).wait().expect("fill");
         }
     } else {
         // A working daemon on a 100k backlog: counts, stats, a flush round, new traffic.

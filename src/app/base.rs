@@ -12,9 +12,7 @@ use crate::envelope::{Keys, TrustStore};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
-/// KV namespaces this role keeps in the store.
-pub const KV_META: &str = "meta";
-pub const KV_REVOKED: &str = "revoked";
+pub use crate::store::names::{KV_META, KV_REVOKED};
 
 pub struct Base {
     pub(super) cfg: Arc<Config>,

@@ -17,9 +17,7 @@ use crate::store::{EnqueueOutcome, NewMessage};
 use crate::sync::wire::InboxRecord;
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
 
-pub const Q_INBOX: &str = "inbox";
-pub const Q_TASKS: &str = "tasks";
-pub const Q_OUTBOX: &str = "outbox";
+pub use crate::store::names::{Q_INBOX, Q_OUTBOX, Q_TASKS};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received {

@@ -15,12 +15,11 @@ use crate::config::Config;
 use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore};
 use sha2::Digest;
 
-use crate::store::{EnqueueOutcome, NewMessage, OpOutcome, WriteOp};
+use crate::store::{Batch, NewMessage};
 use crate::sync::wire::{TaskError, TaskResult};
 use crate::telemetry::MessageEvent;
 
-/// Seen-scope of outbox requests that named their message id (`id/fingerprint`).
-const SCOPE_OUTBOX_REQUESTS: &str = "outbox_requests";
+use crate::store::names::SCOPE_OUTBOX_REQUESTS;
 
 /// The message id a client's idempotency key stands for: a UUID (version 8) from the
 /// node id and the key, so a retry after a lost answer names the same message.
@@ -96,7 +95,15 @@ impl Outbox {
         }
         let Some(id) = client_id else {
             return self
-                .seal_and_enqueue(to, payload_type, payload, ttl_s, priority, None, vec![])
+                .seal_and_enqueue(
+                    to,
+                    payload_type,
+                    payload,
+                    ttl_s,
+                    priority,
+                    None,
+                    Batch::new(),
+                )
                 .await;
         };
         if uuid::Uuid::try_parse(id)
@@ -132,12 +139,13 @@ impl Outbox {
                 ))),
             };
         }
-        let keep_until = |expires_at_ms: u64| WriteOp::Remember {
-            scope: SCOPE_OUTBOX_REQUESTS.into(),
-            id: seen_id.clone(),
-            keep_until_ms: expires_at_ms + super::calls::RESULT_KEEP_MS,
-        };
         let max_expiry = self.base.now_ms() + self.base.cfg.queue.max_ttl_s * 1000;
+        let mut remember = Batch::new();
+        remember.remember(
+            SCOPE_OUTBOX_REQUESTS,
+            &seen_id,
+            max_expiry + super::calls::RESULT_KEEP_MS,
+        );
         self.seal_and_enqueue(
             to,
             payload_type,
@@ -145,7 +153,7 @@ impl Outbox {
             ttl_s,
             priority,
             Some(id),
-            vec![keep_until(max_expiry)],
+            remember,
         )
         .await
     }
@@ -159,7 +167,7 @@ impl Outbox {
         ttl_s: Option<u64>,
         priority: u8,
         message_id: Option<&str>,
-        extra: Vec<WriteOp>,
+        extra: Batch,
     ) -> Result<String, NodeError> {
         let sealed = seal_for(
             &self.base.cfg,
@@ -178,30 +186,19 @@ impl Outbox {
         Ok(sealed.params.message_id)
     }
 
-    /// Queue a sealed envelope, with `extra` ops in the same atomic write.
+    /// Queue a sealed envelope, with the changes of `extra` in the same atomic write.
     pub async fn enqueue_outbox_envelope(
         &self,
         to: &str,
         params: &SealParams,
         envelope_json: Vec<u8>,
-        extra: Vec<WriteOp>,
+        extra: Batch,
     ) -> Result<(), NodeError> {
         let msg = outbox_message(&self.base.cfg, to, params, envelope_json);
-        let mut ops = vec![WriteOp::Enqueue(msg)];
-        ops.extend(extra);
-        let enqueued = self
-            .base
-            .store
-            .write(ops)
-            .await
-            .and_then(|o| match o.into_iter().next() {
-                Some(OpOutcome::Enqueued(e)) => Ok(e),
-                _ => Err(crate::store::StoreError::Engine(
-                    "enqueue answered unexpectedly".into(),
-                )),
-            });
-        match enqueued {
-            Ok(EnqueueOutcome::Duplicate) => Ok(()),
+        let mut batch = Batch::new();
+        batch.enqueue(msg).append(extra);
+        match self.base.store.commit(batch).await {
+            Ok(c) if c.had_duplicate() => Ok(()),
             Ok(_) => {
                 MessageEvent {
                     queue: Q_OUTBOX,

@@ -9,7 +9,7 @@ use super::error::NodeError;
 use super::refusals::RefusalBudget;
 use super::store_audit::StoreAudit;
 use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditLog, AuditOutcome, AuditRecord};
-use crate::store::{OpOutcome, StoreError, WriteOp};
+use crate::store::{Batch, StoreError};
 
 use super::calls::{StoredResult, RESULT_KEEP_MS};
 
@@ -80,11 +80,12 @@ impl Recorder {
         }
     }
 
-    /// Append `record` plus `extra` ops atomically; returns `(index, leaf_hash_hex)`.
+    /// Append `record` plus what `extra` adds to the batch, atomically; returns
+    /// `(index, leaf_hash_hex)`.
     async fn append_durable(
         &self,
         record: AuditRecord,
-        extra: impl FnOnce(u64, &str) -> Vec<WriteOp>,
+        extra: impl FnOnce(u64, &str, &mut Batch),
     ) -> Result<(u64, String), StoreError> {
         let now = self.base.now_ms();
         let store = &self.base.store;
@@ -93,17 +94,12 @@ impl Recorder {
                 .first()
                 .map(|e| to_hex(&leaf_hash(e)))
                 .unwrap_or_default();
-            let extra = extra(first, &leaf);
-            let mut ops: Vec<WriteOp> = entries
-                .into_iter()
-                .enumerate()
-                .map(|(i, entry)| WriteOp::AuditAppend {
-                    index: first + i as u64,
-                    entry,
-                })
-                .collect();
-            ops.extend(extra);
-            store.write(ops)
+            let mut batch = Batch::new();
+            for (i, entry) in entries.into_iter().enumerate() {
+                batch.audit_append(first + i as u64, entry);
+            }
+            extra(first, &leaf, &mut batch);
+            store.commit(batch)
         });
         let (hashes, handle, ticket) = match submitted {
             Ok(x) => x,
@@ -123,10 +119,7 @@ impl Recorder {
         let out = settled.await;
         self.note_append(out.as_ref().map(|r| r.is_ok()).unwrap_or(false));
         match out {
-            Ok(Ok(outcomes)) => {
-                debug_assert!(outcomes
-                    .iter()
-                    .all(|o| matches!(o, OpOutcome::Done | OpOutcome::Enqueued(_))));
+            Ok(Ok(_)) => {
                 let (index, leaf) = hashes[0];
                 Ok((index, to_hex(&leaf)))
             }
@@ -158,7 +151,7 @@ impl Recorder {
         let keep = self.base.now_ms() + RESULT_KEEP_MS;
         let mut body = serde_json::Value::Null;
         let (index, leaf) = self
-            .append_durable(rec, |index, leaf| {
+            .append_durable(rec, |index, leaf, batch| {
                 body = body_for(index, leaf);
                 let stored = StoredResult {
                     subject: actor.to_string(),
@@ -166,11 +159,11 @@ impl Recorder {
                     args_sha256: args_sha.to_string(),
                     body: body.clone(),
                 };
-                vec![WriteOp::ResultPut {
-                    job_id: result_key.to_string(),
-                    result: serde_json::to_vec(&stored).unwrap_or_default(),
-                    keep_until_ms: keep,
-                }]
+                batch.result_put(
+                    result_key,
+                    serde_json::to_vec(&stored).unwrap_or_default(),
+                    keep,
+                );
             })
             .await
             .map_err(NodeError::Store)?;
@@ -198,7 +191,7 @@ impl Recorder {
         if outcome == AuditOutcome::Refused && !self.admit_refusal(detail) {
             return;
         }
-        let _ = self.append_durable(rec, |_, _| Vec::new()).await;
+        let _ = self.append_durable(rec, |_, _, _| {}).await;
     }
 
     /// A write refused for lack of room (queue cap or byte budget / full disk). On a full
@@ -237,7 +230,7 @@ impl Recorder {
         if refusal && !self.admit_refusal(&format!("{}:{}", event.as_str(), detail.unwrap_or(""))) {
             return;
         }
-        let _ = self.append_durable(rec, |_, _| Vec::new()).await;
+        let _ = self.append_durable(rec, |_, _, _| {}).await;
     }
 
     fn admit_refusal(&self, reason: &str) -> bool {
@@ -258,7 +251,7 @@ impl Recorder {
         let Some(counts) = due else { return };
         let mut rec = AuditRecord::new(AuditEvent::RefusalSummary, AuditOutcome::Refused);
         rec.detail = Some(super::refusals::summary_detail(&counts));
-        if self.append_durable(rec, |_, _| Vec::new()).await.is_err() {
+        if self.append_durable(rec, |_, _, _| {}).await.is_err() {
             let mut b = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
             b.restore(counts);
         }

@@ -57,7 +57,7 @@ pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
             };
             // By hand: report a replay as information, do not record the id.
             let seen = |_sender: &str, id: &str| {
-                ["inbox", "tasks"]
+                [crate::store::names::Q_INBOX, crate::store::names::Q_TASKS]
                     .iter()
                     .any(|q| store.seen(q, id).unwrap_or(false))
             };

@@ -4,7 +4,7 @@
 use crate::envelope::{IdentityDocument, Rights, TrustStore};
 use crate::store::Store;
 
-pub const KV_TRUST: &str = "trust";
+pub use crate::store::names::KV_TRUST;
 const KEY: &str = "peers";
 
 pub fn load(store: &Store) -> anyhow::Result<TrustStore> {

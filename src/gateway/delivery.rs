@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{Batch, NodeAck, RevocationList, QUEUE_TO_NODE};
+use super::storage::{NodeAck, PullBatch, RevocationList, QUEUE_TO_NODE};
 use crate::telemetry::MessageEvent;
 
 /// Upper bound of a long-poll, whatever the node asks for.
@@ -53,7 +53,7 @@ pub async fn pull(
     });
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);
-    let batch: Batch = loop {
+    let batch: PullBatch = loop {
         // Register interest before looking, so a message queued between the look and
         // the wait still wakes us.
         let notified = waker.notified();

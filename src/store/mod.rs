@@ -63,6 +63,7 @@
 //! `benches/store.rs` needs one engine constant besides the API: [`bench`](mod@bench).
 
 pub(crate) mod backoff;
+mod batch;
 mod blobs;
 mod codec;
 mod counter;
@@ -71,6 +72,7 @@ mod engine;
 mod error;
 mod lanes;
 mod maintenance;
+pub mod names;
 mod ops;
 mod options;
 mod read;
@@ -94,9 +96,11 @@ use tokio::sync::oneshot;
 
 use crate::clock::SharedClock;
 
+pub use batch::{Batch, Committed};
 pub use engine::EngineKind;
 pub use error::StoreError;
-pub use ops::{OpOutcome, WriteOp, REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
+pub(crate) use ops::{OpOutcome, WriteOp};
+pub use ops::{REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
 pub use options::StoreOptions;
 pub use schema::SCHEMA_VERSION;
 pub use submitted::Submitted;

@@ -17,7 +17,8 @@ fn unexpected<T>(what: &str) -> Result<T, StoreError> {
 impl Store {
     /// Applies `ops` atomically in one request (all or none) inside the next group
     /// commit. Use it to make e.g. an audit append and a tool result one transaction.
-    pub fn write(&self, ops: Vec<WriteOp>) -> Submitted<Vec<OpOutcome>> {
+    #[cfg(test)]
+    pub(crate) fn write(&self, ops: Vec<WriteOp>) -> Submitted<Vec<OpOutcome>> {
         self.submit(ops, Ok)
     }
 

@@ -15,7 +15,7 @@ use super::wire::{AuditAnswer, AuditEntryText, AuditStatus, AuditUpload, Revocat
 use super::wire::{UploadAnswer, UploadRequest};
 use super::worker::{failed, Worker, AUDIT_CHUNK};
 use super::{KEY_AUDIT_SYNCED, KEY_REVOCATIONS_VERSION, KV_META, KV_REVOKED, KV_SYNC, Q_OUTBOX};
-use crate::store::WriteOp;
+use crate::store::Batch;
 use crate::telemetry::DeliveryAttempt;
 
 impl Worker {
@@ -100,34 +100,17 @@ impl Worker {
         done.extend(duplicates);
         let rejected: Vec<(String, String)> =
             rejected.into_iter().map(|r| (r.id, r.code)).collect();
-        let mut ops = Vec::new();
+        let mut settle = Batch::new();
         for (peer, ids) in group(&batch, |id| done.iter().any(|d| d == id)) {
-            ops.push(WriteOp::Ack {
-                queue: Q_OUTBOX.into(),
-                peer,
-                ids,
-                now_ms: now,
-            });
+            settle.ack(Q_OUTBOX, &peer, ids, now);
         }
         for (peer, id, _) in &batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
                 tracing::warn!(event = "upload_rejected", message_id = %id, code = %code);
-                ops.push(WriteOp::Ack {
-                    queue: Q_OUTBOX.into(),
-                    peer: peer.clone(),
-                    ids: vec![id.clone()],
-                    now_ms: now,
-                });
-                ops.push(WriteOp::Reject {
-                    queue: Q_OUTBOX.into(),
-                    peer: peer.clone(),
-                    message_id: id.clone(),
-                    reason: code.clone(),
-                    now_ms: now,
-                });
+                settle.reject(Q_OUTBOX, peer, id, code, now);
             }
         }
-        if let Err(e) = store.write(ops).await {
+        if let Err(e) = store.commit(settle).await {
             return failed(&store_failed(e));
         }
         for (peer, id, _) in &batch {
@@ -235,23 +218,19 @@ impl Worker {
             Ok(r) => r,
             Err(e) => return failed(&e),
         };
-        let mut ops: Vec<WriteOp> = revoked
-            .into_iter()
-            .map(|jti| WriteOp::KvPut {
-                ns: KV_REVOKED.into(),
-                key: jti,
-                value: b"1".to_vec(),
-            })
-            .collect();
-        if ops.is_empty() && version == since {
+        if revoked.is_empty() && version == since {
             return Event::RevocationsFetched;
         }
-        ops.push(WriteOp::KvPut {
-            ns: KV_SYNC.into(),
-            key: KEY_REVOCATIONS_VERSION.into(),
-            value: version.to_string().into_bytes(),
-        });
-        match store.write(ops).await {
+        let mut batch = Batch::new();
+        for jti in &revoked {
+            batch.kv_put(KV_REVOKED, jti, b"1".to_vec());
+        }
+        batch.kv_put(
+            KV_SYNC,
+            KEY_REVOCATIONS_VERSION,
+            version.to_string().into_bytes(),
+        );
+        match store.commit(batch).await {
             Ok(_) => Event::RevocationsFetched,
             Err(e) => failed(&store_failed(e)),
         }

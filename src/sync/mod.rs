@@ -35,12 +35,9 @@ pub use machine::{Action, Event, Machine, MachineConfig, Phase};
 pub use transport::{SyncError, Transport};
 pub use worker::{spawn, SyncDeps};
 
-pub const Q_OUTBOX: &str = "outbox";
-pub const KV_SYNC: &str = "sync";
-pub const KV_REVOKED: &str = "revoked";
-/// KV namespace + key of the audit size the gateway last confirmed (decimal text; the
-/// node's `/v1/status` reads it as `audit.synced_size`).
-pub const KV_META: &str = "meta";
+pub use crate::store::names::{KV_META, KV_REVOKED, KV_SYNC, Q_OUTBOX};
+/// KV key (in [`KV_META`]) of the audit size the gateway last confirmed (decimal text;
+/// the node's `/v1/status` reads it as `audit.synced_size`).
 pub const KEY_AUDIT_SYNCED: &str = "audit_synced_size";
 pub const KEY_REVOCATIONS_VERSION: &str = "revocations_version";
 

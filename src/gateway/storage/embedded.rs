@@ -3,34 +3,24 @@
 //! which nothing outside this file uses.
 
 use super::{
-    AuditExtension, Batch, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage,
-    JobRecord, NewJob, NodeAck, Queued, RevocationList, Revoked, StateError,
+    AuditExtension, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
+    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError,
 };
 use crate::envelope::TrustStore;
-use crate::store::{
-    EnqueueOutcome, ExpiredMessage, MessageStatus, NewMessage, OpOutcome, QueueStat, Store, WriteOp,
+use crate::store::{Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store};
+
+use crate::store::names::{
+    KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS as KV_JOBS,
+    KV_GW_REQUESTS as KV_REQUESTS, KV_GW_RESULTS as KV_RESULTS,
+    KV_GW_REVOCATIONS as KV_REVOCATIONS, Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE,
+    SCOPE_RESULTS,
 };
 
-/// Queue of messages waiting for a node; `peer` = the node id.
-const Q_NODE: &str = super::QUEUE_TO_NODE;
-/// Queue of non-result messages nodes sent to the gateway; `peer` = the sender.
-const Q_INBOX: &str = super::QUEUE_INBOX;
-/// Dedup scope of result envelopes received.
-const SCOPE_RESULTS: &str = "results";
-/// KV: a caller's job (`job_key`) → [`JobRecord`] of its TASK_REQUEST.
-const KV_JOBS: &str = "gw_jobs";
-/// KV: message_id of a TASK_REQUEST → the node it was sent to.
-const KV_REQUESTS: &str = "gw_requests";
-/// KV: message_id of a TASK_REQUEST → its TASK_RESULT payload (JSON).
-const KV_RESULTS: &str = "gw_results";
-/// KV: revoked token ids, key = zero-padded version, value = jti.
-const KV_REVOCATIONS: &str = "gw_revocations";
-
 fn ns_audit_entries(node: &str) -> String {
-    format!("gw_audit:{node}")
+    format!("{KV_GW_AUDIT_PREFIX}{node}")
 }
 fn ns_audit_checkpoints(node: &str) -> String {
-    format!("gw_auditcp:{node}")
+    format!("{KV_GW_AUDIT_CHECKPOINTS_PREFIX}{node}")
 }
 fn index_key(i: u64) -> String {
     format!("{i:020}")
@@ -65,20 +55,15 @@ impl Embedded {
         }
     }
 
-    async fn enqueue(&self, msg: NewMessage, extra: Vec<WriteOp>) -> Result<Queued, StateError> {
-        let mut ops = extra;
-        ops.push(WriteOp::Enqueue(msg));
-        let out = self.store.write(ops).await?;
-        Ok(
-            if out
-                .iter()
-                .any(|o| matches!(o, OpOutcome::Enqueued(EnqueueOutcome::Duplicate)))
-            {
-                Queued::Duplicate
-            } else {
-                Queued::Queued
-            },
-        )
+    /// Queue `msg` after the changes of `before`, in one transaction.
+    async fn enqueue(&self, msg: NewMessage, before: Batch) -> Result<Queued, StateError> {
+        let mut batch = before;
+        batch.enqueue(msg);
+        Ok(if self.store.commit(batch).await?.had_duplicate() {
+            Queued::Duplicate
+        } else {
+            Queued::Queued
+        })
     }
 
     fn kv_json<T: serde::de::DeserializeOwned>(
@@ -116,20 +101,15 @@ impl GatewayState for Embedded {
 
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
         Box::pin(async move {
-            let mut extra = Vec::new();
+            let mut extra = Batch::new();
             if let Some(job) = job {
                 let record = serde_json::to_vec(&job.record)
                     .map_err(|e| StateError::Corrupt(format!("job record: {e}")))?;
-                extra.push(WriteOp::KvPut {
-                    ns: KV_JOBS.into(),
-                    key: job.key,
-                    value: record,
-                });
-                extra.push(WriteOp::KvPut {
-                    ns: KV_REQUESTS.into(),
-                    key: msg.message_id.clone(),
-                    value: msg.node_id.clone().into_bytes(),
-                });
+                extra.kv_put(KV_JOBS, &job.key, record).kv_put(
+                    KV_REQUESTS,
+                    &msg.message_id,
+                    msg.node_id.clone().into_bytes(),
+                );
             }
             let msg = self.new_message(msg);
             self.enqueue(msg, extra).await
@@ -139,7 +119,7 @@ impl GatewayState for Embedded {
     fn forward(&self, msg: ForNode) -> Fut<'_, Queued> {
         Box::pin(async move {
             let msg = self.new_message(msg);
-            self.enqueue(msg, Vec::new()).await
+            self.enqueue(msg, Batch::new()).await
         })
     }
 
@@ -162,20 +142,11 @@ impl GatewayState for Embedded {
 
     fn file_result(&self, r: FiledResult) -> Fut<'_, ()> {
         Box::pin(async move {
-            self.store
-                .write(vec![
-                    WriteOp::KvPut {
-                        ns: KV_RESULTS.into(),
-                        key: r.request_id,
-                        value: r.plaintext,
-                    },
-                    WriteOp::Remember {
-                        scope: SCOPE_RESULTS.into(),
-                        id: r.result_message_id,
-                        keep_until_ms: r.remember_until_ms,
-                    },
-                ])
-                .await?;
+            let mut batch = Batch::new();
+            batch
+                .kv_put(KV_RESULTS, &r.request_id, r.plaintext)
+                .remember(SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms);
+            self.store.commit(batch).await?;
             Ok(())
         })
     }
@@ -187,7 +158,7 @@ impl GatewayState for Embedded {
         })
     }
 
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, Batch> {
+    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, PullBatch> {
         Box::pin(async move {
             let batch = self.store.next_batch(Q_NODE, node, max, self.now_ms())?;
             let pending = self.store.pending(Q_NODE, node)? as u64;
@@ -195,7 +166,7 @@ impl GatewayState for Embedded {
                 let ids = batch.iter().map(|m| m.message_id.clone()).collect();
                 self.store.mark_delivering(Q_NODE, node, ids).await?;
             }
-            Ok(Batch {
+            Ok(PullBatch {
                 deliveries: batch
                     .into_iter()
                     .map(|m| Delivery {
@@ -211,38 +182,13 @@ impl GatewayState for Embedded {
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>> {
         Box::pin(async move {
             let now = self.now_ms();
-            let mut ops = vec![WriteOp::Ack {
-                queue: Q_NODE.into(),
-                peer: node.to_string(),
-                ids: ack.delivered,
-                now_ms: now,
-            }];
-            for (id, code) in ack.rejected {
-                ops.push(WriteOp::Ack {
-                    queue: Q_NODE.into(),
-                    peer: node.to_string(),
-                    ids: vec![id.clone()],
-                    now_ms: now,
-                });
-                ops.push(WriteOp::Reject {
-                    queue: Q_NODE.into(),
-                    peer: node.to_string(),
-                    message_id: id,
-                    reason: code,
-                    now_ms: now,
-                });
+            let mut batch = Batch::new();
+            batch.ack(Q_NODE, node, ack.delivered, now);
+            for (id, code) in &ack.rejected {
+                batch.reject(Q_NODE, node, id, code, now);
             }
-            let out = self.store.write(ops).await?;
-            Ok(out
-                .into_iter()
-                .filter_map(|o| match o {
-                    OpOutcome::Acked(a) => Some(a),
-                    _ => None,
-                })
-                .flatten()
-                .filter(|a| a.was_stored)
-                .map(|a| a.message_id)
-                .collect())
+            let done = self.store.commit(batch).await?;
+            Ok(done.removed().map(str::to_string).collect())
         })
     }
 
@@ -260,7 +206,7 @@ impl GatewayState for Embedded {
                 max_attempts: Some(0),
                 dedup_until_ms: Some(m.remember_until_ms),
             };
-            self.enqueue(msg, Vec::new()).await
+            self.enqueue(msg, Batch::new()).await
         })
     }
 
@@ -359,22 +305,16 @@ impl GatewayState for Embedded {
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()> {
         Box::pin(async move {
             let ns = ns_audit_entries(node);
-            let mut ops: Vec<WriteOp> = ext
-                .entries
-                .into_iter()
-                .enumerate()
-                .map(|(i, e)| WriteOp::KvPut {
-                    ns: ns.clone(),
-                    key: index_key(ext.start + i as u64),
-                    value: e,
-                })
-                .collect();
-            ops.push(WriteOp::KvPut {
-                ns: ns_audit_checkpoints(node),
-                key: index_key(ext.checkpoint_size),
-                value: ext.checkpoint.into_bytes(),
-            });
-            self.store.write(ops).await?;
+            let mut batch = Batch::new();
+            for (i, e) in ext.entries.into_iter().enumerate() {
+                batch.kv_put(&ns, &index_key(ext.start + i as u64), e);
+            }
+            batch.kv_put(
+                &ns_audit_checkpoints(node),
+                &index_key(ext.checkpoint_size),
+                ext.checkpoint.into_bytes(),
+            );
+            self.store.commit(batch).await?;
             Ok(())
         })
     }

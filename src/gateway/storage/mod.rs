@@ -28,9 +28,9 @@ pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 
 /// Queue names the state reports in [`QueueStat::queue`] (and `/v1/status`, metrics
 /// and logs show): messages waiting for a node (`peer` = the node)…
-pub const QUEUE_TO_NODE: &str = "to_node";
+pub const QUEUE_TO_NODE: &str = crate::store::names::Q_TO_NODE;
 /// …and messages nodes sent to the gateway itself (`peer` = the sender).
-pub const QUEUE_INBOX: &str = "inbox";
+pub const QUEUE_INBOX: &str = crate::store::names::Q_GATEWAY_INBOX;
 
 /// What every call returns: a boxed future, so the trait stays object-safe
 /// (`Arc<dyn GatewayState>`) without a macro crate.
@@ -108,7 +108,7 @@ pub struct Delivery {
 
 /// A pull's batch and how many messages were waiting when it was taken.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Batch {
+pub struct PullBatch {
     pub deliveries: Vec<Delivery>,
     pub pending: u64,
 }
@@ -201,7 +201,7 @@ pub trait GatewayState: Send + Sync {
     fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool>;
 
     /// Up to `max` messages for `node`, marked as being delivered.
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, Batch>;
+    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, PullBatch>;
     /// Remove what the node acknowledged; returns the ids that were removed (an id
     /// acknowledged twice is removed once).
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>>;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::core::NodeCore;
+use crate::app::core::NodeCore;
 use crate::config::Config;
 use crate::daemon::listen;
 use crate::service::Notifier;
@@ -23,10 +23,10 @@ pub async fn run(
     let tracker = TaskTracker::new();
 
     // Background workers, each ending on `shutdown`.
-    tracker.spawn(super::maintenance::sweeper(core.clone(), shutdown.clone()));
-    tracker.spawn(super::tasks::worker(core.clone(), shutdown.clone()));
-    tracker.spawn(super::maintenance::watchdog(core.clone(), shutdown.clone()));
-    super::upstream::start(&core, &tracker, shutdown.clone());
+    tracker.spawn(crate::app::maintenance::sweeper(core.clone(), shutdown.clone()));
+    tracker.spawn(crate::app::tasks::worker(core.clone(), shutdown.clone()));
+    tracker.spawn(crate::app::maintenance::watchdog(core.clone(), shutdown.clone()));
+    crate::app::upstream::start(&core, &tracker, shutdown.clone());
 
     let app = crate::api::node::router(core.clone());
     listen::write_addr_file(&cfg.data_dir, addr)?;

@@ -1,0 +1,46 @@
+//! Every namespace the two roles keep in a store, in one place: queues, KV namespaces
+//! and dedup scopes share one file set, so a name used twice for two meanings would be
+//! a silent corruption. Each name is referenced from here only.
+
+// --- node ---
+
+/// Queue: envelopes this node sends, per recipient (`peer`), sealed.
+pub const Q_OUTBOX: &str = "outbox";
+/// Queue: opened envelopes for local consumers, per sender; also their dedup scope.
+pub const Q_INBOX: &str = "inbox";
+/// Queue: opened `TASK_REQUEST`s the task worker runs, per sender; also a dedup scope.
+pub const Q_TASKS: &str = "tasks";
+/// KV: node bookkeeping (`audit_synced_size`, …).
+pub const KV_META: &str = "meta";
+/// KV: revoked token ids (key = jti), fetched from the gateway.
+pub const KV_REVOKED: &str = "revoked";
+/// KV: sync-loop bookkeeping (`revocations_version`, …).
+pub const KV_SYNC: &str = "sync";
+/// Dedup scope: outbox requests that named their message id (`id/fingerprint`).
+pub const SCOPE_OUTBOX_REQUESTS: &str = "outbox_requests";
+
+// --- both roles ---
+
+/// KV: the trust store (one record), written by `outpost trust add`.
+pub const KV_TRUST: &str = "trust";
+
+// --- gateway (embedded engine; see `gateway::storage::embedded`) ---
+
+/// Queue: sealed envelopes waiting for a node (`peer` = the node).
+pub const Q_TO_NODE: &str = "to_node";
+/// Queue: messages nodes sent to the gateway itself, per sender; also a dedup scope.
+/// (Same name as the node's inbox: the two roles never share a store.)
+pub const Q_GATEWAY_INBOX: &str = "inbox";
+/// Dedup scope: result envelopes received.
+pub const SCOPE_RESULTS: &str = "results";
+/// KV: a caller's job → its TASK_REQUEST.
+pub const KV_GW_JOBS: &str = "gw_jobs";
+/// KV: a TASK_REQUEST's message id → the node it was sent to.
+pub const KV_GW_REQUESTS: &str = "gw_requests";
+/// KV: a TASK_REQUEST's message id → its TASK_RESULT.
+pub const KV_GW_RESULTS: &str = "gw_results";
+/// KV: revoked token ids by version.
+pub const KV_GW_REVOCATIONS: &str = "gw_revocations";
+/// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
+pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
+pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";
