@@ -41,6 +41,7 @@ pub mod envelope;
 pub mod gateway;
 pub mod http_server;
 pub mod keyed_lock;
+pub mod roles;
 pub mod service;
 pub mod store;
 pub mod sync;

@@ -92,6 +92,16 @@ impl NodeCore {
         self.base.now_ms()
     }
 
+    /// Started: `/readyz` answers ready from now on.
+    pub fn set_ready(&self) {
+        self.base.life.set_ready();
+    }
+
+    /// Shutdown begins: new work is refused (`not_ready`), work in flight finishes.
+    pub fn stop_accepting(&self) {
+        self.base.life.stop_accepting();
+    }
+
     /// One more HTTP request answered (the sweeper trims memory once this stops moving).
     pub fn note_served(&self) {
         self.base.life.note_served();

@@ -16,7 +16,7 @@ pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         config = ?cfg.sources,
     );
-    crate::app::run_blocking(cfg).map_err(|e| match startup_refusal(&e) {
+    crate::roles::run_blocking(cfg).map_err(|e| match startup_refusal(&e) {
         Some(exit) => exit.into(),
         None => e,
     })

@@ -34,17 +34,14 @@ pub mod tls;
 pub mod uploads;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use state::Gateway;
 use storage::GatewayState;
 
 use crate::config::Config;
 use crate::envelope::Keys;
-use crate::service::Notifier;
 use crate::store::Store;
 
 #[derive(Debug, thiserror::Error)]
@@ -85,53 +82,4 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartEr
     )
     .map_err(|e| StartError::Trust(e.to_string()))?;
     Ok(Gateway::new(cfg, state, keys, trust, shutdown))
-}
-
-/// Serve the gateway on `listener` until `shutdown` fires, then drain (long-polls and
-/// SSE streams end on the token; background tasks get `drain_timeout_ms`) and close the
-/// store so every acknowledged write is on disk.
-pub async fn run(
-    cfg: Config,
-    listener: tokio::net::TcpListener,
-    shutdown: CancellationToken,
-) -> Result<(), StartError> {
-    let addr = listener.local_addr()?;
-    let drain_ms = cfg.drain_timeout_ms;
-    let data_dir = cfg.data_dir.clone();
-    let sd = shutdown.clone();
-    // Fail before anything else if the certificate cannot be used.
-    let acceptor = match &cfg.tls {
-        Some((cert, key)) => Some(tls::acceptor(cert, key)?),
-        None => None,
-    };
-    let gw = Arc::new(
-        tokio::task::spawn_blocking(move || open(cfg, sd))
-            .await
-            .map_err(|e| StartError::Io(std::io::Error::other(e.to_string())))??,
-    );
-    let tracker = TaskTracker::new();
-    tracker.spawn(sweeper::run(gw.clone()));
-    tracker.spawn(sweeper::watchdog(gw.clone()));
-    crate::daemon::listen::write_addr_file(&data_dir, addr)?;
-    gw.set_ready(true);
-    Notifier.ready();
-    tracing::info!(event = "ready", node_id = %gw.cfg.node_id, %addr, role = "gateway", "gateway ready");
-
-    let app = crate::api::gateway::router(gw.clone());
-    let served = crate::http_server::serve(listener, acceptor, app, gw.cfg.http, shutdown).await;
-    gw.set_ready(false);
-    Notifier.stopping();
-    tracker.close();
-    if tokio::time::timeout(Duration::from_millis(drain_ms), tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(event = "drain_deadline_exceeded", deadline_ms = drain_ms);
-    }
-    crate::daemon::listen::remove_addr_file(&data_dir);
-    if let Err(e) = gw.state.close().await {
-        tracing::warn!(event = "close_failed", error = %e);
-    }
-    tracing::info!(event = "stopped", %addr, role = "gateway");
-    served.map_err(StartError::Io)
 }

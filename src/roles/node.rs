@@ -23,14 +23,20 @@ pub async fn run(
     let tracker = TaskTracker::new();
 
     // Background workers, each ending on `shutdown`.
-    tracker.spawn(crate::app::maintenance::sweeper(core.clone(), shutdown.clone()));
+    tracker.spawn(crate::app::maintenance::sweeper(
+        core.clone(),
+        shutdown.clone(),
+    ));
     tracker.spawn(crate::app::tasks::worker(core.clone(), shutdown.clone()));
-    tracker.spawn(crate::app::maintenance::watchdog(core.clone(), shutdown.clone()));
+    tracker.spawn(crate::app::maintenance::watchdog(
+        core.clone(),
+        shutdown.clone(),
+    ));
     crate::app::upstream::start(&core, &tracker, shutdown.clone());
 
     let app = crate::api::node::router(core.clone());
     listen::write_addr_file(&cfg.data_dir, addr)?;
-    core.base().life.set_ready();
+    core.set_ready();
     Notifier.ready();
     tracing::info!(event = "ready", node_id = %cfg.node_id, %addr, "node ready");
 
@@ -39,7 +45,7 @@ pub async fn run(
     let stop_core = core.clone();
     tracker.spawn(async move {
         stop.cancelled().await;
-        stop_core.base().life.stop_accepting();
+        stop_core.stop_accepting();
     });
     let server = crate::http_server::serve(listener, None, app, cfg.http, shutdown.clone());
     // In-flight requests get the drain deadline after the signal, then are dropped
