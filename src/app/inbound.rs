@@ -13,7 +13,7 @@ use super::error::NodeError;
 use super::recorder::Recorder;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::envelope::{open, OpenContext, OpenError, Opened};
-use crate::store::{EnqueueOutcome, NewMessage};
+use crate::store::{Batch, EnqueueOutcome, NewMessage};
 use crate::sync::wire::InboxRecord;
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
 
@@ -48,32 +48,7 @@ impl Inbound {
     }
 
     fn open_envelope(&self, bytes: &[u8]) -> Result<Opened, OpenError> {
-        let attempt = |trust: &crate::envelope::TrustStore| {
-            let ctx = OpenContext {
-                me: &self.base.cfg.node_id,
-                keys: &self.base.keys,
-                trust,
-                now_ms: self.base.now_ms(),
-                skew_ms: self.base.skew_ms(),
-                max_bytes: self.base.cfg.queue.max_message_bytes as usize,
-                max_ttl_ms: self.base.cfg.queue.max_ttl_s * 1000,
-            };
-            // Dedup scopes are the receiving queues; ids are unique per sender and in
-            // practice globally (UUIDv7/ULID), so either queue having it is a replay.
-            let seen = |_sender: &str, id: &str| {
-                [Q_INBOX, Q_TASKS]
-                    .iter()
-                    .any(|q| self.base.store.seen(q, id).unwrap_or(false))
-            };
-            open(bytes, &ctx, &seen)
-        };
-        match attempt(&self.base.trust()) {
-            Err(OpenError::UnknownSender) => {
-                self.base.reload_trust_if_stale();
-                attempt(&self.base.trust())
-            }
-            other => other,
-        }
+        open_envelope(&self.base, bytes)
     }
 
     pub async fn receive_envelope(&self, bytes: &[u8]) -> Result<Received, NodeError> {
@@ -84,80 +59,25 @@ impl Inbound {
         }
         let opened = match self.open_envelope(bytes) {
             Ok(o) => o,
-            Err(OpenError::Duplicate) => {
-                let (sender, id) = peek_ids(bytes);
-                MessageEvent {
-                    queue: Q_INBOX,
-                    event: "duplicate",
-                    peer: &sender,
-                    message_id: &id,
-                    reason: None,
-                }
-                .emit(&self.base.metrics);
-                return Ok(Received::Duplicate { message_id: id });
-            }
-            Err(e) => {
-                let (sender, id) = peek_ids(bytes);
-                EnvelopeReceived {
-                    result: e.code(),
-                    sender: &sender,
-                    message_id: &id,
-                }
-                .emit(&self.base.metrics);
-                self.recorder
-                    .audit_event(
-                        Event::EnvelopeRejected,
-                        Outcome::Rejected,
-                        &id,
-                        Some(&sender),
-                        Some(e.code()),
-                    )
-                    .await;
-                return Err(NodeError::Envelope(e));
-            }
+            Err(e) => return self.refused(bytes, e).await,
         };
-        let payload: Value = serde_json::from_slice(&opened.plaintext)
-            .map_err(|_| NodeError::bad_request("payload is not JSON"))?;
-        let now = self.base.now_ms();
-        let queue = if opened.payload_type == "TASK_REQUEST" {
-            Q_TASKS
-        } else {
-            Q_INBOX
-        };
-        // What the inbox / tasks queues keep: the decrypted payload plus who sent it.
-        let record = InboxRecord::new(&opened, payload, now);
-        let skew_ms = self.base.skew_ms();
-        let msg = NewMessage {
-            queue: queue.to_string(),
-            peer: opened.sender_node_id.clone(),
-            message_id: opened.message_id.clone(),
-            payload_type: opened.payload_type.clone(),
-            priority: opened.priority.min(255) as u8,
-            created_at_ms: opened.created_at_ms,
-            expires_at_ms: opened.expires_at_ms,
-            body: record.to_bytes(),
-            max_attempts: None,
-            dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * skew_ms)),
-        };
+        let (msg, queue) = stored_message(&self.base, &opened)?;
+        self.store_one(opened, msg, queue).await
+    }
+
+    /// Store one opened envelope (its own commit), then count and audit it.
+    async fn store_one(
+        &self,
+        opened: Opened,
+        msg: NewMessage,
+        queue: &'static str,
+    ) -> Result<Received, NodeError> {
         match self.base.store.enqueue(msg).await {
             Ok(EnqueueOutcome::Duplicate) => Ok(Received::Duplicate {
                 message_id: opened.message_id,
             }),
             Ok(_) => {
-                EnvelopeReceived {
-                    result: "accepted",
-                    sender: &opened.sender_node_id,
-                    message_id: &opened.message_id,
-                }
-                .emit(&self.base.metrics);
-                MessageEvent {
-                    queue,
-                    event: "enqueued",
-                    peer: &opened.sender_node_id,
-                    message_id: &opened.message_id,
-                    reason: None,
-                }
-                .emit(&self.base.metrics);
+                self.stored(&opened, queue);
                 self.recorder
                     .audit_event(
                         Event::EnvelopeAccepted,
@@ -182,10 +102,269 @@ impl Inbound {
             }
         }
     }
+
+    /// An envelope the pipeline refused: a replay is a duplicate (counted), anything
+    /// else is counted, audited (within the refusal budget) and returned as the error.
+    async fn refused(&self, bytes: &[u8], e: OpenError) -> Result<Received, NodeError> {
+        let (sender, id) = peek_ids(bytes);
+        if e == OpenError::Duplicate {
+            MessageEvent {
+                queue: Q_INBOX,
+                event: "duplicate",
+                peer: &sender,
+                message_id: &id,
+                reason: None,
+            }
+            .emit(&self.base.metrics);
+            return Ok(Received::Duplicate { message_id: id });
+        }
+        EnvelopeReceived {
+            result: e.code(),
+            sender: &sender,
+            message_id: &id,
+        }
+        .emit(&self.base.metrics);
+        self.recorder
+            .audit_event(
+                Event::EnvelopeRejected,
+                Outcome::Rejected,
+                &id,
+                Some(&sender),
+                Some(e.code()),
+            )
+            .await;
+        Err(NodeError::Envelope(e))
+    }
+
+    /// A batch of envelopes (a pull from the gateway), each through the same pipeline
+    /// as [`Inbound::receive_envelope`], with the same outcome per envelope, in order —
+    /// but opened on all cores, stored in one commit and audited in one append.
+    ///
+    /// If the commit fails (queue or disk full), the envelopes are stored one by one as
+    /// before, and the first that cannot be stored ends the batch: it and every later
+    /// one come back as a transient error, so the caller leaves them queued upstream
+    /// and per-sender order holds.
+    pub async fn receive_batch(&self, envelopes: Vec<Vec<u8>>) -> Vec<Result<Received, NodeError>> {
+        if !self.base.life.accepting() {
+            return envelopes
+                .iter()
+                .map(|_| {
+                    Err(NodeError::NotReady(
+                        "the store is recovering or not writable",
+                    ))
+                })
+                .collect();
+        }
+        let n = envelopes.len();
+        let opened = open_all(&self.base, envelopes).await;
+        let mut out: Vec<Option<Result<Received, NodeError>>> = Vec::with_capacity(opened.len());
+        let mut batch = Batch::new();
+        let mut pending: Vec<(usize, Opened, NewMessage, &'static str)> = Vec::new();
+        for (i, (bytes, r)) in opened.into_iter().enumerate() {
+            let Some(r) = r else {
+                // Not processed: no later envelope may be stored before it.
+                break;
+            };
+            match r.map_err(|e| (bytes, e)) {
+                Err((bytes, e)) => out.push(Some(self.refused(&bytes, e).await)),
+                Ok(o) => match stored_message(&self.base, &o) {
+                    Err(e) => out.push(Some(Err(e))),
+                    Ok((msg, queue)) => {
+                        batch.enqueue(msg.clone());
+                        pending.push((i, o, msg, queue));
+                        out.push(None);
+                    }
+                },
+            }
+        }
+        match self.base.store.commit(batch).await {
+            Ok(done) => {
+                let mut accepted = Vec::new();
+                for ((i, o, _, queue), outcome) in pending.iter().zip(&done.enqueued) {
+                    out[*i] = Some(if matches!(outcome, EnqueueOutcome::Duplicate) {
+                        Ok(Received::Duplicate {
+                            message_id: o.message_id.clone(),
+                        })
+                    } else {
+                        self.stored(o, queue);
+                        accepted.push((
+                            o.message_id.as_str(),
+                            o.sender_node_id.as_str(),
+                            o.payload_type.as_str(),
+                        ));
+                        Ok(Received::Accepted {
+                            message_id: o.message_id.clone(),
+                        })
+                    });
+                }
+                self.recorder.audit_accepted(&accepted).await;
+                // After the audit entries, so a task's entry never precedes its
+                // envelope's.
+                if pending.iter().any(|(_, _, _, q)| *q == Q_TASKS) {
+                    self.tasks_waiting.notify_one();
+                }
+            }
+            Err(_) => {
+                // One by one, in order; the first failure ends the batch.
+                let mut stop = false;
+                for (i, o, msg, queue) in pending {
+                    out[i] = Some(if stop {
+                        Err(NodeError::NotReady(
+                            "an earlier envelope of the batch could not be stored",
+                        ))
+                    } else {
+                        let r = self.store_one(o, msg, queue).await;
+                        stop = r.is_err();
+                        r
+                    });
+                }
+            }
+        }
+        out.resize_with(n, || None);
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(NodeError::NotReady("envelope not processed"))))
+            .collect()
+    }
+
+    /// Metrics for an envelope that is now durable.
+    fn stored(&self, o: &Opened, queue: &str) {
+        EnvelopeReceived {
+            result: "accepted",
+            sender: &o.sender_node_id,
+            message_id: &o.message_id,
+        }
+        .emit(&self.base.metrics);
+        MessageEvent {
+            queue,
+            event: "enqueued",
+            peer: &o.sender_node_id,
+            message_id: &o.message_id,
+            reason: None,
+        }
+        .emit(&self.base.metrics);
+    }
+}
+
+/// What the inbox or tasks queue keeps for an opened envelope: the decrypted payload
+/// plus who sent it, deduplicated until its expiry (plus the skew on both sides).
+fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static str), NodeError> {
+    let payload: Value = serde_json::from_slice(&opened.plaintext)
+        .map_err(|_| NodeError::bad_request("payload is not JSON"))?;
+    let queue = if opened.payload_type == "TASK_REQUEST" {
+        Q_TASKS
+    } else {
+        Q_INBOX
+    };
+    let record = InboxRecord::new(opened, payload, base.now_ms());
+    let msg = NewMessage {
+        queue: queue.to_string(),
+        peer: opened.sender_node_id.clone(),
+        message_id: opened.message_id.clone(),
+        payload_type: opened.payload_type.clone(),
+        priority: opened.priority.min(255) as u8,
+        created_at_ms: opened.created_at_ms,
+        expires_at_ms: opened.expires_at_ms,
+        body: record.to_bytes(),
+        max_attempts: None,
+        dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * base.skew_ms())),
+    };
+    Ok((msg, queue))
+}
+
+/// Below this many envelopes a batch is opened on the calling thread.
+const PARALLEL_FROM: usize = 8;
+
+/// Open every envelope (signature, recipient, expiry, replay, decrypt), split over the
+/// cores; results in the input's order, each with its bytes. `None` marks an envelope
+/// that was not processed (its thread failed): the caller must not go past it.
+async fn open_all(
+    base: &Arc<Base>,
+    envelopes: Vec<Vec<u8>>,
+) -> Vec<(Vec<u8>, Option<Result<Opened, OpenError>>)> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    if envelopes.len() < PARALLEL_FROM || cores == 1 {
+        return envelopes
+            .into_iter()
+            .map(|b| {
+                let r = open_envelope(base, &b);
+                (b, Some(r))
+            })
+            .collect();
+    }
+    let per = envelopes.len().div_ceil(cores);
+    let mut rest = envelopes;
+    let mut chunks = Vec::new();
+    while !rest.is_empty() {
+        let tail = rest.split_off(per.min(rest.len()));
+        chunks.push(std::mem::replace(&mut rest, tail));
+    }
+    let jobs: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| {
+            let base = base.clone();
+            let len = chunk.len();
+            let job = tokio::task::spawn_blocking(move || {
+                chunk
+                    .into_iter()
+                    .map(|b| {
+                        let r = open_envelope(&base, &b);
+                        (b, Some(r))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            (len, job)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (len, j) in jobs {
+        match j.await {
+            Ok(part) => out.extend(part),
+            // A panicking open is a bug: that chunk counts as not processed.
+            Err(e) => {
+                tracing::error!(event = "internal_error", detail = %e);
+                out.extend((0..len).map(|_| (Vec::new(), None)));
+            }
+        }
+    }
+    out
+}
+
+/// The security pipeline for one envelope (pure CPU plus dedup reads): callable from
+/// any thread, so a batch can be opened on all cores.
+pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenError> {
+    let attempt = |trust: &crate::envelope::TrustStore| {
+        let ctx = OpenContext {
+            me: &base.cfg.node_id,
+            keys: &base.keys,
+            trust,
+            now_ms: base.now_ms(),
+            skew_ms: base.skew_ms(),
+            max_bytes: base.cfg.queue.max_message_bytes as usize,
+            max_ttl_ms: base.cfg.queue.max_ttl_s * 1000,
+        };
+        // Dedup scopes are the receiving queues; ids are unique per sender and in
+        // practice globally (UUIDv7/ULID), so either queue having it is a replay.
+        let seen = |_sender: &str, id: &str| {
+            [Q_INBOX, Q_TASKS]
+                .iter()
+                .any(|q| base.store.seen(q, id).unwrap_or(false))
+        };
+        open(bytes, &ctx, &seen)
+    };
+    match attempt(&base.trust()) {
+        Err(OpenError::UnknownSender) => {
+            base.reload_trust_if_stale();
+            attempt(&base.trust())
+        }
+        other => other,
+    }
 }
 
 /// Best-effort sender and id of a refused envelope, for logs only (never trusted).
-fn peek_ids(bytes: &[u8]) -> (String, String) {
+pub(super) fn peek_ids(bytes: &[u8]) -> (String, String) {
     let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
     let s = |k: &str| {
         v.get(k)

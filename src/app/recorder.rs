@@ -87,9 +87,19 @@ impl Recorder {
         record: AuditRecord,
         extra: impl FnOnce(u64, &str, &mut Batch),
     ) -> Result<(u64, String), StoreError> {
+        self.append_all(vec![record], extra).await
+    }
+
+    /// Append `records` (in order, one batch) plus what `extra` adds; returns the first
+    /// entry's `(index, leaf_hash_hex)`.
+    async fn append_all(
+        &self,
+        records: Vec<AuditRecord>,
+        extra: impl FnOnce(u64, &str, &mut Batch),
+    ) -> Result<(u64, String), StoreError> {
         let now = self.base.now_ms();
         let store = &self.base.store;
-        let submitted = self.log.append_submit(vec![record], now, |first, entries| {
+        let submitted = self.log.append_submit(records, now, |first, entries| {
             let leaf = entries
                 .first()
                 .map(|e| to_hex(&leaf_hash(e)))
@@ -231,6 +241,25 @@ impl Recorder {
             return;
         }
         let _ = self.append_durable(rec, |_, _, _| {}).await;
+    }
+
+    /// Envelopes accepted in one batch: one entry each, appended together (one
+    /// commit for the lot).
+    pub async fn audit_accepted(&self, accepted: &[(&str, &str, &str)]) {
+        if accepted.is_empty() {
+            return;
+        }
+        let records = accepted
+            .iter()
+            .map(|(message_id, sender, payload_type)| {
+                let mut rec = AuditRecord::new(AuditEvent::EnvelopeAccepted, AuditOutcome::Ok);
+                rec.message_id = Some(message_id.to_string());
+                rec.actor = Some(sender.to_string());
+                rec.detail = Some(payload_type.to_string());
+                rec
+            })
+            .collect();
+        let _ = self.append_all(records, |_, _, _| {}).await;
     }
 
     fn admit_refusal(&self, reason: &str) -> bool {

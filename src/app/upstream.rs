@@ -19,17 +19,22 @@ use crate::sync::{BoxFuture, InboundOutcome, NodeLink, SyncDeps, SyncHandle};
 struct Link(Arc<NodeCore>);
 
 impl NodeLink for Link {
-    fn receive(&self, envelope_json: Vec<u8>) -> BoxFuture<'_, InboundOutcome> {
+    fn receive_batch(&self, envelopes: Vec<Vec<u8>>) -> BoxFuture<'_, Vec<InboundOutcome>> {
         Box::pin(async move {
-            match self.0.inbound.receive_envelope(&envelope_json).await {
-                Ok(Received::Accepted { .. }) => InboundOutcome::Accepted,
-                Ok(Received::Duplicate { .. }) => InboundOutcome::Duplicate,
-                // Our own trouble (store full, shutting down): keep it queued upstream.
-                Err(e) if e.is_transient() => InboundOutcome::Retry,
-                Err(e) => InboundOutcome::Rejected {
-                    code: e.code().to_string(),
-                },
-            }
+            let outcomes = self.0.inbound.receive_batch(envelopes).await;
+            outcomes
+                .into_iter()
+                .map(|r| match r {
+                    Ok(Received::Accepted { .. }) => InboundOutcome::Accepted,
+                    Ok(Received::Duplicate { .. }) => InboundOutcome::Duplicate,
+                    // Our own trouble (store full, shutting down): keep it queued
+                    // upstream.
+                    Err(e) if e.is_transient() => InboundOutcome::Retry,
+                    Err(e) => InboundOutcome::Rejected {
+                        code: e.code().to_string(),
+                    },
+                })
+                .collect()
         })
     }
 

@@ -18,7 +18,15 @@ use crate::store::backoff::delay_ms;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MachineConfig {
     pub poll_wait_s: u64,
+    /// Envelopes per outbox upload.
     pub flush_batch: u32,
+    /// Envelopes asked for per pull (the gateway caps it at 1,000). A backlog drains in
+    /// a few round trips; the node opens and stores each pulled batch as one.
+    pub pull_batch: u32,
+    /// After a pull the node could not store (its store full), the next pull waits this
+    /// long: the envelopes stay queued upstream, and pulling them again at once would
+    /// only spin.
+    pub stall_retry_ms: u64,
     /// Push the outbox at least this often even without a wake-up (catches messages
     /// whose retry time came).
     pub outbox_every_ms: u64,
@@ -31,6 +39,8 @@ impl Default for MachineConfig {
         Self {
             poll_wait_s: 25,
             flush_batch: 50,
+            pull_batch: 500,
+            stall_retry_ms: 2_000,
             outbox_every_ms: 5_000,
             audit_every_ms: 30_000,
             revocations_every_ms: 60_000,
@@ -73,6 +83,8 @@ pub enum Event {
     Pulled {
         pending_count: u64,
         received: u64,
+        /// The node could not store part of the batch (left queued upstream).
+        stalled: bool,
     },
     /// An outbox upload finished; `more` = a full batch went, there may be more.
     Pushed {
@@ -113,6 +125,8 @@ pub struct Machine {
     failures: u32,
     retry_at_ms: u64,
     remaining: u64,
+    /// No pull before this (after a stalled one).
+    pull_due_ms: u64,
     outbox_dirty: bool,
     outbox_due_ms: u64,
     audit_due_ms: u64,
@@ -129,6 +143,7 @@ impl Machine {
             failures: 0,
             retry_at_ms: 0,
             remaining: 0,
+            pull_due_ms: 0,
             outbox_dirty: true,
             outbox_due_ms: 0,
             audit_due_ms: 0,
@@ -161,7 +176,7 @@ impl Machine {
         self.phase = Phase::Handshake;
         Action::Pull {
             wait_s: 0,
-            max: self.cfg.flush_batch,
+            max: self.cfg.pull_batch,
         }
     }
 
@@ -209,8 +224,12 @@ impl Machine {
             Event::Pulled {
                 pending_count,
                 received,
+                stalled,
             } => {
                 self.ok(now);
+                if stalled {
+                    self.pull_due_ms = now + self.cfg.stall_retry_ms;
+                }
                 self.remaining = pending_count.saturating_sub(received);
                 if self.remaining > 0 {
                     self.phase = Phase::Flushing;
@@ -246,14 +265,40 @@ impl Machine {
             // sequential loop); ask again rather than go live unannounced.
             return self.handshake();
         }
-        let max = self.cfg.flush_batch;
+        let max = self.cfg.pull_batch;
+        if now < self.pull_due_ms {
+            // Our store is full: do the chores that are due, otherwise wait.
+            if self.outbox_dirty || now >= self.outbox_due_ms {
+                return Action::Push {
+                    max: self.cfg.flush_batch,
+                };
+            }
+            if now >= self.audit_due_ms {
+                return Action::SyncAudit;
+            }
+            if now >= self.revocations_due_ms {
+                return Action::FetchRevocations;
+            }
+            let until_ms = [
+                self.pull_due_ms,
+                self.outbox_due_ms,
+                self.audit_due_ms,
+                self.revocations_due_ms,
+            ]
+            .into_iter()
+            .min()
+            .unwrap_or(self.pull_due_ms);
+            return Action::Wait { until_ms };
+        }
         if self.remaining > 0 {
             self.phase = Phase::Flushing;
             return Action::Pull { wait_s: 0, max };
         }
         self.phase = Phase::Live;
         if self.outbox_dirty || now >= self.outbox_due_ms {
-            return Action::Push { max };
+            return Action::Push {
+                max: self.cfg.flush_batch,
+            };
         }
         if now >= self.audit_due_ms {
             return Action::SyncAudit;

@@ -59,13 +59,14 @@ pub enum InboundOutcome {
 }
 
 /// The node daemon side of sync. Contract:
-/// - `receive` runs the full receive pipeline on the envelope's JSON bytes and resolves
-///   only after the outcome is durable (Accepted means fsynced).
+/// - `receive_batch` runs the full receive pipeline on each envelope's JSON bytes and
+///   resolves only after the outcomes are durable (Accepted means fsynced); one
+///   outcome per envelope, in order, and no envelope after a `Retry` was stored.
 /// - `audit_batch(confirmed, max)` returns the node's audit entries from the gateway's
 ///   confirmed size (at most `max`) with a checkpoint signed for exactly that extended
 ///   tree — `AuditLog::sync_batch` does this — or `Ok(None)` when nothing is new.
 pub trait NodeLink: Send + Sync + 'static {
-    fn receive(&self, envelope_json: Vec<u8>) -> BoxFuture<'_, InboundOutcome>;
+    fn receive_batch(&self, envelopes: Vec<Vec<u8>>) -> BoxFuture<'_, Vec<InboundOutcome>>;
     fn audit_batch(
         &self,
         confirmed_size: u64,

@@ -164,17 +164,31 @@ impl Worker {
         };
         let mut ack = Vec::new();
         let mut rejected = Vec::new();
-        for env in answer.envelopes {
-            // The id is the envelope's business; the pipeline refuses one without it.
-            let id = env["message_id"].as_str().unwrap_or_default().to_string();
-            let bytes = serde_json::to_vec(&env).unwrap_or_default();
-            match self.deps.node.receive(bytes).await {
+        // The id is the envelope's business; the pipeline refuses one without it.
+        let ids: Vec<String> = answer
+            .envelopes
+            .iter()
+            .map(|e| e["message_id"].as_str().unwrap_or_default().to_string())
+            .collect();
+        let bytes = answer
+            .envelopes
+            .iter()
+            .map(|e| serde_json::to_vec(e).unwrap_or_default())
+            .collect();
+        let outcomes = self.deps.node.receive_batch(bytes).await;
+        let mut stalled = false;
+        for (id, outcome) in ids.into_iter().zip(outcomes) {
+            match outcome {
                 InboundOutcome::Accepted | InboundOutcome::Duplicate => ack.push(id),
                 InboundOutcome::Rejected { code } => {
                     tracing::warn!(event = "pulled_envelope_rejected", message_id = %id, code = %code);
                     rejected.push(AckRejected { code, id });
                 }
-                InboundOutcome::Retry => break,
+                // Nothing after it was stored: leave it and the rest queued upstream.
+                InboundOutcome::Retry => {
+                    stalled = true;
+                    break;
+                }
             }
         }
         let received = (ack.len() + rejected.len()) as u64;
@@ -197,6 +211,7 @@ impl Worker {
         Event::Pulled {
             pending_count: answer.pending_count,
             received,
+            stalled,
         }
     }
 }

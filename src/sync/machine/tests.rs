@@ -6,6 +6,8 @@ fn m() -> Machine {
     Machine::new(MachineConfig {
         poll_wait_s: 25,
         flush_batch: 50,
+        pull_batch: 400,
+        stall_retry_ms: 2_000,
         outbox_every_ms: 5_000,
         audit_every_ms: 30_000,
         revocations_every_ms: 60_000,
@@ -17,7 +19,10 @@ fn reconnect_order_is_count_then_flush_then_live() {
     let mut s = m();
     assert_eq!(
         s.handle(Event::Start, 0),
-        Action::Pull { wait_s: 0, max: 50 }
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        }
     );
     assert_eq!(s.phase(), Phase::Handshake);
     // 120 pending, took 50: keep flushing without waiting.
@@ -25,29 +30,38 @@ fn reconnect_order_is_count_then_flush_then_live() {
         s.handle(
             Event::Pulled {
                 pending_count: 120,
-                received: 50
+                received: 50,
+                stalled: false
             },
             1
         ),
-        Action::Pull { wait_s: 0, max: 50 }
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        }
     );
     assert_eq!(s.phase(), Phase::Flushing);
     assert_eq!(
         s.handle(
             Event::Pulled {
                 pending_count: 70,
-                received: 50
+                received: 50,
+                stalled: false
             },
             2
         ),
-        Action::Pull { wait_s: 0, max: 50 }
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        }
     );
     // Drained: now the outbox (dirty since start), then audit, revocations, long-poll.
     assert_eq!(
         s.handle(
             Event::Pulled {
                 pending_count: 20,
-                received: 20
+                received: 20,
+                stalled: false
             },
             3
         ),
@@ -63,7 +77,7 @@ fn reconnect_order_is_count_then_flush_then_live() {
         s.handle(Event::RevocationsFetched, 6),
         Action::Pull {
             wait_s: 25,
-            max: 50
+            max: 400
         }
     );
     assert!(s.connected());
@@ -91,7 +105,10 @@ fn failure_backs_off_on_the_spec_schedule_and_success_resets() {
     );
     assert_eq!(
         s.handle(Event::Timer, 6_000),
-        Action::Pull { wait_s: 0, max: 50 }
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        }
     );
     assert_eq!(fail(&mut s, 6_000), Action::Wait { until_ms: 16_000 });
     s.handle(Event::Timer, 16_000);
@@ -101,6 +118,7 @@ fn failure_backs_off_on_the_spec_schedule_and_success_resets() {
         Event::Pulled {
             pending_count: 0,
             received: 0,
+            stalled: false,
         },
         36_100,
     );
@@ -118,6 +136,7 @@ fn wake_during_live_pushes_before_polling_again() {
         Event::Pulled {
             pending_count: 0,
             received: 0,
+            stalled: false,
         },
         1,
     );
@@ -127,7 +146,7 @@ fn wake_during_live_pushes_before_polling_again() {
         s.handle(Event::RevocationsFetched, 4),
         Action::Pull {
             wait_s: 25,
-            max: 50
+            max: 400
         }
     );
     assert_eq!(s.handle(Event::Woken, 5), Action::Push { max: 50 });
@@ -142,13 +161,45 @@ fn wake_during_live_pushes_before_polling_again() {
     assert_eq!(s.handle(Event::Shutdown, 8), Action::Stop);
 }
 
+/// The node's store is full: the pulled batch stays upstream, and the next pull waits
+/// `stall_retry_ms` instead of spinning on the same envelopes (chores still run).
+#[test]
+fn a_stalled_pull_waits_before_pulling_again() {
+    let mut s = m();
+    s.handle(Event::Start, 0);
+    let stalled = Event::Pulled {
+        pending_count: 30,
+        received: 10,
+        stalled: true,
+    };
+    // The outbox is dirty since start: pushed first, then the wait.
+    assert_eq!(s.handle(stalled, 10), Action::Push { max: 50 });
+    assert_eq!(
+        s.handle(Event::Pushed { more: false }, 20),
+        Action::SyncAudit
+    );
+    assert_eq!(s.handle(Event::AuditSynced, 30), Action::FetchRevocations);
+    assert_eq!(
+        s.handle(Event::RevocationsFetched, 40),
+        Action::Wait { until_ms: 2_010 }
+    );
+    assert_eq!(
+        s.handle(Event::Timer, 2_010),
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        }
+    );
+}
+
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         Just(Event::Timer),
         Just(Event::Woken),
-        (0u64..300, 0u64..60).prop_map(|(p, r)| Event::Pulled {
+        (0u64..300, 0u64..60, any::<bool>()).prop_map(|(p, r, stalled)| Event::Pulled {
             pending_count: p,
-            received: r.min(p)
+            received: r.min(p),
+            stalled
         }),
         any::<bool>().prop_map(|more| Event::Pushed { more }),
         Just(Event::AuditSynced),
@@ -171,18 +222,30 @@ proptest! {
         let mut s = m();
         let mut now = 0u64;
         let mut last_remaining = 0u64;
+        let mut stalled_until = 0u64;
         s.handle(Event::Start, now);
         for (ev, dt) in events {
             now += dt;
             let was_offline = s.phase() == Phase::Offline;
             let retry_at = s.retry_at_ms();
-            if let Event::Pulled { pending_count, received } = &ev {
+            if let Event::Pulled { pending_count, received, stalled } = &ev {
                 last_remaining = pending_count - received;
+                if *stalled {
+                    stalled_until = now + 2_000;
+                }
             }
             let failed = matches!(ev, Event::Failed { .. });
+            if failed {
+                stalled_until = 0;
+            }
             let idle = matches!(ev, Event::Timer | Event::Woken);
             let a = s.handle(ev, now);
             if let Action::Pull { wait_s, .. } = a {
+                // A pull the node could not store is not repeated at once (it would
+                // spin); reconnecting after a failure starts over.
+                if !was_offline {
+                    prop_assert!(now >= stalled_until, "pull {} ms after a stalled one", now + 2_000 - stalled_until);
+                }
                 if wait_s > 0 {
                     prop_assert_eq!(last_remaining, 0, "live poll while stored messages pending");
                 }
