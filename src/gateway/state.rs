@@ -48,6 +48,10 @@ pub struct Gateway {
     ready: AtomicBool,
     /// One lock per caller's job, so concurrent repeats queue one TASK_REQUEST.
     pub job_locks: crate::keyed_lock::KeyedLocks,
+    /// Memo of bearer-token signature checks: an operator's client sends the same
+    /// token with every command (time window, audience, scope and revocation are still
+    /// decided on each request).
+    pub verify_cache: crate::token::VerifyCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -83,6 +87,7 @@ impl Gateway {
             started_ms,
             ready: AtomicBool::new(false),
             job_locks: crate::keyed_lock::KeyedLocks::new(),
+            verify_cache: crate::token::VerifyCache::new(1024),
         }
     }
 

@@ -1,20 +1,27 @@
 //! `POST /v1/nodes/{id}/upload`: envelopes a node sends upstream.
 //!
-//! Each envelope goes through the receive pipeline on its own, so one bad envelope
-//! never costs the others:
+//! Each envelope gets its own verdict, so one bad envelope never costs the others:
 //! - addressed to the gateway, `TASK_RESULT` → stored as the result of the original
-//!   request (found through the `job_id` → `message_id` map), `result` event;
+//!   request (found through its `request_id`), `result` event;
 //! - addressed to the gateway, anything else → the gateway inbox;
 //! - addressed to another enrolled node → forwarded unopened into that node's queue
 //!   (the gateway cannot read it: it is sealed to the recipient).
+//!
+//! The envelopes for the gateway are opened on all cores and stored in one
+//! transaction; if that fails (an expired inbox message, a full disk), they are stored
+//! one by one as before, so each still gets its own verdict.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{FiledResult, ForNode, InboxMessage, Queued, StateError};
-use crate::envelope::{open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError};
+use super::storage::{FiledResult, ForNode, InboxMessage, Queued, StateError, Upload};
+use crate::envelope::{
+    open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError, Opened,
+};
 use crate::store::StoreError;
 use crate::sync::wire::{InboxRecord, TaskResult, UploadAnswer, UploadRejected};
 use crate::telemetry::EnvelopeReceived;
@@ -25,10 +32,25 @@ enum Verdict {
     Rejected(String),
 }
 
-/// Receive what `uploader` sent upstream, envelope by envelope. Fails as a whole only
-/// for the gateway's own trouble (storage), so the node keeps everything and retries.
+/// An envelope for the gateway itself, ready to open.
+struct ForMe {
+    slot: usize,
+    env: Envelope,
+    seen: bool,
+}
+
+/// What to store for an opened envelope, and what to announce once it is stored.
+struct Keep {
+    slot: usize,
+    item: Upload,
+    /// `(request_id, job_id, ok)` of a result, for the `result` event.
+    result: Option<(String, String, bool)>,
+}
+
+/// Receive what `uploader` sent upstream. Fails as a whole only for the gateway's own
+/// trouble (storage), so the node keeps everything queued and retries.
 pub async fn upload(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     uploader: &str,
     envelopes: Vec<Value>,
 ) -> Result<UploadAnswer, GatewayError> {
@@ -37,17 +59,102 @@ pub async fn upload(
             "at most 1000 envelopes per upload".into(),
         ));
     }
+    let ids: Vec<String> = envelopes
+        .iter()
+        .map(|v| {
+            v.get("message_id")
+                .and_then(|x| x.as_str())
+                .map(|s| s.chars().take(100).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut verdicts: Vec<Option<Verdict>> = envelopes.iter().map(|_| None).collect();
+    // 1. Checks that need no key; forwards go through at once (they are not opened).
+    let mut mine = Vec::new();
+    for (slot, v) in envelopes.iter().enumerate() {
+        let bytes = serde_json::to_vec(v).unwrap_or_default();
+        if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
+            verdicts[slot] = Some(Verdict::Rejected("payload_too_large".into()));
+            continue;
+        }
+        let env = match Envelope::from_json(&bytes) {
+            Ok(e) => e,
+            Err(e) => {
+                verdicts[slot] = Some(Verdict::Rejected(OpenError::from(e).code().into()));
+                continue;
+            }
+        };
+        if env.sender_node_id != uploader {
+            verdicts[slot] = Some(Verdict::Rejected("forbidden".into()));
+        } else if env.recipient_node_id != gw.cfg.node_id {
+            verdicts[slot] = Some(forward(gw, env, bytes).await?);
+        } else {
+            let seen = gw.state.upload_seen(&env.message_id).await?;
+            mine.push(ForMe { slot, env, seen });
+        }
+    }
+    // 2. Open (signature, expiry, replay, decrypt) on all cores.
+    let opened = open_all(gw, mine).await;
+    // 3. What to keep. The same envelope twice in one upload: the first is kept, the
+    // later ones are duplicates (as if they had come one request after the other).
+    let mut keep = Vec::new();
+    let mut kept_ids = std::collections::HashSet::new();
+    for (slot, r) in opened {
+        match r {
+            Err(OpenError::Duplicate) => verdicts[slot] = Some(Verdict::Duplicate),
+            Err(e) => verdicts[slot] = Some(Verdict::Rejected(e.code().into())),
+            Ok(o) if kept_ids.contains(&o.message_id) => verdicts[slot] = Some(Verdict::Duplicate),
+            Ok(o) => match to_keep(gw, uploader, slot, o).await? {
+                Ok(k) => {
+                    kept_ids.insert(match &k.item {
+                        Upload::Result(r) => r.result_message_id.clone(),
+                        Upload::Inbox(m) => m.message_id.clone(),
+                    });
+                    keep.push(k)
+                }
+                Err(code) => verdicts[slot] = Some(Verdict::Rejected(code)),
+            },
+        }
+    }
+    // 4. Store it: one transaction, or one by one if that fails.
+    let items: Vec<Upload> = keep.iter().map(|k| k.item.clone()).collect();
+    let outcomes = match gw.state.receive_uploads(items).await {
+        Ok(o) => o.into_iter().map(Ok).collect(),
+        Err(_) => {
+            let mut each = Vec::new();
+            for k in &keep {
+                each.push(match store_one(gw, k.item.clone()).await? {
+                    Ok(q) => Ok(q),
+                    Err(code) => Err(code),
+                });
+            }
+            each
+        }
+    };
+    for (k, outcome) in keep.into_iter().zip(outcomes) {
+        verdicts[k.slot] = Some(match outcome {
+            Ok(Queued::Duplicate) => Verdict::Duplicate,
+            Ok(Queued::Queued) => {
+                if let Some((request_id, job_id, ok)) = k.result {
+                    tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id = %job_id, ok);
+                    gw.publish(GatewayEvent::Result {
+                        message_id: request_id,
+                        job_id,
+                        node_id: uploader.to_string(),
+                        ok,
+                    });
+                }
+                Verdict::Accepted
+            }
+            Err(code) => Verdict::Rejected(code),
+        });
+    }
     let (mut accepted, mut duplicates, mut rejected) = (Vec::new(), Vec::new(), Vec::new());
-    for v in envelopes {
-        let id = v
-            .get("message_id")
-            .and_then(|x| x.as_str())
-            .map(|s| s.chars().take(100).collect::<String>())
-            .unwrap_or_default();
-        match receive_one(gw, uploader, &v).await {
-            Ok(Verdict::Accepted) => accepted.push(id),
-            Ok(Verdict::Duplicate) => duplicates.push(id),
-            Ok(Verdict::Rejected(code)) => {
+    for (id, v) in ids.into_iter().zip(verdicts) {
+        match v.unwrap_or_else(|| Verdict::Rejected("internal".into())) {
+            Verdict::Accepted => accepted.push(id),
+            Verdict::Duplicate => duplicates.push(id),
+            Verdict::Rejected(code) => {
                 EnvelopeReceived {
                     result: &code,
                     sender: uploader,
@@ -61,9 +168,6 @@ pub async fn upload(
                 });
                 rejected.push(UploadRejected { code, id });
             }
-            // Storage trouble is the gateway's, not the envelope's: fail the request so
-            // the node keeps everything queued and retries.
-            Err(e) => return Err(e),
         }
     }
     Ok(UploadAnswer {
@@ -73,44 +177,80 @@ pub async fn upload(
     })
 }
 
-async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict, GatewayError> {
-    let bytes = serde_json::to_vec(v).unwrap_or_default();
-    if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
-        return Ok(Verdict::Rejected("payload_too_large".into()));
-    }
-    let env = match Envelope::from_json(&bytes) {
-        Ok(e) => e,
-        Err(e) => return Ok(Verdict::Rejected(OpenError::from(e).code().into())),
-    };
-    if env.sender_node_id != uploader {
-        return Ok(Verdict::Rejected("forbidden".into()));
-    }
-    if env.recipient_node_id != gw.cfg.node_id {
-        return forward(gw, env, bytes).await;
-    }
-    let now = gw.now_ms();
+/// Below this many envelopes an upload is opened on the calling thread.
+const PARALLEL_FROM: usize = 8;
+
+fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
     let trust = gw.trust();
     let ctx = OpenContext {
         me: &gw.cfg.node_id,
         keys: &gw.keys,
         trust: &trust,
-        now_ms: now,
+        now_ms: gw.now_ms(),
         skew_ms: gw.skew_ms(),
         max_bytes: gw.cfg.queue.max_message_bytes as usize,
         max_ttl_ms: gw.cfg.queue.max_ttl_s * 1000,
     };
-    // The replay check is pure; ask the state about this envelope's id first.
-    let known = gw.state.upload_seen(&env.message_id).await?;
-    let seen = |_s: &str, id: &str| known && id == env.message_id;
-    let opened = match open_parsed(&env, &ctx, &seen) {
-        Ok(o) => o,
-        Err(OpenError::Duplicate) => return Ok(Verdict::Duplicate),
-        Err(e) => return Ok(Verdict::Rejected(e.code().into())),
-    };
+    // The replay check is pure; the state was asked about this id before.
+    let seen = |_s: &str, id: &str| m.seen && id == m.env.message_id;
+    open_parsed(&m.env, &ctx, &seen)
+}
+
+/// Open each envelope; `(slot, outcome)` in input order. A chunk whose thread failed
+/// is refused as `internal` (the node gets a verdict for every envelope).
+async fn open_all(gw: &Arc<Gateway>, mine: Vec<ForMe>) -> Vec<(usize, Result<Opened, OpenError>)> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    if mine.len() < PARALLEL_FROM || cores == 1 {
+        return mine.iter().map(|m| (m.slot, open_one(gw, m))).collect();
+    }
+    let per = mine.len().div_ceil(cores);
+    let mut rest = mine;
+    let mut jobs = Vec::new();
+    while !rest.is_empty() {
+        let tail = rest.split_off(per.min(rest.len()));
+        let chunk = std::mem::replace(&mut rest, tail);
+        let slots: Vec<usize> = chunk.iter().map(|m| m.slot).collect();
+        let gw = gw.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            chunk
+                .iter()
+                .map(|m| (m.slot, open_one(&gw, m)))
+                .collect::<Vec<_>>()
+        });
+        jobs.push((slots, job));
+    }
+    let mut out = Vec::new();
+    for (slots, job) in jobs {
+        match job.await {
+            Ok(part) => out.extend(part),
+            Err(e) => {
+                tracing::error!(event = "internal_error", detail = %e);
+                out.extend(
+                    slots
+                        .into_iter()
+                        .map(|s| (s, Err(OpenError::BadRequest("internal error".into())))),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// What an opened envelope becomes: a filed result or an inbox message; `Err(code)`
+/// when its payload is unusable.
+async fn to_keep(
+    gw: &Gateway,
+    uploader: &str,
+    slot: usize,
+    opened: Opened,
+) -> Result<Result<Keep, String>, GatewayError> {
     let keep = replay_keep_until_ms(opened.expires_at_ms, 2 * gw.skew_ms());
     if opened.payload_type == "TASK_RESULT" {
         let Ok(result) = serde_json::from_slice::<TaskResult>(&opened.plaintext) else {
-            return Ok(Verdict::Rejected("bad_request".into()));
+            return Ok(Err("bad_request".into()));
         };
         // The result names its request (`request_id`); it is filed under that request
         // only if the request really went to this node. Anything else (a node-initiated
@@ -123,23 +263,16 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
             None => opened.message_id.clone(),
         };
         // Stored as the node sent it: `GET /v1/messages/{id}` shows those bytes.
-        gw.state
-            .file_result(FiledResult {
-                request_id: request_id.clone(),
-                result_message_id: opened.message_id.clone(),
-                plaintext: opened.plaintext.clone(),
+        return Ok(Ok(Keep {
+            slot,
+            result: Some((request_id.clone(), result.job_id, result.ok)),
+            item: Upload::Result(FiledResult {
+                request_id,
+                result_message_id: opened.message_id,
+                plaintext: opened.plaintext,
                 remember_until_ms: keep,
-            })
-            .await?;
-        let (job_id, ok) = (result.job_id, result.ok);
-        tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id = %job_id, ok);
-        gw.publish(GatewayEvent::Result {
-            message_id: request_id,
-            job_id,
-            node_id: uploader.to_string(),
-            ok,
-        });
-        return Ok(Verdict::Accepted);
+            }),
+        }));
     }
     // The gateway's inbox record never carried the envelope times (see InboxRecord).
     let record = InboxRecord {
@@ -148,23 +281,35 @@ async fn receive_one(gw: &Gateway, uploader: &str, v: &Value) -> Result<Verdict,
         ..InboxRecord::new(
             &opened,
             serde_json::from_slice(&opened.plaintext).unwrap_or(Value::Null),
-            now,
+            gw.now_ms(),
         )
     };
-    let msg = InboxMessage {
-        from_node: uploader.to_string(),
-        message_id: opened.message_id.clone(),
-        payload_type: opened.payload_type.clone(),
-        priority: opened.priority.min(255) as u8,
-        created_at_ms: opened.created_at_ms,
-        expires_at_ms: opened.expires_at_ms,
-        record: record.to_bytes(),
-        remember_until_ms: keep,
+    Ok(Ok(Keep {
+        slot,
+        result: None,
+        item: Upload::Inbox(InboxMessage {
+            from_node: uploader.to_string(),
+            message_id: opened.message_id.clone(),
+            payload_type: opened.payload_type.clone(),
+            priority: opened.priority.min(255) as u8,
+            created_at_ms: opened.created_at_ms,
+            expires_at_ms: opened.expires_at_ms,
+            record: record.to_bytes(),
+            remember_until_ms: keep,
+        }),
+    }))
+}
+
+/// One item on its own (after the batch's transaction failed): an expired inbox
+/// message is that envelope's verdict; any other failure fails the upload.
+async fn store_one(gw: &Gateway, item: Upload) -> Result<Result<Queued, String>, GatewayError> {
+    let r = match item {
+        Upload::Result(r) => gw.state.file_result(r).await.map(|()| Queued::Queued),
+        Upload::Inbox(m) => gw.state.inbox_put(m).await,
     };
-    match gw.state.inbox_put(msg).await {
-        Ok(Queued::Duplicate) => Ok(Verdict::Duplicate),
-        Ok(Queued::Queued) => Ok(Verdict::Accepted),
-        Err(StateError::Store(StoreError::Expired)) => Ok(Verdict::Rejected("expired".into())),
+    match r {
+        Ok(q) => Ok(Ok(q)),
+        Err(StateError::Store(StoreError::Expired)) => Ok(Err("expired".into())),
         Err(e) => Err(e.into()),
     }
 }

@@ -18,7 +18,7 @@ use crate::envelope::{
     verify_request, RequestSigError, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
 };
 use crate::gateway::Gateway;
-use crate::token::{check, Decision, Need, Request as TokenRequest};
+use crate::token::{check_cached, Decision, Need, Request as TokenRequest};
 
 /// The bearer token of a request, if any.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -38,9 +38,15 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
         need,
     };
     let decide = |trust: &crate::envelope::TrustStore| {
-        check(token, &req, gw.now_ms(), gw.skew_ms(), trust, &|jti| {
-            gw.revoked(jti)
-        })
+        check_cached(
+            token,
+            &req,
+            gw.now_ms(),
+            gw.skew_ms(),
+            trust,
+            &|jti| gw.revoked(jti),
+            Some(&gw.verify_cache),
+        )
     };
     let mut d = decide(&gw.trust());
     if let Decision::Deny { reason, .. } = &d {

@@ -4,7 +4,7 @@
 
 use super::{
     AuditExtension, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
-    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError,
+    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Upload,
 };
 use crate::envelope::TrustStore;
 use crate::store::{Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store};
@@ -38,6 +38,27 @@ impl Embedded {
             store,
             revoking: tokio::sync::Mutex::new(()),
         }
+    }
+
+    fn inbox_message(m: InboxMessage) -> NewMessage {
+        NewMessage {
+            queue: Q_INBOX.into(),
+            peer: m.from_node,
+            message_id: m.message_id,
+            payload_type: m.payload_type,
+            priority: m.priority,
+            created_at_ms: m.created_at_ms,
+            expires_at_ms: m.expires_at_ms,
+            body: m.record,
+            max_attempts: Some(0),
+            dedup_until_ms: Some(m.remember_until_ms),
+        }
+    }
+
+    fn file(batch: &mut Batch, r: FiledResult) {
+        batch
+            .kv_put(KV_RESULTS, &r.request_id, r.plaintext)
+            .remember(SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms);
     }
 
     fn new_message(&self, m: ForNode) -> NewMessage {
@@ -143,11 +164,39 @@ impl GatewayState for Embedded {
     fn file_result(&self, r: FiledResult) -> Fut<'_, ()> {
         Box::pin(async move {
             let mut batch = Batch::new();
-            batch
-                .kv_put(KV_RESULTS, &r.request_id, r.plaintext)
-                .remember(SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms);
+            Self::file(&mut batch, r);
             self.store.commit(batch).await?;
             Ok(())
+        })
+    }
+
+    fn receive_uploads(&self, items: Vec<Upload>) -> Fut<'_, Vec<Queued>> {
+        Box::pin(async move {
+            let mut batch = Batch::new();
+            let inbox: Vec<bool> = items
+                .into_iter()
+                .map(|item| match item {
+                    Upload::Result(r) => {
+                        Self::file(&mut batch, r);
+                        false
+                    }
+                    Upload::Inbox(m) => {
+                        batch.enqueue(Self::inbox_message(m));
+                        true
+                    }
+                })
+                .collect();
+            let done = self.store.commit(batch).await?;
+            let mut enqueued = done.enqueued.iter();
+            Ok(inbox
+                .into_iter()
+                .map(
+                    |is_inbox| match is_inbox.then(|| enqueued.next()).flatten() {
+                        Some(crate::store::EnqueueOutcome::Duplicate) => Queued::Duplicate,
+                        _ => Queued::Queued,
+                    },
+                )
+                .collect())
         })
     }
 
@@ -193,21 +242,7 @@ impl GatewayState for Embedded {
     }
 
     fn inbox_put(&self, m: InboxMessage) -> Fut<'_, Queued> {
-        Box::pin(async move {
-            let msg = NewMessage {
-                queue: Q_INBOX.into(),
-                peer: m.from_node,
-                message_id: m.message_id,
-                payload_type: m.payload_type,
-                priority: m.priority,
-                created_at_ms: m.created_at_ms,
-                expires_at_ms: m.expires_at_ms,
-                body: m.record,
-                max_attempts: Some(0),
-                dedup_until_ms: Some(m.remember_until_ms),
-            };
-            self.enqueue(msg, Batch::new()).await
-        })
+        Box::pin(async move { self.enqueue(Self::inbox_message(m), Batch::new()).await })
     }
 
     fn inbox_list<'a>(&'a self, from: Option<&'a str>, limit: usize) -> Fut<'a, Vec<Vec<u8>>> {

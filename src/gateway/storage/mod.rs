@@ -149,6 +149,13 @@ pub struct FiledResult {
     pub remember_until_ms: u64,
 }
 
+/// One thing an upload brought that the gateway keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upload {
+    Result(FiledResult),
+    Inbox(InboxMessage),
+}
+
 /// Outcome of a revocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Revoked {
@@ -197,6 +204,10 @@ pub trait GatewayState: Send + Sync {
     fn result<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<Vec<u8>>>;
     /// File a result (and remember its envelope id) in one transaction.
     fn file_result(&self, result: FiledResult) -> Fut<'_, ()>;
+    /// Store what one upload brought, in one transaction; one outcome per item, in
+    /// order (a result is always `Queued`: filing it again is harmless). On error
+    /// nothing of it was stored.
+    fn receive_uploads(&self, items: Vec<Upload>) -> Fut<'_, Vec<Queued>>;
     /// An envelope id a node uploaded before (a result or an inbox message).
     fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool>;
 
