@@ -18,8 +18,16 @@ use super::{KEY_AUDIT_SYNCED, KEY_REVOCATIONS_VERSION, KV_META, KV_REVOKED, KV_S
 use crate::store::Batch;
 use crate::telemetry::DeliveryAttempt;
 
+/// Envelope bytes one upload carries at most (one envelope always goes, whatever its
+/// size): the gateway refuses request bodies over its `api.max_body_bytes` (2 MiB by
+/// default) and a message may be up to `queue.max_message_bytes` (1 MiB), so a count
+/// alone could build an upload no gateway takes — it would fail on every attempt until
+/// its messages were dead-lettered.
+pub(super) const PUSH_BUDGET_BYTES: usize = 1024 * 1024;
+
 impl Worker {
-    /// Upload up to `max` outbox envelopes, FIFO per recipient, recipients in turn.
+    /// Upload up to `max` outbox envelopes (and about [`PUSH_BUDGET_BYTES`]), FIFO per
+    /// recipient, recipients in turn.
     pub(super) async fn push(&self, max: u32) -> Event {
         let store = &self.deps.store;
         let now = self.now();
@@ -28,9 +36,11 @@ impl Worker {
             Err(e) => return failed(&SyncError::Setup(e.to_string())),
         };
         let mut batch: Vec<(String, String, Value)> = Vec::new();
-        for peer in peers {
+        let mut bytes = 0usize;
+        let mut full = false;
+        'peers: for peer in peers {
             let room = (max as usize).saturating_sub(batch.len());
-            if room == 0 {
+            if room == 0 || full {
                 break;
             }
             let msgs = match store.next_batch(Q_OUTBOX, &peer, room, now) {
@@ -38,6 +48,12 @@ impl Worker {
                 Err(e) => return failed(&store_failed(e)),
             };
             for m in msgs {
+                if !batch.is_empty() && bytes + m.body.len() > PUSH_BUDGET_BYTES {
+                    // The rest of this peer waits for the next upload (FIFO holds).
+                    full = true;
+                    break 'peers;
+                }
+                bytes += m.body.len();
                 match serde_json::from_slice::<Value>(&m.body) {
                     Ok(v) => batch.push((peer.clone(), m.message_id, v)),
                     // Sealed by this node, so only storage damage gets here; it stays
@@ -54,7 +70,7 @@ impl Worker {
         if batch.is_empty() {
             return Event::Pushed { more: false };
         }
-        let more = batch.len() >= max as usize;
+        let more = full || batch.len() >= max as usize;
         let body = UploadRequest {
             envelopes: batch.iter().map(|b| b.2.clone()).collect(),
         };

@@ -24,5 +24,6 @@ mod slow_clients;
 mod slow_clients_flood;
 mod startup;
 mod store_cli;
+mod sync_batches;
 mod sync_wire;
 mod systemd;

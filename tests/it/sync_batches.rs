@@ -1,0 +1,226 @@
+//! A real node and a real gateway moving batches: the sizes of what one request carries
+//! stay within what the other side accepts, and a batch that cannot be stored whole
+//! is stored in order up to what fits.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{http, pair, Daemon, Home};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A gateway on a fixed port (so it can restart where the node expects it) and a node
+/// paired with it.
+fn pair_on(gw_extra: &str, node_extra: &str) -> (Home, Home) {
+    let port = free_port();
+    let gw = Home::init("gateway", "gateway:main", gw_extra);
+    // `init --listen` took 127.0.0.1:0; a drop-in moves it to the chosen port.
+    let d = gw.dir.path().join("outpost.d");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("40-port.toml"),
+        format!("[api]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    let node = Home::init(
+        "node",
+        "node:b1",
+        &format!(
+            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n{node_extra}"
+        ),
+    );
+    pair(&gw, &node);
+    (gw, node)
+}
+
+async fn get_json(d: &Daemon, path: &str, token: &str) -> Value {
+    http()
+        .get(d.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match f().await {
+            Ok(()) => return,
+            Err(last) if tokio::time::Instant::now() >= deadline => {
+                panic!("{what}: not after {limit:?}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Requests the gateway answered so far (its `/metrics`, open on loopback).
+async fn requests(g: &Daemon) -> u64 {
+    let text = http()
+        .get(g.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("outpost_http_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn outbox_depth(status: &Value) -> u64 {
+    status["queues"]
+        .as_array()
+        .map(|qs| {
+            qs.iter()
+                .filter(|q| q["queue"] == "outbox")
+                .map(|q| q["depth"].as_u64().unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Three ~0.9 MiB messages: each fits the gateway's 1 MiB message limit, together they
+/// are more than its 2 MiB request-body limit. Before uploads were bounded in bytes the
+/// node sent all three in one request, the gateway answered 413 every time, and the
+/// messages went to the dead-letter queue after their attempts ran out.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_outbox_messages_reach_the_gateway_in_uploads_under_its_body_limit() {
+    let (gw, node) = pair_on("", "");
+    let gw_admin = gw.token("gateway:main", &["admin"], "1h");
+    let node_admin = node.token("node:b1", &["admin"], "1h");
+    // The node queues while the gateway is down, so all three wait for one push.
+    let n = node.start();
+    let big = "x".repeat(680_000);
+    for i in 0..3 {
+        let r = http()
+            .post(n.url("/v1/outbox"))
+            .bearer_auth(&node_admin)
+            .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"i": i, "blob": big}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+    }
+    let g = gw.start();
+    wait_until(
+        "all three in the gateway inbox",
+        Duration::from_secs(40),
+        || async {
+            let inbox = get_json(&g, "/v1/inbox", &gw_admin).await;
+            let got: Vec<i64> = inbox["messages"]
+                .as_array()
+                .map(|ms| {
+                    ms.iter()
+                        .filter_map(|m| m["payload"]["i"].as_i64())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (got == vec![0, 1, 2])
+                .then_some(())
+                .ok_or(format!("{got:?}"))
+        },
+    )
+    .await;
+    let status = get_json(&n, "/v1/status", "").await;
+    assert_eq!(outbox_depth(&status), 0, "{status}");
+    assert!(
+        !g.log_text().contains("payload_too_large"),
+        "{}",
+        g.log_text()
+    );
+}
+
+/// 30 commands wait at the gateway for a node whose inbox takes 10 per sender: the
+/// node stores the first 10 (a batch of 30 cannot be stored whole, so it is stored
+/// one by one until the cap), leaves the rest queued upstream, and takes them in order
+/// as its inbox is acknowledged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_beyond_the_inbox_cap_arrives_in_order_as_room_frees() {
+    let (gw, node) = pair_on("", "[queue]\nmax_messages_per_recipient = 10\n");
+    let gw_admin = gw.token("gateway:main", &["admin"], "1h");
+    let node_admin = node.token("node:b1", &["admin"], "1h");
+    let g = gw.start();
+    for i in 0..30 {
+        let r = http()
+            .post(g.url("/v1/commands"))
+            .bearer_auth(&gw_admin)
+            .json(&json!({"target": {"node_id": "node:b1"}, "command_type": "bench", "body": {"i": i}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+    }
+    let n = node.start();
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        wait_until(
+            &format!("round {round}"),
+            Duration::from_secs(30),
+            || async {
+                let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
+                let len = inbox["messages"].as_array().map_or(0, |m| m.len());
+                (len == 10)
+                    .then_some(())
+                    .ok_or(format!("{len} in the inbox"))
+            },
+        )
+        .await;
+        if round == 0 {
+            // Full inbox, 20 still upstream: the node waits between pulls instead of
+            // pulling the same envelopes again and again (before: about 7 a second).
+            let before = requests(&g).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let during = requests(&g).await - before;
+            assert!(
+                during <= 6,
+                "{during} gateway requests in 3 s while the node's inbox was full"
+            );
+        }
+        let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
+        let page = inbox["messages"].as_array().cloned().unwrap_or_default();
+        for m in &page {
+            seen.push(m["payload"]["i"].as_i64().unwrap());
+            let id = m["message_id"].as_str().unwrap();
+            let r = http()
+                .post(n.url(&format!("/v1/inbox/{id}/ack")))
+                .bearer_auth(&node_admin)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+        }
+    }
+    assert_eq!(seen, (0..30).collect::<Vec<_>>());
+    // The node acks upstream right after storing: the last round may still be on its
+    // way.
+    wait_until(
+        "the gateway's queue empty",
+        Duration::from_secs(10),
+        || async {
+            let nodes = get_json(&g, "/v1/nodes", &gw_admin).await;
+            (nodes["nodes"][0]["queue_depth"] == 0)
+                .then_some(())
+                .ok_or(nodes.to_string())
+        },
+    )
+    .await;
+}
