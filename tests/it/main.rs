@@ -13,6 +13,7 @@ mod gateway_tls;
 mod harness;
 mod malformed;
 mod netns;
+mod newcomer;
 mod node;
 mod powercut;
 /// The power-cut shim's Rust side, shared with the store's own power-cut test (which
