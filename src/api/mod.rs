@@ -5,6 +5,7 @@
 pub mod error;
 pub mod json;
 pub mod node;
+pub mod openapi;
 
 pub use error::{store_error, ApiError, ApiResult};
 

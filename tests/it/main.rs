@@ -15,6 +15,7 @@ mod malformed;
 mod netns;
 mod newcomer;
 mod node;
+mod openapi;
 mod powercut;
 /// The power-cut shim's Rust side, shared with the store's own power-cut test (which
 /// uses parts of it these tests do not).
