@@ -5,7 +5,8 @@
 #   apt:   shellcheck, file, binutils, dpkg-dev (dpkg-shlibdeps for cargo-deb's $auto),
 #          iproute2 + curl (the off-loopback metrics test's network namespaces), mount (disk-full tmpfs),
 #          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim)
-#   pip:   oelint-adv (Yocto recipe linter)
+#   pip:   oelint-adv (Yocto recipe linter), schemathesis (fuzzes both daemons' APIs against
+#          their /openapi.json: scripts/schemathesis.sh)
 #   cargo: cargo-deb (pinned; 3.8.0 declares rust-version 1.85, builds with the host cargo)
 #   cross: Debian rustc-web 1.85 + arm64/armhf std + cross gcc + qemu-user
 #          (scripts/cross-check.sh --setup-only)
@@ -14,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO_DEB_VERSION="3.8.0"
 OELINT_ADV_VERSION="9.11.2"
+SCHEMATHESIS_VERSION="4.32.5"
 export DEBIAN_FRONTEND=noninteractive
 t0=$SECONDS
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -35,6 +37,12 @@ if python3 -m pip show oelint-adv 2>/dev/null | grep -qx "Version: $OELINT_ADV_V
 else
   echo "==> pip install oelint-adv==$OELINT_ADV_VERSION"
   python3 -m pip install -q --disable-pip-version-check "oelint-adv==$OELINT_ADV_VERSION"
+fi
+if python3 -m pip show schemathesis 2>/dev/null | grep -qx "Version: $SCHEMATHESIS_VERSION"; then
+  echo "==> schemathesis $SCHEMATHESIS_VERSION present (skip)"
+else
+  echo "==> pip install schemathesis==$SCHEMATHESIS_VERSION"
+  python3 -m pip install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
 command -v oelint-adv >/dev/null || hash -r
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::auth::require;
 use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_INBOX};
-use crate::api::json::JsonBody;
+use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::sync::wire::InboxRecord;
 use crate::token::Need;
@@ -28,7 +28,7 @@ pub struct InboxQuery {
 pub async fn inbox(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
-    Query(q): Query<InboxQuery>,
+    QueryParams(q): QueryParams<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
     let page = gw

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::auth::SignedNode;
 use super::events::GatewayEvent;
 use super::state::{store_error, Gateway, KV_REVOCATIONS, Q_NODE};
-use crate::api::json::parse;
+use crate::api::json::{parse, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::store::{OpOutcome, WriteOp};
 use crate::sync::wire::{AckAnswer, AckRequest, PullAnswer, Revocations};
@@ -25,7 +25,7 @@ pub const MAX_BATCH: usize = 1000;
 #[derive(Debug, Deserialize)]
 pub struct PullQuery {
     pub wait_s: Option<u64>,
-    pub max: Option<usize>,
+    pub max: Option<u64>,
 }
 
 /// Decrements the long-poll count however the handler ends (answer, disconnect,
@@ -42,15 +42,15 @@ impl Drop for PollGuard<'_> {
 /// `Notify` until something is queued, the wait ends or the gateway shuts down.
 pub async fn pull(
     State(gw): State<Arc<Gateway>>,
-    Query(q): Query<PullQuery>,
+    QueryParams(q): QueryParams<PullQuery>,
     signed: SignedNode,
 ) -> ApiResult<Json<PullAnswer>> {
     let node = signed.node_id.as_str();
     let wait = Duration::from_secs(q.wait_s.unwrap_or(0).min(MAX_WAIT_S));
     let max = q
         .max
-        .unwrap_or(gw.cfg.queue.flush_batch as usize)
-        .clamp(1, MAX_BATCH);
+        .unwrap_or(u64::from(gw.cfg.queue.flush_batch))
+        .clamp(1, MAX_BATCH as u64) as usize;
     // Only a pull that waits holds the node "on the line": a message queued while it
     // is held goes out at once (`was_stored: false`). The handshake and flush pulls
     // (`wait_s = 0`) answer immediately, and the node does its chores before it
@@ -180,7 +180,7 @@ pub struct SinceQuery {
 /// and the current version to pass next time.
 pub async fn revocations(
     State(gw): State<Arc<Gateway>>,
-    Query(q): Query<SinceQuery>,
+    QueryParams(q): QueryParams<SinceQuery>,
     _signed: SignedNode,
 ) -> ApiResult<Json<Revocations>> {
     let since = q.since.unwrap_or(0);

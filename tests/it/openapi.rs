@@ -313,6 +313,23 @@ async fn both_daemons_serve_what_their_documents_describe() {
                 );
             }
         }
+        // A query parameter of the wrong type: refused in the error shape, like a body.
+        for (path, method) in operations(&spec) {
+            let params = spec["paths"][&path][&method]["parameters"]
+                .as_array()
+                .cloned();
+            for p in params.unwrap_or_default() {
+                if p["in"] != "query" || p["schema"]["type"] != "integer" {
+                    continue;
+                }
+                let q = format!("{path}?{}=not-a-number", p["name"].as_str().unwrap());
+                let (status, body, ct) = probe(&base, &q, &method).await;
+                assert!(
+                    status >= 400 && ct.starts_with("application/json") && body["ok"] == false,
+                    "{role} {method} {q}: {status} {ct} {body}"
+                );
+            }
+        }
         // Every method a documented path does not list: a 405 in the error shape.
         for path in spec["paths"].as_object().unwrap().keys() {
             for m in METHODS {
