@@ -347,3 +347,34 @@ async fn both_daemons_serve_what_their_documents_describe() {
         }
     }
 }
+
+/// `docs/PROTOCOL.md` is the whole contract: it names every route and every error code
+/// of both documents and sends the reader to nothing outside the repository (before
+/// #18 it referred to a `SPEC.md` the repository does not have and never mentioned
+/// `GET /v1/nodes/{id}/audit`).
+#[test]
+fn protocol_md_is_self_contained_and_names_every_route_and_error_code() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md")).unwrap();
+    assert!(!text.contains("SPEC"), "PROTOCOL.md refers to the SPEC");
+    assert!(
+        !text.contains("../"),
+        "PROTOCOL.md refers outside the repository"
+    );
+    for role in ["node", "gateway"] {
+        let d = doc(role);
+        for (path, method) in operations(&d) {
+            assert!(
+                text.contains(&path),
+                "PROTOCOL.md does not describe {} {path} ({role})",
+                method.to_uppercase()
+            );
+        }
+        for code in error_codes(&d) {
+            assert!(
+                text.contains(&format!("`{code}`")),
+                "PROTOCOL.md does not list the error code {code}"
+            );
+        }
+    }
+}
