@@ -34,7 +34,7 @@ trap cleanup EXIT
 op() { "$OUTPOST_BIN" "$@"; }
 for role in gateway node; do
   op init --role "$role" --node-id "$role:st" --data-dir "$work/$role" \
-     --config "$work/$role.toml" --listen 127.0.0.1:0 2>/dev/null
+     --config "$work/$role.toml" --listen 127.0.0.1:0 >/dev/null
 done
 op identity --json --config "$work/node.toml" | op trust add - --send --config "$work/gateway.toml" >/dev/null
 op identity --json --config "$work/gateway.toml" | op trust add - --send --issue --config "$work/node.toml" >/dev/null
@@ -43,8 +43,12 @@ for role in gateway node; do
   OUTPOST_LOG=warn op run --config "$work/$role.toml" 2>"$work/$role.log" &
   pids+=("$!")
 done
-gw=$(op wait-ready --config "$work/gateway.toml" --timeout 60s)
-node=$(op wait-ready --config "$work/node.toml" --timeout 60s)
+ready() {
+  op wait-ready --config "$work/$1.toml" --timeout 60s \
+    || { echo "==> the $1 did not get ready; its log:" >&2; cat "$work/$1.log" >&2; exit 1; }
+}
+gw=$(ready gateway)
+node=$(ready node)
 gw_tok=$(op token issue --config "$work/gateway.toml" --aud gateway:st --scope admin --ttl 1h)
 node_tok=$(op token issue --config "$work/node.toml" --aud node:st --scope admin --ttl 1h)
 
