@@ -18,7 +18,7 @@ pub const DEV_DIR: &str = "outpost-dev";
 pub fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
     let path = if arg.dev && arg.config.is_none() {
         let cfg = dev_config_path()?;
-        let dir = keyfile_parent(&cfg);
+        let dir = app::keyfile::parent_dir(&cfg).to_path_buf();
         if !cfg.exists() {
             super::init::init(super::init::InitArgs {
                 role: "node".into(),
@@ -41,10 +41,6 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
 /// `./outpost-dev/outpost.toml`, the `--dev` config.
 pub fn dev_config_path() -> anyhow::Result<PathBuf> {
     Ok(std::env::current_dir()?.join(DEV_DIR).join("outpost.toml"))
-}
-
-fn keyfile_parent(cfg: &Path) -> PathBuf {
-    app::keyfile::parent_dir(cfg).to_path_buf()
 }
 
 pub fn open_store(cfg: &Config) -> anyhow::Result<Store> {
