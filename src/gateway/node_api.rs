@@ -104,6 +104,17 @@ pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResul
     if body.message_ids.len() + body.rejected.len() > MAX_BATCH {
         return Err(ApiError::bad_request("at most 1000 ids per ack"));
     }
+    // No message can have such an id; the store would refuse it as a bug (500).
+    let impossible = |id: &str| id.is_empty() || id.len() > 255 || id.contains('\0');
+    let ids = body
+        .message_ids
+        .iter()
+        .chain(body.rejected.iter().map(|r| &r.id));
+    if ids.into_iter().any(|id| impossible(id)) {
+        return Err(ApiError::bad_request(
+            "message ids are 1..=255 bytes without NUL",
+        ));
+    }
     let node = signed.node_id;
     let now = gw.now_ms();
     let mut ops = vec![WriteOp::Ack {

@@ -378,3 +378,28 @@ fn protocol_md_is_self_contained_and_names_every_route_and_error_code() {
         }
     }
 }
+
+/// Found by schemathesis signing as a node: an ack whose `rejected` names an empty id
+/// reached the store's own input check and was answered 500 `internal` (the store
+/// refuses ids that are empty, longer than 255 bytes or contain NUL). A malformed
+/// request is the node's fault: 400 `bad_request`, and nothing is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_ack_with_an_impossible_message_id_is_a_bad_request() {
+    let f = crate::gateway::start();
+    let pq = format!("/v1/nodes/{}/ack", crate::gateway::NODE);
+    let long = "x".repeat(256);
+    for body in [
+        serde_json::json!({"message_ids": [], "rejected": [{"id": "", "code": "expired"}]}),
+        serde_json::json!({"message_ids": [], "rejected": [{"id": "a\u{0}b", "code": "expired"}]}),
+        serde_json::json!({"message_ids": [long], "rejected": []}),
+        serde_json::json!({"message_ids": [""]}),
+    ] {
+        let (status, answer) = f.signed("POST", &pq, Some(&body), |_, _| {}).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "bad_request", "{body}: {answer}");
+    }
+    // A well-formed ack of unknown ids is still fine.
+    let body = serde_json::json!({"message_ids": ["nope"], "rejected": [{"id": "nada", "code": "expired"}]});
+    let (status, answer) = f.signed("POST", &pq, Some(&body), |_, _| {}).await;
+    assert_eq!(status, 200, "{answer}");
+}
