@@ -41,7 +41,8 @@ op identity --json --config "$work/node.toml" | op trust add - --send --config "
 op identity --json --config "$work/gateway.toml" | op trust add - --send --issue --config "$work/node.toml" >/dev/null
 
 for role in gateway node; do
-  OUTPOST_LOG=warn op run --config "$work/$role.toml" 2>"$work/$role.log" &
+  # The binary itself in the background (not through `op`), so that $! is its pid.
+  OUTPOST_LOG=warn "$OUTPOST_BIN" run --config "$work/$role.toml" 2>"$work/$role.log" &
   pids+=("$!")
 done
 ready() {
