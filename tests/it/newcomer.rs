@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::harness::{bin, http, outpost, text, Home};
+use crate::harness::{bin, http, outpost, text, Daemon, Home};
 
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -284,7 +284,7 @@ async fn wait_ready_waits_for_readyz_and_says_why_it_did_not_come() {
     assert!(stderr(&o).contains("outpost run"), "{}", text(&o));
 
     // Started in the background, as the README does: waits, then prints the URL.
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args(["run", "--config", home.config().to_str().unwrap()])
         .env_remove("OUTPOST_CONFIG")
         .env_remove("NOTIFY_SOCKET")
@@ -292,13 +292,17 @@ async fn wait_ready_waits_for_readyz_and_says_why_it_did_not_come() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Killed on drop, whatever happens below.
+    let _daemon = Daemon {
+        child,
+        addr: "127.0.0.1:1".parse().unwrap(),
+        log: home.dir.path().join("unused.log"),
+    };
     let o = home.cli(&["wait-ready", "--timeout", "30s"]);
     assert!(o.status.success(), "{}", text(&o));
     let url = stdout(&o).trim().to_string();
     let r = http().get(format!("{url}/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The README's quick start, as pasted in one go: it waits for the node before the
