@@ -9,6 +9,7 @@ mod demo;
 mod diskfull;
 mod gateway;
 mod gateway_audit;
+mod gateway_forward;
 mod gateway_tls;
 mod harness;
 mod malformed;
