@@ -152,6 +152,12 @@ pub async fn tool_call(
     headers: HeaderMap,
     JsonBody(b): JsonBody<ToolCallBody>,
 ) -> ApiResult<Response> {
+    // A name no node can have would wait in the queue for nothing.
+    if !crate::tools::valid_tool_name(&b.tool_name) {
+        return Err(ApiError::bad_request(
+            "tool_name must match [a-z][a-z0-9_]{0,63}",
+        ));
+    }
     let sub = require(&gw, &headers, Need::Tool(&b.tool_name))?;
     let doc = target_doc(&gw, &b.target.node_id)?;
     let ttl_s = gw

@@ -403,3 +403,23 @@ async fn a_node_ack_with_an_impossible_message_id_is_a_bad_request() {
     let (status, answer) = f.signed("POST", &pq, Some(&body), |_, _| {}).await;
     assert_eq!(status, 200, "{answer}");
 }
+
+/// Seen in schemathesis's log: the gateway queued a `TASK_REQUEST` for a tool name no
+/// node can have (`""`, `Echo!`), answered 202, and the caller learnt of the typo only
+/// when the node refused it, possibly days later. The name's grammar is the node's
+/// (`[a-z][a-z0-9_]{0,63}`), checked before anything is queued.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateway_refuses_a_tool_name_no_node_can_have() {
+    let f = crate::gateway::start();
+    for name in ["", "Echo!", "echo tool"] {
+        let body = serde_json::json!({"target": {"node_id": crate::gateway::NODE},
+                                      "tool_name": name, "wait_s": 0});
+        let (status, answer) = f.client("/v1/tool_call", Some(body)).await;
+        assert_eq!(status, 400, "{name:?}: {answer}");
+        assert_eq!(answer["error"]["code"], "bad_request", "{answer}");
+    }
+    let body = serde_json::json!({"target": {"node_id": crate::gateway::NODE},
+                                  "tool_name": "echo", "wait_s": 0});
+    let (status, answer) = f.client("/v1/tool_call", Some(body)).await;
+    assert_eq!(status, 202, "{answer}");
+}
