@@ -5,7 +5,9 @@
 #   apt:   shellcheck, file, binutils, dpkg-dev (dpkg-shlibdeps for cargo-deb's $auto),
 #          iproute2 + curl (the off-loopback metrics test's network namespaces), mount (disk-full tmpfs),
 #          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim)
-#   pip:   oelint-adv (Yocto recipe linter)
+#   pip:   oelint-adv (Yocto recipe linter), schemathesis (fuzzes both daemons' APIs against
+#          their /openapi.json: scripts/schemathesis.sh) and cryptography (its hook signs
+#          the gateway's node-facing requests with Ed25519)
 #   cargo: cargo-deb (pinned; 3.8.0 declares rust-version 1.85, builds with the host cargo)
 #   cross: Debian rustc-web 1.85 + arm64/armhf std + cross gcc + qemu-user
 #          (scripts/cross-check.sh --setup-only)
@@ -14,6 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO_DEB_VERSION="3.8.0"
 OELINT_ADV_VERSION="9.11.2"
+SCHEMATHESIS_VERSION="4.32.5"
+CRYPTOGRAPHY_VERSION="48.0.0"
 export DEBIAN_FRONTEND=noninteractive
 t0=$SECONDS
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -36,6 +40,14 @@ else
   echo "==> pip install oelint-adv==$OELINT_ADV_VERSION"
   python3 -m pip install -q --disable-pip-version-check "oelint-adv==$OELINT_ADV_VERSION"
 fi
+for pin in "schemathesis==$SCHEMATHESIS_VERSION" "cryptography==$CRYPTOGRAPHY_VERSION"; do
+  if python3 -m pip show "${pin%%==*}" 2>/dev/null | grep -qx "Version: ${pin##*==}"; then
+    echo "==> ${pin%%==*} ${pin##*==} present (skip)"
+  else
+    echo "==> pip install $pin"
+    python3 -m pip install -q --disable-pip-version-check "$pin"
+  fi
+done
 command -v oelint-adv >/dev/null || hash -r
 
 if cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then

@@ -6,6 +6,7 @@ pub mod error;
 pub mod gateway;
 pub mod json;
 pub mod node;
+pub mod openapi;
 
 pub use error::{store_error, ApiError, ApiResult};
 

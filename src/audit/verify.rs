@@ -16,6 +16,9 @@ pub struct VerifyReport {
     pub entries: u64,
     pub root: Hash,
     pub checkpoints_checked: usize,
+    /// Entries `0..covered` are committed to by a checkpoint whose signature and root
+    /// both verified; the rest are not yet covered by any signed checkpoint.
+    pub covered: u64,
     pub failures: Vec<VerifyFailure>,
 }
 
@@ -73,14 +76,17 @@ impl<S: AuditStorage> AuditLog<S> {
         }
 
         let mut frontier = Frontier::new();
-        let check_root = |f: &Frontier, failures: &mut Vec<VerifyFailure>| {
+        let mut covered = 0;
+        let check_root = |f: &Frontier, failures: &mut Vec<VerifyFailure>, covered: &mut u64| {
             if let Some(root) = expected.get(&f.size()) {
                 if *root != f.root() {
                     failures.push(VerifyFailure::RootMismatch { size: f.size() });
+                } else {
+                    *covered = f.size();
                 }
             }
         };
-        check_root(&frontier, &mut failures);
+        check_root(&frontier, &mut failures, &mut covered);
         stream(&self.storage, 0, u64::MAX, |key, bytes| {
             let position = frontier.size();
             if key != position {
@@ -92,7 +98,7 @@ impl<S: AuditStorage> AuditLog<S> {
                 None => failures.push(VerifyFailure::Unreadable { position }),
             }
             frontier.push(leaf_hash(bytes));
-            check_root(&frontier, &mut failures);
+            check_root(&frontier, &mut failures, &mut covered);
             Ok(())
         })?;
         let entries = frontier.size();
@@ -113,6 +119,7 @@ impl<S: AuditStorage> AuditLog<S> {
             entries,
             root: frontier.root(),
             checkpoints_checked,
+            covered,
             failures,
         })
     }

@@ -22,17 +22,36 @@ pub fn audit_cmd(arg: &ConfigArg, cmd: AuditCmd) -> anyhow::Result<()> {
         }
     };
     let res = match cmd {
-        AuditCmd::Verify => {
+        AuditCmd::Verify { require_checkpoint } => {
             let keys = load_keys(&cfg)?;
             let report = log.verify(&keys.sign_pk(), &cfg.node_id)?;
             if report.is_ok() {
+                let uncovered = report.entries - report.covered;
                 println!(
                     "audit log OK: {} entries, root {}, {} checkpoint(s) verified",
                     report.entries,
                     to_hex(&report.root),
                     report.checkpoints_checked
                 );
-                Ok(())
+                println!(
+                    "  {} entries covered by a verified signed checkpoint, {uncovered} not yet{}",
+                    report.covered,
+                    if uncovered > 0 {
+                        " (the daemon signs one within audit.checkpoint_interval_s and on \
+                         shutdown; `outpost audit checkpoint --now` signs one)"
+                    } else {
+                        ""
+                    }
+                );
+                if require_checkpoint && uncovered > 0 {
+                    Err(Exit::failed(format!(
+                        "{uncovered} audit entries are not covered by a signed checkpoint \
+                         (--require-checkpoint)"
+                    ))
+                    .into())
+                } else {
+                    Ok(())
+                }
             } else {
                 for f in &report.failures {
                     eprintln!("FAIL: {f}");
@@ -51,13 +70,30 @@ pub fn audit_cmd(arg: &ConfigArg, cmd: AuditCmd) -> anyhow::Result<()> {
             log.export_jsonl(since, &mut out)?;
             Ok(())
         }
-        AuditCmd::Checkpoint => {
+        AuditCmd::Checkpoint { now: true } => {
             let keys = load_keys(&cfg)?;
             // A fresh checkpoint of the current tree, signed and stored.
             let note = log.checkpoint(keys.signing_key(), &cfg.node_id)?;
             print!("{note}");
             Ok(())
         }
+        AuditCmd::Checkpoint { now: false } => match log.latest_checkpoint()? {
+            Some((size, note)) => {
+                if size < log.size() {
+                    eprintln!(
+                        "note: this checkpoint covers {size} of {} entries; \
+                         `outpost audit checkpoint --now` signs one over all of them",
+                        log.size()
+                    );
+                }
+                print!("{note}");
+                Ok(())
+            }
+            None => Err(Exit::failed(
+                "no signed checkpoint yet; `outpost audit checkpoint --now` signs one",
+            )
+            .into()),
+        },
     };
     store.close();
     res

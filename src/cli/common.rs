@@ -17,8 +17,8 @@ pub const DEV_DIR: &str = "outpost-dev";
 /// one in `./outpost-dev`, creating a dev node there on first use.
 pub fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
     let path = if arg.dev && arg.config.is_none() {
-        let dir = std::env::current_dir()?.join(DEV_DIR);
-        let cfg = dir.join("outpost.toml");
+        let cfg = dev_config_path()?;
+        let dir = app::keyfile::parent_dir(&cfg).to_path_buf();
         if !cfg.exists() {
             super::init::init(super::init::InitArgs {
                 role: "node".into(),
@@ -38,6 +38,11 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
     config::load(&path).map_err(|e| Exit::usage(e.to_string()).into())
 }
 
+/// `./outpost-dev/outpost.toml`, the `--dev` config.
+pub fn dev_config_path() -> anyhow::Result<PathBuf> {
+    Ok(std::env::current_dir()?.join(DEV_DIR).join("outpost.toml"))
+}
+
 pub fn open_store(cfg: &Config) -> anyhow::Result<Store> {
     app::open_store(cfg, crate::clock::system())
         .with_context(|| format!("opening the store in {}", cfg.data_dir.display()))
@@ -50,6 +55,31 @@ pub fn load_keys(cfg: &Config) -> anyhow::Result<Keys> {
 
 pub fn load_identity(cfg: &Config) -> anyhow::Result<IdentityDocument> {
     app::keyfile::read_identity(&cfg.data_dir)
+}
+
+/// The config's `identity.node_id` and `role` against the identity `outpost init` stored
+/// in the data dir. A config edited to another name passed every check, then `run`
+/// failed with exit 1 and systemd restarted it for ever; now `config check`, `doctor`
+/// and `run` all say so with exit 64. `Ok(None)` when there is no identity yet.
+pub fn check_identity_matches(cfg: &Config) -> Result<Option<IdentityDocument>, Exit> {
+    let path = app::keyfile::identity_path(&cfg.data_dir);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let doc = load_identity(cfg).map_err(|e| Exit::usage(format!("{e:#}")))?;
+    if doc.node_id != cfg.node_id || doc.role != cfg.role.as_str() {
+        return Err(Exit::usage(format!(
+            "the config says {} ({}) but the identity in {} is {} ({}): set identity.node_id \
+             and identity.role to match it, or point identity.data_dir at {}'s data directory",
+            cfg.node_id,
+            cfg.role,
+            cfg.data_dir.display(),
+            doc.node_id,
+            doc.role,
+            cfg.node_id
+        )));
+    }
+    Ok(Some(doc))
 }
 
 pub fn load_trust(store: &Store) -> anyhow::Result<TrustStore> {
@@ -69,10 +99,15 @@ pub fn read_input(file: &str) -> anyhow::Result<Vec<u8>> {
 
 /// `1h`, `30m`, `90s`, `2d` → milliseconds.
 pub fn parse_ttl_ms(s: &str) -> anyhow::Result<u64> {
+    parse_duration_ms("--ttl", s)
+}
+
+/// A positive duration given as a number and a unit (`90s`, `15m`, `1h`, `7d`).
+pub fn parse_duration_ms(flag: &str, s: &str) -> anyhow::Result<u64> {
     let d = humantime::parse_duration(s)
-        .map_err(|e| Exit::usage(format!("--ttl {s:?}: {e} (e.g. 90s, 15m, 1h, 7d)")))?;
+        .map_err(|e| Exit::usage(format!("{flag} {s:?}: {e} (e.g. 90s, 15m, 1h, 7d)")))?;
     if d.is_zero() {
-        return Err(Exit::usage("--ttl must be > 0").into());
+        return Err(Exit::usage(format!("{flag} must be > 0")).into());
     }
     Ok(d.as_millis() as u64)
 }

@@ -9,6 +9,13 @@ pub fn check(path: Option<&Path>) -> anyhow::Result<()> {
     let path = config::resolve_path(path);
     match config::load(&path) {
         Ok(cfg) => {
+            match super::common::check_identity_matches(&cfg)? {
+                Some(_) => {}
+                None => eprintln!(
+                    "  note: no identity in {} yet (`outpost init` creates it)",
+                    cfg.data_dir.display()
+                ),
+            }
             println!(
                 "config ok: {} ({}), listen {}, data_dir {}",
                 cfg.node_id,

@@ -86,11 +86,13 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
     res?;
 
     if !a.quiet {
-        println!("initialized {} ({})", a.node_id, role.as_str());
-        println!("  config   {}", cfg_path.display());
-        println!("  keys     {} (0600)", keys_path.display());
-        println!("  identity {}", keyfile::identity_path(&data_dir).display());
-        println!("next: share the identity document with peers (`outpost identity --json`) and add theirs with `outpost trust add`.");
+        // Progress, not data: stderr, so `TOKEN=$(outpost token issue --dev …)` on a
+        // first use captures only the token.
+        eprintln!("initialized {} ({})", a.node_id, role.as_str());
+        eprintln!("  config   {}", cfg_path.display());
+        eprintln!("  keys     {} (0600)", keys_path.display());
+        eprintln!("  identity {}", keyfile::identity_path(&data_dir).display());
+        eprintln!("next: share the identity document with peers (`outpost identity --json`) and add theirs with `outpost trust add`.");
     }
     Ok(())
 }

@@ -73,12 +73,16 @@ pub struct ConfigArg {
 pub enum Command {
     /// Create a config, keys and store for a new node or gateway.
     Init {
+        /// `node` (a device) or `gateway` (the upstream hub).
         #[arg(long, default_value = "node")]
         role: String,
+        /// This identity's id, `kind:name` (e.g. node:pump-17, gateway:main).
         #[arg(long)]
         node_id: String,
+        /// Where keys and the store go (default /var/lib/outpost).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Config file to write (default: $OUTPOST_CONFIG, then /etc/outpost/outpost.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Address the API listens on (default 127.0.0.1:8000, gateway 127.0.0.1:8787).
@@ -87,6 +91,7 @@ pub enum Command {
         /// Gateway URL for a node (writes an [upstream] section).
         #[arg(long)]
         upstream_url: Option<String>,
+        /// The gateway's node id, with --upstream-url.
         #[arg(long, default_value = "gateway:main")]
         gateway_id: String,
     },
@@ -102,6 +107,7 @@ pub enum Command {
     Identity {
         #[command(flatten)]
         cfg: ConfigArg,
+        /// One line of JSON (what `trust add` on a peer reads).
         #[arg(long)]
         json: bool,
     },
@@ -130,10 +136,13 @@ pub enum Command {
     Send {
         #[command(flatten)]
         cfg: ConfigArg,
+        /// Recipient node id (a trusted peer).
         #[arg(long)]
         to: String,
+        /// Payload type, e.g. DATA, COMMAND (`[A-Z][A-Z0-9_]{0,31}`).
         #[arg(long = "type")]
         payload_type: String,
+        /// Time to live: a number and a unit, e.g. 90s, 15m, 1h, 7d (default: per type).
         #[arg(long)]
         ttl: Option<String>,
     },
@@ -141,8 +150,17 @@ pub enum Command {
     Status {
         #[command(flatten)]
         cfg: ConfigArg,
+        /// The daemon's `/v1/status` JSON, one line, for scripts.
         #[arg(long)]
         json: bool,
+    },
+    /// Wait until the daemon answers `/readyz` with 200 (exit 0), or fail with why.
+    WaitReady {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// How long to wait, e.g. 30s, 2m.
+        #[arg(long, default_value = "30s")]
+        timeout: String,
     },
     /// Inspect and repair queues.
     Queue {
@@ -167,6 +185,7 @@ pub enum Command {
     Backup {
         #[command(flatten)]
         cfg: ConfigArg,
+        /// Directory to create for the snapshot (must not exist).
         path: PathBuf,
     },
     /// Integrity check of the store; reports quarantined records.
@@ -180,62 +199,92 @@ pub enum Command {
 pub enum TrustCmd {
     /// Add a peer from its identity document (FILE or - for stdin).
     Add {
+        /// The peer's identity document (`outpost identity --json` on the peer).
         file: String,
+        /// The peer may send envelopes and signed requests to this node.
         #[arg(long)]
         send: bool,
+        /// The peer may issue capability tokens this node accepts.
         #[arg(long)]
         issue: bool,
     },
+    /// List trusted peers and their rights.
     Ls,
+    /// Remove a peer.
     Rm {
+        /// The peer's node id.
         id: String,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCmd {
+    /// Issue a token signed by this identity (prints only the token on stdout).
     Issue {
+        /// The node id the token is for, or `*` for any node that trusts this issuer.
         #[arg(long)]
         aud: String,
+        /// One or more of: tool:<name>, tool:*, command:<type>, read, admin.
         #[arg(long = "scope", num_args = 1.., required = true)]
         scope: Vec<String>,
+        /// Lifetime: a number and a unit, e.g. 90s, 15m, 1h, 7d (at most 31d without --force).
         #[arg(long, default_value = "1h")]
         ttl: String,
+        /// Who holds the token (default: operator).
         #[arg(long)]
         sub: Option<String>,
+        /// Issue even with a scope of unknown shape or a TTL above 31 days.
+        #[arg(long)]
+        force: bool,
     },
+    /// Decode a token without verifying it.
     Inspect {
+        /// The token text (v4.public.…).
         token: String,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum EnvelopeCmd {
+    /// Seal a JSON payload (stdin) to a trusted peer; prints the envelope.
     Seal {
+        /// Recipient node id (a trusted peer).
         #[arg(long)]
         to: String,
+        /// Payload type, e.g. TASK_REQUEST, COMMAND, DATA.
         #[arg(long = "type")]
         payload_type: String,
+        /// Time to live: a number and a unit, e.g. 90s, 15m, 1h, 7d.
         #[arg(long, default_value = "1h")]
         ttl: String,
     },
+    /// Verify and decrypt an envelope (stdin) addressed to this node.
     Open,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCmd {
+    /// Depth and oldest message of every queue.
     Ls,
+    /// One message's state, attempts and reason.
     Show {
+        /// The message id.
         id: String,
     },
+    /// Put a dead letter back in its queue.
     Requeue {
+        /// The message id.
         id: String,
     },
+    /// Delete every dead letter.
     Purge {
+        /// Required: what to purge (dead letters).
         #[arg(long, required = true)]
         dead: bool,
     },
+    /// Every stored message as JSON lines on stdout.
     Export {
+        /// Required: the format (JSON lines).
         #[arg(long, required = true)]
         jsonl: bool,
     },
@@ -243,19 +292,34 @@ pub enum QueueCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCmd {
-    Verify,
+    /// Recompute the tree and check every signed checkpoint; say what they cover.
+    Verify {
+        /// Fail when any entry is not yet covered by a verified checkpoint.
+        #[arg(long)]
+        require_checkpoint: bool,
+    },
+    /// Entries as canonical JSON lines on stdout.
     Export {
+        /// Required: the format (JSON lines).
         #[arg(long, required = true)]
         jsonl: bool,
+        /// First entry index to export.
         #[arg(long, default_value_t = 0)]
         since: u64,
     },
-    Checkpoint,
+    /// Print the latest signed checkpoint (C2SP signed note).
+    Checkpoint {
+        /// Sign a new checkpoint over every entry first (stop the daemon, or it races).
+        #[arg(long)]
+        now: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCmd {
+    /// Check a config (and that it matches the stored identity) offline; exit 64 if wrong.
     Check {
+        /// Config file (default: $OUTPOST_CONFIG, then /etc/outpost/outpost.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -294,6 +358,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             ttl,
         } => envelope::send(&cfg, &to, &payload_type, ttl.as_deref()),
         Command::Status { cfg, json } => status::status(&cfg, json),
+        Command::WaitReady { cfg, timeout } => status::wait_ready(&cfg, &timeout),
         Command::Queue { cfg, cmd } => queue::queue_cmd(&cfg, cmd),
         Command::Audit { cfg, cmd } => audit::audit_cmd(&cfg, cmd),
         Command::Config {
@@ -301,5 +366,34 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         } => config_cmd::check(config.as_deref()),
         Command::Backup { cfg, path } => queue::backup(&cfg, &path),
         Command::Doctor { cfg } => queue::doctor(&cfg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// On a device `--help` is the manual: every subcommand and every option says what
+    /// it is for.
+    #[test]
+    fn every_subcommand_and_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                let p = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(format!("`{p}` has no description"));
+                }
+                for a in sub.get_arguments() {
+                    if a.is_hide_set() || a.get_help().is_some() {
+                        continue;
+                    }
+                    missing.push(format!("`{p}` argument `{}` has no help", a.get_id()));
+                }
+                walk(sub, &p, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "outpost", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 }

@@ -176,6 +176,7 @@ pub fn backup(arg: &ConfigArg, path: &Path) -> anyhow::Result<()> {
 
 pub fn doctor(arg: &ConfigArg) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
+    super::common::check_identity_matches(&cfg)?;
     let store = open_store(&cfg)?;
     eprintln!("checking the store in {} …", cfg.data_dir.display());
     let report = store.doctor()?;

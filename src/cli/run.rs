@@ -8,6 +8,8 @@ use crate::store::StoreError;
 
 pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
+    // A config naming another identity cannot start, however often systemd retries.
+    super::common::check_identity_matches(&cfg)?;
     crate::service::init_logging();
     tracing::info!(
         event = "starting",
@@ -26,6 +28,23 @@ pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
 /// dedicated exit code (listed in the units' `RestartPreventExitStatus`).
 pub fn startup_refusal(e: &anyhow::Error) -> Option<Exit> {
     for cause in e.chain() {
+        // Stated once: the error's own text already carries the OS reason, which
+        // `{:#}` would repeat as its source.
+        if let Some(crate::roles::StartError::Bind { addr, source }) = cause.downcast_ref() {
+            let hint = match source.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    "; another process listens there (another `outpost run`?): stop it or change api.listen"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "; ports below 1024 need privileges: use a higher port in api.listen"
+                }
+                std::io::ErrorKind::AddrNotAvailable => {
+                    "; no interface has that address: fix api.listen"
+                }
+                _ => "",
+            };
+            return Some(Exit::failed(format!("cannot bind {addr}: {source}{hint}")));
+        }
         let damage = match cause.downcast_ref::<StoreError>() {
             Some(StoreError::Corrupt(m)) => Some(m.clone()),
             _ => match cause.downcast_ref::<AuditError>() {

@@ -13,51 +13,215 @@ use super::{ConfigArg, Exit};
 pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
     let addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
-    let body = http_get(addr, "/v1/status").map_err(|e| {
-        Exit::failed(format!(
-            "the daemon does not answer on {addr} ({e}); is `outpost run` active?"
-        ))
-    })?;
+    let body = match http_get(addr, "/v1/status") {
+        Ok((200, body)) => body,
+        Ok((code, body)) => {
+            return Err(Exit::failed(format!(
+                "the daemon on {addr} answered {code}: {}",
+                error_text(&body)
+            ))
+            .into())
+        }
+        Err(e) => {
+            return Err(Exit::failed(format!(
+                "the daemon does not answer on {addr} ({e}); is `outpost run` active?"
+            ))
+            .into())
+        }
+    };
     let v: Value = serde_json::from_str(&body)?;
     if json {
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
-    println!(
-        "{} ({}) v{} up {}s",
-        v["node_id"].as_str().unwrap_or("?"),
-        v["role"].as_str().unwrap_or("?"),
-        v["version"].as_str().unwrap_or("?"),
-        v["uptime_s"]
-    );
-    println!("upstream: {}", v["upstream"]);
-    println!(
-        "audit: {} entries, {} synced",
-        v["audit"]["size"], v["audit"]["synced_size"]
-    );
-    match v["queues"].as_array() {
-        Some(q) if !q.is_empty() => {
-            println!(
-                "{:<10} {:<32} {:>8} {:>12}",
-                "QUEUE", "PEER", "DEPTH", "OLDEST_S"
-            );
-            for e in q {
-                println!(
-                    "{:<10} {:<32} {:>8} {:>12}",
-                    e["queue"].as_str().unwrap_or(""),
-                    e["peer"].as_str().unwrap_or(""),
-                    e["depth"],
-                    e["oldest_age_s"]
-                );
-            }
-        }
-        _ => println!("queues: empty"),
-    }
+    print!("{}", summary(&v, crate::clock::system().now_ms()));
     Ok(())
 }
 
-/// A tiny loopback HTTP/1.1 GET, enough for status without an HTTP client runtime.
-fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+/// `outpost wait-ready`: poll `/readyz` until 200 or the deadline, saying on failure
+/// what the last attempt saw (so a quick start pasted in one go shows its errors).
+pub fn wait_ready(arg: &ConfigArg, timeout: &str) -> anyhow::Result<()> {
+    let timeout_ms = super::common::parse_duration_ms("--timeout", timeout)?;
+    let clock = crate::clock::system();
+    let deadline = clock.now_ms() + timeout_ms;
+    if arg.dev && arg.config.is_none() {
+        // `run --dev &` creates the dev node on first use: wait for it, never race it
+        // by creating one here too.
+        let path = super::common::dev_config_path()?;
+        while !path.exists() {
+            if clock.now_ms() >= deadline {
+                return Err(Exit::failed(format!(
+                    "not ready after {timeout}: {} does not exist; is `outpost run --dev` active?",
+                    path.display()
+                ))
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let cfg = load_config(arg)?;
+    let mut last;
+    loop {
+        // The daemon writes api.addr once it listens (port 0 included); until then the
+        // configured address is the best guess.
+        let addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
+        last = match http_get(addr, "/readyz") {
+            Ok((200, _)) => {
+                eprintln!("ready: {} on http://{addr}", cfg.node_id);
+                println!("http://{addr}");
+                return Ok(());
+            }
+            Ok((code, body)) => format!("{addr} answered {code}: {}", error_text(&body)),
+            Err(e) => format!("nothing answers on {addr} ({e}); is `outpost run` active?"),
+        };
+        if clock.now_ms() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(Exit::failed(format!("not ready after {timeout}: {last}")).into())
+}
+
+/// The `message` of an error body, else the body itself (shortened).
+fn error_text(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = &v["error"];
+            Some(format!(
+                "{} ({})",
+                e["message"].as_str()?,
+                e["code"].as_str()?
+            ))
+        })
+        .unwrap_or_else(|| body.chars().take(200).collect())
+}
+
+/// The status JSON as a person reads it: one line per topic, the queue table aligned
+/// on its widest cell.
+pub fn summary(v: &Value, now_ms: u64) -> String {
+    use std::fmt::Write as _;
+    let s = |x: &Value| match x {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} ({}) v{}, up {}",
+        s(&v["node_id"]),
+        s(&v["role"]),
+        s(&v["version"]),
+        duration(v["uptime_s"].as_u64().unwrap_or(0))
+    );
+    let up = &v["upstream"];
+    let mut line = match up["state"].as_str() {
+        Some("none") | None => match up["detail"].as_str() {
+            Some(d) => format!("none ({d})"),
+            None => "none (no [upstream] configured: a fully offline node)".into(),
+        },
+        Some(state) => {
+            let mut l = state.to_string();
+            if let Some(url) = up["url"].as_str() {
+                let _ = write!(l, " via {url}");
+            }
+            l
+        }
+    };
+    if let Some(ms) = up["last_ok_ms"].as_u64() {
+        let _ = write!(
+            line,
+            ", last ok {} ago",
+            duration(now_ms.saturating_sub(ms) / 1000)
+        );
+    }
+    if let Some(e) = up["last_error"].as_str() {
+        let _ = write!(line, ", last error: {e}");
+    }
+    let _ = writeln!(out, "upstream: {line}");
+    if v["role"] == "node" {
+        let _ = writeln!(
+            out,
+            "audit: {} entries, {} synced upstream",
+            s(&v["audit"]["size"]),
+            s(&v["audit"]["synced_size"])
+        );
+    }
+    if let Some(n) = v["nodes_enrolled"].as_u64() {
+        let _ = writeln!(out, "nodes enrolled: {n}");
+    }
+    if v["clock"]["behind_floor"] == true {
+        let behind = v["clock"]["now_ms"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(v["clock"]["wall_ms"].as_u64().unwrap_or(0));
+        let _ = writeln!(
+            out,
+            "clock: wall clock {} behind the store's time floor (no RTC or NTP yet)",
+            duration(behind / 1000)
+        );
+    }
+    let rows: Vec<[String; 4]> = v["queues"]
+        .as_array()
+        .map(|q| {
+            q.iter()
+                .map(|e| {
+                    [
+                        s(&e["queue"]),
+                        s(&e["peer"]),
+                        s(&e["depth"]),
+                        e["oldest_age_s"]
+                            .as_u64()
+                            .map(duration)
+                            .unwrap_or_else(|| "-".into()),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if rows.is_empty() {
+        let _ = writeln!(out, "queues: empty");
+        return out;
+    }
+    let head = ["QUEUE", "PEER", "DEPTH", "OLDEST"].map(String::from);
+    let mut w = [0usize; 4];
+    for r in std::iter::once(&head).chain(&rows) {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let _ = writeln!(out, "queues:");
+    for r in std::iter::once(&head).chain(&rows) {
+        let _ = writeln!(
+            out,
+            "  {:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
+        );
+    }
+    out
+}
+
+/// 75 → "1m15s", 3600 → "1h0m0s" (seconds resolution is enough for a glance).
+fn duration(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{}m{}s", s / 3600, s % 3600 / 60, s % 60),
+        _ => format!("{}d{}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// A tiny loopback HTTP/1.1 GET, enough for status without an HTTP client runtime:
+/// the status code and the body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
@@ -69,18 +233,18 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
     let (head, body) = buf
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("malformed HTTP response"))?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(std::io::Error::other(
-            head.lines().next().unwrap_or("").to_string(),
-        ));
-    }
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| std::io::Error::other("malformed HTTP status line"))?;
     if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
     {
-        return Ok(dechunk(body));
+        return Ok((code, dechunk(body)));
     }
-    Ok(body.to_string())
+    Ok((code, body.to_string()))
 }
 
 fn dechunk(body: &str) -> String {
@@ -95,4 +259,39 @@ fn dechunk(body: &str) -> String {
         rest = after[size..].trim_start_matches("\r\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_summary_has_no_raw_json_and_an_aligned_table() {
+        let v = json!({"node_id": "node:a", "role": "node", "version": "0.1.0", "uptime_s": 75,
+            "upstream": {"state": "offline", "url": "http://gw:8787", "connected": false,
+                         "last_ok_ms": null, "last_error": "connection refused"},
+            "audit": {"size": 12, "synced_size": 3},
+            "queues": [{"queue": "outbox", "peer": "gateway:a-rather-long-gateway-name-here",
+                        "depth": 1234, "oldest_age_s": 5},
+                       {"queue": "inbox", "peer": "node:b", "depth": 2, "oldest_age_s": 4000}],
+            "clock": {"now_ms": 1, "wall_ms": 1, "behind_floor": false, "max_skew_s": 300}});
+        let out = summary(&v, 0);
+        assert!(!out.contains('{'), "{out}");
+        assert!(
+            out.contains("upstream: offline via http://gw:8787, last error: connection refused"),
+            "{out}"
+        );
+        let table: Vec<&str> = out
+            .lines()
+            .skip_while(|l| *l != "queues:")
+            .skip(1)
+            .collect();
+        assert_eq!(table.len(), 3, "{out}");
+        // Right-aligned columns end at the same place on every row.
+        let ends = |l: &str, word: &str| l.find(word).map(|i| i + word.len());
+        assert_eq!(ends(table[0], "DEPTH"), ends(table[1], "1234"), "{out}");
+        assert_eq!(ends(table[0], "DEPTH"), ends(table[2], " 2"), "{out}");
+        assert_eq!(table[1].find("gateway:"), table[0].find("PEER"), "{out}");
+    }
 }

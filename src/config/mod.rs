@@ -176,7 +176,15 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut merged = parse_table(path, &text)?;
+    // Every file is read and parsed even after one fails, and every key checked even
+    // after one is wrong: the operator gets the whole list in one pass.
+    let mut errs = Vec::new();
+    let mut unparsed = false;
+    let mut merged = parse_table(path, &text).unwrap_or_else(|e| {
+        errs.push(e.to_string());
+        unparsed = true;
+        toml::Table::new()
+    });
     let dropin_dir = path
         .parent()
         .unwrap_or_else(|| Path::new("."))
@@ -188,24 +196,49 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             .collect();
         files.sort();
         for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|source| ConfigError::Read {
-                path: f.clone(),
-                source,
-            })?;
-            let table = parse_table(&f, &text)?;
-            merge_tables(&mut merged, table);
+            let parsed = std::fs::read_to_string(&f)
+                .map_err(|source| ConfigError::Read {
+                    path: f.clone(),
+                    source,
+                })
+                .and_then(|text| parse_table(&f, &text));
+            match parsed {
+                Ok(table) => merge_tables(&mut merged, table),
+                Err(e) => {
+                    errs.push(e.to_string());
+                    unparsed = true;
+                }
+            }
             sources.push(f);
         }
     }
-    let raw: RawConfig = toml::Value::Table(merged)
-        .try_into()
-        .map_err(|e: toml::de::Error| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    let mut cfg = check(raw)?;
-    cfg.sources = sources;
-    Ok(cfg)
+    errs.extend(raw::key_errors(&mut merged));
+    let raw: Result<RawConfig, _> = toml::Value::Table(merged).try_into();
+    let checked = match raw {
+        // What a file we could not parse would have set is unknown: semantic checks
+        // of the rest would only report its absence.
+        _ if unparsed => None,
+        Ok(raw) => Some(check(raw)),
+        Err(e) => {
+            errs.push(format!("{}: {e}", path.display()));
+            None
+        }
+    };
+    match checked {
+        Some(Ok(mut cfg)) if errs.is_empty() => {
+            cfg.sources = sources;
+            Ok(cfg)
+        }
+        Some(Err(ConfigError::Invalid(more))) => {
+            errs.extend(more);
+            Err(ConfigError::Invalid(errs))
+        }
+        Some(Err(e)) => {
+            errs.push(e.to_string());
+            Err(ConfigError::Invalid(errs))
+        }
+        _ => Err(ConfigError::Invalid(errs)),
+    }
 }
 
 /// Parse a config from text (no drop-ins); used by tests and `--dev`.

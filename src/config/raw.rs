@@ -103,3 +103,107 @@ pub struct RawAudit {
     /// How often a signed checkpoint is stored while the log grows (default 60 s).
     pub checkpoint_interval_s: Option<u64>,
 }
+
+/// Every key-level problem in a merged config table, each as `path: why`, with the
+/// offending keys removed from `table` so the rest can still be checked.
+///
+/// serde stops at the first unknown key or wrong type; an operator fixing a config on
+/// a device wants the whole list at once. Each key is deserialized on its own into its
+/// section's struct (every field there is optional or reported missing, which is not
+/// this key's fault), so one bad key never hides another.
+pub fn key_errors(table: &mut toml::Table) -> Vec<String> {
+    let mut errs = Vec::new();
+    let sections: Vec<String> = table.keys().cloned().collect();
+    for name in sections {
+        let keep = match name.as_str() {
+            "identity" => probe_section::<RawIdentity>(&name, table, &mut errs),
+            "api" => probe_section::<RawApi>(&name, table, &mut errs),
+            "upstream" => probe_section::<RawUpstream>(&name, table, &mut errs),
+            "queue" => probe_section::<RawQueue>(&name, table, &mut errs),
+            "security" => probe_section::<RawSecurity>(&name, table, &mut errs),
+            "store" => probe_section::<RawStore>(&name, table, &mut errs),
+            "shutdown" => probe_section::<RawShutdown>(&name, table, &mut errs),
+            "audit" => probe_section::<RawAudit>(&name, table, &mut errs),
+            "tools" => match table.get_mut("tools") {
+                Some(toml::Value::Array(items)) => {
+                    let mut bad = Vec::new();
+                    for (i, item) in items.iter_mut().enumerate() {
+                        match item {
+                            toml::Value::Table(t) => {
+                                let before = errs.len();
+                                probe_keys::<crate::tools::ExternalToolConfig>(
+                                    &format!("tools[{i}]"),
+                                    t,
+                                    &mut errs,
+                                );
+                                if errs.len() > before {
+                                    bad.push(i);
+                                }
+                            }
+                            _ => {
+                                errs.push(format!("tools[{i}]: must be a table ([[tools]])"));
+                                bad.push(i);
+                            }
+                        }
+                    }
+                    for i in bad.into_iter().rev() {
+                        items.remove(i);
+                    }
+                    true
+                }
+                _ => {
+                    errs.push("tools: must be an array of tables ([[tools]])".into());
+                    false
+                }
+            },
+            _ => {
+                errs.push(format!(
+                    "[{name}]: unknown section (known: identity, api, upstream, queue, \
+                     security, store, shutdown, audit, tools)"
+                ));
+                false
+            }
+        };
+        if !keep {
+            table.remove(&name);
+        }
+    }
+    errs
+}
+
+/// False when the section is not a table at all (then it is dropped).
+fn probe_section<T: serde::de::DeserializeOwned>(
+    name: &str,
+    table: &mut toml::Table,
+    errs: &mut Vec<String>,
+) -> bool {
+    match table.get_mut(name) {
+        Some(toml::Value::Table(t)) => {
+            probe_keys::<T>(name, t, errs);
+            true
+        }
+        _ => {
+            errs.push(format!("{name}: must be a table ([{name}])"));
+            false
+        }
+    }
+}
+
+fn probe_keys<T: serde::de::DeserializeOwned>(
+    path: &str,
+    t: &mut toml::Table,
+    errs: &mut Vec<String>,
+) {
+    let keys: Vec<String> = t.keys().cloned().collect();
+    for k in keys {
+        let mut one = toml::Table::new();
+        one.insert(k.clone(), t[&k].clone());
+        if let Err(e) = toml::Value::Table(one).try_into::<T>() {
+            let msg = e.to_string();
+            if !msg.contains("missing field") {
+                errs.push(format!("{path}.{k}: {}", msg.trim()));
+                t.remove(&k);
+            }
+        }
+    }
+}

@@ -152,6 +152,12 @@ pub async fn tool_call(
     subject: &str,
     call: ToolCall,
 ) -> Result<ToolCallOutcome, GatewayError> {
+    // A name no node can have would wait in the queue for nothing.
+    if !crate::tools::valid_tool_name(&call.tool_name) {
+        return Err(GatewayError::BadRequest(
+            "tool_name must match [a-z][a-z0-9_]{0,63}".into(),
+        ));
+    }
     let doc = target(gw, &call.node_id)?;
     let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
     let job_id = call

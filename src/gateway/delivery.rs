@@ -92,6 +92,17 @@ pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, 
     if ack.delivered.len() + ack.rejected.len() > MAX_BATCH {
         return Err(GatewayError::BadRequest("at most 1000 ids per ack".into()));
     }
+    // No message can have such an id; the store would refuse it as a bug (500).
+    let impossible = |id: &str| id.is_empty() || id.len() > 255 || id.contains('\0');
+    let mut ids = ack
+        .delivered
+        .iter()
+        .chain(ack.rejected.iter().map(|(id, _)| id));
+    if ids.any(|id| impossible(id)) {
+        return Err(GatewayError::BadRequest(
+            "message ids are 1..=255 bytes without NUL".into(),
+        ));
+    }
     let rejected: Vec<(String, String)> = ack
         .rejected
         .into_iter()

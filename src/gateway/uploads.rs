@@ -20,7 +20,7 @@ use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::{FiledResult, ForNode, InboxMessage, Queued, StateError, Upload};
 use crate::envelope::{
-    open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError, Opened,
+    check_relay, open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError, Opened,
 };
 use crate::store::StoreError;
 use crate::sync::wire::{InboxRecord, TaskResult, UploadAnswer, UploadRejected};
@@ -320,9 +320,12 @@ async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict,
     if gw.enrolled(&to).is_none() {
         return Ok(Verdict::Rejected("unknown_recipient".into()));
     }
-    let now = gw.now_ms();
-    if now >= env.expires_at_ms.saturating_add(gw.skew_ms()) {
-        return Ok(Verdict::Rejected("expired".into()));
+    // What a hop that cannot decrypt can check: time window, sender trusted with `send`,
+    // strict signature; the recipient still runs the whole pipeline.
+    let trust = gw.trust();
+    let max_ttl_ms = gw.cfg.queue.max_ttl_s * 1000;
+    if let Err(e) = check_relay(&env, &trust, gw.now_ms(), gw.skew_ms(), max_ttl_ms) {
+        return Ok(Verdict::Rejected(e.code().into()));
     }
     let msg = ForNode {
         node_id: to.clone(),

@@ -109,9 +109,19 @@ pub fn init_logging() {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(log_colour(
+                    std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+                ))
                 .with_target(false),
         )
         .try_init();
+}
+
+/// Colour codes only for a person at a terminal: a log file, a pipe or a collector gets
+/// plain text (and `NO_COLOR`, <https://no-color.org>, turns them off everywhere).
+pub fn log_colour(stderr_is_terminal: bool, no_color: bool) -> bool {
+    stderr_is_terminal && !no_color
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -9,11 +9,14 @@ mod demo;
 mod diskfull;
 mod gateway;
 mod gateway_audit;
+mod gateway_forward;
 mod gateway_tls;
 mod harness;
 mod malformed;
 mod netns;
+mod newcomer;
 mod node;
+mod openapi;
 mod powercut;
 /// The power-cut shim's Rust side, shared with the store's own power-cut test (which
 /// uses parts of it these tests do not).

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::require;
-use crate::api::json::JsonBody;
+use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::gateway::storage::Revoked;
 use crate::gateway::Gateway;
@@ -31,7 +31,7 @@ pub struct InboxQuery {
 pub async fn inbox(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
-    Query(q): Query<InboxQuery>,
+    QueryParams(q): QueryParams<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
     let rows = gw.state.inbox_list(q.from.as_deref(), INBOX_PAGE).await?;

@@ -42,7 +42,15 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             post(node::audit_upload).get(node::audit_status),
         )
         .route("/v1/nodes/{id}/revocations", get(node::revocations))
+        .route("/openapi.json", get(crate::api::openapi::gateway))
         .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            crate::api::ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             gw.clone(),

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 
 use super::auth::SignedNode;
-use crate::api::json::parse;
+use crate::api::json::{parse, QueryParams};
 use crate::api::ApiResult;
 use crate::gateway::storage::NodeAck;
 use crate::gateway::{audit_sync, delivery, uploads, Gateway};
@@ -20,17 +20,18 @@ use crate::sync::wire::{
 #[derive(Debug, Deserialize)]
 pub struct PullQuery {
     pub wait_s: Option<u64>,
-    pub max: Option<usize>,
+    pub max: Option<u64>,
 }
 
 /// `GET /v1/nodes/{id}/pull?wait_s=&max=`: `{"pending_count","envelopes":[…]}` in queue
 /// order, waiting up to `wait_s` for the first.
 pub async fn pull(
     State(gw): State<Arc<Gateway>>,
-    Query(q): Query<PullQuery>,
+    QueryParams(q): QueryParams<PullQuery>,
     signed: SignedNode,
 ) -> ApiResult<Json<PullAnswer>> {
-    let p = delivery::pull(&gw, &signed.node_id, q.wait_s, q.max).await?;
+    let max = q.max.map(|m| m.min(delivery::MAX_BATCH as u64) as usize);
+    let p = delivery::pull(&gw, &signed.node_id, q.wait_s, max).await?;
     Ok(Json(PullAnswer {
         envelopes: p.envelopes,
         pending_count: p.pending,
@@ -88,7 +89,7 @@ pub struct SinceQuery {
 /// and the current version to pass next time.
 pub async fn revocations(
     State(gw): State<Arc<Gateway>>,
-    Query(q): Query<SinceQuery>,
+    QueryParams(q): QueryParams<SinceQuery>,
     _signed: SignedNode,
 ) -> ApiResult<Json<Revocations>> {
     let list = delivery::revocations(&gw, q.since.unwrap_or(0)).await?;

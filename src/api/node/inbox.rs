@@ -12,7 +12,7 @@ use crate::api::ApiResult;
 #[serde(deny_unknown_fields)]
 pub struct InboxQuery {
     pub from: Option<String>,
-    pub limit: Option<usize>,
+    pub limit: Option<u64>,
 }
 
 pub async fn list(
@@ -23,7 +23,7 @@ pub async fn list(
     core.auth.authorize_admin(bearer(&headers).as_deref())?;
     let messages = core
         .inbox
-        .list(q.from.as_deref(), q.limit.unwrap_or(100).min(1000))?;
+        .list(q.from.as_deref(), q.limit.unwrap_or(100).min(1000) as usize)?;
     Ok(Json(json!({ "messages": messages })))
 }
 

@@ -35,6 +35,7 @@ pub fn router(core: Core) -> Router {
         .route("/v1/inbox/{message_id}/ack", post(inbox::ack))
         .route("/v1/outbox", post(outbox::queue))
         .route("/v1/messages/{message_id}", get(messages::status))
+        .route("/openapi.json", get(crate::api::openapi::node))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
