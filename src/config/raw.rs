@@ -57,7 +57,9 @@ pub struct RawApi {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
-    pub url: String,
+    /// One gateway; or `urls`, replicas of one gateway (same identity and state).
+    pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
     pub gateway_id: String,
     pub ca_file: Option<PathBuf>,
     pub poll_wait_s: Option<u64>,

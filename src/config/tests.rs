@@ -150,3 +150,33 @@ fn http_limits_default_by_role_and_are_range_checked() {
         "{e}"
     );
 }
+
+#[test]
+fn upstream_takes_one_url_or_a_list_of_replicas() {
+    let one = from_str(&format!(
+        "{MINIMAL}[upstream]\nurl = \"http://gw:8787/\"\ngateway_id = \"gateway:main\"\n"
+    ))
+    .unwrap();
+    let up = one.upstream.unwrap();
+    assert_eq!(up.urls, vec!["http://gw:8787".to_string()]);
+    assert_eq!(up.url, "http://gw:8787");
+    let two = from_str(&format!(
+        "{MINIMAL}[upstream]\nurls = [\"https://a:8787\", \"https://b:8787\"]\ngateway_id = \"gateway:main\"\n"
+    ))
+    .unwrap();
+    let up = two.upstream.unwrap();
+    assert_eq!(up.urls.len(), 2);
+    assert_eq!(up.url, "https://a:8787");
+    for (bad, why) in [
+        ("url = \"http://a\"\nurls = [\"http://b\"]", "not both"),
+        ("urls = []", "1 to 16"),
+        ("", "needs url"),
+        ("urls = [\"http://a\", \"ftp://b\"]", "ftp://b"),
+    ] {
+        let e = from_str(&format!(
+            "{MINIMAL}[upstream]\n{bad}\ngateway_id = \"gateway:main\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains(why), "{bad}: {e}");
+    }
+}

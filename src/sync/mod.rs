@@ -88,6 +88,8 @@ pub trait NodeLink: Send + Sync + 'static {
 #[derive(Debug, Clone, Default)]
 pub struct SyncStatus {
     pub state: String,
+    /// The gateway URL in use (one of `upstream.urls`).
+    pub url: String,
     pub connected: bool,
     pub last_ok_ms: Option<u64>,
     pub last_error: Option<String>,
@@ -132,7 +134,7 @@ impl SyncHandle {
         let s = self.status();
         json!({
             "state": s.state,
-            "url": self.url,
+            "url": if s.url.is_empty() { self.url.clone() } else { s.url.clone() },
             "connected": s.connected,
             "last_ok_ms": s.last_ok_ms,
             "last_error": s.last_error,

@@ -35,7 +35,10 @@ impl SyncError {
 
 pub struct Transport {
     http: reqwest::Client,
-    base: String,
+    /// Replicas of the gateway, in order of preference; `current` is the one that
+    /// answered last (the node sticks to it).
+    bases: Vec<String>,
+    current: std::sync::atomic::AtomicUsize,
     node_id: String,
     keys: Arc<Keys>,
     request_timeout: Duration,
@@ -56,11 +59,22 @@ impl Transport {
         let http = b.build().map_err(|e| SyncError::Setup(e.to_string()))?;
         Ok(Self {
             http,
-            base: up.url.trim_end_matches('/').to_string(),
+            bases: up
+                .urls
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
+            current: std::sync::atomic::AtomicUsize::new(0),
             node_id: node_id.to_string(),
             keys,
             request_timeout: Duration::from_secs(up.request_timeout_s.max(1)),
         })
+    }
+
+    /// The gateway URL in use now.
+    pub fn current_url(&self) -> &str {
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        self.bases.get(i).map(String::as_str).unwrap_or("")
     }
 
     /// `/v1/nodes/<me>/<what>`.
@@ -103,9 +117,12 @@ impl Transport {
         .await
     }
 
-    /// Send a signed request and read the answer as `T`. An answer that is not a `T`
-    /// is [`SyncError::Malformed`]: the worker fails the chore and backs off, exactly
-    /// as for a network error.
+    /// Send a signed request to the replica in use and read the answer as `T`. A
+    /// connection error, a timeout or a 5xx moves to the next replica at once (each is
+    /// tried at most once per call); the one that answers stays in use. Every request
+    /// the node sends is safe to repeat (uploads and acks are deduplicated, pulls hand
+    /// out what is not acked). An answer that is not a `T` is [`SyncError::Malformed`]:
+    /// the worker fails the chore and backs off, exactly as for a network error.
     async fn call<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
@@ -114,7 +131,55 @@ impl Transport {
         now_ms: u64,
         extra_wait: Duration,
     ) -> Result<T, SyncError> {
-        let url = reqwest::Url::parse(&format!("{}{}", self.base, path_and_query))
+        use std::sync::atomic::Ordering;
+        let n = self.bases.len().max(1);
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut last = None;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let base = self.bases.get(i).map(String::as_str).unwrap_or("");
+            let r = self
+                .call_one(
+                    base,
+                    method.clone(),
+                    path_and_query,
+                    body.clone(),
+                    now_ms,
+                    extra_wait,
+                )
+                .await;
+            let moves_on = match &r {
+                Err(SyncError::Network(_)) => true,
+                Err(SyncError::Status { status, .. }) => *status >= 500,
+                _ => false,
+            };
+            if !moves_on || n == 1 {
+                if i != first {
+                    self.current.store(i, Ordering::Relaxed);
+                    tracing::warn!(event = "upstream_failover", to = %base, "now using this gateway replica");
+                }
+                return r;
+            }
+            if let Err(e) = &r {
+                tracing::warn!(event = "upstream_replica_failed", url = %base, error = %e);
+            }
+            last = Some(r);
+        }
+        // None answered: the next call starts with the one after the first.
+        self.current.store((first + 1) % n, Ordering::Relaxed);
+        last.unwrap_or_else(|| Err(SyncError::Setup("no upstream URL".into())))
+    }
+
+    async fn call_one<T: DeserializeOwned>(
+        &self,
+        base: &str,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+        now_ms: u64,
+        extra_wait: Duration,
+    ) -> Result<T, SyncError> {
+        let url = reqwest::Url::parse(&format!("{base}{path_and_query}"))
             .map_err(|e| SyncError::Setup(e.to_string()))?;
         // Sign exactly what goes on the wire after URL normalisation.
         let signed_pq = match url.query() {

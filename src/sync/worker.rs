@@ -56,7 +56,6 @@ pub fn spawn(
         shared,
         shutdown,
         confirmed_audit: None,
-        url: up.url,
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -69,7 +68,6 @@ pub(super) struct Worker {
     shutdown: CancellationToken,
     /// The gateway's confirmed audit size, asked once per connection.
     pub(super) confirmed_audit: Option<u64>,
-    url: String,
 }
 
 pub(super) fn failed(e: &SyncError) -> Event {
@@ -114,6 +112,9 @@ impl Worker {
         {
             let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
             s.state = m.phase().as_str().to_string();
+            if s.url != self.t.current_url() {
+                s.url = self.t.current_url().to_string();
+            }
             s.connected = connected;
             s.last_ok_ms = m.last_ok_ms();
             s.last_error = m.last_error().map(str::to_string);
@@ -124,7 +125,7 @@ impl Worker {
         if connected != *was_connected {
             UpstreamState {
                 connected,
-                url: &self.url,
+                url: self.t.current_url(),
                 detail: m.last_error().unwrap_or(""),
             }
             .emit(&self.deps.metrics);

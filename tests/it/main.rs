@@ -7,6 +7,7 @@
 mod audit;
 mod demo;
 mod diskfull;
+mod failover;
 mod gateway;
 mod gateway_audit;
 mod gateway_forward;
