@@ -433,7 +433,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     if max_message_bytes == 0 || max_message_bytes > max_store_bytes {
         errs.push("queue.max_message_bytes must be 1..=queue.max_store_bytes".into());
     }
-    let flush_batch = q.flush_batch.unwrap_or(50);
+    let flush_batch = q.flush_batch.unwrap_or(500);
     if flush_batch == 0 || flush_batch > 1000 {
         errs.push("queue.flush_batch must be 1..=1000".into());
     }

@@ -5,7 +5,7 @@
 //! Order on every (re)connect (SPEC §4.9):
 //! 1. a pull with `wait_s = 0`: the gateway answers how many messages are pending and
 //!    the first batch (the handshake);
-//! 2. stored messages are flushed in batches of `flush_batch` with `wait_s = 0` until the
+//! 2. stored messages are flushed in batches of `pull_batch` with `wait_s = 0` until the
 //!    pending count is drained;
 //! 3. only then live traffic: the outbox is pushed, the audit log and revocations are
 //!    synced when due, and otherwise the node sits in a long-poll.
