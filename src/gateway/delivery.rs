@@ -15,6 +15,9 @@ use crate::telemetry::MessageEvent;
 pub const MAX_WAIT_S: u64 = 60;
 /// Most envelopes per pull, ids per ack, envelopes per upload.
 pub const MAX_BATCH: usize = 1000;
+/// Envelope bytes one pull answer carries at most (always at least one envelope): a
+/// node asks for hundreds of envelopes, and messages may be up to 1 MiB each.
+pub const PULL_BUDGET_BYTES: usize = 4 * 1024 * 1024;
 
 /// Decrements the long-poll count however the pull ends (answer, disconnect,
 /// shutdown).
@@ -57,7 +60,7 @@ pub async fn pull(
         // Register interest before looking, so a message queued between the look and
         // the wait still wakes us.
         let notified = waker.notified();
-        let batch = gw.state.take_batch(node, max).await?;
+        let batch = gw.state.take_batch(node, max, PULL_BUDGET_BYTES).await?;
         if !batch.deliveries.is_empty() || tokio::time::Instant::now() >= deadline {
             break batch;
         }

@@ -737,3 +737,50 @@ async fn ttl_above_the_maximum_is_refused_not_clamped() {
         "{v}"
     );
 }
+
+/// Six ~0.9 MiB commands wait for a node: one pull answer carries at most about 4 MiB of
+/// envelopes however many the node asks for (a board with 512 MiB of RAM must not get
+/// 500 of them at once); the rest stay pending and come with the next pull, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_answer_is_bounded_in_bytes_not_only_in_count() {
+    let f = start();
+    let big = "x".repeat(650_000);
+    for i in 0..6 {
+        let (st, v) = f
+            .client(
+                "/v1/commands",
+                Some(json!({"target": {"node_id": NODE}, "command_type": "blob", "body": {"i": i, "blob": big}})),
+            )
+            .await;
+        assert_eq!(st, 202, "{v}");
+    }
+    let pull = format!("/v1/nodes/{NODE}/pull?wait_s=0&max=500");
+    let (st, first) = f.signed("GET", &pull, None, |_, _| {}).await;
+    assert_eq!(st, 200, "{first}");
+    let got = first["envelopes"].as_array().unwrap().len();
+    assert!((1..6).contains(&got), "{got} envelopes in one answer");
+    assert_eq!(first["pending_count"], 6);
+    let bytes = serde_json::to_vec(&first["envelopes"]).unwrap().len();
+    assert!(
+        bytes <= 4 * 1024 * 1024 + 1024 * 1024,
+        "{bytes} bytes in one answer"
+    );
+    let ids: Vec<String> = first["envelopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message_id"].as_str().unwrap().to_string())
+        .collect();
+    let (st, _) = f
+        .signed(
+            "POST",
+            &format!("/v1/nodes/{NODE}/ack"),
+            Some(&json!({"message_ids": ids, "rejected": []})),
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (_, second) = f.signed("GET", &pull, None, |_, _| {}).await;
+    assert_eq!(second["pending_count"], 6 - got as u64, "{second}");
+    assert!(!second["envelopes"].as_array().unwrap().is_empty());
+}

@@ -207,9 +207,19 @@ impl GatewayState for Embedded {
         })
     }
 
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, PullBatch> {
+    fn take_batch<'a>(&'a self, node: &'a str, max: usize, max_bytes: usize) -> Fut<'a, PullBatch> {
         Box::pin(async move {
-            let batch = self.store.next_batch(Q_NODE, node, max, self.now_ms())?;
+            let mut batch = self.store.next_batch(Q_NODE, node, max, self.now_ms())?;
+            let mut bytes = 0usize;
+            let fits = batch
+                .iter()
+                .position(|m| {
+                    bytes += m.body.len();
+                    bytes > max_bytes
+                })
+                .unwrap_or(batch.len())
+                .max(1);
+            batch.truncate(fits);
             let pending = self.store.pending(Q_NODE, node)? as u64;
             if !batch.is_empty() {
                 let ids = batch.iter().map(|m| m.message_id.clone()).collect();

@@ -211,8 +211,9 @@ pub trait GatewayState: Send + Sync {
     /// An envelope id a node uploaded before (a result or an inbox message).
     fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool>;
 
-    /// Up to `max` messages for `node`, marked as being delivered.
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize) -> Fut<'a, PullBatch>;
+    /// Up to `max` messages for `node` and about `max_bytes` of envelopes (always at
+    /// least one), marked as being delivered.
+    fn take_batch<'a>(&'a self, node: &'a str, max: usize, max_bytes: usize) -> Fut<'a, PullBatch>;
     /// Remove what the node acknowledged; returns the ids that were removed (an id
     /// acknowledged twice is removed once).
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>>;
