@@ -17,6 +17,8 @@ is written to RUN_DIR/pids so the calling script's trap can stop it if this dies
 import asyncio
 import json
 import os
+import resource
+import signal
 import re
 import socket
 import sqlite3
@@ -55,6 +57,13 @@ def usage(pid):
     return {"cpu": cpu, "wb": wb, "hwm_kib": hwm}
 
 
+def client_cpu():
+    """CPU seconds of this process and its finished children (the load generators)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -84,12 +93,29 @@ class Server:
         with open(os.path.join(run_dir, "pids"), "a") as f:
             f.write(f"{self.proc.pid}\n")
         wait_port(port, self.proc)
+        # BENCH_PEERS_STRACE=DIR: count the server's sync calls (a check of what each peer
+        # calls durable; that run's timings are not comparable: strace slows the server).
+        self.strace = None
+        self.name, self.cwd = name, cwd
+        if os.environ.get("BENCH_PEERS_STRACE"):
+            self.strace = subprocess.Popen(
+                ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync,sync_file_range,msync,sync",
+                 "-o", os.path.join(cwd, f"{name}.strace"), "-p", str(self.proc.pid)],
+                stderr=subprocess.DEVNULL)
+            time.sleep(1)
 
     @property
     def pid(self):
         return self.proc.pid
 
     def stop(self):
+        if self.strace:
+            self.strace.send_signal(signal.SIGINT)  # detach, write the summary
+            self.strace.wait()
+            out = os.environ["BENCH_PEERS_STRACE"]
+            with open(os.path.join(self.cwd, f"{self.name}.strace")) as f, \
+                    open(os.path.join(out, f"{self.name}.strace"), "a") as g:
+                g.write(f.read())
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -189,7 +215,9 @@ def bench_redis(run_dir):
 
         u0 = usage(srv.pid)
         rate1 = rb(N1, 1)
+        c0 = client_cpu()
         rate64 = rb(N64, 64)
+        c64 = client_cpu() - c0
         u1 = usage(srv.pid)
         r = redis.Redis(host="127.0.0.1", port=port)
         queued = r.llen("q:dev1")
@@ -211,7 +239,8 @@ def bench_redis(run_dir):
         r.close()
         return result("redis", "AOF, appendfsync always (fsync before replying; "
                       "RDB snapshots off)", rate1, rate64, drain, delta(u0, u1), u2,
-                      {"client": "redis-benchmark (C) for enqueue; redis-py for drain"})
+                      {"client": "redis-benchmark (C) for enqueue; redis-py for drain",
+                       "client_cpu_us_per_msg_enq64": c64 * 1e6 / N64})
     finally:
         srv.stop()
 
@@ -257,9 +286,10 @@ def bench_nats(run_dir):
                 for _ in range(count):
                     await j.publish("dev.dev1", payload)
 
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), client_cpu()
             await asyncio.gather(*[prod(c, k) for c, k in zip(conns, per)])
             rate64 = N64 / (time.monotonic() - t0)
+            c64 = client_cpu() - c0
             u1 = usage(srv.pid)
             for c in conns:
                 await c.close()
@@ -285,12 +315,13 @@ def bench_nats(run_dir):
             u2 = usage(srv.pid)
             await nc.close()
             assert got == N, got
-            return rate1, rate64, drain, delta(u0, u1), u2
+            return rate1, rate64, drain, delta(u0, u1), u2, c64
 
-        rate1, rate64, drain, enq, end = asyncio.run(go())
+        rate1, rate64, drain, enq, end, c64 = asyncio.run(go())
         return result("nats", "JetStream file store, nats-server 2.9.10 defaults: no fsync "
                       "per message (this version has no sync_interval option)", rate1, rate64,
-                      drain, enq, end, {"client": "nats-py (Python asyncio)"})
+                      drain, enq, end, {"client": "nats-py (Python asyncio)",
+                                        "client_cpu_us_per_msg_enq64": c64 * 1e6 / N64})
     finally:
         srv.stop()
 
@@ -359,12 +390,13 @@ def bench_mosquitto(run_dir):
         per = [N64 // 64 + (1 if i < N64 % 64 else 0) for i in range(64)]
         cs = [producer() for _ in per]  # connected first, so the timing is of publishing
         ts = [threading.Thread(target=publish, args=(c, k)) for c, k in zip(cs, per)]
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), client_cpu()
         for t in ts:
             t.start()
         for t in ts:
             t.join()
         rate64 = N64 / (time.monotonic() - t0)
+        c64 = client_cpu() - c0
         for c in cs:
             close(c)
         u1 = usage(srv.pid)
@@ -383,7 +415,8 @@ def bench_mosquitto(run_dir):
                       "in-memory queue is written to mosquitto.db every 30 min and at "
                       "shutdown, never per message", rate1, rate64, drain, delta(u0, u1), u2,
                       {"client": "paho-mqtt (Python), one client per producer, one "
-                       "message in flight each"})
+                       "message in flight each",
+                       "client_cpu_us_per_msg_enq64": c64 * 1e6 / N64})
     finally:
         srv.stop()
 
@@ -479,6 +512,7 @@ METRICS = [  # key, heading, format, higher is better
     ("drain_s", "drain of N (s)", "{:.3f}", False),
     ("bytes_per_msg", "bytes written per message", "{:,.0f}", False),
     ("peak_rss_mib", "peak RSS (MiB)", "{:.1f}", False),
+    ("server_cpu_us_per_msg_enqueue", "server CPU per message enqueued (µs)", "{:.0f}", False),
 ]
 
 
@@ -516,7 +550,10 @@ def summary(path):
     print("\n## durability, as run\n")
     for p in order:
         r = runs[p][0]
-        print(f"- {p}: {r['durability']}" + (f"; client: {r['client']}" if "client" in r else ""))
+        cc = [x["client_cpu_us_per_msg_enq64"] for x in runs[p] if "client_cpu_us_per_msg_enq64" in x]
+        print(f"- {p}: {r['durability']}" + (f"; client: {r['client']}" if "client" in r else "")
+              + (f"; load generator CPU at 64 producers {statistics.median(cc):.0f} µs/msg "
+                 f"({min(cc):.0f}–{max(cc):.0f})" if cc else ""))
 
 
 def main():
