@@ -520,9 +520,12 @@ def summary(path):
     """Medians and min–max per peer over the runs in a results file, and ratios."""
     import statistics
 
-    runs = {}
+    runs, floors = {}, []
     for line in open(path):
         r = json.loads(line)
+        if "floor_p50_us" in r:
+            floors.append(r["floor_p50_us"])
+            continue
         runs.setdefault(r["peer"], []).append(r)
     order = [p for p in PEERS if p in runs]
     med = {p: {k: statistics.median(r[k] for r in runs[p]) for k, *_ in METRICS} for p in order}
@@ -547,6 +550,9 @@ def summary(path):
                 o = med["outpost"][k]
                 cells.append(f"{med[p][k] / o:.2f}×" if o else "—")
             print(f"| {p} | " + " | ".join(cells) + " |")
+    if floors:
+        print(f"\ndisk floor (512 B append + fdatasync, p50 per run): "
+              + ", ".join(f"{f:.0f}" for f in floors) + " µs")
     print("\n## durability, as run\n")
     for p in order:
         r = runs[p][0]
@@ -554,6 +560,21 @@ def summary(path):
         print(f"- {p}: {r['durability']}" + (f"; client: {r['client']}" if "client" in r else "")
               + (f"; load generator CPU at 64 producers {statistics.median(cc):.0f} µs/msg "
                  f"({min(cc):.0f}–{max(cc):.0f})" if cc else ""))
+
+
+def disk_floor(run_dir, n=300):
+    """p50 of a 512-byte append + fdatasync in the run's directory: what the disk gives."""
+    path = os.path.join(run_dir, "floor")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        os.write(fd, b"x" * SIZE)
+        os.fdatasync(fd)
+        ts.append(time.perf_counter() - t0)
+    os.close(fd)
+    os.remove(path)
+    return sorted(ts)[n // 2] * 1e6
 
 
 def main():
@@ -564,6 +585,9 @@ def main():
         summary(sys.argv[2])
         return
     run_dir = sys.argv[1]
+    floor = disk_floor(run_dir)
+    log(f"  disk floor: 512 B append + fdatasync p50 {floor:.0f} µs")
+    print(json.dumps({"floor_p50_us": floor}), flush=True)
     for name in sys.argv[2:] or list(PEERS):
         r = PEERS[name](run_dir)
         log(f"  {name:<10} enqueue 1: {r['enq1_per_s']:>8.0f}/s  64: {r['enq64_per_s']:>8.0f}/s"
