@@ -175,6 +175,8 @@ def bench_outpost(run_dir):
         "server_cpu_us_per_msg_enqueue": num(r"gateway CPU per message (\d+)"),
         "peak_rss_mib": gw_rss / 1024,
         "node_peak_rss_mib": node_rss / 1024,
+        "seal_sign_us_all_cores": num(r"seal\+sign (\d+) µs/msg"),
+        "upload_s": num(r"^upload \d+ node → gateway: ([\d.]+) s"),
         "n": N,
     }
 
@@ -556,6 +558,12 @@ def summary(path):
     print("\n## durability, as run\n")
     for p in order:
         r = runs[p][0]
+        if p == "outpost" and "seal_sign_us_all_cores" in r:
+            ss = [x["seal_sign_us_all_cores"] for x in runs[p]]
+            nr = [x["node_peak_rss_mib"] for x in runs[p]]
+            print(f"- outpost, same runs: crypto ceiling seal+sign {statistics.median(ss):.0f} µs per "
+                  f"message on all cores ({min(ss):.0f}–{max(ss):.0f}); node peak RSS in the drain "
+                  f"{statistics.median(nr):.1f} MiB ({min(nr):.1f}–{max(nr):.1f})")
         cc = [x["client_cpu_us_per_msg_enq64"] for x in runs[p] if "client_cpu_us_per_msg_enq64" in x]
         print(f"- {p}: {r['durability']}" + (f"; client: {r['client']}" if "client" in r else "")
               + (f"; load generator CPU at 64 producers {statistics.median(cc):.0f} µs/msg "
