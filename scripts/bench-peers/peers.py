@@ -201,9 +201,10 @@ def bench_redis(run_dir):
                 "appendonly yes\nappendfsync always\n")
     srv = Server(run_dir, "redis", ["redis-server", os.path.join(d, "redis.conf")], port, d)
     try:
-        # id = 12-digit __rand_int__, element = id ":" filler, 512 bytes in all.
+        # id = __rand_int__ (12 digits, 0 ≤ id < 10^9: redis-benchmark reads -r as a C int,
+        # so a larger range silently gives 0 every time), element = id ":" filler, 512 bytes.
         filler = "x" * (SIZE - 13)
-        base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-r", "1000000000000",
+        base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-r", "1000000000",
                 "--csv"]
         cmd = ["EVAL", REDIS_LUA, "2", "q:dev1", "ttl:dev1", "__rand_int__", filler,
                str(EXPIRES_MS)]
@@ -223,6 +224,9 @@ def bench_redis(run_dir):
         u1 = usage(srv.pid)
         r = redis.Redis(host="127.0.0.1", port=port)
         queued = r.llen("q:dev1")
+        ids = r.zcard("ttl:dev1")
+        # Distinct random ids (a birthday collision among 10,000 in 10^9 is ~5% likely).
+        assert ids >= N - 5, f"TTL set holds {ids} ids for {N} messages"
         # Drain: LRANGE + LTRIM in a MULTI, then ZREM the batch's ids, until empty.
         t0 = time.monotonic()
         got = 0
@@ -242,6 +246,7 @@ def bench_redis(run_dir):
         return result("redis", "AOF, appendfsync always (fsync before replying; "
                       "RDB snapshots off)", rate1, rate64, drain, delta(u0, u1), u2,
                       {"client": "redis-benchmark (C) for enqueue; redis-py for drain",
+                       "ttl_set_ids": ids,
                        "client_cpu_us_per_msg_enq64": c64 * 1e6 / N64})
     finally:
         srv.stop()
