@@ -201,15 +201,17 @@ def bench_redis(run_dir):
                 "appendonly yes\nappendfsync always\n")
     srv = Server(run_dir, "redis", ["redis-server", os.path.join(d, "redis.conf")], port, d)
     try:
-        # id = __rand_int__ (12 digits, 0 ≤ id < 10^9: redis-benchmark reads -r as a C int,
-        # so a larger range silently gives 0 every time), element = id ":" filler, 512 bytes.
-        filler = "x" * (SIZE - 13)
+        # id = phase letter + __rand_int__ (12 digits, 0 ≤ n < 10^9: redis-benchmark reads -r
+        # as a C int, so a larger range silently gives 0 every time; and two invocations in
+        # the same second draw the same sequence, hence the phase letter); element = id ":"
+        # filler, 512 bytes in all.
+        filler = "x" * (SIZE - 14)
         base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-r", "1000000000",
                 "--csv"]
-        cmd = ["EVAL", REDIS_LUA, "2", "q:dev1", "ttl:dev1", "__rand_int__", filler,
-               str(EXPIRES_MS)]
 
         def rb(n, c):
+            cmd = ["EVAL", REDIS_LUA, "2", "q:dev1", "ttl:dev1", f"{'ab'[c > 1]}__rand_int__",
+                   filler, str(EXPIRES_MS)]
             out = subprocess.run(base + ["-n", str(n), "-c", str(c)] + cmd, check=True,
                                  stdout=subprocess.PIPE, text=True).stdout
             # --csv: a header line, then "test","rps",...
