@@ -377,11 +377,17 @@ class Traffic:
             threading.Thread(target=self.consume_node, daemon=True),
             threading.Thread(target=self.consume_gw, daemon=True),
         ]
+        self.senders = self.threads[:3]
         for t in self.threads:
             t.start()
 
+    def add_up_sender(self, n, seconds):
+        t = threading.Thread(target=self.send_up, args=(n, seconds), daemon=True)
+        self.senders.append(t)
+        t.start()
+
     def senders_done(self):
-        return all(not t.is_alive() for t in self.threads[:3])
+        return all(not t.is_alive() for t in self.senders)
 
     # commands gateway -> node: one sequential sender (FIFO is per sender)
     def send_down(self, n, seconds):
@@ -584,6 +590,17 @@ def metric(text, name, **labels):
     return int(total)
 
 
+def counters(text):
+    """The non-zero delivery, envelope and message counters of a /metrics text."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("outpost_delivery_attempts_total", "outpost_envelopes_total", "outpost_messages_total")):
+            name, _, value = line.rpartition(" ")
+            if float(value) != 0:
+                out[name.replace("outpost_", "").replace("_total", "")] = int(float(value))
+    return out
+
+
 # ---------------------------------------------------------------- a run
 
 
@@ -745,6 +762,7 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
             "gw_http_401": metric(gw_metrics, "outpost_http_requests_total", status="401"),
             "tcp_retrans_segs": {k: v["retrans_segs"] for k, v in tcp.items()},
         },
+        "counters": {"gw": counters(gw_metrics), "node": counters(node_metrics)},
         "stops": {"gw": stop_gw, "node": stop_node},
         "notes": notes,
         "healed_for_s": round(healed_for, 1),
@@ -796,37 +814,44 @@ def scenario_net(args, name):
             rig.net.loss(10)
             time.sleep(secs)
         elif name in ("flap", "crash"):
+            # Up 5-30 s, down 5-30 s, repeatedly; the last outage runs to the end of the
+            # window and heals after the senders stopped, so "drain after heal" measures
+            # the recovery from an outage. `crash` also kill -9s one side during each
+            # outage (restarted while the link is still down) and the other side right
+            # after each heal (restarted at once).
             kills = 0
             end = t_start + secs
+
+            def crash(victim, why):
+                nonlocal kills
+                (rig.gw if victim == "gw" else rig.node).kill9()
+                kills += 1
+                events.append(f"kill -9 {victim} ({why})")
+
             while time.time() < end:
-                up_s = rng.uniform(5, 30)
-                time.sleep(max(0, min(up_s, end - time.time())))
-                if time.time() >= end:
-                    break
+                time.sleep(max(0.0, min(rng.uniform(5, 30), end - time.time() - 5)))
                 rig.net.down()
+                t_down = time.time()
                 down_s = rng.uniform(5, 30)
-                events.append(f"down {down_s:.0f}s")
+                last = end - t_down - down_s < 10
+                events.append(f"down {'until heal' if last else f'{down_s:.0f}s'}")
                 if name == "crash":
-                    # kill -9 one side while the link is down, the other right after it heals
-                    victim = "gw" if kills % 2 == 0 else "node"
-                    time.sleep(min(2, down_s / 2))
-                    (rig.gw if victim == "gw" else rig.node).kill9()
-                    kills += 1
-                    events.append(f"kill -9 {victim} (link down)")
+                    victim = "gw" if (kills // 2) % 2 == 0 else "node"
+                    time.sleep(min(2.0, down_s / 3))
+                    crash(victim, "link down")
                     time.sleep(rng.uniform(1, 3))
                     rig.restart(victim)
-                    time.sleep(max(0, min(down_s / 2, end - time.time())))
-                else:
-                    time.sleep(max(0, min(down_s, end - time.time())))
+                if last:
+                    time.sleep(max(0.0, end - time.time()))
+                    break
+                time.sleep(max(0.0, t_down + down_s - time.time()))
                 rig.net.heal()
-                if name == "crash" and time.time() < end:
-                    victim = "node" if kills % 2 == 1 else "gw"
+                if name == "crash":
                     time.sleep(rng.uniform(0.5, 3))
-                    (rig.gw if victim == "gw" else rig.node).kill9()
-                    kills += 1
-                    events.append(f"kill -9 {victim} (link up)")
-                    rig.restart(victim)
-            notes = f"{len([e for e in events if e.startswith('down')])} outages of 5-30 s"
+                    other = "node" if victim == "gw" else "gw"
+                    crash(other, "just after heal")
+                    rig.restart(other)
+            notes = f"{len([e for e in events if e.startswith('down')])} outages of 5-30 s, the last one healed after the senders stopped"
             if name == "crash":
                 notes += f"; {kills} kill -9 (alternating gateway/node, during outages and right after heals)"
         elif name in ("oneway-down", "oneway-up"):
@@ -892,9 +917,7 @@ def scenario_clock(args, name):
             events.append("node boots with its clock at 1970-01-01 00:10")
             rig.restart("node")
             # The node's local producer starts now, under the 1970 clock.
-            up = threading.Thread(target=tr.send_up, args=(n_up, secs / 3), daemon=True)
-            up.start()
-            tr.threads.append(up)
+            tr.add_up_sender(n_up, secs / 3)
             time.sleep(secs / 3)
             set_clock(ts_file, "+0")
             events.append("clock set right (NTP)")
