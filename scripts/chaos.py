@@ -52,6 +52,7 @@ GW_PORT = 8787
 PROXY_PORT = 8788
 NODE_PORT = 18000
 SHORT_TTL_S = 4
+STREAMS = 2  # concurrent sequential senders per direction
 CLONE_NEWNET = 0x40000000
 LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
@@ -346,11 +347,12 @@ class Ledger:
         self.dup_down = self.dup_up = 0
         self.ooo_down = self.ooo_up = 0
         self.expired_down = self.expired_up = 0
-        self.max_seq_down = self.max_seq_up = -1
+        self.max_seq = {}  # (direction, stream) -> highest seq delivered so far
         self.last_delivery_ms = 0
         self.dup_seq_down, self.dup_seq_up = set(), set()
         self.seq_to_id_down, self.seq_to_id_up = {}, {}
         self.errors = []
+        self.expired_examples = []
 
 
 def paced(i, n, t0, seconds):
@@ -370,27 +372,29 @@ class Traffic:
         self.threads = []
 
     def start(self, n_down, n_up, n_calls, seconds):
-        self.threads = [
-            threading.Thread(target=self.send_down, args=(n_down, seconds), daemon=True),
-            threading.Thread(target=self.send_up, args=(n_up, seconds), daemon=True),
-            threading.Thread(target=self.send_calls, args=(n_calls, seconds), daemon=True),
+        self.senders = [threading.Thread(target=self.send_calls, args=(n_calls, seconds), daemon=True)]
+        for k in range(STREAMS):
+            self.senders.append(threading.Thread(target=self.send_down, args=(n_down // STREAMS, seconds, k), daemon=True))
+            self.senders.append(threading.Thread(target=self.send_up, args=(n_up // STREAMS, seconds, k), daemon=True))
+        self.threads = self.senders + [
             threading.Thread(target=self.consume_node, daemon=True),
             threading.Thread(target=self.consume_gw, daemon=True),
         ]
-        self.senders = self.threads[:3]
         for t in self.threads:
             t.start()
 
     def add_up_sender(self, n, seconds):
-        t = threading.Thread(target=self.send_up, args=(n, seconds), daemon=True)
-        self.senders.append(t)
-        t.start()
+        for k in range(STREAMS):
+            t = threading.Thread(target=self.send_up, args=(n // STREAMS, seconds, k), daemon=True)
+            self.senders.append(t)
+            t.start()
 
     def senders_done(self):
         return all(not t.is_alive() for t in self.senders)
 
-    # commands gateway -> node: one sequential sender (FIFO is per sender)
-    def send_down(self, n, seconds):
+    # commands gateway -> node: STREAMS sequential senders; each waits for the answer
+    # before sending its next message, so FIFO per sender implies FIFO per stream
+    def send_down(self, n, seconds, stream=0):
         enter_ns(self.net.gw_ns)
         api, L, t0 = Api(GW_PORT, self.gw_token), self.L, time.time()
         for i in range(n):
@@ -398,7 +402,8 @@ class Traffic:
                 break
             paced(i, n, t0, seconds)
             ttl = SHORT_TTL_S if i % 10 == 9 else 86400
-            body = {"target": {"node_id": NODE}, "command_type": "config", "body": {"seq": i}, "ttl_s": ttl}
+            body = {"target": {"node_id": NODE}, "command_type": "config", "body": {"stream": stream, "seq": i},
+                    "ttl_s": ttl}
             try:
                 st, b = api.req("POST", "/v1/commands", body)
             except Exception:
@@ -408,12 +413,12 @@ class Traffic:
                 continue
             with L.lock:
                 if st == 202:
-                    L.down_acked[b["message_id"]] = {"seq": i, "exp": b["expires_at_ms"]}
+                    L.down_acked[b["message_id"]] = {"seq": (stream, i), "exp": b["expires_at_ms"]}
                 else:
                     L.down_refused[st] = L.down_refused.get(st, 0) + 1
 
-    # data node -> gateway: one sequential sender
-    def send_up(self, n, seconds):
+    # data node -> gateway: STREAMS sequential senders
+    def send_up(self, n, seconds, stream=0):
         enter_ns(self.net.node_ns)
         api, L, t0 = Api(NODE_PORT, self.node_token), self.L, time.time()
         for i in range(n):
@@ -421,7 +426,7 @@ class Traffic:
                 break
             paced(i, n, t0, seconds)
             ttl = SHORT_TTL_S if i % 10 == 9 else 86400
-            body = {"to": GW, "payload_type": "DATA", "payload": {"seq": i}, "ttl_s": ttl}
+            body = {"to": GW, "payload_type": "DATA", "payload": {"stream": stream, "seq": i}, "ttl_s": ttl}
             sent = now_ms()
             try:
                 st, b = api.req("POST", "/v1/outbox", body)
@@ -432,7 +437,7 @@ class Traffic:
                 continue
             with L.lock:
                 if st == 202:
-                    L.up_acked[b["message_id"]] = {"seq": i, "exp_max": now_ms() + ttl * 1000, "sent": sent}
+                    L.up_acked[b["message_id"]] = {"seq": (stream, i), "exp_max": now_ms() + ttl * 1000, "sent": sent}
                 else:
                     L.up_refused[st] = L.up_refused.get(st, 0) + 1
 
@@ -480,32 +485,35 @@ class Traffic:
             seen[mid] = {"seq": seq, "t": t, "exp": exp}
             L.last_delivery_ms = t
             if exp is not None and t >= exp:
+                L.expired_examples.append({"dir": direction, "id": mid, "seq": seq, "late_ms": t - exp})
                 if direction == "down":
                     L.expired_down += 1
                 else:
                     L.expired_up += 1
-            if direction == "down":
-                if seq < L.max_seq_down:
+            stream, n = seq
+            top = L.max_seq.get((direction, stream), -1)
+            if n < top:
+                if direction == "down":
                     L.ooo_down += 1
-                L.max_seq_down = max(L.max_seq_down, seq)
-            else:
-                if seq < L.max_seq_up:
+                else:
                     L.ooo_up += 1
-                L.max_seq_up = max(L.max_seq_up, seq)
+            L.max_seq[(direction, stream)] = max(top, n)
 
     def consume_node(self):
         enter_ns(self.net.node_ns)
         api = Api(NODE_PORT, self.node_token)
         while not self.stop_consume.is_set():
             try:
-                st, b = api.req("GET", "/v1/inbox?limit=500")
+                # The listing's start time: a message the node listed is expired at
+                # delivery only if it was already expired when the request went out.
                 t = now_ms()
+                st, b = api.req("GET", "/v1/inbox?limit=500")
                 if st != 200:
                     time.sleep(0.2)
                     continue
                 msgs = b["messages"]
                 for m in msgs:
-                    seq = m["payload"].get("seq", -1)
+                    seq = (m["payload"].get("stream", -1), m["payload"].get("seq", -1))
                     self._deliver("down", m["message_id"], seq, m.get("expires_at_ms"), t)
                     st2, _ = api.req("POST", f"/v1/inbox/{m['message_id']}/ack")
                     if st2 == 200:
@@ -521,14 +529,14 @@ class Traffic:
         api = Api(GW_PORT, self.gw_token)
         while not self.stop_consume.is_set():
             try:
-                st, b = api.req("GET", "/v1/inbox")
                 t = now_ms()
+                st, b = api.req("GET", "/v1/inbox")
                 if st != 200:
                     time.sleep(0.2)
                     continue
                 msgs = [m for m in b["messages"] if m.get("payload_type") == "DATA"]
                 for m in msgs:
-                    seq = m["payload"].get("seq", -1)
+                    seq = (m["payload"].get("stream", -1), m["payload"].get("seq", -1))
                     # The gateway's inbox record carries no expiry; the node set it to
                     # (its time at enqueue) + ttl, at the latest the moment its 202 came
                     # back + ttl: a delivery after that is certainly past expiry.
@@ -751,6 +759,7 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
         "duplicated": L.dup_down + L.dup_up,
         "out_of_order": L.ooo_down + L.ooo_up,
         "expired_but_delivered": L.expired_down + L.expired_up,
+        "expired_but_delivered_detail": {"down": L.expired_down, "up": L.expired_up, "examples": L.expired_examples[:5]},
         "drain_s": None if drain_s is None else round(drain_s, 1),
         "audit_synced_s": None if audit_s is None else round(audit_s, 1),
         "audit": {"node": a_node, "gateway": a_gw, "verify_ok": verify.returncode == 0},
