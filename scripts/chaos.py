@@ -746,8 +746,14 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
     stop_gw, stop_node = rig.gw.stop(), rig.node.stop()
     verify = subprocess.run([args.bin, "audit", "verify", "--config", rig.node.cfg], capture_output=True, text=True)
     nlog = rig.node.log_text()
+    cmd = f"scripts/chaos.py {name}"
+    if args.messages:
+        cmd += f" --messages {args.messages}"
+    if args.seconds:
+        cmd += f" --seconds {args.seconds:g}"
     res = {
         "scenario": name,
+        "command": cmd,
         "messages_acked": len(L.down_acked) + len(L.up_acked) + len(L.calls_acked),
         "down_acked": len(L.down_acked), "up_acked": len(L.up_acked), "calls_acked": len(L.calls_acked),
         "unanswered_sends": L.down_unanswered + L.up_unanswered + L.calls_unanswered,
@@ -865,13 +871,14 @@ def scenario_net(args, name):
                 notes += f"; {kills} kill -9 (alternating gateway/node, during outages and right after heals)"
         elif name in ("oneway-down", "oneway-up"):
             direction = name.split("-")[1]
-            # half the window healthy-then-partitioned, so established connections carry
-            # requests whose answers are lost (oneway-down) or never arrive (oneway-up)
-            time.sleep(min(10, secs / 4))
+            # healthy first, then partitioned, so established connections carry requests
+            # whose answers are lost (oneway-down) or that never arrive (oneway-up)
+            healthy = min(10, secs / 4)
+            time.sleep(healthy)
             rig.net.oneway(direction)
-            time.sleep(secs - min(10, secs / 4))
+            time.sleep(secs - healthy)
             notes = ("gateway→node dropped" if direction == "down" else "node→gateway dropped") + \
-                    " for the last 3/4 of the window"
+                    f" from {healthy:g} s to the end of the window"
         elif name == "dup":
             rig.net.dup(10)
             time.sleep(secs)
@@ -1045,7 +1052,35 @@ CI_SET = [("loss", 1200, 45), ("flap", 1200, 60), ("oneway-down", 600, 30), ("on
           ("dup", 600, 30), ("crash", 1200, 60), ("clock-back", 600, 45), ("rtc-boot", 600, 45)]
 
 
+def table(paths):
+    """Markdown rows for docs/RELIABILITY.md from result files."""
+    print("| scenario | messages | duration | lost | duplicated | out of order | expired-but-delivered "
+          "| drain time after heal | notes | command |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                r = json.loads(line)
+                rt = r["retries"]
+                notes = (f"{r['notes']}; audit synced {r['audit_synced_s']} s after heal ({r['audit']['node']} entries, "
+                         f"verified); retries: {rt['node_upload_attempts_failed']} failed uploads, "
+                         f"{rt['node_upstream_disconnects']} disconnects, TCP retransmits gw {rt['tcp_retrans_segs'].get('gw')}"
+                         f" / node {rt['tcp_retrans_segs'].get('node')}; {r['short_ttl_expired_undelivered']} short-TTL "
+                         f"expired undelivered")
+                if r.get("unanswered_sends"):
+                    notes += f"; {r['unanswered_sends']} sends unanswered (process killed), not counted as acked"
+                if rt.get("gw_http_401"):
+                    notes += f"; {rt['gw_http_401']} requests refused 401 by the gateway"
+                cmd = r.get("command", f"scripts/chaos.py {r['scenario']}")
+                print(f"| {r['scenario']} | {r['messages_acked']:,} | {r['duration_s']:g} s | {r['lost']} | "
+                      f"{r['duplicated']} | {r['out_of_order']} | {r['expired_but_delivered']} | "
+                      f"{'never' if r['drain_s'] is None else str(r['drain_s']) + ' s'} | {notes} | `{cmd}` |")
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "table":
+        table(sys.argv[2:])
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "_proxy":
         _, _, ip, lp, tp, d, j = sys.argv
         run_proxy(ip, int(lp), int(tp), float(d), float(j))
