@@ -774,7 +774,7 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
             "node_upload_attempts_failed": metric(node_metrics, "outpost_delivery_attempts_total", result="failure")
             + metric(node_metrics, "outpost_delivery_attempts_total", result="failed"),
             "node_envelopes_duplicate_redelivered": metric(node_metrics, "outpost_envelopes_total", result="duplicate"),
-            "gw_http_401": metric(gw_metrics, "outpost_http_requests_total", status="401"),
+            "gw_refused_node_requests": rig.gw.log_text().count("node_request_refused"),
             "tcp_retrans_segs": {k: v["retrans_segs"] for k, v in tcp.items()},
         },
         "counters": {"gw": counters(gw_metrics), "node": counters(node_metrics)},
@@ -1069,8 +1069,8 @@ def table(paths):
                          f"expired undelivered")
                 if r.get("unanswered_sends"):
                     notes += f"; {r['unanswered_sends']} sends unanswered (process killed), not counted as acked"
-                if rt.get("gw_http_401"):
-                    notes += f"; {rt['gw_http_401']} requests refused 401 by the gateway"
+                if rt.get("gw_refused_node_requests"):
+                    notes += f"; {rt['gw_refused_node_requests']} node requests refused (401) by the gateway"
                 cmd = r.get("command", f"scripts/chaos.py {r['scenario']}")
                 print(f"| {r['scenario']} | {r['messages_acked']:,} | {r['duration_s']:g} s | {r['lost']} | "
                       f"{r['duplicated']} | {r['out_of_order']} | {r['expired_but_delivered']} | "
