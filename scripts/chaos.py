@@ -786,7 +786,7 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
         res.update(extra)
     ok = (res["lost"] == 0 and res["duplicated"] == 0 and res["out_of_order"] == 0
           and res["expired_but_delivered"] == 0 and a_node == a_gw and a_node > 0 and verify.returncode == 0
-          and drain_s is not None and audit_s is not None)
+          and drain_s is not None and audit_s is not None and stop_gw == "exit 0" and stop_node == "exit 0")
     res["ok"] = ok
     if not ok:
         res["verify_output"] = (verify.stdout + verify.stderr)[-400:]
