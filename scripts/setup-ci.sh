@@ -4,7 +4,8 @@
 # each step is skipped when its tool is already present at the pinned version.
 #   apt:   shellcheck, file, binutils, dpkg-dev (dpkg-shlibdeps for cargo-deb's $auto),
 #          iproute2 + curl (the off-loopback metrics test's network namespaces), mount (disk-full tmpfs),
-#          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim)
+#          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim),
+#          nftables + faketime (the fault harness, scripts/chaos.py: packet faults, clock steps)
 #   pip:   oelint-adv (Yocto recipe linter), schemathesis (fuzzes both daemons' APIs against
 #          their /openapi.json: scripts/schemathesis.sh) and cryptography (its hook signs
 #          the gateway's node-facing requests with Ed25519)
@@ -23,7 +24,7 @@ t0=$SECONDS
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_apt=()
-for pair in cc:gcc shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount; do
+for pair in cc:gcc shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount nft:nftables faketime:faketime; do
   command -v "${pair%%:*}" >/dev/null || need_apt+=("${pair#*:}")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

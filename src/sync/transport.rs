@@ -2,6 +2,7 @@
 //! every request signed per SPEC §6 (`Outpost-Node`, `Outpost-Timestamp`,
 //! `Outpost-Signature` over method, path-and-query, timestamp and body hash).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,11 @@ pub struct Transport {
     node_id: String,
     keys: Arc<Keys>,
     request_timeout: Duration,
+    /// The last `Outpost-Timestamp` sent. Signatures are deterministic, so two equal
+    /// requests in the same millisecond (a flush pull that came back empty, then the
+    /// next) would carry the same signature and the gateway would refuse the second as
+    /// a replay (401, then the link backs off): each request gets a later stamp.
+    last_stamp_ms: AtomicU64,
 }
 
 impl Transport {
@@ -68,6 +74,7 @@ impl Transport {
             node_id: node_id.to_string(),
             keys,
             request_timeout: Duration::from_secs(up.request_timeout_s.max(1)),
+            last_stamp_ms: AtomicU64::new(0),
         })
     }
 
@@ -75,6 +82,23 @@ impl Transport {
     pub fn current_url(&self) -> &str {
         let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
         self.bases.get(i).map(String::as_str).unwrap_or("")
+    }
+
+    /// `now_ms`, or one past the previous stamp if that is not earlier.
+    fn stamp(&self, now_ms: u64) -> u64 {
+        let mut cur = self.last_stamp_ms.load(Ordering::SeqCst);
+        loop {
+            let next = now_ms.max(cur.saturating_add(1));
+            match self.last_stamp_ms.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return next,
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     /// `/v1/nodes/<me>/<what>`.
@@ -188,6 +212,7 @@ impl Transport {
         };
         let has_body = body.is_some();
         let bytes = body.unwrap_or_default();
+        let now_ms = self.stamp(now_ms);
         let sig = sign_request(
             &self.keys,
             &self.node_id,
@@ -235,5 +260,81 @@ impl Transport {
             );
             SyncError::Malformed(format!("{signed_pq}: {e}"))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Found by the fault harness (scripts/chaos.py flap and crash, docs/RELIABILITY.md
+    /// F5): two identical requests signed in the same millisecond carried the same
+    /// signature, and the gateway refused the second as a replay.
+    #[tokio::test]
+    async fn two_requests_in_one_millisecond_never_share_a_signature() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = sock.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head: Vec<u8> = buf.drain(..end + 4).collect();
+                            let _ = tx.send(String::from_utf8_lossy(&head).to_lowercase());
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                            if sock.write_all(ok).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let up = Upstream {
+            url: format!("http://{addr}"),
+            urls: vec![format!("http://{addr}")],
+            gateway_id: "gateway:main".into(),
+            ca_file: None,
+            poll_wait_s: 1,
+            request_timeout_s: 5,
+        };
+        let t = Transport::new(&up, "node:a", Arc::new(Keys::generate())).unwrap();
+        let path = t.node_path("pull") + "?wait_s=0&max=50";
+        let now = 1_780_000_000_000;
+        for _ in 0..3 {
+            t.get::<serde_json::Value>(&path, now, Duration::ZERO)
+                .await
+                .unwrap();
+        }
+        let header = |head: &str, name: &str| -> String {
+            head.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let mut stamps = Vec::new();
+        let mut sigs = std::collections::HashSet::new();
+        for _ in 0..3 {
+            let head = rx.recv().await.unwrap();
+            stamps.push(header(&head, "outpost-timestamp").parse::<u64>().unwrap());
+            sigs.insert(header(&head, "outpost-signature"));
+        }
+        assert_eq!(stamps, [now, now + 1, now + 2]);
+        assert_eq!(sigs.len(), 3, "a signature was sent twice");
     }
 }
