@@ -34,6 +34,31 @@ impl SyncError {
     }
 }
 
+/// The largest gateway answer the node reads. A pull answer carries at most ~4 MiB of
+/// envelopes (the gateway's budget) and other answers are small; anything larger is
+/// refused as it streams in, never buffered whole.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// The body of `resp`, refused once it exceeds `max` bytes.
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, SyncError> {
+    let too_large = || SyncError::Malformed(format!("answer too large (over {max} bytes)"));
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| SyncError::Network(e.without_url().to_string()))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 pub struct Transport {
     http: reqwest::Client,
     /// Replicas of the gateway, in order of preference; `current` is the one that
@@ -238,10 +263,7 @@ impl Transport {
             .await
             .map_err(|e| SyncError::Network(e.without_url().to_string()))?;
         let status = resp.status();
-        let text = resp
-            .bytes()
-            .await
-            .map_err(|e| SyncError::Network(e.without_url().to_string()))?;
+        let text = read_capped(resp, MAX_ANSWER_BYTES).await?;
         if !status.is_success() {
             // Already an error: a body without our error shape just leaves the code empty.
             let code = serde_json::from_slice::<ErrorAnswer>(&text)

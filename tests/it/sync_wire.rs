@@ -116,3 +116,47 @@ async fn malformed_pull_answer_is_a_failure_not_an_empty_queue() {
         d.log_text()
     );
 }
+
+/// An answer far larger than any the protocol produces (a pull carries at most ~4 MiB)
+/// is refused before it is held in memory: a 512 MiB board must not be made to buffer
+/// whatever a misbehaving gateway or proxy sends. Before the cap, this 24 MiB answer
+/// was read whole and taken as "nothing pending".
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_gateway_answer_is_refused_not_buffered() {
+    let pad = "a".repeat(24 * 1024 * 1024);
+    let body: &'static str = Box::leak(
+        format!(r#"{{"envelopes":[],"pending_count":0,"pad":"{pad}"}}"#).into_boxed_str(),
+    );
+    let gw = FakeGateway::start(body);
+    let node = Home::init(
+        "node",
+        "node:a",
+        &format!(
+            "[upstream]\nurl = \"http://{}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n",
+            gw.addr
+        ),
+    );
+    let d = node.start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: Value = http()
+            .get(d.url("/v1/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(err) = v["upstream"]["last_error"].as_str() {
+            assert!(err.contains("too large"), "{v}");
+            assert_eq!(v["upstream"]["connected"], false, "{v}");
+            break;
+        }
+        assert!(
+            v["upstream"]["connected"] != true,
+            "the oversized answer was accepted: {v}"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
