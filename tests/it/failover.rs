@@ -1,30 +1,11 @@
 //! `upstream.urls`: a node with two replicas of its gateway (same identity) sticks to
 //! the one that answers, moves to the other when it dies, and comes back.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{http, pair, Daemon, Home};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn listen_on(h: &Home, port: u16) {
-    let d = h.dir.path().join("outpost.d");
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(
-        d.join("40-port.toml"),
-        format!("[api]\nlisten = \"127.0.0.1:{port}\"\n"),
-    )
-    .unwrap();
-}
+use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();

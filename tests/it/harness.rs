@@ -295,3 +295,23 @@ pub fn tool_script(dir: &Path, name: &str, body: &str, extra: &str) -> String {
         script.display()
     )
 }
+
+/// A port free right now on loopback (for a daemon that must restart on the same one).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A drop-in that makes `h` listen on `port` (`init --listen` took port 0).
+pub fn listen_on(h: &Home, port: u16) {
+    let d = h.dir.path().join("outpost.d");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("40-port.toml"),
+        format!("[api]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+}

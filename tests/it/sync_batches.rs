@@ -2,34 +2,18 @@
 //! stay within what the other side accepts, and a batch that cannot be stored whole
 //! is stored in order up to what fits.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{http, pair, Daemon, Home};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
 
 /// A gateway on a fixed port (so it can restart where the node expects it) and a node
 /// paired with it.
 fn pair_on(gw_extra: &str, node_extra: &str) -> (Home, Home) {
     let port = free_port();
     let gw = Home::init("gateway", "gateway:main", gw_extra);
-    // `init --listen` took 127.0.0.1:0; a drop-in moves it to the chosen port.
-    let d = gw.dir.path().join("outpost.d");
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(
-        d.join("40-port.toml"),
-        format!("[api]\nlisten = \"127.0.0.1:{port}\"\n"),
-    )
-    .unwrap();
+    listen_on(&gw, port);
     let node = Home::init(
         "node",
         "node:b1",
