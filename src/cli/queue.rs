@@ -204,10 +204,17 @@ pub fn doctor(arg: &ConfigArg) -> anyhow::Result<()> {
             free >> 20,
             total >> 20
         );
-        if pct < 5.0 {
-            problems.push(format!(
-                "disk: only {pct:.1} % free; writes will soon answer storage_full"
-            ));
+        match disk_verdict(free, total) {
+            DiskVerdict::Ok => {}
+            DiskVerdict::LowShare => println!(
+                "disk: note: under {LOW_SHARE_PCT} % of the filesystem is free (still {} MiB)",
+                free >> 20
+            ),
+            DiskVerdict::Short => problems.push(format!(
+                "disk: only {} MiB free (under {} MiB); writes will soon answer storage_full",
+                free >> 20,
+                MIN_FREE_BYTES >> 20
+            )),
         }
     }
     // Clock: is the wall clock behind the store's persisted time floor?
@@ -255,6 +262,52 @@ fn print_report(r: &crate::store::DoctorReport) {
     println!("healthy: {}", r.healthy());
 }
 
+/// Below this much free space the store's next compaction, backup or burst of writes
+/// can fail: a problem, whatever the size of the disk.
+const MIN_FREE_BYTES: u64 = 64 << 20;
+/// Under this share free the operator is told, but a large disk with gigabytes left
+/// is not a problem (a 5 % rule alone failed doctor on a 252 GiB disk with 12 GiB free).
+const LOW_SHARE_PCT: u64 = 5;
+
+#[derive(Debug, PartialEq, Eq)]
+enum DiskVerdict {
+    Ok,
+    LowShare,
+    Short,
+}
+
+fn disk_verdict(free: u64, total: u64) -> DiskVerdict {
+    if free < MIN_FREE_BYTES {
+        DiskVerdict::Short
+    } else if free.saturating_mul(100) < total.saturating_mul(LOW_SHARE_PCT) {
+        DiskVerdict::LowShare
+    } else {
+        DiskVerdict::Ok
+    }
+}
+
 fn disk_free(dir: &Path) -> Option<(u64, u64)> {
     crate::service::disk_usage(dir).map(|d| (d.available, d.total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn a_big_disk_with_gigabytes_free_is_not_a_problem() {
+        // The CI machine: 252 GiB, 12 GiB free (4.8 %).
+        assert_eq!(disk_verdict(12 * GIB, 252 * GIB), DiskVerdict::LowShare);
+        assert_eq!(disk_verdict(100 * GIB, 252 * GIB), DiskVerdict::Ok);
+    }
+
+    #[test]
+    fn a_nearly_full_card_is_a_problem_whatever_its_size() {
+        assert_eq!(disk_verdict(10 << 20, 8 * GIB), DiskVerdict::Short);
+        assert_eq!(disk_verdict(63 << 20, 100 << 20), DiskVerdict::Short);
+        assert_eq!(disk_verdict(0, 0), DiskVerdict::Short);
+        assert_eq!(disk_verdict(MIN_FREE_BYTES, 8 * GIB), DiskVerdict::LowShare);
+    }
 }

@@ -41,7 +41,8 @@ async fn damaged_record_is_reported_quarantined_and_the_daemon_still_starts() {
         "{}",
         text(&export)
     );
-    assert!(home.cli(&["doctor"]).status.success());
+    let doctor = home.cli(&["doctor"]);
+    assert!(doctor.status.success(), "{}", text(&doctor));
 
     // A consistent snapshot while nothing is broken.
     let backup = home.dir.path().join("backup");
