@@ -129,6 +129,9 @@ pub struct Config {
     pub queue: QueueConfig,
     pub max_clock_skew_s: u64,
     pub store_engine: crate::store::EngineKind,
+    /// The gateway's state in PostgreSQL (`store.engine = "postgres"`): shared by
+    /// every replica. `None` = the embedded store in `data_dir`.
+    pub gateway_db: Option<PostgresConfig>,
     pub tools: Vec<ExternalToolConfig>,
     pub drain_timeout_ms: u64,
     /// How often the daemon signs a checkpoint while the audit log grows.
@@ -394,6 +397,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     }
 
     // Parsed once, here: an engine this build cannot open is a config error.
+    let mut gateway_db = None;
     let store_engine = match raw.store.engine.as_deref().unwrap_or("sqlite") {
         "sqlite" => EngineKind::Sqlite,
         #[cfg(feature = "sled")]
@@ -403,13 +407,24 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             errs.push("store.engine = \"sled\" needs a build with the `sled` feature".into());
             EngineKind::Sqlite
         }
+        "postgres" => {
+            gateway_db = postgres_config(&raw.store, role, &mut errs);
+            EngineKind::Sqlite
+        }
         other => {
             errs.push(format!(
-                "store.engine {other:?} must be \"sqlite\" or \"sled\""
+                "store.engine {other:?} must be \"sqlite\", \"sled\" or \"postgres\""
             ));
             EngineKind::Sqlite
         }
     };
+    if gateway_db.is_none()
+        && (raw.store.postgres_url.is_some()
+            || raw.store.postgres_pool.is_some()
+            || raw.store.postgres_ca_file.is_some())
+    {
+        errs.push("store.postgres_* keys need store.engine = \"postgres\"".into());
+    }
 
     let mut names = std::collections::BTreeSet::new();
     for t in &raw.tools {
@@ -460,10 +475,84 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         queue,
         max_clock_skew_s,
         store_engine,
+        gateway_db,
         tools: raw.tools,
         drain_timeout_ms: raw.shutdown.drain_timeout_ms.unwrap_or(10_000),
         audit_checkpoint_every_ms: checkpoint_s * 1000,
         sources: Vec::new(),
+    })
+}
+
+/// Where a database-backed gateway keeps its state.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    /// The connection URL; may hold a password, so it is never printed whole.
+    pub url: String,
+    pub pool: u32,
+    pub ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &redact_url(&self.url))
+            .field("pool", &self.pool)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some(x) => x,
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+fn postgres_config(
+    raw: &raw::RawStore,
+    role: Role,
+    errs: &mut Vec<String>,
+) -> Option<PostgresConfig> {
+    if role != Role::Gateway {
+        errs.push(
+            "store.engine = \"postgres\" is for the gateway role only: a node keeps its store on its own disk"
+                .into(),
+        );
+        return None;
+    }
+    if !cfg!(feature = "postgres") {
+        errs.push("store.engine = \"postgres\" needs a build with the `postgres` feature".into());
+        return None;
+    }
+    let Some(url) = raw.postgres_url.clone() else {
+        errs.push("store.engine = \"postgres\" needs store.postgres_url".into());
+        return None;
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        errs.push(format!(
+            "store.postgres_url must start with postgres:// (got {})",
+            redact_url(&url)
+        ));
+        return None;
+    }
+    let pool = raw.postgres_pool.unwrap_or(16);
+    if !(1..=256).contains(&pool) {
+        errs.push(format!("store.postgres_pool must be 1..=256 (got {pool})"));
+        return None;
+    }
+    Some(PostgresConfig {
+        url,
+        pool,
+        ca_file: raw.postgres_ca_file.clone(),
     })
 }
 

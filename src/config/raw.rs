@@ -89,8 +89,16 @@ pub struct RawSecurity {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
-    /// "sqlite" (default) or "sled" (needs the `sled` cargo feature).
+    /// "sqlite" (default), "sled" (needs the `sled` cargo feature) or "postgres"
+    /// (gateway role only, needs the `postgres` feature).
     pub engine: Option<String>,
+    /// `postgres://user:password@host:port/db?sslmode=require` (engine "postgres").
+    pub postgres_url: Option<String>,
+    /// Connections each gateway replica keeps open (default 16).
+    pub postgres_pool: Option<u32>,
+    /// A PEM file of CA certificates the database's TLS certificate must chain to
+    /// (engine "postgres" with `sslmode=require`); default: the system's roots.
+    pub postgres_ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -180,3 +180,28 @@ fn upstream_takes_one_url_or_a_list_of_replicas() {
         assert!(e.to_string().contains(why), "{bad}: {e}");
     }
 }
+
+#[test]
+fn postgres_is_for_gateways_and_needs_a_url() {
+    let gw = "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\n";
+    let e = from_str(gw).unwrap_err();
+    assert!(e.to_string().contains("postgres_url"), "{e}");
+    let node = "[identity]\nnode_id = \"node:a\"\n[store]\nengine = \"postgres\"\npostgres_url = \"postgres://x@h/db\"\n";
+    let e = from_str(node).unwrap_err();
+    assert!(e.to_string().contains("gateway role only"), "{e}");
+    let stray = "[identity]\nnode_id = \"node:a\"\n[store]\npostgres_url = \"postgres://x@h/db\"\n";
+    let e = from_str(stray).unwrap_err();
+    assert!(e.to_string().contains("need store.engine"), "{e}");
+    #[cfg(feature = "postgres")]
+    {
+        let c = from_str(&format!(
+            "{gw}postgres_url = \"postgres://gw:s3cret@db.example:5432/outpost\"\npostgres_pool = 4\n"
+        ))
+        .unwrap();
+        let db = c.gateway_db.expect("postgres config");
+        assert_eq!(db.pool, 4);
+        let shown = format!("{db:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("gw:***@db.example"), "{shown}");
+    }
+}

@@ -64,9 +64,18 @@ pub async fn pull(
         if !batch.deliveries.is_empty() || tokio::time::Instant::now() >= deadline {
             break batch;
         }
+        // The head is handed out to another pull until `retry_at_ms`: look again then
+        // (or when an ack or a new message wakes us), never later than the deadline.
+        let wake_at = match batch.retry_at_ms {
+            Some(at) => deadline.min(
+                tokio::time::Instant::now()
+                    + Duration::from_millis(at.saturating_sub(gw.now_ms()).max(1)),
+            ),
+            None => deadline,
+        };
         tokio::select! {
             _ = notified => {}
-            _ = tokio::time::sleep_until(deadline) => {}
+            _ = tokio::time::sleep_until(wake_at) => {}
             _ = gw.shutdown.cancelled() => break batch,
         }
     };

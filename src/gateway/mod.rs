@@ -56,25 +56,84 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    #[error("database: {0}")]
+    Database(String),
 }
 
 pub use crate::daemon::store_options;
 
 /// Open keys, store and trust for `cfg` (blocking; call before serving).
 pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartError> {
-    let keys = Keys::load(&cfg.data_dir.join("keys.json"))?;
     let store = Store::open(
         &cfg.data_dir.join("store"),
         store_options(&cfg),
         crate::clock::system(),
     )?;
+    let state: Arc<dyn GatewayState> = Arc::new(storage::embedded::Embedded::new(store));
+    assemble(cfg, state, shutdown)
+}
+
+/// Open the gateway on whichever state its config names: the embedded store (on a
+/// blocking thread) or PostgreSQL (retrying until the database answers, so a gateway
+/// started before its database does not restart-loop; it is not ready meanwhile).
+pub async fn open_any(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartError> {
+    #[cfg(feature = "postgres")]
+    if let Some(db) = cfg.gateway_db.clone() {
+        let pg = open_postgres(&cfg, &db, &shutdown).await?;
+        let state: Arc<dyn GatewayState> = pg.clone();
+        let gw = assemble(cfg, state, shutdown.clone())?;
+        pg.spawn_listener(shutdown);
+        return Ok(gw);
+    }
+    tokio::task::spawn_blocking(move || open(cfg, shutdown))
+        .await
+        .map_err(|e| StartError::Io(std::io::Error::other(e.to_string())))?
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    cfg: &Config,
+    db: &crate::config::PostgresConfig,
+    shutdown: &CancellationToken,
+) -> Result<Arc<storage::postgres::Postgres>, StartError> {
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match storage::postgres::Postgres::open(db, &cfg.queue, crate::clock::system()).await {
+            Ok(pg) => return Ok(pg),
+            Err(storage::StateError::Unavailable(why)) => {
+                tracing::warn!(
+                    event = "database_unavailable",
+                    url = %crate::config::redact_url(&db.url),
+                    error = %why,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "cannot reach PostgreSQL yet; retrying"
+                );
+            }
+            Err(storage::StateError::Store(e)) => return Err(StartError::Store(e)),
+            Err(e) => return Err(StartError::Database(e.to_string())),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                return Err(StartError::Database("stopped before the database answered".into()))
+            }
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(std::time::Duration::from_secs(10));
+    }
+}
+
+fn assemble(
+    cfg: Config,
+    state: Arc<dyn GatewayState>,
+    shutdown: CancellationToken,
+) -> Result<Gateway, StartError> {
+    let keys = Keys::load(&cfg.data_dir.join("keys.json"))?;
     let me = crate::envelope::IdentityDocument::new(
         &cfg.node_id,
         "gateway",
         &keys,
         "1970-01-01T00:00:00Z",
     );
-    let state: Arc<dyn GatewayState> = Arc::new(storage::embedded::Embedded::new(store));
     let source = state.clone();
     let trust = crate::daemon::trust::TrustCache::with_loader(
         Box::new(move || source.load_trust().map_err(anyhow::Error::from)),

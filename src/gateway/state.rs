@@ -143,6 +143,13 @@ impl Gateway {
     }
 
     /// Wake a node's long-poll (something was queued for it).
+    /// Wake every long-poll (after notices may have been missed).
+    pub fn wake_all(&self) {
+        for w in lock(&self.wake).values() {
+            w.notify_waiters();
+        }
+    }
+
     pub fn wake_node(&self, node_id: &str) {
         self.waker(node_id).notify_waiters();
     }
@@ -243,12 +250,5 @@ impl Gateway {
     /// long-poll when it was enqueued (it went straight out); true if it waited.
     pub fn take_was_stored(&self, message_id: &str) -> bool {
         !lock(&self.live_sent).remove(message_id)
-    }
-
-    pub fn revoked(&self, jti: &str) -> bool {
-        self.state.is_revoked(jti).unwrap_or_else(|e| {
-            tracing::warn!(event = "revocations_unreadable", error = %e);
-            false
-        })
     }
 }

@@ -52,6 +52,29 @@ pub async fn run(gw: Arc<Gateway>) {
 }
 
 /// `WATCHDOG=1` only while the sweeper keeps completing passes; `STATUS=` with depth.
+/// Act on what other replicas commit (a database-backed state): wake the long-polls of
+/// a node whose queue changed; after a gap in the notices, wake every long-poll so each
+/// looks again. Returns at once for a state only this process writes.
+pub async fn follow(gw: Arc<Gateway>) {
+    let Some(mut rx) = gw.state.notices() else {
+        return;
+    };
+    use super::storage::Notice;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let notice = tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            n = rx.recv() => n,
+        };
+        match notice {
+            Ok(Notice::Queued(node)) => gw.wake_node(&node),
+            Ok(Notice::Events(_)) => {}
+            Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => gw.wake_all(),
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
 pub async fn watchdog(gw: Arc<Gateway>) {
     let Some(every) = Notifier.watchdog_interval() else {
         return;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::gateway::{open, sweeper, tls, StartError};
+use crate::gateway::{open_any, sweeper, tls, StartError};
 use crate::service::Notifier;
 
 /// Serve the gateway on `listener` until `shutdown` fires, then drain (long-polls and
@@ -28,14 +28,11 @@ pub async fn run(
         Some((cert, key)) => Some(tls::acceptor(cert, key)?),
         None => None,
     };
-    let gw = Arc::new(
-        tokio::task::spawn_blocking(move || open(cfg, sd))
-            .await
-            .map_err(|e| StartError::Io(std::io::Error::other(e.to_string())))??,
-    );
+    let gw = Arc::new(open_any(cfg, sd).await?);
     let tracker = TaskTracker::new();
     tracker.spawn(sweeper::run(gw.clone()));
     tracker.spawn(sweeper::watchdog(gw.clone()));
+    tracker.spawn(sweeper::follow(gw.clone()));
     crate::daemon::listen::write_addr_file(&data_dir, addr)?;
     gw.set_ready(true);
     Notifier.ready();

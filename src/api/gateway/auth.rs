@@ -37,6 +37,15 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
         node_id: &gw.cfg.node_id,
         need,
     };
+    // A revocation list that cannot be read refuses the token (503), never honours it.
+    let unreadable = std::cell::RefCell::new(None);
+    let revoked = |jti: &str| match gw.state.is_revoked(jti) {
+        Ok(r) => r,
+        Err(e) => {
+            *unreadable.borrow_mut() = Some(e);
+            true
+        }
+    };
     let decide = |trust: &crate::envelope::TrustStore| {
         check_cached(
             token,
@@ -44,7 +53,7 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
             gw.now_ms(),
             gw.skew_ms(),
             trust,
-            &|jti| gw.revoked(jti),
+            &revoked,
             Some(&gw.verify_cache),
         )
     };
@@ -54,6 +63,10 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
             gw.reload_trust_if_stale();
             d = decide(&gw.trust());
         }
+    }
+    if let Some(e) = unreadable.into_inner() {
+        tracing::warn!(event = "revocations_unreadable", error = %e);
+        return Err(e.into());
     }
     match d {
         Decision::Allow { claims } => Ok(claims.sub),
@@ -141,6 +154,12 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
             seen.insert(&v, gw.now_ms())
                 .map_err(|e| unauthorized(&e.to_string()))?;
+        }
+        // Replicas sharing a database: a request replayed to another replica is refused
+        // there too (the signature is kept as long as its timestamp can pass the check).
+        let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
+        if !gw.state.first_use(&v.signature, keep_until).await? {
+            return Err(unauthorized("request replayed"));
         }
         gw.seen(&node_id);
         Ok(SignedNode { node_id, body })

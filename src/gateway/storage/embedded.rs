@@ -234,6 +234,7 @@ impl GatewayState for Embedded {
                     })
                     .collect(),
                 pending,
+                retry_at_ms: None,
             })
         })
     }

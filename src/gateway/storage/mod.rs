@@ -19,6 +19,8 @@
 //!   [`Queued::Duplicate`] and nothing is written.
 
 pub mod embedded;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -111,6 +113,10 @@ pub struct Delivery {
 pub struct PullBatch {
     pub deliveries: Vec<Delivery>,
     pub pending: u64,
+    /// Nothing was handed out because the head of the queue is handed out to another
+    /// pull until then (database-backed replicas lease what they hand out): a
+    /// long-poll looks again at that time.
+    pub retry_at_ms: Option<u64>,
 }
 
 /// A node's ack: ids it received, and ids it refused with its code.
@@ -185,6 +191,18 @@ pub struct AuditExtension {
     pub checkpoint: String,
 }
 
+/// What a shared state announces that other replicas committed (database-backed
+/// state only: the embedded store has one writer, the gateway itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Something was queued for, or acknowledged by, this node.
+    Queued(String),
+    /// New events were committed, up to this id.
+    Events(u64),
+    /// Notices may have been missed (the listener reconnected): re-check everything.
+    Resync,
+}
+
 /// The gateway's durable state. See the module documentation for the contract.
 pub trait GatewayState: Send + Sync {
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
@@ -220,7 +238,7 @@ pub trait GatewayState: Send + Sync {
 
     /// Keep a message a node sent to the gateway.
     fn inbox_put(&self, msg: InboxMessage) -> Fut<'_, Queued>;
-    /// Inbox records, oldest first, after `from` (an id).
+    /// Inbox records (of one sender when `from` names it), oldest first per sender.
     fn inbox_list<'a>(&'a self, from: Option<&'a str>, limit: usize) -> Fut<'a, Vec<Vec<u8>>>;
     /// Acknowledge an inbox message: `None` = no such message, `Some(removed)`.
     fn inbox_ack<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<bool>>;
@@ -255,4 +273,27 @@ pub trait GatewayState: Send + Sync {
     fn durable(&self) -> bool;
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
+
+    /// What other replicas commit, as it happens; `None` for a state only this process
+    /// writes.
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        None
+    }
+
+    /// Record a node request's signature until `keep_until_ms`; false when it was seen
+    /// before by any replica sharing this state. A state only this process writes
+    /// answers true: the gateway's own in-memory window is then the whole truth.
+    fn first_use<'a>(&'a self, _signature: &'a [u8; 64], _keep_until_ms: u64) -> Fut<'a, bool> {
+        Box::pin(async { Ok(true) })
+    }
+
+    /// Store the enrolled peers (`outpost trust add/remove` on a database-backed
+    /// gateway); the embedded store's CLI writes its own file directly.
+    fn save_trust<'a>(&'a self, _trust: &'a TrustStore) -> Fut<'a, ()> {
+        Box::pin(async {
+            Err(StateError::Unavailable(
+                "this state's trust store is written by the CLI on the data dir".into(),
+            ))
+        })
+    }
 }

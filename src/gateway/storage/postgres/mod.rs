@@ -1,0 +1,537 @@
+//! [`GatewayState`] in PostgreSQL (`store.engine = "postgres"`): the state every gateway
+//! replica of a fleet shares. Tables, not a key-value tree (`schema.rs`); every write
+//! is one transaction, committed before its future resolves `Ok` (PostgreSQL's commit is
+//! the durability point, with the server's `synchronous_commit` and replication
+//! settings the operator chose).
+//!
+//! How replicas agree:
+//! - FIFO per node: enqueues and pulls of one recipient serialise on a transaction
+//!   advisory lock keyed by the recipient, so sequence order is commit order and two
+//!   pulls never take the same message.
+//! - A pull leases what it hands out ([`LEASE_MS`]); a message under lease is not handed
+//!   out again until the lease ends (a replica that died mid-pull), and a pull whose
+//!   head is leased hands out nothing rather than overtaking it.
+//! - Every commit that makes something new to pull, and every ack, is announced with
+//!   `NOTIFY` ([`listen`]), so a long-poll held at any replica wakes at once.
+//! - Sweeps delete with `RETURNING`: each expired message is reported by exactly one
+//!   replica.
+
+mod listen;
+mod pool;
+mod queue;
+pub mod schema;
+mod tls;
+
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::broadcast;
+use tokio_postgres::error::SqlState;
+
+use super::{
+    AuditExtension, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord, NewJob,
+    NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Upload,
+};
+use crate::config::PostgresConfig;
+use crate::envelope::{IdentityDocument, Rights, TrustStore};
+use crate::store::{ExpiredMessage, MessageStatus, QueueStat, StoreError};
+use super::Notice;
+use pool::Pool;
+
+/// How long a pulled message stays handed out before another pull may take it again
+/// (the node acknowledges within a second or two; a replica that died mid-pull leaves
+/// its lease behind, which this bounds).
+pub const LEASE_MS: u64 = 10_000;
+/// How long a finished message's status (and its id, for duplicates) is kept.
+pub const STATUS_KEEP_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The database-backed gateway state.
+pub struct Postgres {
+    pool: Pool,
+    opts: Limits,
+    clock: crate::clock::SharedClock,
+    /// The revocation list, kept current by the listener (the token check asks
+    /// synchronously, on every call).
+    revoked: RwLock<Revocations>,
+    /// The trust store as last read (refreshed on `NOTIFY` and by the listener's tick).
+    trust: RwLock<Option<TrustStore>>,
+    notices: broadcast::Sender<Notice>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_per_recipient: u64,
+    max_message_bytes: u64,
+    queue_full_retry_after_s: u64,
+}
+
+#[derive(Default)]
+struct Revocations {
+    version: u64,
+    jtis: std::collections::HashSet<String>,
+    /// When the list was last read successfully (0 = never).
+    fresh_at_ms: u64,
+}
+
+/// A revocation list older than this is not trusted: tokens are refused (503) until
+/// the database answers again, rather than honouring one revoked meanwhile.
+const REVOCATIONS_STALE_MS: u64 = 15_000;
+
+/// Map a driver error: connection trouble and overload are "retry later" (503); a
+/// full database is storage_full (507); anything else is the engine's error.
+pub(crate) fn unavailable(e: tokio_postgres::Error) -> StateError {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::DISK_FULL || *code == SqlState::OUT_OF_MEMORY {
+            return StateError::Store(StoreError::StorageFull);
+        }
+        let class = &code.code()[..2];
+        // 08 connection, 53 resources, 57 operator intervention (shutdown), 40 rollback.
+        if matches!(class, "08" | "53" | "57" | "40") {
+            return StateError::Unavailable(format!("{}: {}", code.code(), db.message()));
+        }
+        return StateError::Store(StoreError::Engine(format!(
+            "postgres {}: {}",
+            code.code(),
+            db.message()
+        )));
+    }
+    StateError::Unavailable(format!("postgres: {e}"))
+}
+
+pub(crate) fn i(v: u64) -> i64 {
+    v.min(i64::MAX as u64) as i64
+}
+pub(crate) fn u(v: i64) -> u64 {
+    v.max(0) as u64
+}
+
+impl Postgres {
+    /// Connect, migrate the schema and load what is answered synchronously. Fails
+    /// when the database cannot be reached: the caller (the daemon's start) says so.
+    pub async fn open(
+        cfg: &PostgresConfig,
+        queue: &crate::config::QueueConfig,
+        clock: crate::clock::SharedClock,
+    ) -> Result<Arc<Self>, StateError> {
+        let pg_cfg: tokio_postgres::Config = cfg
+            .url
+            .parse()
+            .map_err(|e| StateError::Unavailable(format!("store.postgres_url: {e}")))?;
+        let tls = tls::connector(cfg.ca_file.as_deref()).map_err(StateError::Unavailable)?;
+        let pool = Pool::new(pg_cfg, tls, cfg.pool);
+        {
+            let mut c = pool.get().await?;
+            schema::migrate(&mut c).await?;
+        }
+        let (notices, _) = broadcast::channel(4096);
+        let me = Arc::new(Self {
+            pool,
+            opts: Limits {
+                max_per_recipient: queue.max_messages_per_recipient,
+                max_message_bytes: queue.max_message_bytes,
+                queue_full_retry_after_s: 1,
+            },
+            clock,
+            revoked: RwLock::new(Revocations::default()),
+            trust: RwLock::new(None),
+            notices,
+        });
+        me.refresh_revocations().await?;
+        me.refresh_trust().await?;
+        Ok(me)
+    }
+
+    /// Start the listener (LISTEN/NOTIFY, reconnecting by itself) and the refresher of
+    /// the revocation list and trust store. Ends with `shutdown`.
+    pub fn spawn_listener(self: &Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        listen::spawn(self.clone(), shutdown);
+    }
+
+    async fn refresh_revocations(&self) -> Result<(), StateError> {
+        let since = self.read_revocations().version;
+        let list = self.revocations(since).await?;
+        let now = self.now_ms();
+        let mut r = self.revoked.write().unwrap_or_else(|p| p.into_inner());
+        r.jtis.extend(list.revoked);
+        r.version = r.version.max(list.version);
+        r.fresh_at_ms = now;
+        Ok(())
+    }
+
+    fn read_revocations(&self) -> std::sync::RwLockReadGuard<'_, Revocations> {
+        self.revoked.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn refresh_trust(&self) -> Result<(), StateError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "SELECT document, may_send, may_issue FROM peers ORDER BY node_id",
+                &[],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut t = TrustStore::new();
+        for r in rows {
+            let doc: IdentityDocument = serde_json::from_str(r.get::<_, &str>(0))
+                .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?;
+            let rights = Rights {
+                send: r.get(1),
+                issue: r.get(2),
+            };
+            t.add(doc, rights)
+                .map_err(|e| StateError::Corrupt(format!("peers: {e}")))?;
+        }
+        *self.trust.write().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        Ok(())
+    }
+
+    /// Replace the enrolled peers with `t` (what `outpost trust add/remove` edits), and
+    /// tell every replica.
+    async fn save_trust_now(&self, t: &TrustStore) -> Result<(), StateError> {
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        tx.execute("DELETE FROM peers", &[])
+            .await
+            .map_err(unavailable)?;
+        let now = i(self.now_ms());
+        for p in t.list() {
+            let doc = serde_json::to_string(&p.doc)
+                .map_err(|e| StateError::Corrupt(format!("identity document: {e}")))?;
+            tx.execute(
+                "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &p.doc.node_id,
+                    &p.doc.role,
+                    &doc,
+                    &p.rights.send,
+                    &p.rights.issue,
+                    &now,
+                ],
+            )
+            .await
+            .map_err(unavailable)?;
+        }
+        tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
+            .await
+            .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_trust().await
+    }
+
+    /// Record a node request's signature; false when any replica saw it before.
+    async fn first_use_now(&self, signature: &[u8; 64], keep_until_ms: u64) -> Result<bool, StateError> {
+        let c = self.pool.get().await?;
+        let sig: String = signature.iter().map(|b| format!("{b:02x}")).collect();
+        let n = c
+            .execute(
+                "INSERT INTO seen_signatures (signature, keep_until_ms) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+                &[&sig, &i(keep_until_ms)],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(n == 1)
+    }
+}
+
+impl GatewayState for Postgres {
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
+        Box::pin(async move { queue::queue_command(self, msg, job).await })
+    }
+
+    fn forward(&self, msg: ForNode) -> Fut<'_, Queued> {
+        Box::pin(async move { queue::queue_command(self, msg, None).await })
+    }
+
+    fn job<'a>(&'a self, key: &'a str) -> Fut<'a, Option<JobRecord>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let row = c
+                .query_opt(
+                    "SELECT message_id, tool_name, args_sha256 FROM jobs WHERE job_key = $1",
+                    &[&key],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map(|r| JobRecord {
+                message_id: r.get(0),
+                tool_name: r.get(1),
+                args_sha256: r.get(2),
+            }))
+        })
+    }
+
+    fn request_node<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<String>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let row = c
+                .query_opt(
+                    "SELECT node_id FROM task_requests WHERE request_id = $1",
+                    &[&request_id],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn result<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let row = c
+                .query_opt(
+                    "SELECT result FROM task_results WHERE request_id = $1",
+                    &[&request_id],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn file_result(&self, r: FiledResult) -> Fut<'_, ()> {
+        Box::pin(async move {
+            queue::receive_uploads(self, vec![Upload::Result(r)]).await?;
+            Ok(())
+        })
+    }
+
+    fn receive_uploads(&self, items: Vec<Upload>) -> Fut<'_, Vec<Queued>> {
+        Box::pin(async move { queue::receive_uploads(self, items).await })
+    }
+
+    fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let row = c
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM remembered_ids
+                                    WHERE scope = ANY($1) AND id = $2)",
+                    &[&vec![queue::SCOPE_RESULTS, queue::Q_INBOX], &message_id],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.get(0))
+        })
+    }
+
+    fn take_batch<'a>(&'a self, node: &'a str, max: usize, max_bytes: usize) -> Fut<'a, PullBatch> {
+        Box::pin(async move { queue::take_batch(self, node, max, max_bytes).await })
+    }
+
+    fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>> {
+        Box::pin(async move { queue::ack(self, node, ack).await })
+    }
+
+    fn inbox_put(&self, m: InboxMessage) -> Fut<'_, Queued> {
+        Box::pin(async move {
+            let out = queue::receive_uploads(self, vec![Upload::Inbox(m)]).await?;
+            Ok(out.into_iter().next().unwrap_or(Queued::Queued))
+        })
+    }
+
+    fn inbox_list<'a>(&'a self, from: Option<&'a str>, limit: usize) -> Fut<'a, Vec<Vec<u8>>> {
+        Box::pin(async move { queue::inbox_list(self, from, limit).await })
+    }
+
+    fn inbox_ack<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<bool>> {
+        Box::pin(async move { queue::inbox_ack(self, message_id).await })
+    }
+
+    fn message_status<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<MessageStatus>> {
+        Box::pin(async move { queue::status(self, message_id).await })
+    }
+
+    fn queue_stats(&self) -> Fut<'_, Vec<QueueStat>> {
+        Box::pin(async move { queue::stats(self).await })
+    }
+
+    fn sweep_expired(&self) -> Fut<'_, Vec<ExpiredMessage>> {
+        Box::pin(async move { queue::sweep(self).await })
+    }
+
+    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
+        Box::pin(async move {
+            let mut c = self.pool.get().await?;
+            let tx = c.transaction().await.map_err(unavailable)?;
+            // Versions are assigned one at a time, across replicas.
+            tx.execute("LOCK TABLE revocations IN EXCLUSIVE MODE", &[])
+                .await
+                .map_err(unavailable)?;
+            if tx
+                .query_opt("SELECT 1 FROM revocations WHERE jti = $1", &[&jti])
+                .await
+                .map_err(unavailable)?
+                .is_some()
+            {
+                return Ok(Revoked::Duplicate);
+            }
+            let version: i64 = tx
+                .query_one(
+                    "INSERT INTO revocations (version, jti, revoked_at_ms)
+                     SELECT coalesce(max(version), 0) + 1, $1, $2 FROM revocations
+                     RETURNING version",
+                    &[&jti, &i(self.now_ms())],
+                )
+                .await
+                .map_err(unavailable)?
+                .get(0);
+            tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_REVOKED, &jti])
+                .await
+                .map_err(unavailable)?;
+            tx.commit().await.map_err(unavailable)?;
+            let mut r = self.revoked.write().unwrap_or_else(|p| p.into_inner());
+            r.jtis.insert(jti.to_string());
+            Ok(Revoked::Added {
+                version: u(version),
+            })
+        })
+    }
+
+    fn revocations(&self, since: u64) -> Fut<'_, RevocationList> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let rows = c
+                .query(
+                    "SELECT version, jti FROM revocations WHERE version > $1 ORDER BY version",
+                    &[&i(since)],
+                )
+                .await
+                .map_err(unavailable)?;
+            let newest: i64 = c
+                .query_one("SELECT coalesce(max(version), 0) FROM revocations", &[])
+                .await
+                .map_err(unavailable)?
+                .get(0);
+            Ok(RevocationList {
+                revoked: rows.iter().map(|r| r.get(1)).collect(),
+                version: u(newest),
+            })
+        })
+    }
+
+    fn is_revoked(&self, jti: &str) -> Result<bool, StateError> {
+        let r = self.read_revocations();
+        if r.jtis.contains(jti) {
+            return Ok(true);
+        }
+        if self.now_ms().saturating_sub(r.fresh_at_ms) > REVOCATIONS_STALE_MS {
+            return Err(StateError::Unavailable(
+                "the revocation list could not be refreshed from the database".into(),
+            ));
+        }
+        Ok(false)
+    }
+
+    fn audit_entries<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Vec<u8>>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let rows = c
+                .query(
+                    "SELECT entry FROM audit_entries WHERE node_id = $1 ORDER BY idx",
+                    &[&node],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn audit_entry<'a>(&'a self, node: &'a str, index: u64) -> Fut<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let row = c
+                .query_opt(
+                    "SELECT entry FROM audit_entries WHERE node_id = $1 AND idx = $2",
+                    &[&node, &i(index)],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.pool.get().await?;
+            let tx = c.transaction().await.map_err(unavailable)?;
+            // One extension of a node's copy at a time, across replicas; it must start
+            // exactly at the copy's end (a replica with a stale view is refused).
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('audit/' || $1, 0))",
+                &[&node],
+            )
+            .await
+            .map_err(unavailable)?;
+            let size: i64 = tx
+                .query_one(
+                    "SELECT coalesce(max(idx) + 1, 0) FROM audit_entries WHERE node_id = $1",
+                    &[&node],
+                )
+                .await
+                .map_err(unavailable)?
+                .get(0);
+            if u(size) != ext.start {
+                return Err(StateError::Store(StoreError::AuditIndex {
+                    expected: u(size),
+                    got: ext.start,
+                }));
+            }
+            let idx: Vec<i64> = (0..ext.entries.len())
+                .map(|k| i(ext.start + k as u64))
+                .collect();
+            tx.execute(
+                "INSERT INTO audit_entries (node_id, idx, entry)
+                 SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])",
+                &[&node, &idx, &ext.entries],
+            )
+            .await
+            .map_err(unavailable)?;
+            tx.execute(
+                "INSERT INTO audit_checkpoints (node_id, size, note) VALUES ($1, $2, $3)
+                 ON CONFLICT (node_id, size) DO UPDATE SET note = excluded.note",
+                &[&node, &i(ext.checkpoint_size), &ext.checkpoint],
+            )
+            .await
+            .map_err(unavailable)?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn load_trust(&self) -> Result<TrustStore, StateError> {
+        self.trust
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| StateError::Unavailable("trust store not loaded yet".into()))
+    }
+
+    fn durable(&self) -> bool {
+        // Durability is the database's: a replica that cannot reach it answers 503 and
+        // reconnects by itself; restarting it would not help.
+        true
+    }
+
+    fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
+        Box::pin(async move { self.save_trust_now(t).await })
+    }
+
+    fn first_use<'a>(&'a self, signature: &'a [u8; 64], keep_until_ms: u64) -> Fut<'a, bool> {
+        Box::pin(async move { self.first_use_now(signature, keep_until_ms).await })
+    }
+
+    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
+        Some(self.notices.subscribe())
+    }
+
+    fn close(&self) -> Fut<'_, ()> {
+        Box::pin(async move { Ok(()) })
+    }
+}

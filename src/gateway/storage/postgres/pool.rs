@@ -1,0 +1,147 @@
+//! A small connection pool: at most `size` connections, each opened on demand with a
+//! connect timeout, dropped when PostgreSQL closed it, and reopened by the next caller
+//! (so a restarted database is reconnected to without anyone restarting the gateway).
+//!
+//! Why our own and not a pool crate: this is all the gateway needs (no recycling
+//! hooks, no statement cache), and every failure maps to one error the HTTP edge
+//! answers with 503 `storage_unavailable` (docs/DECISIONS.md).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_postgres::Client;
+
+use super::super::StateError;
+use super::tls::Connector;
+
+/// How long a caller waits for a free connection before answering 503.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening a connection (TCP, TLS, authentication) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Pool {
+    config: tokio_postgres::Config,
+    tls: Connector,
+    idle: Mutex<Vec<Client>>,
+    slots: Semaphore,
+}
+
+/// A connection borrowed from the pool; returned to it when dropped (unless closed).
+pub struct Conn<'a> {
+    client: Option<Client>,
+    pool: &'a Pool,
+    _slot: SemaphorePermit<'a>,
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client.as_ref().expect("a live connection")
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client.as_mut().expect("a live connection")
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            if !c.is_closed() {
+                self.pool
+                    .idle
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(c);
+            }
+        }
+    }
+}
+
+impl Pool {
+    pub fn new(mut config: tokio_postgres::Config, tls: Connector, size: u32) -> Self {
+        config
+            .connect_timeout(CONNECT_TIMEOUT)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .tcp_user_timeout(Duration::from_secs(30));
+        if config.get_application_name().is_none() {
+            config.application_name("outpost-gateway");
+        }
+        Self {
+            config,
+            tls,
+            idle: Mutex::new(Vec::new()),
+            slots: Semaphore::new(size as usize),
+        }
+    }
+
+    /// A connection, opened if no idle one is left.
+    pub async fn get(&self) -> Result<Conn<'_>, StateError> {
+        let slot = tokio::time::timeout(ACQUIRE_TIMEOUT, self.slots.acquire())
+            .await
+            .map_err(|_| {
+                StateError::Unavailable("no database connection free within 5 s".into())
+            })?
+            .map_err(|_| StateError::Unavailable("the pool is closed".into()))?;
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.retain(|c| !c.is_closed());
+            idle.pop()
+        };
+        let client = match reused {
+            Some(c) => c,
+            None => self.connect().await?,
+        };
+        Ok(Conn {
+            client: Some(client),
+            pool: self,
+            _slot: slot,
+        })
+    }
+
+    /// A connection outside the pool, for the notification listener.
+    pub async fn connect_with<F>(&self, on_message: F) -> Result<Client, StateError>
+    where
+        F: FnMut(tokio_postgres::AsyncMessage) + Send + 'static,
+    {
+        self.open(Some(Box::new(on_message))).await
+    }
+
+    async fn connect(&self) -> Result<Client, StateError> {
+        self.open(None).await
+    }
+
+    async fn open(
+        &self,
+        mut on_message: Option<Box<dyn FnMut(tokio_postgres::AsyncMessage) + Send>>,
+    ) -> Result<Client, StateError> {
+        let (client, mut conn) =
+            tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(self.tls.clone()))
+                .await
+                .map_err(|_| StateError::Unavailable("connecting to PostgreSQL timed out".into()))?
+                .map_err(super::unavailable)?;
+        tokio::spawn(async move {
+            let mut messages =
+                futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+            use futures_util::StreamExt;
+            while let Some(m) = messages.next().await {
+                match m {
+                    Ok(m) => {
+                        if let Some(f) = on_message.as_mut() {
+                            f(m)
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(event = "postgres_connection_closed", error = %e);
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(client)
+    }
+}

@@ -1,0 +1,524 @@
+//! The queues in PostgreSQL: per-recipient FIFO with leases, duplicates by id, caps,
+//! expiry, and the uploads nodes send.
+
+use tokio_postgres::Transaction;
+
+use super::super::{
+    Delivery, ForNode, GatewayState, InboxMessage, NewJob, NodeAck, PullBatch, Queued, StateError,
+    Upload,
+};
+use super::{i, listen, u, unavailable, Postgres, LEASE_MS, STATUS_KEEP_MS};
+use crate::store::{ExpiredMessage, MessageState, MessageStatus, QueueStat, StoreError};
+
+pub use crate::store::names::{
+    Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS,
+};
+
+/// The most an expiry sweep or prune removes in one transaction.
+const SWEEP_LIMIT: i64 = 10_000;
+
+/// Serialise writers and pullers of one recipient (FIFO: sequence order = commit order).
+async fn lock_recipient(tx: &Transaction<'_>, queue: &str, peer: &str) -> Result<(), StateError> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+        &[&queue, &peer],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+struct Row<'a> {
+    queue: &'a str,
+    peer: &'a str,
+    message_id: &'a str,
+    payload_type: &'a str,
+    priority: u8,
+    created_at_ms: u64,
+    expires_at_ms: u64,
+    body: &'a [u8],
+    max_attempts: u32,
+}
+
+/// Insert one message under the recipient's lock; `Duplicate` when its id is known.
+async fn insert(pg: &Postgres, tx: &Transaction<'_>, m: Row<'_>) -> Result<Queued, StateError> {
+    if m.body.len() as u64 > pg.opts.max_message_bytes {
+        return Err(StoreError::TooLarge {
+            size: m.body.len() as u64,
+            max: pg.opts.max_message_bytes,
+        }
+        .into());
+    }
+    if m.expires_at_ms <= pg.now_ms() {
+        return Err(StoreError::Expired.into());
+    }
+    lock_recipient(tx, m.queue, m.peer).await?;
+    let depth: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM (SELECT 1 FROM messages
+                                    WHERE queue = $1 AND peer = $2 LIMIT $3) q",
+            &[&m.queue, &m.peer, &i(pg.opts.max_per_recipient)],
+        )
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    let inserted = tx
+        .query_opt(
+            "INSERT INTO messages (message_id, queue, peer, priority, payload_type,
+                                   created_at_ms, expires_at_ms, body, max_attempts)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+             WHERE NOT EXISTS (SELECT 1 FROM message_status WHERE message_id = $1)
+               AND NOT EXISTS (SELECT 1 FROM remembered_ids WHERE scope = $2 AND id = $1)
+             ON CONFLICT (message_id) DO NOTHING
+             RETURNING seq",
+            &[
+                &m.message_id,
+                &m.queue,
+                &m.peer,
+                &(m.priority as i16),
+                &m.payload_type,
+                &i(m.created_at_ms),
+                &i(m.expires_at_ms),
+                &m.body,
+                &(m.max_attempts.min(i32::MAX as u32) as i32),
+            ],
+        )
+        .await
+        .map_err(unavailable)?;
+    if inserted.is_none() {
+        return Ok(Queued::Duplicate);
+    }
+    if u(depth) >= pg.opts.max_per_recipient {
+        return Err(StoreError::QueueFull {
+            retry_after_s: pg.opts.queue_full_retry_after_s,
+        }
+        .into());
+    }
+    Ok(Queued::Queued)
+}
+
+pub async fn queue_command(
+    pg: &Postgres,
+    msg: ForNode,
+    job: Option<NewJob>,
+) -> Result<Queued, StateError> {
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    if let Some(job) = &job {
+        // The job binding first: a second replica racing with the same job id finds it
+        // taken and queues nothing (the caller then answers from the binding).
+        let bound = tx
+            .execute(
+                "INSERT INTO jobs (job_key, message_id, tool_name, args_sha256, node_id)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (job_key) DO NOTHING",
+                &[
+                    &job.key,
+                    &job.record.message_id,
+                    &job.record.tool_name,
+                    &job.record.args_sha256,
+                    &msg.node_id,
+                ],
+            )
+            .await
+            .map_err(unavailable)?;
+        if bound == 0 {
+            return Ok(Queued::Duplicate);
+        }
+        tx.execute(
+            "INSERT INTO task_requests (request_id, node_id) VALUES ($1, $2)
+             ON CONFLICT (request_id) DO UPDATE SET node_id = excluded.node_id",
+            &[&msg.message_id, &msg.node_id],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    let out = insert(
+        pg,
+        &tx,
+        Row {
+            queue: Q_NODE,
+            peer: &msg.node_id,
+            message_id: &msg.message_id,
+            payload_type: &msg.payload_type,
+            priority: msg.priority,
+            created_at_ms: msg.created_at_ms,
+            expires_at_ms: msg.expires_at_ms,
+            body: &msg.envelope,
+            max_attempts: msg.max_attempts,
+        },
+    )
+    .await?;
+    if out == Queued::Duplicate {
+        // Nothing of it is kept (the job binding included).
+        return Ok(Queued::Duplicate);
+    }
+    tx.execute(
+        "SELECT pg_notify($1, $2)",
+        &[&listen::CH_QUEUED, &msg.node_id],
+    )
+    .await
+    .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(Queued::Queued)
+}
+
+async fn remember(
+    tx: &Transaction<'_>,
+    scope: &str,
+    id: &str,
+    until: u64,
+) -> Result<(), StateError> {
+    tx.execute(
+        "INSERT INTO remembered_ids (scope, id, keep_until_ms) VALUES ($1, $2, $3)
+         ON CONFLICT (scope, id)
+         DO UPDATE SET keep_until_ms = greatest(remembered_ids.keep_until_ms, excluded.keep_until_ms)",
+        &[&scope, &id, &i(until)],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Queued>, StateError> {
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Upload::Result(r) => {
+                tx.execute(
+                    "INSERT INTO task_results (request_id, result, filed_at_ms) VALUES ($1, $2, $3)
+                     ON CONFLICT (request_id) DO UPDATE SET result = excluded.result,
+                                                            filed_at_ms = excluded.filed_at_ms",
+                    &[&r.request_id, &r.plaintext, &i(pg.now_ms())],
+                )
+                .await
+                .map_err(unavailable)?;
+                remember(&tx, SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms).await?;
+                out.push(Queued::Queued);
+            }
+            Upload::Inbox(m) => {
+                let q = inbox_insert(pg, &tx, &m).await?;
+                if q == Queued::Queued {
+                    remember(&tx, Q_INBOX, &m.message_id, m.remember_until_ms).await?;
+                }
+                out.push(q);
+            }
+        }
+    }
+    tx.commit().await.map_err(unavailable)?;
+    Ok(out)
+}
+
+async fn inbox_insert(
+    pg: &Postgres,
+    tx: &Transaction<'_>,
+    m: &InboxMessage,
+) -> Result<Queued, StateError> {
+    insert(
+        pg,
+        tx,
+        Row {
+            queue: Q_INBOX,
+            peer: &m.from_node,
+            message_id: &m.message_id,
+            payload_type: &m.payload_type,
+            priority: m.priority,
+            created_at_ms: m.created_at_ms,
+            expires_at_ms: m.expires_at_ms,
+            body: &m.record,
+            max_attempts: 0,
+        },
+    )
+    .await
+}
+
+pub async fn take_batch(
+    pg: &Postgres,
+    node: &str,
+    max: usize,
+    max_bytes: usize,
+) -> Result<PullBatch, StateError> {
+    let now = pg.now_ms();
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    lock_recipient(&tx, Q_NODE, node).await?;
+    let rows = tx
+        .query(
+            "SELECT seq, message_id, body, lease_until_ms FROM messages
+             WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
+             ORDER BY priority DESC, seq LIMIT $4",
+            &[&Q_NODE, &node, &i(now), &(max.max(1) as i64)],
+        )
+        .await
+        .map_err(unavailable)?;
+    let mut deliveries = Vec::new();
+    let mut seqs: Vec<i64> = Vec::new();
+    let mut bytes = 0usize;
+    let mut retry_at_ms = None;
+    for r in rows {
+        let lease: i64 = r.get(3);
+        if u(lease) > now {
+            // Handed out by another pull that has not been acknowledged: never overtake.
+            if deliveries.is_empty() {
+                retry_at_ms = Some(u(lease));
+            }
+            break;
+        }
+        let body: Vec<u8> = r.get(2);
+        bytes += body.len();
+        if bytes > max_bytes && !deliveries.is_empty() {
+            break;
+        }
+        seqs.push(r.get(0));
+        deliveries.push(Delivery {
+            message_id: r.get(1),
+            envelope: body,
+        });
+    }
+    if !seqs.is_empty() {
+        tx.execute(
+            "UPDATE messages SET lease_until_ms = $2, attempts = attempts + 1
+             WHERE seq = ANY($1)",
+            &[&seqs, &i(now + LEASE_MS)],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    let pending: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM messages WHERE queue = $1 AND peer = $2",
+            &[&Q_NODE, &node],
+        )
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    tx.commit().await.map_err(unavailable)?;
+    Ok(PullBatch {
+        deliveries,
+        pending: u(pending),
+        retry_at_ms,
+    })
+}
+
+pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>, StateError> {
+    let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
+    let mut ids: Vec<&str> = ack.delivered.iter().map(String::as_str).collect();
+    let rejected_ids: Vec<&str> = ack.rejected.iter().map(|(id, _)| id.as_str()).collect();
+    let codes: Vec<&str> = ack.rejected.iter().map(|(_, c)| c.as_str()).collect();
+    ids.extend(&rejected_ids);
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    let rows = tx
+        .query(
+            "WITH gone AS (
+                 DELETE FROM messages WHERE queue = $1 AND peer = $2 AND message_id = ANY($3)
+                 RETURNING message_id, attempts),
+             why AS (SELECT * FROM unnest($4::text[], $5::text[]) AS r(id, code))
+             INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
+             SELECT g.message_id,
+                    CASE WHEN w.code IS NULL THEN 'delivered' ELSE 'rejected' END,
+                    $1, $2, g.attempts, w.code, $6
+             FROM gone g LEFT JOIN why w ON w.id = g.message_id
+             ON CONFLICT (message_id) DO UPDATE
+                 SET state = excluded.state, reason = excluded.reason,
+                     attempts = excluded.attempts, keep_until_ms = excluded.keep_until_ms
+             RETURNING message_id",
+            &[&Q_NODE, &node, &ids, &rejected_ids, &codes, &keep],
+        )
+        .await
+        .map_err(unavailable)?;
+    // A pull waiting on a leased head may go on now.
+    tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_QUEUED, &node])
+        .await
+        .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)?;
+    let removed: std::collections::HashSet<String> = rows.into_iter().map(|r| r.get(0)).collect();
+    // In the order the node gave them (an id acknowledged twice is removed once).
+    let mut out = Vec::with_capacity(removed.len());
+    for id in ids {
+        if removed.contains(id) && !out.iter().any(|o: &String| o == id) {
+            out.push(id.to_string());
+        }
+    }
+    Ok(out)
+}
+
+pub async fn inbox_list(
+    pg: &Postgres,
+    from: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>, StateError> {
+    let c = pg.pool.get().await?;
+    let rows = c
+        .query(
+            "SELECT body FROM messages
+             WHERE queue = $1 AND ($2::text IS NULL OR peer = $2) AND expires_at_ms > $3
+             ORDER BY peer, priority DESC, seq LIMIT $4",
+            &[&Q_INBOX, &from, &i(pg.now_ms()), &(limit as i64)],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(rows.into_iter().map(|r| r.get(0)).collect())
+}
+
+pub async fn inbox_ack(pg: &Postgres, message_id: &str) -> Result<Option<bool>, StateError> {
+    let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    let gone = tx
+        .query_opt(
+            "WITH gone AS (
+                 DELETE FROM messages WHERE queue = $1 AND message_id = $2
+                 RETURNING message_id, peer, attempts)
+             INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
+             SELECT message_id, 'delivered', $1, peer, attempts, NULL, $3 FROM gone
+             ON CONFLICT (message_id) DO UPDATE SET state = 'delivered', keep_until_ms = excluded.keep_until_ms
+             RETURNING message_id",
+            &[&Q_INBOX, &message_id, &keep],
+        )
+        .await
+        .map_err(unavailable)?;
+    let known = match gone {
+        Some(_) => Some(true),
+        None => tx
+            .query_opt(
+                "SELECT 1 FROM message_status WHERE message_id = $1 AND queue = $2",
+                &[&message_id, &Q_INBOX],
+            )
+            .await
+            .map_err(unavailable)?
+            .map(|_| false),
+    };
+    tx.commit().await.map_err(unavailable)?;
+    Ok(known)
+}
+
+fn state_of(s: &str) -> Result<MessageState, StateError> {
+    Ok(match s {
+        "queued" => MessageState::Queued,
+        "delivering" => MessageState::Delivering,
+        "delivered" => MessageState::Delivered,
+        "expired" => MessageState::Expired,
+        "dead" => MessageState::Dead,
+        "rejected" => MessageState::Rejected,
+        other => return Err(StateError::Corrupt(format!("message_status.state {other:?}"))),
+    })
+}
+
+pub async fn status(pg: &Postgres, message_id: &str) -> Result<Option<MessageStatus>, StateError> {
+    let c = pg.pool.get().await?;
+    if let Some(r) = c
+        .query_opt(
+            "SELECT queue, peer, attempts, lease_until_ms FROM messages WHERE message_id = $1",
+            &[&message_id],
+        )
+        .await
+        .map_err(unavailable)?
+    {
+        let lease: i64 = r.get(3);
+        return Ok(Some(MessageStatus {
+            state: if u(lease) > pg.now_ms() {
+                MessageState::Delivering
+            } else {
+                MessageState::Queued
+            },
+            queue: r.get(0),
+            peer: r.get(1),
+            attempts: r.get::<_, i32>(2).max(0) as u32,
+            next_attempt_at_ms: 0,
+            reason: None,
+        }));
+    }
+    let row = c
+        .query_opt(
+            "SELECT state, queue, peer, attempts, reason FROM message_status WHERE message_id = $1",
+            &[&message_id],
+        )
+        .await
+        .map_err(unavailable)?;
+    row.map(|r| {
+        Ok(MessageStatus {
+            state: state_of(r.get(0))?,
+            queue: r.get(1),
+            peer: r.get(2),
+            attempts: r.get::<_, i32>(3).max(0) as u32,
+            next_attempt_at_ms: 0,
+            reason: r.get(4),
+        })
+    })
+    .transpose()
+}
+
+pub async fn stats(pg: &Postgres) -> Result<Vec<QueueStat>, StateError> {
+    let now = pg.now_ms();
+    let c = pg.pool.get().await?;
+    let rows = c
+        .query(
+            "SELECT queue, peer, count(*), coalesce(sum(length(body)), 0)::bigint,
+                    min(created_at_ms)
+             FROM messages GROUP BY queue, peer ORDER BY queue, peer",
+            &[],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| QueueStat {
+            queue: r.get(0),
+            peer: r.get(1),
+            depth: u(r.get(2)),
+            oldest_age_s: now.saturating_sub(u(r.get::<_, i64>(4))) / 1000,
+            bytes: u(r.get(3)),
+        })
+        .collect())
+}
+
+/// Remove what expired (each message reported by exactly one replica: rows are taken
+/// with `SKIP LOCKED` and deleted with `RETURNING`), then prune finished statuses,
+/// remembered ids and seen signatures past their time.
+pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
+    let now = i(pg.now_ms());
+    let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
+    let c = pg.pool.get().await?;
+    let rows = c
+        .query(
+            "WITH gone AS (
+                 DELETE FROM messages WHERE seq IN (
+                     SELECT seq FROM messages WHERE expires_at_ms <= $1
+                     ORDER BY expires_at_ms LIMIT $3 FOR UPDATE SKIP LOCKED)
+                 RETURNING message_id, queue, peer, payload_type, expires_at_ms, attempts),
+             st AS (
+                 INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
+                 SELECT message_id, 'expired', queue, peer, attempts, $4, $2 FROM gone
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET state = 'expired', reason = excluded.reason, keep_until_ms = excluded.keep_until_ms)
+             SELECT message_id, queue, peer, payload_type, expires_at_ms FROM gone",
+            &[&now, &keep, &SWEEP_LIMIT, &crate::store::REASON_TIMEOUT],
+        )
+        .await
+        .map_err(unavailable)?;
+    for table in ["message_status", "remembered_ids", "seen_signatures"] {
+        // Bounded per tick; whatever is left goes at the next.
+        let sql = format!(
+            "DELETE FROM {table} WHERE ctid IN (
+                 SELECT ctid FROM {table} WHERE keep_until_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+        );
+        c.execute(sql.as_str(), &[&now, &SWEEP_LIMIT])
+            .await
+            .map_err(unavailable)?;
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| ExpiredMessage {
+            message_id: r.get(0),
+            queue: r.get(1),
+            peer: r.get(2),
+            payload_type: r.get(3),
+            expires_at_ms: u(r.get(4)),
+        })
+        .collect())
+}
