@@ -221,7 +221,7 @@ pub async fn tool_call(
         tool_name: call.tool_name.clone(),
     };
     // Subscribe before queueing, so a fast answer cannot slip past us.
-    let mut events = gw.bus.subscribe();
+    let mut events = gw.events.subscribe();
     let job = NewJob {
         key,
         record: JobRecord {
@@ -253,7 +253,8 @@ pub async fn tool_call(
             }
             tokio::select! {
                 ev = events.recv() => match ev {
-                    Ok((_, GatewayEvent::Result { .. })) | Err(RecvError::Lagged(_)) => {}
+                    Ok(e) if matches!(e.event, GatewayEvent::Result { .. }) => {}
+                    Err(RecvError::Lagged(_)) => {}
                     Ok(_) => continue,
                     Err(RecvError::Closed) => break,
                 },

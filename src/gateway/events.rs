@@ -1,17 +1,33 @@
-//! Gateway events (SPEC §6 `GET /v1/events`): one broadcast channel, fanned out to every
-//! Server-Sent-Events subscriber. Also the in-process signal that a result arrived, so a
-//! `POST /v1/tool_call` that waits needs no polling.
+//! Gateway events (`GET /v1/events`): each event gets an id, increasing in the order
+//! events happened, so a dashboard that reconnects — to this gateway or, with replicas
+//! on a database, to another — sends `Last-Event-ID` and is replayed what it missed.
+//! Also the in-process signal that a result arrived, so a `POST /v1/tool_call` that
+//! waits needs no polling.
+//!
+//! Two modes:
+//! - **local** (the embedded store): ids are assigned here; the last [`REPLAY`] events
+//!   are kept in memory for resuming subscribers.
+//! - **shared** (PostgreSQL): [`EventLog::publish`] hands the event to a writer that
+//!   commits it to the database's `events` table (ids assigned there, in commit
+//!   order); subscribers of every replica are fed from that table as it grows
+//!   ([`EventLog::deliver`]), so each sees every replica's events, once, in one order.
 //!
 //! A slow subscriber that falls more than the channel capacity behind loses events
-//! (it gets a `lagged` event saying how many); the gateway itself never blocks on one.
+//! (it gets a `lagged` event saying how many, and may reconnect with its last id);
+//! the gateway itself never blocks on one.
 
-use serde::Serialize;
-use tokio::sync::broadcast;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, mpsc};
 
 /// Capacity of the broadcast ring; see the module docs for what happens past it.
 pub const CAPACITY: usize = 1024;
+/// Events kept in memory for subscribers that resume with `Last-Event-ID`.
+pub const REPLAY: usize = 4096;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum GatewayEvent {
     Queued {
@@ -68,41 +84,153 @@ impl GatewayEvent {
     }
 
     /// One SSE frame: `event: <name>` and the JSON (with `type` and `ts_ms`) as data.
-    pub fn sse_frame(&self, ts_ms: u64) -> String {
+    /// The event as one SSE frame (`id`, `event`, `data` with `ts_ms` added).
+    pub fn sse_frame(&self, id: u64, ts_ms: u64) -> String {
         let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
         if let Some(o) = v.as_object_mut() {
             o.insert("ts_ms".into(), ts_ms.into());
         }
-        format!("event: {}\ndata: {}\n\n", self.name(), v)
+        format!("id: {id}\nevent: {}\ndata: {}\n\n", self.name(), v)
     }
 }
 
-/// The sending half, shared by every handler and the sweeper.
-#[derive(Debug, Clone)]
-pub struct Bus {
-    tx: broadcast::Sender<(u64, GatewayEvent)>,
+/// An event with its id and time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub id: u64,
+    pub ts_ms: u64,
+    pub event: GatewayEvent,
 }
 
-impl Default for Bus {
-    fn default() -> Self {
-        Self::new()
+impl Event {
+    pub fn sse_frame(&self) -> String {
+        self.event.sse_frame(self.id, self.ts_ms)
     }
 }
 
-impl Bus {
-    pub fn new() -> Self {
+/// The gateway's events: ids, the in-memory replay ring, the fan-out to subscribers,
+/// and (shared mode) the hand-off to the database writer.
+pub struct EventLog {
+    tx: broadcast::Sender<Arc<Event>>,
+    ring: Mutex<VecDeque<Arc<Event>>>,
+    /// Shared mode: events go to the database writer, not straight to subscribers.
+    writer: Option<mpsc::UnboundedSender<(u64, GatewayEvent)>>,
+}
+
+impl EventLog {
+    /// Local mode: ids assigned here, starting after `first_id - 1` (the start time in
+    /// microseconds, so ids keep growing across restarts while the clock does).
+    pub fn local(first_id: u64) -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
-        Self { tx }
+        let mut ring = VecDeque::new();
+        // A sentinel below every real id keeps "the newest id" in one place.
+        ring.push_back(Arc::new(Event {
+            id: first_id.saturating_sub(1),
+            ts_ms: 0,
+            event: GatewayEvent::NodeOffline {
+                node_id: String::new(),
+            },
+        }));
+        Self {
+            tx,
+            ring: Mutex::new(ring),
+            writer: None,
+        }
     }
 
-    /// Publish; having no subscriber is normal and not an error.
+    /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers.
+    /// Returns the receiving end for the writer task.
+    pub fn shared() -> (Self, mpsc::UnboundedReceiver<(u64, GatewayEvent)>) {
+        let (tx, _) = broadcast::channel(CAPACITY);
+        let (wtx, wrx) = mpsc::unbounded_channel();
+        (
+            Self {
+                tx,
+                ring: Mutex::new(VecDeque::new()),
+                writer: Some(wtx),
+            },
+            wrx,
+        )
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Event>>> {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.writer.is_some()
+    }
+
     pub fn publish(&self, ts_ms: u64, ev: GatewayEvent) {
         tracing::debug!(event = "gateway_event", kind = ev.name());
-        let _ = self.tx.send((ts_ms, ev));
+        if let Some(w) = &self.writer {
+            let _ = w.send((ts_ms, ev));
+            return;
+        }
+        let e = {
+            let mut ring = self.ring();
+            let id = ring.back().map_or(1, |l| l.id + 1);
+            let e = Arc::new(Event {
+                id,
+                ts_ms,
+                event: ev,
+            });
+            ring.push_back(e.clone());
+            while ring.len() > REPLAY + 1 {
+                ring.pop_front();
+            }
+            e
+        };
+        let _ = self.tx.send(e);
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<(u64, GatewayEvent)> {
+    /// Shared mode: events read back from the database, in id order; those not yet
+    /// delivered go to subscribers.
+    pub fn deliver(&self, events: Vec<Event>) {
+        for e in events {
+            let e = Arc::new(e);
+            {
+                let mut ring = self.ring();
+                if ring.back().is_some_and(|l| l.id >= e.id) {
+                    continue;
+                }
+                ring.push_back(e.clone());
+                while ring.len() > REPLAY {
+                    ring.pop_front();
+                }
+            }
+            let _ = self.tx.send(e);
+        }
+    }
+
+    /// The newest id delivered to subscribers (0 = none yet).
+    pub fn last_id(&self) -> u64 {
+        self.ring().back().map_or(0, |e| e.id)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
+    }
+
+    /// Events after `after` still in memory, oldest first, and whether the memory
+    /// reaches back that far (false: some were dropped from the ring).
+    pub fn replay(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
+        let ring = self.ring();
+        let complete = ring.front().is_some_and(|f| f.id <= after.saturating_add(1))
+            || ring.is_empty();
+        (
+            ring.iter()
+                .filter(|e| e.id > after && !e.event.is_sentinel())
+                .cloned()
+                .collect(),
+            complete,
+        )
+    }
+}
+
+impl GatewayEvent {
+    fn is_sentinel(&self) -> bool {
+        matches!(self, GatewayEvent::NodeOffline { node_id } if node_id.is_empty())
     }
 }
 
@@ -117,11 +245,75 @@ mod tests {
             node_id: "node:a".into(),
             was_stored: true,
         }
-        .sse_frame(42);
-        assert!(f.starts_with("event: delivered\ndata: {"), "{f}");
+        .sse_frame(7, 42);
+        assert!(f.starts_with("id: 7\nevent: delivered\ndata: {"), "{f}");
         assert!(f.contains("\"was_stored\":true"));
         assert!(f.contains("\"type\":\"delivered\""));
         assert!(f.contains("\"ts_ms\":42"));
         assert!(f.ends_with("\n\n"));
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    fn online(n: &str) -> GatewayEvent {
+        GatewayEvent::NodeOnline { node_id: n.into() }
+    }
+
+    #[test]
+    fn local_ids_grow_and_a_resuming_subscriber_gets_what_it_missed() {
+        let log = EventLog::local(1_000);
+        let mut rx = log.subscribe();
+        for n in ["a", "b", "c"] {
+            log.publish(5, online(n));
+        }
+        let ids: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().id).collect();
+        assert_eq!(ids, [1_000, 1_001, 1_002]);
+        let (missed, complete) = log.replay(1_000);
+        assert!(complete);
+        assert_eq!(missed.iter().map(|e| e.id).collect::<Vec<_>>(), [1_001, 1_002]);
+        assert!(log.replay(1_002).0.is_empty());
+        // From before the first event: everything, and nothing is known to be missing.
+        let (all, complete) = log.replay(0);
+        assert_eq!(all.len(), 3);
+        assert!(!complete, "ids below the first are unknown to this log");
+        let (all, complete) = log.replay(999);
+        assert_eq!(all.len(), 3);
+        assert!(complete);
+    }
+
+    #[test]
+    fn the_ring_forgets_the_oldest_and_says_so() {
+        let log = EventLog::local(1);
+        for _ in 0..REPLAY + 10 {
+            log.publish(1, online("a"));
+        }
+        let (kept, complete) = log.replay(1);
+        assert!(!complete);
+        assert_eq!(kept.len(), REPLAY);
+        assert_eq!(kept.last().unwrap().id, (REPLAY + 10) as u64);
+    }
+
+    #[test]
+    fn shared_mode_delivers_each_database_event_once_in_id_order() {
+        let (log, mut writer) = EventLog::shared();
+        let mut rx = log.subscribe();
+        log.publish(3, online("a"));
+        // Published events go to the writer, not to subscribers…
+        assert_eq!(writer.try_recv().unwrap().1, online("a"));
+        assert!(rx.try_recv().is_err());
+        // …which get what the database returns, once, even if read twice.
+        let read = |id| Event {
+            id,
+            ts_ms: 3,
+            event: online("a"),
+        };
+        log.deliver(vec![read(7), read(8)]);
+        log.deliver(vec![read(8), read(9)]);
+        let ids: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok().map(|e| e.id)).collect();
+        assert_eq!(ids, [7, 8, 9]);
+        assert_eq!(log.last_id(), 9);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{Bus, GatewayEvent};
+use super::events::{EventLog, GatewayEvent};
 use super::liveness::{classify, Liveness};
 use super::storage::GatewayState;
 use crate::audit::Frontier;
@@ -33,7 +33,9 @@ pub struct Gateway {
     pub me: IdentityDocument,
     trust: crate::daemon::trust::TrustCache,
     pub metrics: Arc<Metrics>,
-    pub bus: Bus,
+    pub events: EventLog,
+    /// Shared state: the writer's end of the event log, taken by its task at start.
+    pub event_writer: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(u64, GatewayEvent)>>>,
     pub shutdown: CancellationToken,
     wake: Mutex<HashMap<String, Arc<Notify>>>,
     live: Mutex<HashMap<String, NodeLive>>,
@@ -69,6 +71,13 @@ impl Gateway {
         let skew_ms = cfg.max_clock_skew_s * 1000;
         let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
         let started_ms = state.now_ms();
+        let (events, event_writer) = if state.is_shared() {
+            let (log, rx) = EventLog::shared();
+            (log, Some(rx))
+        } else {
+            // Ids from the start time in microseconds: they keep growing across restarts.
+            (EventLog::local(started_ms.saturating_mul(1000)), None)
+        };
         Self {
             cfg: Arc::new(cfg),
             state,
@@ -76,7 +85,8 @@ impl Gateway {
             me,
             trust,
             metrics: Arc::new(Metrics::gateway()),
-            bus: Bus::new(),
+            events,
+            event_writer: Mutex::new(event_writer),
             shutdown,
             wake: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
@@ -107,7 +117,7 @@ impl Gateway {
     }
 
     pub fn publish(&self, ev: GatewayEvent) {
-        self.bus.publish(self.now_ms(), ev);
+        self.events.publish(self.now_ms(), ev);
     }
 
     /// Peers plus the gateway itself as an issuer, so tokens it minted (or an operator

@@ -53,17 +53,32 @@ pub async fn run(gw: Arc<Gateway>) {
 
 /// `WATCHDOG=1` only while the sweeper keeps completing passes; `STATUS=` with depth.
 /// Act on what other replicas commit (a database-backed state): wake the long-polls of
-/// a node whose queue changed; after a gap in the notices, wake every long-poll so each
-/// looks again. Returns at once for a state only this process writes.
+/// a node whose queue changed, feed subscribers the events every replica committed;
+/// after a gap in the notices, wake every long-poll so each looks again. Also looks for
+/// new events every [`TICK`] in case a notice was lost. Returns at once for a state
+/// only this process writes.
 pub async fn follow(gw: Arc<Gateway>) {
     let Some(mut rx) = gw.state.notices() else {
         return;
     };
     use super::storage::Notice;
     use tokio::sync::broadcast::error::RecvError;
+    // Start with the newest REPLAY events in memory, for subscribers that resume.
+    let mut after = loop {
+        match gw.state.append_events(Vec::new()).await {
+            Ok(newest) => break newest.saturating_sub(super::events::REPLAY as u64),
+            Err(e) => tracing::warn!(event = "events_unreadable", error = %e),
+        }
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(TICK) => {}
+        }
+    };
     loop {
+        after = read_events(&gw, after).await;
         let notice = tokio::select! {
             _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(TICK) => continue,
             n = rx.recv() => n,
         };
         match notice {
@@ -73,6 +88,94 @@ pub async fn follow(gw: Arc<Gateway>) {
             Err(RecvError::Closed) => return,
         }
     }
+}
+
+/// Deliver committed events after `after` to subscribers; returns the newest id read.
+async fn read_events(gw: &Gateway, mut after: u64) -> u64 {
+    use super::events::{Event, GatewayEvent};
+    loop {
+        let rows = match gw.state.events_after(after, 1000).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(event = "events_unreadable", error = %e);
+                return after;
+            }
+        };
+        let n = rows.len();
+        let mut events = Vec::with_capacity(n);
+        for (id, ts_ms, json) in rows {
+            after = after.max(id);
+            match serde_json::from_str::<GatewayEvent>(&json) {
+                Ok(event) => events.push(Event { id, ts_ms, event }),
+                Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
+            }
+        }
+        gw.events.deliver(events);
+        if n < 1000 {
+            return after;
+        }
+    }
+}
+
+/// Commit published events to the shared state in batches (one transaction for all
+/// that queued up meanwhile), retrying while the database is away. Returns at once for
+/// a state only this process writes.
+pub async fn write_events(gw: Arc<Gateway>) {
+    let Some(mut rx) = gw
+        .event_writer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    else {
+        return;
+    };
+    let mut pending: Vec<(u64, String)> = Vec::new();
+    loop {
+        if pending.is_empty() {
+            let first = tokio::select! {
+                _ = gw.shutdown.cancelled() => None,
+                e = rx.recv() => e,
+            };
+            match first {
+                Some(e) => pending.push(encode(e)),
+                None => {
+                    // Shutdown: what is already queued still goes out.
+                    while let Ok(e) = rx.try_recv() {
+                        pending.push(encode(e));
+                    }
+                    if !pending.is_empty() {
+                        let _ = gw.state.append_events(std::mem::take(&mut pending)).await;
+                    }
+                    return;
+                }
+            }
+        }
+        while pending.len() < 1000 {
+            match rx.try_recv() {
+                Ok(e) => pending.push(encode(e)),
+                Err(_) => break,
+            }
+        }
+        match gw.state.append_events(pending.clone()).await {
+            Ok(_) => pending.clear(),
+            Err(e) => {
+                tracing::warn!(event = "events_not_written", queued = pending.len(), error = %e);
+                if pending.len() > 100_000 {
+                    let drop = pending.len() - 100_000;
+                    pending.drain(..drop);
+                    tracing::warn!(event = "events_dropped", count = drop);
+                }
+                tokio::select! {
+                    _ = gw.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(TICK) => {}
+                }
+            }
+        }
+    }
+}
+
+fn encode((ts_ms, ev): (u64, super::events::GatewayEvent)) -> (u64, String) {
+    (ts_ms, serde_json::to_string(&ev).unwrap_or_default())
 }
 
 pub async fn watchdog(gw: Arc<Gateway>) {

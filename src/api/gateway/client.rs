@@ -153,7 +153,21 @@ pub async fn message(
 /// `GET /v1/events` (SSE).
 pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Response> {
     require(&gw, &headers, Need::Scope("read"))?;
-    Ok(super::events::sse_response(&gw.bus, gw.shutdown.clone()))
+    // A reconnecting EventSource sends the id of the last event it saw.
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let rx = gw.events.subscribe();
+    let backlog = match after {
+        Some(after) => super::events::backlog(&gw, after).await,
+        None => (Vec::new(), gw.events.last_id()),
+    };
+    Ok(super::events::sse_response(
+        rx,
+        backlog,
+        gw.shutdown.clone(),
+    ))
 }
 
 /// `GET /v1/nodes`.

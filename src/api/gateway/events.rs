@@ -8,31 +8,84 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::events::Bus;
+use crate::gateway::events::{Event, GatewayEvent};
+use crate::gateway::Gateway;
 
-/// The SSE response: a comment first (so clients see the stream is open), then events
-/// until the client goes away or the gateway shuts down (so graceful shutdown never
-/// waits on a dashboard).
-pub fn sse_response(bus: &Bus, shutdown: CancellationToken) -> Response {
-    let rx = bus.subscribe();
-    let first = Some(": outpost gateway events\n\n".to_string());
-    let stream = futures_util::stream::unfold(
-        (rx, shutdown, first),
-        |(mut rx, shutdown, first)| async move {
-            if let Some(f) = first {
-                return Some((Ok::<_, Infallible>(f), (rx, shutdown, None)));
-            }
-            let frame = tokio::select! {
-                _ = shutdown.cancelled() => return None,
-                r = rx.recv() => match r {
-                    Ok((ts, ev)) => ev.sse_frame(ts),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        format!("event: lagged\ndata: {{\"type\":\"lagged\",\"missed\":{n}}}\n\n")
+/// The events a subscriber resuming after `after` missed: from memory, or from the
+/// shared state when memory does not reach back that far. Frames first (a `lagged`
+/// frame when some are gone for good), then the id of the newest one.
+pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
+    let (mut kept, complete) = gw.events.replay(after);
+    let mut frames = Vec::new();
+    let mut last = after;
+    if !complete && gw.events.is_shared() {
+        match gw.state.events_after(after, crate::gateway::events::REPLAY).await {
+            Ok(rows) => {
+                for (id, ts_ms, json) in rows {
+                    match serde_json::from_str::<GatewayEvent>(&json) {
+                        Ok(event) => frames.push(Event { id, ts_ms, event }.sse_frame()),
+                        Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
                     }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                },
+                    last = last.max(id);
+                }
+                kept.retain(|e| e.id > last);
+            }
+            Err(e) => {
+                tracing::warn!(event = "events_replay_failed", error = %e);
+                frames.push(lagged_frame(None));
+            }
+        }
+    } else if !complete {
+        frames.push(lagged_frame(None));
+    }
+    for e in kept {
+        last = last.max(e.id);
+        frames.push(e.sse_frame());
+    }
+    (frames, last)
+}
+
+fn lagged_frame(missed: Option<u64>) -> String {
+    match missed {
+        Some(n) => format!("event: lagged\ndata: {{\"type\":\"lagged\",\"missed\":{n}}}\n\n"),
+        None => "event: lagged\ndata: {\"type\":\"lagged\",\"missed\":null}\n\n".to_string(),
+    }
+}
+
+/// The SSE response: a comment first (so clients see the stream is open), then the
+/// `backlog` a resuming client missed, then events as they happen (never one with an
+/// id already sent) until the client goes away or the gateway shuts down (so graceful
+/// shutdown never waits on a dashboard).
+/// `rx` must be subscribed before `backlog` was read, so nothing falls between them.
+pub fn sse_response(
+    rx: broadcast::Receiver<std::sync::Arc<Event>>,
+    backlog: (Vec<String>, u64),
+    shutdown: CancellationToken,
+) -> Response {
+    let (frames, last) = backlog;
+    let mut first = vec![": outpost gateway events\n\n".to_string()];
+    first.extend(frames);
+    let stream = futures_util::stream::unfold(
+        (rx, shutdown, first.into_iter(), last),
+        |(mut rx, shutdown, mut first, mut last)| async move {
+            if let Some(f) = first.next() {
+                return Some((Ok::<_, Infallible>(f), (rx, shutdown, first, last)));
+            }
+            let frame = loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    r = rx.recv() => match r {
+                        Ok(e) if e.id <= last => continue,
+                        Ok(e) => {
+                            last = e.id;
+                            break e.sse_frame();
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => break lagged_frame(Some(n)),
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    },
+                }
             };
-            Some((Ok(frame), (rx, shutdown, None)))
+            Some((Ok(frame), (rx, shutdown, first, last)))
         },
     );
     let mut resp = Body::from_stream(stream).into_response();
@@ -48,18 +101,18 @@ pub fn sse_response(bus: &Bus, shutdown: CancellationToken) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::events::GatewayEvent;
+    use crate::gateway::events::EventLog;
 
     #[tokio::test]
     async fn stream_ends_on_shutdown() {
         use futures_util::StreamExt;
-        let bus = Bus::new();
+        let log = EventLog::local(1);
         let stop = CancellationToken::new();
-        let resp = sse_response(&bus, stop.clone());
+        let resp = sse_response(log.subscribe(), (Vec::new(), 0), stop.clone());
         let mut body = resp.into_body().into_data_stream();
         let first = body.next().await.unwrap().unwrap();
         assert!(first.starts_with(b": outpost"));
-        bus.publish(
+        log.publish(
             1,
             GatewayEvent::NodeOnline {
                 node_id: "node:a".into(),

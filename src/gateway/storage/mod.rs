@@ -274,6 +274,23 @@ pub trait GatewayState: Send + Sync {
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
 
+    /// True when other processes (replicas) share this state: events then live in it
+    /// ([`Self::append_events`], [`Self::events_after`]).
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Commit events (`(ts_ms, event as JSON)`), assigning ids in commit order across
+    /// replicas; returns the newest id. Only called on a shared state.
+    fn append_events(&self, _events: Vec<(u64, String)>) -> Fut<'_, u64> {
+        Box::pin(async { Err(StateError::Unavailable("events are kept in memory".into())) })
+    }
+
+    /// Committed events after `after`, oldest first: `(id, ts_ms, event as JSON)`.
+    fn events_after(&self, _after: u64, _limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// What other replicas commit, as it happens; `None` for a state only this process
     /// writes.
     fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {

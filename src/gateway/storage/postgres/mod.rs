@@ -41,6 +41,10 @@ use pool::Pool;
 /// (the node acknowledges within a second or two; a replica that died mid-pull leaves
 /// its lease behind, which this bounds).
 pub const LEASE_MS: u64 = 10_000;
+/// Key of the advisory lock under which events get their ids.
+const EVENTS_LOCK: i64 = 0x6f75_7470_6f73_7402;
+/// How long events are kept for dashboards that resume.
+pub const EVENTS_KEEP_MS: u64 = 24 * 3600 * 1000;
 /// How long a finished message's status (and its id, for duplicates) is kept.
 pub const STATUS_KEEP_MS: u64 = 7 * 24 * 3600 * 1000;
 
@@ -525,6 +529,64 @@ impl GatewayState for Postgres {
 
     fn first_use<'a>(&'a self, signature: &'a [u8; 64], keep_until_ms: u64) -> Fut<'a, bool> {
         Box::pin(async move { self.first_use_now(signature, keep_until_ms).await })
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, u64> {
+        Box::pin(async move {
+            let mut c = self.pool.get().await?;
+            let tx = c.transaction().await.map_err(unavailable)?;
+            // Ids in commit order across replicas: one appender at a time.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])
+                .await
+                .map_err(unavailable)?;
+            let newest: i64 = tx
+                .query_one("SELECT coalesce(max(id), 0) FROM events", &[])
+                .await
+                .map_err(unavailable)?
+                .get(0);
+            if events.is_empty() {
+                return Ok(u(newest));
+            }
+            let ts: Vec<i64> = events.iter().map(|(t, _)| i(*t)).collect();
+            let json: Vec<&str> = events.iter().map(|(_, j)| j.as_str()).collect();
+            tx.execute(
+                "INSERT INTO events (id, ts_ms, event)
+                 SELECT $1 + n, t, e FROM unnest($2::bigint[], $3::text[]) WITH ORDINALITY AS x(t, e, n)",
+                &[&newest, &ts, &json],
+            )
+            .await
+            .map_err(unavailable)?;
+            let last = newest + events.len() as i64;
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&listen::CH_EVENTS, &last.to_string()],
+            )
+            .await
+            .map_err(unavailable)?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(u(last))
+        })
+    }
+
+    fn events_after(&self, after: u64, limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let rows = c
+                .query(
+                    "SELECT id, ts_ms, event FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+                    &[&i(after), &(limit as i64)],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (u(r.get(0)), u(r.get(1)), r.get(2)))
+                .collect())
+        })
     }
 
     fn notices(&self) -> Option<broadcast::Receiver<Notice>> {

@@ -511,6 +511,13 @@ pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
             .await
             .map_err(unavailable)?;
     }
+    c.execute(
+        "DELETE FROM events WHERE id IN (
+             SELECT id FROM events WHERE ts_ms <= $1 ORDER BY id LIMIT $2)",
+        &[&i(pg.now_ms().saturating_sub(super::EVENTS_KEEP_MS)), &SWEEP_LIMIT],
+    )
+    .await
+    .map_err(unavailable)?;
     Ok(rows
         .into_iter()
         .map(|r| ExpiredMessage {
