@@ -346,12 +346,18 @@ fn newest_debian_bin(usable: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
 
 /// `Some((nobody, nogroup))` when running as root, None otherwise.
 fn unprivileged_user() -> Option<(u32, u32)> {
+    // Looked up once: getpwnam/getgrnam share static buffers between threads.
+    static RUN_AS: OnceLock<Option<(u32, u32)>> = OnceLock::new();
+    *RUN_AS.get_or_init(lookup_nobody)
+}
+
+fn lookup_nobody() -> Option<(u32, u32)> {
     // SAFETY: geteuid(2) cannot fail and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }
-    // SAFETY: NUL-terminated names; the returned records are read at once, before any
-    // other getpw*/getgr* call could reuse them.
+    // SAFETY: NUL-terminated names; the records are read at once, and only this
+    // once-only lookup calls getpw*/getgr* in the test process.
     unsafe {
         let pw = libc::getpwnam(c"nobody".as_ptr());
         assert!(
@@ -428,7 +434,12 @@ fn shared_cluster_does_not_run_as_root() {
     use std::os::unix::fs::MetadataExt;
     let uid = std::fs::metadata(format!("/proc/{pid}")).unwrap().uid();
     match unprivileged_user() {
-        Some((nobody, _)) => assert_eq!(uid, nobody, "server must run as nobody under root"),
+        Some((nobody, _)) => {
+            assert_eq!(uid, nobody, "server must run as nobody under root");
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+            assert_eq!(groups.trim(), "Groups:", "root's supplementary groups kept");
+        }
         // SAFETY: geteuid(2) cannot fail.
         None => assert_eq!(uid, unsafe { libc::geteuid() }),
     }
