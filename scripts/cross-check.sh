@@ -2,6 +2,8 @@
 # Prove the ARM build without Docker (the way `cross` would, see Cross.toml and
 # docs/INSTALL.md): Debian's rustc-web 1.85 (which is also our MSRV), Debian's prebuilt
 # standard library for the target, the GNU cross linker and qemu-user to run tests.
+# Every ARM build is the device's node binary: `--no-default-features`, so it carries no
+# PostgreSQL client (the `postgres` feature is for x86 gateways, docs/INSTALL.md).
 #
 # Usage: scripts/cross-check.sh [--setup-only] [--no-setup]
 #   env SMOKE_FILTERS  libtest filters run under qemu (default below; "" = whole lib suite)
@@ -27,6 +29,8 @@ SMOKE_TESTS="${SMOKE_TESTS-}"
 SMOKE_SKIPS="${SMOKE_SKIPS-store::tests::crash store::tests::rss}"
 CROSS_ARMV7="${CROSS_ARMV7-1}"
 TARGET_DIR="${CROSS_TARGET_DIR:-target/cross}"
+# The device build: no `postgres` (gateway-only) feature.
+FEATURES=(--no-default-features)
 APT=(apt-get -o DPkg::Lock::Timeout=300 -y --no-install-recommends)
 export DEBIAN_FRONTEND=noninteractive
 
@@ -35,7 +39,7 @@ for arg in "$@"; do
   case "$arg" in
     --setup-only) build=0 ;;
     --no-setup) setup=0 ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 64 ;;
   esac
 done
@@ -107,9 +111,18 @@ check_arch() {
   export "AR_${rtarget//-/_}=$gnu-ar"
   export "CARGO_TARGET_${TGT}_RUNNER=$qemu -L /usr/$gnu"
 
+  log "[$arch] device dependency graph: no PostgreSQL client"
+  local deps
+  deps=$(cargo tree --locked "${FEATURES[@]}" --target "$rtarget" -e normal --prefix none)
+  if grep -E '^(tokio-)?postgres' <<<"$deps"; then
+    echo "cross-check: the $rtarget node build pulls in the crates above (feature postgres?)" >&2
+    exit 1
+  fi
+  echo "none"
+
   log "[$arch] $(/usr/bin/rustc --version) — release build for $rtarget ($(elapsed))"
   local s=$SECONDS
-  cargo build --locked --release --target "$rtarget" --target-dir "$TARGET_DIR" --bin outpost
+  cargo build --locked "${FEATURES[@]}" --release --target "$rtarget" --target-dir "$TARGET_DIR" --bin outpost
   echo "release build: $((SECONDS - s))s"
   local bin="$TARGET_DIR/$rtarget/release/outpost"
   file "$bin"
@@ -127,21 +140,21 @@ check_arch() {
   fi
   log "[$arch] building test binaries ($(elapsed))"
   s=$SECONDS
-  cargo test --locked --target "$rtarget" --target-dir "$TARGET_DIR" --lib --no-run
+  cargo test --locked "${FEATURES[@]}" --target "$rtarget" --target-dir "$TARGET_DIR" --lib --no-run
   echo "test build: $((SECONDS - s))s"
   log "[$arch] lib tests under $qemu, filters: ${SMOKE_FILTERS:-<all>}"
   s=$SECONDS
   local skips=() k
   for k in $SMOKE_SKIPS; do skips+=(--skip "$k"); done
   # shellcheck disable=SC2086 # filters are a word list on purpose
-  cargo test --locked --target "$rtarget" --target-dir "$TARGET_DIR" --lib -- $SMOKE_FILTERS "${skips[@]}"
+  cargo test --locked "${FEATURES[@]}" --target "$rtarget" --target-dir "$TARGET_DIR" --lib -- $SMOKE_FILTERS "${skips[@]}"
   echo "lib tests under qemu: $((SECONDS - s))s"
   local t
   for t in $SMOKE_TESTS; do
     if [ -f "tests/$t.rs" ] || [ -f "tests/$t/main.rs" ]; then
       log "[$arch] integration test $t under $qemu"
       s=$SECONDS
-      cargo test --locked --target "$rtarget" --target-dir "$TARGET_DIR" --test "$t"
+      cargo test --locked "${FEATURES[@]}" --target "$rtarget" --target-dir "$TARGET_DIR" --test "$t"
       echo "$t under qemu: $((SECONDS - s))s"
     else
       echo "(integration test tests/$t.rs not present; skipped)"

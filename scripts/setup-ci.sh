@@ -6,6 +6,9 @@
 #          iproute2 + curl (the off-loopback metrics test's network namespaces), mount (disk-full tmpfs),
 #          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim),
 #          nftables + faketime (the fault harness, scripts/chaos.py: packet faults, clock steps)
+#          postgresql, when no /usr/lib/postgresql/*/bin/initdb (the gateway's PostgreSQL tests
+#          start their own clusters from those binaries, tests/it/pg.rs; the package is
+#          installed with create_main_cluster = false, so no system cluster is made or started)
 #   pip:   oelint-adv (Yocto recipe linter), schemathesis (fuzzes both daemons' APIs against
 #          their /openapi.json: scripts/schemathesis.sh) and cryptography (its hook signs
 #          the gateway's node-facing requests with Ed25519)
@@ -23,16 +26,40 @@ export DEBIAN_FRONTEND=noninteractive
 t0=$SECONDS
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+apt_updated=0
+apt_update() {
+  if [ "$apt_updated" -eq 0 ]; then
+    as_root apt-get -o DPkg::Lock::Timeout=300 update -q || true
+    apt_updated=1
+  fi
+}
+APT_INSTALL=(apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends)
+
 need_apt=()
 for pair in cc:gcc shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount nft:nftables faketime:faketime; do
   command -v "${pair%%:*}" >/dev/null || need_apt+=("${pair#*:}")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "==> apt-get install ${need_apt[*]}"
-  as_root apt-get -o DPkg::Lock::Timeout=300 update -q || true
-  as_root apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${need_apt[@]}"
+  apt_update
+  as_root "${APT_INSTALL[@]}" "${need_apt[@]}"
 else
   echo "==> apt tools present (skip)"
+fi
+
+if compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  echo "==> PostgreSQL server binaries present (skip)"
+else
+  echo "==> apt-get install postgresql (server binaries only: no main cluster)"
+  apt_update
+  # postgresql-common first, so its createcluster.conf can say "no main cluster" before
+  # the server package's postinst would create and start one on 5432.
+  as_root "${APT_INSTALL[@]}" postgresql-common
+  as_root sed -i -E 's/^#?[[:space:]]*create_main_cluster[[:space:]]*=.*/create_main_cluster = false/' \
+    /etc/postgresql-common/createcluster.conf
+  as_root "${APT_INSTALL[@]}" postgresql
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+    || { echo "setup-ci: postgresql installed but no /usr/lib/postgresql/*/bin/initdb" >&2; exit 1; }
 fi
 
 if python3 -m pip show oelint-adv 2>/dev/null | grep -qx "Version: $OELINT_ADV_VERSION"; then

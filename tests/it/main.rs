@@ -18,6 +18,7 @@ mod netns;
 mod newcomer;
 mod node;
 mod openapi;
+mod pg;
 mod powercut;
 /// The power-cut shim's Rust side, shared with the store's own power-cut test (which
 /// uses parts of it these tests do not).

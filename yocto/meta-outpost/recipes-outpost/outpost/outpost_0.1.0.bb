@@ -22,6 +22,10 @@ require ${BPN}-crates.inc
 
 # Only the daemon binary; the crate also has dev-only targets.
 CARGO_BUILD_FLAGS += "--bin outpost"
+# The device's node binary: without the default `postgres` feature (the gateway's
+# database backend), so no PostgreSQL client is built in. The crate list below still
+# names its crates: cargo resolves the whole Cargo.lock offline (--frozen).
+CARGO_BUILD_FLAGS += "--no-default-features"
 
 USERADD_PACKAGES = "${PN}"
 USERADD_PARAM:${PN} = "--system --user-group --home-dir ${localstatedir}/lib/outpost \
