@@ -56,26 +56,25 @@ pub async fn pull(
     });
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);
+    // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
+    // at another replica): they answer empty now, and never hand out what this one does.
+    let pull = gw.state.begin_pull(node).await?;
+    gw.wake_node(node);
     let batch: PullBatch = loop {
-        // Register interest before looking, so a message queued between the look and
-        // the wait still wakes us.
         let notified = waker.notified();
-        let batch = gw.state.take_batch(node, max, PULL_BUDGET_BYTES).await?;
-        if !batch.deliveries.is_empty() || tokio::time::Instant::now() >= deadline {
+        let batch = gw
+            .state
+            .take_batch(node, pull, max, PULL_BUDGET_BYTES)
+            .await?;
+        if !batch.deliveries.is_empty()
+            || batch.superseded
+            || tokio::time::Instant::now() >= deadline
+        {
             break batch;
         }
-        // The head is handed out to another pull until `retry_at_ms`: look again then
-        // (or when an ack or a new message wakes us), never later than the deadline.
-        let wake_at = match batch.retry_at_ms {
-            Some(at) => deadline.min(
-                tokio::time::Instant::now()
-                    + Duration::from_millis(at.saturating_sub(gw.now_ms()).max(1)),
-            ),
-            None => deadline,
-        };
         tokio::select! {
             _ = notified => {}
-            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
             _ = gw.shutdown.cancelled() => break batch,
         }
     };

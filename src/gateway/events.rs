@@ -216,7 +216,9 @@ impl EventLog {
     /// reaches back that far (false: some were dropped from the ring).
     pub fn replay(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
         let ring = self.ring();
-        let complete = ring.front().is_some_and(|f| f.id <= after.saturating_add(1))
+        let complete = ring
+            .front()
+            .is_some_and(|f| f.id <= after.saturating_add(1))
             || ring.is_empty();
         (
             ring.iter()
@@ -273,7 +275,10 @@ mod log_tests {
         assert_eq!(ids, [1_000, 1_001, 1_002]);
         let (missed, complete) = log.replay(1_000);
         assert!(complete);
-        assert_eq!(missed.iter().map(|e| e.id).collect::<Vec<_>>(), [1_001, 1_002]);
+        assert_eq!(
+            missed.iter().map(|e| e.id).collect::<Vec<_>>(),
+            [1_001, 1_002]
+        );
         assert!(log.replay(1_002).0.is_empty());
         // From before the first event: everything, and nothing is known to be missing.
         let (all, complete) = log.replay(0);

@@ -94,6 +94,10 @@ async fn a_node_moves_to_the_replica_that_answers_and_back() {
     listen_on(&b, port_b);
     std::fs::remove_dir_all(b.data()).unwrap();
     copy_dir(&a.data(), &b.data());
+    // On PostgreSQL the replicas share one database (the state is not in the data dir).
+    if let Some(url) = &a.db {
+        Home::use_database(b.dir.path(), url);
+    }
     let admin = a.token("gateway:main", &["admin"], "1h");
     let node_admin = node.token("node:f1", &["admin"], "1h");
 

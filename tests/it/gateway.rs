@@ -76,6 +76,7 @@ impl Fixture {
     }
 
     /// A signed request like [`Fixture::signed`]; `None` if the gateway did not answer.
+    #[allow(dead_code)] // used by the power-cut suite, which the `gateway_pg` binary leaves out
     pub async fn try_signed(
         &self,
         method: &str,
@@ -635,6 +636,12 @@ async fn a_gateway_job_id_never_routes_a_result_to_another_caller() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gateway_metrics_need_read_off_loopback_and_count_requests() {
     use crate::netns::NetPair;
+    if crate::GATEWAY_ENGINE == "postgres" {
+        // What it checks is the HTTP edge, not the state; and the gateway runs in a
+        // namespace of its own, where the test's database on loopback is out of reach.
+        eprintln!("SKIPPED: off-loopback metrics run on the embedded engine only");
+        return;
+    }
     let Some(net) = NetPair::new() else { return };
     let home = Home::init("gateway", "gateway:main", "[api]\nlisten = \"0.0.0.0:0\"\n");
     let gw = home.start_wrapped(&NetPair::prefix(&net.a), &[]);

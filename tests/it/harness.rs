@@ -61,6 +61,8 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
 pub struct Home {
     pub dir: tempfile::TempDir,
     pub node_id: String,
+    /// The database URL of a gateway on PostgreSQL (the `pg` suite), else `None`.
+    pub db: Option<String>,
 }
 
 impl Home {
@@ -88,10 +90,26 @@ impl Home {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("50-test.toml"), extra_toml).unwrap();
         }
+        let db = (role == "gateway" && crate::GATEWAY_ENGINE == "postgres")
+            .then(crate::pg::PgCluster::shared)
+            .flatten()
+            .map(|pg| pg.create_database());
+        if let Some(url) = &db {
+            Self::use_database(dir.path(), url);
+        }
         Home {
             dir,
             node_id: node_id.to_string(),
+            db,
         }
+    }
+
+    /// A gateway home whose state is the PostgreSQL database at `url` (a replica of
+    /// every other home using the same database, once it has the same keys).
+    pub fn use_database(dir: &Path, url: &str) {
+        let d = dir.join("outpost.d");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("40-store.toml"), crate::pg::store_toml(url)).unwrap();
     }
 
     pub fn config(&self) -> PathBuf {

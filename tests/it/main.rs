@@ -4,6 +4,10 @@
 // the daemon's logic, not for a test harness.
 #![allow(clippy::disallowed_methods)]
 
+/// The engine gateways in this binary run on; the `gateway_pg` test binary runs the
+/// gateway suites again with "postgres" (one suite, two engines).
+pub const GATEWAY_ENGINE: &str = "embedded";
+
 mod audit;
 mod demo;
 mod diskfull;

@@ -19,7 +19,11 @@ pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
     let mut frames = Vec::new();
     let mut last = after;
     if !complete && gw.events.is_shared() {
-        match gw.state.events_after(after, crate::gateway::events::REPLAY).await {
+        match gw
+            .state
+            .events_after(after, crate::gateway::events::REPLAY)
+            .await
+        {
             Ok(rows) => {
                 for (id, ts_ms, json) in rows {
                     match serde_json::from_str::<GatewayEvent>(&json) {

@@ -30,6 +30,8 @@ pub struct Embedded {
     store: Store,
     /// Serialises revocations so two never take the same version.
     revoking: tokio::sync::Mutex<()>,
+    /// The newest pull number per node (see `begin_pull`).
+    pulls: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Embedded {
@@ -37,6 +39,7 @@ impl Embedded {
         Self {
             store,
             revoking: tokio::sync::Mutex::new(()),
+            pulls: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -207,8 +210,36 @@ impl GatewayState for Embedded {
         })
     }
 
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize, max_bytes: usize) -> Fut<'a, PullBatch> {
+    fn begin_pull<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
         Box::pin(async move {
+            let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
+            let n = pulls.entry(node.to_string()).or_insert(0);
+            *n += 1;
+            Ok(*n)
+        })
+    }
+
+    fn take_batch<'a>(
+        &'a self,
+        node: &'a str,
+        pull: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Fut<'a, PullBatch> {
+        Box::pin(async move {
+            let newest = self
+                .pulls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(node)
+                .copied()
+                .unwrap_or(0);
+            if pull < newest {
+                return Ok(PullBatch {
+                    superseded: true,
+                    ..PullBatch::default()
+                });
+            }
             let mut batch = self.store.next_batch(Q_NODE, node, max, self.now_ms())?;
             let mut bytes = 0usize;
             let fits = batch
@@ -234,7 +265,7 @@ impl GatewayState for Embedded {
                     })
                     .collect(),
                 pending,
-                retry_at_ms: None,
+                superseded: false,
             })
         })
     }

@@ -11,8 +11,11 @@
 //! - A future that resolves `Ok` has made its write durable (fsynced, or committed by
 //!   the database). Nothing is acknowledged to a caller before that.
 //! - Per node, [`GatewayState::take_batch`] hands out messages in the order they were
-//!   queued (priority first, then arrival), never one that expired, and never one
-//!   already handed out and not yet acknowledged or retried.
+//!   queued (priority first, then arrival), never one that expired. What is not
+//!   acknowledged is handed out again by the node's next pull (the node deduplicates).
+//! - A node has one pull at a time: [`GatewayState::begin_pull`] supersedes the node's
+//!   earlier pulls, at whichever replica they are held, and a superseded pull hands
+//!   out nothing more — so two pulls never hand the same message out concurrently.
 //! - [`GatewayState::queue_command`] stores a job binding and its command in one
 //!   transaction: either both exist afterwards or neither.
 //! - Ids are unique per gateway: a second message with a known id is
@@ -113,10 +116,9 @@ pub struct Delivery {
 pub struct PullBatch {
     pub deliveries: Vec<Delivery>,
     pub pending: u64,
-    /// Nothing was handed out because the head of the queue is handed out to another
-    /// pull until then (database-backed replicas lease what they hand out): a
-    /// long-poll looks again at that time.
-    pub retry_at_ms: Option<u64>,
+    /// Nothing was handed out: a newer pull of the same node began (see
+    /// [`GatewayState::begin_pull`]); this one answers empty at once.
+    pub superseded: bool,
 }
 
 /// A node's ack: ids it received, and ids it refused with its code.
@@ -229,9 +231,20 @@ pub trait GatewayState: Send + Sync {
     /// An envelope id a node uploaded before (a result or an inbox message).
     fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool>;
 
+    /// A pull of `node` begins: returns its number, which supersedes every earlier
+    /// pull of the node (their next [`Self::take_batch`] is `superseded`), and wakes
+    /// them so they answer at once.
+    fn begin_pull<'a>(&'a self, node: &'a str) -> Fut<'a, u64>;
     /// Up to `max` messages for `node` and about `max_bytes` of envelopes (always at
-    /// least one), marked as being delivered.
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize, max_bytes: usize) -> Fut<'a, PullBatch>;
+    /// least one), marked as being delivered — unless pull number `pull` was
+    /// superseded.
+    fn take_batch<'a>(
+        &'a self,
+        node: &'a str,
+        pull: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Fut<'a, PullBatch>;
     /// Remove what the node acknowledged; returns the ids that were removed (an id
     /// acknowledged twice is removed once).
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>>;

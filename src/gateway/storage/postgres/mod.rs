@@ -8,9 +8,10 @@
 //! - FIFO per node: enqueues and pulls of one recipient serialise on a transaction
 //!   advisory lock keyed by the recipient, so sequence order is commit order and two
 //!   pulls never take the same message.
-//! - A pull leases what it hands out ([`LEASE_MS`]); a message under lease is not handed
-//!   out again until the lease ends (a replica that died mid-pull), and a pull whose
-//!   head is leased hands out nothing rather than overtaking it.
+//! - A node has one pull at a time: each pull takes the next number of the node's row
+//!   in `node_pulls`, which supersedes older pulls held at any replica (they answer
+//!   empty). What is not acknowledged is handed out again by the next pull, as the
+//!   protocol says; the node deduplicates by message id.
 //! - Every commit that makes something new to pull, and every ack, is announced with
 //!   `NOTIFY` ([`listen`]), so a long-poll held at any replica wakes at once.
 //! - Sweeps delete with `RETURNING`: each expired message is reported by exactly one
@@ -27,6 +28,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
 
+use super::Notice;
 use super::{
     AuditExtension, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord, NewJob,
     NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Upload,
@@ -34,13 +36,10 @@ use super::{
 use crate::config::PostgresConfig;
 use crate::envelope::{IdentityDocument, Rights, TrustStore};
 use crate::store::{ExpiredMessage, MessageStatus, QueueStat, StoreError};
-use super::Notice;
 use pool::Pool;
 
-/// How long a pulled message stays handed out before another pull may take it again
-/// (the node acknowledges within a second or two; a replica that died mid-pull leaves
-/// its lease behind, which this bounds).
-pub const LEASE_MS: u64 = 10_000;
+/// How long a pulled message shows as `delivering` (until acknowledged or pulled again).
+pub const LEASE_MS: u64 = 30_000;
 /// Key of the advisory lock under which events get their ids.
 const EVENTS_LOCK: i64 = 0x6f75_7470_6f73_7402;
 /// How long events are kept for dashboards that resume.
@@ -225,7 +224,11 @@ impl Postgres {
     }
 
     /// Record a node request's signature; false when any replica saw it before.
-    async fn first_use_now(&self, signature: &[u8; 64], keep_until_ms: u64) -> Result<bool, StateError> {
+    async fn first_use_now(
+        &self,
+        signature: &[u8; 64],
+        keep_until_ms: u64,
+    ) -> Result<bool, StateError> {
         let c = self.pool.get().await?;
         let sig: String = signature.iter().map(|b| format!("{b:02x}")).collect();
         let n = c
@@ -325,8 +328,18 @@ impl GatewayState for Postgres {
         })
     }
 
-    fn take_batch<'a>(&'a self, node: &'a str, max: usize, max_bytes: usize) -> Fut<'a, PullBatch> {
-        Box::pin(async move { queue::take_batch(self, node, max, max_bytes).await })
+    fn begin_pull<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
+        Box::pin(async move { queue::begin_pull(self, node).await })
+    }
+
+    fn take_batch<'a>(
+        &'a self,
+        node: &'a str,
+        pull: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Fut<'a, PullBatch> {
+        Box::pin(async move { queue::take_batch(self, node, pull, max, max_bytes).await })
     }
 
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>> {

@@ -83,9 +83,7 @@ impl Pool {
     pub async fn get(&self) -> Result<Conn<'_>, StateError> {
         let slot = tokio::time::timeout(ACQUIRE_TIMEOUT, self.slots.acquire())
             .await
-            .map_err(|_| {
-                StateError::Unavailable("no database connection free within 5 s".into())
-            })?
+            .map_err(|_| StateError::Unavailable("no database connection free within 5 s".into()))?
             .map_err(|_| StateError::Unavailable("the pool is closed".into()))?;
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -125,8 +123,7 @@ impl Pool {
                 .map_err(|_| StateError::Unavailable("connecting to PostgreSQL timed out".into()))?
                 .map_err(super::unavailable)?;
         tokio::spawn(async move {
-            let mut messages =
-                futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+            let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
             use futures_util::StreamExt;
             while let Some(m) = messages.next().await {
                 match m {

@@ -10,9 +10,7 @@ use super::super::{
 use super::{i, listen, u, unavailable, Postgres, LEASE_MS, STATUS_KEEP_MS};
 use crate::store::{ExpiredMessage, MessageState, MessageStatus, QueueStat, StoreError};
 
-pub use crate::store::names::{
-    Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS,
-};
+pub use crate::store::names::{Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS};
 
 /// The most an expiry sweep or prune removes in one transaction.
 const SWEEP_LIMIT: i64 = 10_000;
@@ -194,7 +192,13 @@ pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Qu
                 )
                 .await
                 .map_err(unavailable)?;
-                remember(&tx, SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms).await?;
+                remember(
+                    &tx,
+                    SCOPE_RESULTS,
+                    &r.result_message_id,
+                    r.remember_until_ms,
+                )
+                .await?;
                 out.push(Queued::Queued);
             }
             Upload::Inbox(m) => {
@@ -233,9 +237,31 @@ async fn inbox_insert(
     .await
 }
 
+pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    let n: i64 = tx
+        .query_one(
+            "INSERT INTO node_pulls (node_id, pull) VALUES ($1, 1)
+             ON CONFLICT (node_id) DO UPDATE SET pull = node_pulls.pull + 1
+             RETURNING pull",
+            &[&node],
+        )
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    // Wake the node's pulls held at other replicas: they find themselves superseded.
+    tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_QUEUED, &node])
+        .await
+        .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(u(n))
+}
+
 pub async fn take_batch(
     pg: &Postgres,
     node: &str,
+    pull: u64,
     max: usize,
     max_bytes: usize,
 ) -> Result<PullBatch, StateError> {
@@ -243,9 +269,20 @@ pub async fn take_batch(
     let mut c = pg.pool.get().await?;
     let tx = c.transaction().await.map_err(unavailable)?;
     lock_recipient(&tx, Q_NODE, node).await?;
+    let newest: Option<i64> = tx
+        .query_opt("SELECT pull FROM node_pulls WHERE node_id = $1", &[&node])
+        .await
+        .map_err(unavailable)?
+        .map(|r| r.get(0));
+    if newest.is_some_and(|n| u(n) > pull) {
+        return Ok(PullBatch {
+            superseded: true,
+            ..PullBatch::default()
+        });
+    }
     let rows = tx
         .query(
-            "SELECT seq, message_id, body, lease_until_ms FROM messages
+            "SELECT seq, message_id, body FROM messages
              WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
              ORDER BY priority DESC, seq LIMIT $4",
             &[&Q_NODE, &node, &i(now), &(max.max(1) as i64)],
@@ -255,16 +292,7 @@ pub async fn take_batch(
     let mut deliveries = Vec::new();
     let mut seqs: Vec<i64> = Vec::new();
     let mut bytes = 0usize;
-    let mut retry_at_ms = None;
     for r in rows {
-        let lease: i64 = r.get(3);
-        if u(lease) > now {
-            // Handed out by another pull that has not been acknowledged: never overtake.
-            if deliveries.is_empty() {
-                retry_at_ms = Some(u(lease));
-            }
-            break;
-        }
         let body: Vec<u8> = r.get(2);
         bytes += body.len();
         if bytes > max_bytes && !deliveries.is_empty() {
@@ -297,7 +325,7 @@ pub async fn take_batch(
     Ok(PullBatch {
         deliveries,
         pending: u(pending),
-        retry_at_ms,
+        superseded: false,
     })
 }
 
@@ -405,7 +433,11 @@ fn state_of(s: &str) -> Result<MessageState, StateError> {
         "expired" => MessageState::Expired,
         "dead" => MessageState::Dead,
         "rejected" => MessageState::Rejected,
-        other => return Err(StateError::Corrupt(format!("message_status.state {other:?}"))),
+        other => {
+            return Err(StateError::Corrupt(format!(
+                "message_status.state {other:?}"
+            )))
+        }
     })
 }
 
@@ -514,7 +546,10 @@ pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
     c.execute(
         "DELETE FROM events WHERE id IN (
              SELECT id FROM events WHERE ts_ms <= $1 ORDER BY id LIMIT $2)",
-        &[&i(pg.now_ms().saturating_sub(super::EVENTS_KEEP_MS)), &SWEEP_LIMIT],
+        &[
+            &i(pg.now_ms().saturating_sub(super::EVENTS_KEEP_MS)),
+            &SWEEP_LIMIT,
+        ],
     )
     .await
     .map_err(unavailable)?;

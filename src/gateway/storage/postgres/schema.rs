@@ -112,6 +112,12 @@ CREATE TABLE seen_signatures (
 );
 CREATE INDEX seen_signatures_keep ON seen_signatures (keep_until_ms);
 
+-- The newest pull of each node: it supersedes older pulls held at any replica.
+CREATE TABLE node_pulls (
+    node_id text   PRIMARY KEY,
+    pull    bigint NOT NULL
+);
+
 -- Liveness: when each node was last heard from, through any replica.
 CREATE TABLE nodes (
     node_id      text    PRIMARY KEY,

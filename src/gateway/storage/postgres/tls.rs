@@ -22,8 +22,8 @@ pub fn connector(ca_file: Option<&Path>) -> Result<Connector, String> {
         None => Some(PathBuf::from(SYSTEM_BUNDLE)).filter(|p| p.exists()),
     };
     if let Some(p) = &path {
-        let certs = CertificateDer::pem_file_iter(p)
-            .map_err(|e| format!("{}: {e}", p.display()))?;
+        let certs =
+            CertificateDer::pem_file_iter(p).map_err(|e| format!("{}: {e}", p.display()))?;
         for c in certs {
             let c = c.map_err(|e| format!("{}: {e}", p.display()))?;
             // A bundle may hold certificates rustls cannot use; skip those.
