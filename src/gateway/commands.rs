@@ -108,6 +108,7 @@ async fn seal_and_queue(
         payload_type,
         params.expires_at_ms,
     );
+    gw.events_committed().await;
     Ok(params.expires_at_ms)
 }
 
@@ -147,6 +148,37 @@ pub async fn result_of(gw: &Gateway, message_id: &str) -> Result<Option<Value>, 
 
 /// A tool call from `subject` (the caller's token subject): bound to its job id, queued
 /// once, answered from the node's result when it arrives within `wait`.
+/// The caller's job id is already bound: the same call again is answered from it (its
+/// result, or that it is queued); another tool or other arguments is a conflict.
+async fn existing_job(
+    gw: &Gateway,
+    rec: JobRecord,
+    tool_name: &str,
+    args_sha: &str,
+    job_id: String,
+    doc_node_id: &str,
+) -> Result<ToolCallOutcome, GatewayError> {
+    if rec.tool_name != tool_name || rec.args_sha256 != args_sha {
+        return Err(GatewayError::JobConflict(format!(
+            "job_id {job_id:?} was already used by this caller for {} with other \
+                 arguments or another tool; nothing was queued",
+            doc_node_id
+        )));
+    }
+    // The same job again: answer what is known of it, queue nothing.
+    Ok(match result_of(gw, &rec.message_id).await? {
+        Some(result) => ToolCallOutcome::Answered {
+            message_id: rec.message_id,
+            tool_name: tool_name.to_string(),
+            result,
+        },
+        None => ToolCallOutcome::Queued {
+            message_id: rec.message_id,
+            job_id,
+        },
+    })
+}
+
 pub async fn tool_call(
     gw: &Gateway,
     subject: &str,
@@ -177,25 +209,7 @@ pub async fn tool_call(
     let args_sha = crate::audit::sha256_hex(&args);
     let held = gw.job_locks.lock(&key).await;
     if let Some(rec) = gw.state.job(&key).await? {
-        if rec.tool_name != call.tool_name || rec.args_sha256 != args_sha {
-            return Err(GatewayError::JobConflict(format!(
-                "job_id {job_id:?} was already used by this caller for {} with other \
-                 arguments or another tool; nothing was queued",
-                doc.node_id
-            )));
-        }
-        // The same job again: answer what is known of it, queue nothing.
-        return Ok(match result_of(gw, &rec.message_id).await? {
-            Some(result) => ToolCallOutcome::Answered {
-                message_id: rec.message_id,
-                tool_name: call.tool_name,
-                result,
-            },
-            None => ToolCallOutcome::Queued {
-                message_id: rec.message_id,
-                job_id,
-            },
-        });
+        return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
     }
     let message_id = uuid::Uuid::now_v7().to_string();
     let token = match call.token {
@@ -227,10 +241,11 @@ pub async fn tool_call(
         record: JobRecord {
             message_id: message_id.clone(),
             tool_name: call.tool_name.clone(),
-            args_sha256: args_sha,
+            args_sha256: args_sha.clone(),
         },
     };
-    seal_and_queue(
+    let job_key = job.key.clone();
+    match seal_and_queue(
         gw,
         &doc,
         "TASK_REQUEST",
@@ -239,7 +254,19 @@ pub async fn tool_call(
         &message_id,
         Some(job),
     )
-    .await?;
+    .await
+    {
+        // Another replica bound the same job id first (the lock above is per process):
+        // answer from its binding, as a repeat here would be.
+        Err(GatewayError::Duplicate) => {
+            if let Some(rec) = gw.state.job(&job_key).await? {
+                return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id)
+                    .await;
+            }
+            return Err(GatewayError::Duplicate);
+        }
+        r => r?,
+    };
     drop(held);
     if gw.connected(&doc.node_id) && !call.wait.is_zero() {
         let deadline = tokio::time::Instant::now() + call.wait;

@@ -157,6 +157,7 @@ pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, 
             },
         });
     }
+    gw.events_committed().await;
     Ok(removed)
 }
 

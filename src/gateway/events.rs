@@ -114,7 +114,15 @@ pub struct EventLog {
     tx: broadcast::Sender<Arc<Event>>,
     ring: Mutex<VecDeque<Arc<Event>>>,
     /// Shared mode: events go to the database writer, not straight to subscribers.
-    writer: Option<mpsc::UnboundedSender<(u64, GatewayEvent)>>,
+    writer: Option<mpsc::UnboundedSender<ToWriter>>,
+}
+
+/// What the shared-mode writer receives.
+#[derive(Debug)]
+pub enum ToWriter {
+    Event(u64, GatewayEvent),
+    /// Answer once everything sent before it is committed.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 impl EventLog {
@@ -140,7 +148,7 @@ impl EventLog {
 
     /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers.
     /// Returns the receiving end for the writer task.
-    pub fn shared() -> (Self, mpsc::UnboundedReceiver<(u64, GatewayEvent)>) {
+    pub fn shared() -> (Self, mpsc::UnboundedReceiver<ToWriter>) {
         let (tx, _) = broadcast::channel(CAPACITY);
         let (wtx, wrx) = mpsc::unbounded_channel();
         (
@@ -164,7 +172,7 @@ impl EventLog {
     pub fn publish(&self, ts_ms: u64, ev: GatewayEvent) {
         tracing::debug!(event = "gateway_event", kind = ev.name());
         if let Some(w) = &self.writer {
-            let _ = w.send((ts_ms, ev));
+            let _ = w.send(ToWriter::Event(ts_ms, ev));
             return;
         }
         let e = {
@@ -201,6 +209,15 @@ impl EventLog {
             }
             let _ = self.tx.send(e);
         }
+    }
+
+    /// Shared mode: resolves once every event published before is committed (so an
+    /// answer that follows it never outruns its events). `None` in local mode.
+    pub fn flushed(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let w = self.writer.as_ref()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        w.send(ToWriter::Flush(tx)).ok()?;
+        Some(rx)
     }
 
     /// The newest id delivered to subscribers (0 = none yet).
@@ -307,7 +324,7 @@ mod log_tests {
         let mut rx = log.subscribe();
         log.publish(3, online("a"));
         // Published events go to the writer, not to subscribers…
-        assert_eq!(writer.try_recv().unwrap().1, online("a"));
+        assert!(matches!(writer.try_recv().unwrap(), ToWriter::Event(3, e) if e == online("a")));
         assert!(rx.try_recv().is_err());
         // …which get what the database returns, once, even if read twice.
         let read = |id| Event {

@@ -35,7 +35,7 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub events: EventLog,
     /// Shared state: the writer's end of the event log, taken by its task at start.
-    pub event_writer: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(u64, GatewayEvent)>>>,
+    pub event_writer: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
     pub shutdown: CancellationToken,
     wake: Mutex<HashMap<String, Arc<Notify>>>,
     live: Mutex<HashMap<String, NodeLive>>,
@@ -122,6 +122,20 @@ impl Gateway {
 
     /// Peers plus the gateway itself as an issuer, so tokens it minted (or an operator
     /// issued with `outpost token issue` on the gateway) verify here.
+    /// Wait until the events published so far are committed (a database-backed state;
+    /// at once otherwise). Handlers call it before answering, so a replica killed right
+    /// after its answer has not lost the events of what it answered for.
+    pub async fn events_committed(&self) {
+        if let Some(rx) = self.events.flushed() {
+            if tokio::time::timeout(std::time::Duration::from_secs(5), rx)
+                .await
+                .is_err()
+            {
+                tracing::warn!(event = "events_not_committed_in_time");
+            }
+        }
+    }
+
     pub fn trust(&self) -> Arc<TrustStore> {
         self.trust.get()
     }

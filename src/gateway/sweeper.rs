@@ -129,19 +129,25 @@ pub async fn write_events(gw: Arc<Gateway>) {
     else {
         return;
     };
+    use super::events::ToWriter;
     let mut pending: Vec<(u64, String)> = Vec::new();
+    let mut waiting: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
+    let take = |m: ToWriter, pending: &mut Vec<(u64, String)>, waiting: &mut Vec<_>| match m {
+        ToWriter::Event(ts, ev) => pending.push(encode((ts, ev))),
+        ToWriter::Flush(tx) => waiting.push(tx),
+    };
     loop {
-        if pending.is_empty() {
+        if pending.is_empty() && waiting.is_empty() {
             let first = tokio::select! {
                 _ = gw.shutdown.cancelled() => None,
-                e = rx.recv() => e,
+                m = rx.recv() => m,
             };
             match first {
-                Some(e) => pending.push(encode(e)),
+                Some(m) => take(m, &mut pending, &mut waiting),
                 None => {
                     // Shutdown: what is already queued still goes out.
-                    while let Ok(e) = rx.try_recv() {
-                        pending.push(encode(e));
+                    while let Ok(m) = rx.try_recv() {
+                        take(m, &mut pending, &mut waiting);
                     }
                     if !pending.is_empty() {
                         let _ = gw.state.append_events(std::mem::take(&mut pending)).await;
@@ -152,12 +158,22 @@ pub async fn write_events(gw: Arc<Gateway>) {
         }
         while pending.len() < 1000 {
             match rx.try_recv() {
-                Ok(e) => pending.push(encode(e)),
+                Ok(m) => take(m, &mut pending, &mut waiting),
                 Err(_) => break,
             }
         }
-        match gw.state.append_events(pending.clone()).await {
-            Ok(_) => pending.clear(),
+        let written = if pending.is_empty() {
+            Ok(0)
+        } else {
+            gw.state.append_events(pending.clone()).await
+        };
+        match written {
+            Ok(_) => {
+                pending.clear();
+                for w in waiting.drain(..) {
+                    let _ = w.send(());
+                }
+            }
             Err(e) => {
                 tracing::warn!(event = "events_not_written", queued = pending.len(), error = %e);
                 if pending.len() > 100_000 {

@@ -170,6 +170,7 @@ pub async fn upload(
             }
         }
     }
+    gw.events_committed().await;
     Ok(UploadAnswer {
         accepted,
         duplicates,
