@@ -29,6 +29,8 @@ mod netns;
 mod openapi;
 #[path = "../it/pg.rs"]
 mod pg;
+#[path = "../it/replicas.rs"]
+mod replicas;
 #[path = "../it/sync_batches.rs"]
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]

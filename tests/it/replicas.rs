@@ -1,0 +1,326 @@
+//! Gateway replicas on one PostgreSQL database (the `gateway_pg` binary only): real
+//! `outpost run` processes sharing a real database, synthetic nodes whose keys the
+//! test holds (so each signed request can be sent to any replica, or replayed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use outpost::clock::{Clock, SystemClock};
+use outpost::envelope::{sign_request, IdentityDocument, Keys};
+use serde_json::{json, Value};
+
+use crate::harness::{http, text, Daemon, Home};
+use crate::pg::PgCluster;
+
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// `n` gateway homes with one identity and one database; `None` (and a printed reason)
+/// without PostgreSQL.
+pub fn replicas(n: usize) -> Option<Vec<Home>> {
+    PgCluster::shared()?;
+    let first = Home::init("gateway", "gateway:main", "");
+    let url = first.db.clone().expect("a gateway on PostgreSQL");
+    let mut homes = vec![first];
+    for _ in 1..n {
+        let h = Home::init("gateway", "gateway:main", "");
+        std::fs::remove_dir_all(h.data()).unwrap();
+        copy_dir(&homes[0].data(), &h.data());
+        Home::use_database(h.dir.path(), &url);
+        homes.push(Home { db: Some(url.clone()), ..h });
+    }
+    Some(homes)
+}
+
+pub struct SimNode {
+    pub id: String,
+    keys: Keys,
+}
+
+impl SimNode {
+    pub fn new(i: u8) -> SimNode {
+        let keys = Keys::from_secret_bytes(&[40 + i; 32], &[80 + i; 32]);
+        SimNode {
+            id: format!("node:r{i}"),
+            keys,
+        }
+    }
+
+    pub fn enroll(&self, gw: &Home) {
+        let doc = IdentityDocument::new(&self.id, "node", &self.keys, "2026-01-01T00:00:00Z");
+        let o = gw.cli_stdin(
+            &["trust", "add", "-", "--send"],
+            &serde_json::to_vec(&doc).unwrap(),
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
+
+    /// The three signature headers for one request.
+    pub fn sign(&self, method: &str, pq: &str, body: &[u8]) -> [(&'static str, String); 3] {
+        let ts = SystemClock.now_ms();
+        let sig = sign_request(&self.keys, &self.id, method, pq, ts, body);
+        [
+            ("Outpost-Node", self.id.clone()),
+            ("Outpost-Timestamp", ts.to_string()),
+            ("Outpost-Signature", sig),
+        ]
+    }
+
+    pub async fn send(
+        &self,
+        gw: &Daemon,
+        method: &str,
+        pq: &str,
+        headers: &[(&'static str, String)],
+        body: &[u8],
+    ) -> Option<(u16, Value)> {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut r = http()
+            .request(m, gw.url(pq))
+            .timeout(Duration::from_secs(30));
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        if !body.is_empty() {
+            r = r
+                .header("content-type", "application/json")
+                .body(body.to_vec());
+        }
+        let resp = r.send().await.ok()?;
+        let st = resp.status().as_u16();
+        Some((st, resp.json().await.unwrap_or(Value::Null)))
+    }
+
+    pub async fn signed(
+        &self,
+        gw: &Daemon,
+        method: &str,
+        pq: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let bytes = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        let h = self.sign(method, pq, &bytes);
+        self.send(gw, method, pq, &h, &bytes)
+            .await
+            .expect("replica answers")
+    }
+
+    /// Pull (through `gw`) and return the envelopes' message ids and `pending_count`.
+    pub async fn pull(&self, gw: &Daemon, wait_s: u64, max: usize) -> (Vec<String>, u64) {
+        let pq = format!("/v1/nodes/{}/pull?wait_s={wait_s}&max={max}", self.id);
+        let (st, v) = self.signed(gw, "GET", &pq, None).await;
+        assert_eq!(st, 200, "{v}");
+        let ids = v["envelopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["message_id"].as_str().unwrap().to_string())
+            .collect();
+        (ids, v["pending_count"].as_u64().unwrap())
+    }
+
+    pub async fn ack(&self, gw: &Daemon, ids: &[String]) {
+        let pq = format!("/v1/nodes/{}/ack", self.id);
+        let (st, v) = self
+            .signed(gw, "POST", &pq, Some(&json!({ "message_ids": ids })))
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+}
+
+pub async fn command(gw: &Daemon, token: &str, node: &str, i: usize, ttl_s: u64) -> String {
+    let r = http()
+        .post(gw.url("/v1/commands"))
+        .bearer_auth(token)
+        .json(&json!({"target": {"node_id": node}, "command_type": "note",
+                      "body": {"i": i}, "ttl_s": ttl_s}))
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(st, 202, "{v}");
+    v["message_id"].as_str().unwrap().to_string()
+}
+
+/// SSE frames as (id, event name, data) from a `/v1/events` response, until `done`.
+pub async fn frames_until(
+    resp: &mut reqwest::Response,
+    buf: &mut String,
+    out: &mut Vec<(u64, String, Value)>,
+    within: Duration,
+    done: impl Fn(&[(u64, String, Value)]) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while !done(out) {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => return false,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let (mut id, mut name, mut data) = (None, String::new(), Value::Null);
+            for line in frame.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = v.parse().ok();
+                } else if let Some(v) = line.strip_prefix("event: ") {
+                    name = v.to_string();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(v).unwrap_or(Value::Null);
+                }
+            }
+            if let Some(id) = id {
+                out.push((id, name, data));
+            }
+        }
+    }
+    true
+}
+
+pub async fn subscribe(gw: &Daemon, token: &str, last_id: Option<u64>) -> reqwest::Response {
+    let mut r = http().get(gw.url("/v1/events")).bearer_auth(token);
+    if let Some(id) = last_id {
+        r = r.header("Last-Event-ID", id.to_string());
+    }
+    let resp = r.send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
+    let Some(homes) = replicas(3) else { return };
+    let nodes: Vec<SimNode> = (0..3).map(SimNode::new).collect();
+    for n in &nodes {
+        n.enroll(&homes[0]);
+    }
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+    let mut sse = subscribe(&gws[2], &admin, None).await;
+
+    // Commands through every replica in turn; each node pulls through another one and
+    // acks through a third, a few at a time: each node's order is the order queued.
+    let mut queued: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..60 {
+        let node = &nodes[i % 3].id;
+        let id = command(&gws[i % 3], &admin, node, i, 3600).await;
+        queued.entry(node.clone()).or_default().push(id);
+    }
+    for (k, n) in nodes.iter().enumerate() {
+        let (puller, acker) = (&gws[(k + 1) % 3], &gws[(k + 2) % 3]);
+        let mut got = Vec::new();
+        loop {
+            let (ids, pending) = n.pull(puller, 0, 7).await;
+            assert_eq!(pending as usize, 20 - got.len(), "{}", n.id);
+            if ids.is_empty() {
+                break;
+            }
+            n.ack(acker, &ids).await;
+            got.extend(ids);
+        }
+        assert_eq!(got, queued[&n.id], "{}: FIFO across replicas", n.id);
+    }
+
+    // A long-poll held at one replica wakes when another commits a command for it.
+    let mut lags = Vec::new();
+    for round in 0..5 {
+        let (held_at, queue_at) = (&gws[round % 3], &gws[(round + 1) % 3]);
+        let n = &nodes[0];
+        let held = n.pull(held_at, 20, 10);
+        let send = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let id = command(queue_at, &admin, &n.id, 1000 + round, 3600).await;
+            (id, Instant::now())
+        };
+        let ((ids, _), (id, committed)) = tokio::join!(held, send);
+        lags.push(committed.elapsed());
+        assert_eq!(ids, [id.clone()]);
+        n.ack(queue_at, &ids).await;
+    }
+    lags.sort();
+    eprintln!("long-poll wake-up after a commit at another replica: {lags:?}");
+    assert!(
+        lags[2] < Duration::from_millis(100),
+        "median wake-up {:?} (all: {lags:?})",
+        lags[2]
+    );
+
+    // A signed request replayed to another replica is refused there.
+    let n = &nodes[1];
+    let pq = format!("/v1/nodes/{}/pull?wait_s=0&max=1", n.id);
+    let h = n.sign("GET", &pq, b"");
+    let first = n.send(&gws[0], "GET", &pq, &h, b"").await.unwrap();
+    assert_eq!(first.0, 200, "{}", first.1);
+    let again = n.send(&gws[1], "GET", &pq, &h, b"").await.unwrap();
+    assert_eq!(again.0, 401, "replayed to another replica: {}", again.1);
+
+    // An expired message is swept, and reported, once across the three replicas.
+    let short = command(&gws[0], &admin, &nodes[2].id, 2000, 1).await;
+    let mut buf = String::new();
+    let mut seen = Vec::new();
+    let ok = frames_until(
+        &mut sse,
+        &mut buf,
+        &mut seen,
+        Duration::from_secs(15),
+        |f| {
+            f.iter()
+                .any(|(_, name, d)| name == "expired" && d["message_id"] == short.as_str())
+        },
+    )
+    .await;
+    assert!(ok, "no expired event for {short}");
+    // Give the other replicas' sweepers two more ticks to (wrongly) report it again.
+    frames_until(&mut sse, &mut buf, &mut seen, Duration::from_secs(3), |_| false).await;
+    let expired = seen
+        .iter()
+        .filter(|(_, name, d)| name == "expired" && d["message_id"] == short.as_str())
+        .count();
+    assert_eq!(expired, 1, "expired events for one message");
+    let (_, m) = {
+        let r = http()
+            .get(gws[1].url(&format!("/v1/messages/{short}")))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(m["state"], "expired", "{m}");
+
+    // The stream saw every replica's events, each once, ids increasing; a subscriber
+    // resuming at another replica from an id in the middle gets exactly the rest.
+    let ids: Vec<u64> = seen.iter().map(|(id, _, _)| *id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids not increasing");
+    let queued_events: BTreeSet<String> = seen
+        .iter()
+        .filter(|(_, name, _)| name == "queued")
+        .map(|(_, _, d)| d["message_id"].as_str().unwrap().to_string())
+        .collect();
+    for id in queued.values().flatten() {
+        assert!(queued_events.contains(id), "no queued event for {id}");
+    }
+    let mid = ids[ids.len() / 2];
+    let want: Vec<u64> = ids.iter().copied().filter(|i| *i > mid).collect();
+    let mut resumed = subscribe(&gws[1], &admin, Some(mid)).await;
+    let (mut buf2, mut got) = (String::new(), Vec::new());
+    let last = *ids.last().unwrap();
+    frames_until(&mut resumed, &mut buf2, &mut got, Duration::from_secs(10), |f| {
+        f.iter().any(|(id, _, _)| *id >= last)
+    })
+    .await;
+    let got_ids: Vec<u64> = got.iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(got_ids, want, "resumed with Last-Event-ID {mid}");
+}
