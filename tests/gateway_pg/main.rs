@@ -31,6 +31,8 @@ mod openapi;
 mod pg;
 #[path = "../it/replicas.rs"]
 mod replicas;
+#[path = "../it/replicas_faults.rs"]
+mod replicas_faults;
 #[path = "../it/sync_batches.rs"]
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]

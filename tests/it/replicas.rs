@@ -36,7 +36,10 @@ pub fn replicas(n: usize) -> Option<Vec<Home>> {
         std::fs::remove_dir_all(h.data()).unwrap();
         copy_dir(&homes[0].data(), &h.data());
         Home::use_database(h.dir.path(), &url);
-        homes.push(Home { db: Some(url.clone()), ..h });
+        homes.push(Home {
+            db: Some(url.clone()),
+            ..h
+        });
     }
     Some(homes)
 }
@@ -169,24 +172,30 @@ pub async fn frames_until(
             _ => return false,
         };
         buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let frame: String = buf.drain(..end + 2).collect();
-            let (mut id, mut name, mut data) = (None, String::new(), Value::Null);
-            for line in frame.lines() {
-                if let Some(v) = line.strip_prefix("id: ") {
-                    id = v.parse().ok();
-                } else if let Some(v) = line.strip_prefix("event: ") {
-                    name = v.to_string();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = serde_json::from_str(v).unwrap_or(Value::Null);
-                }
-            }
-            if let Some(id) = id {
-                out.push((id, name, data));
-            }
-        }
+        parse_frames(buf, out);
     }
     true
+}
+
+/// Move the complete frames at the start of `buf` to `out` (frames without an id, such
+/// as the opening comment, are skipped).
+pub fn parse_frames(buf: &mut String, out: &mut Vec<(u64, String, Value)>) {
+    while let Some(end) = buf.find("\n\n") {
+        let frame: String = buf.drain(..end + 2).collect();
+        let (mut id, mut name, mut data) = (None, String::new(), Value::Null);
+        for line in frame.lines() {
+            if let Some(v) = line.strip_prefix("id: ") {
+                id = v.parse().ok();
+            } else if let Some(v) = line.strip_prefix("event: ") {
+                name = v.to_string();
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data = serde_json::from_str(v).unwrap_or(Value::Null);
+            }
+        }
+        if let Some(id) = id {
+            out.push((id, name, data));
+        }
+    }
 }
 
 pub async fn subscribe(gw: &Daemon, token: &str, last_id: Option<u64>) -> reqwest::Response {
@@ -283,7 +292,14 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
     .await;
     assert!(ok, "no expired event for {short}");
     // Give the other replicas' sweepers two more ticks to (wrongly) report it again.
-    frames_until(&mut sse, &mut buf, &mut seen, Duration::from_secs(3), |_| false).await;
+    frames_until(
+        &mut sse,
+        &mut buf,
+        &mut seen,
+        Duration::from_secs(3),
+        |_| false,
+    )
+    .await;
     let expired = seen
         .iter()
         .filter(|(_, name, d)| name == "expired" && d["message_id"] == short.as_str())
@@ -317,9 +333,13 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
     let mut resumed = subscribe(&gws[1], &admin, Some(mid)).await;
     let (mut buf2, mut got) = (String::new(), Vec::new());
     let last = *ids.last().unwrap();
-    frames_until(&mut resumed, &mut buf2, &mut got, Duration::from_secs(10), |f| {
-        f.iter().any(|(id, _, _)| *id >= last)
-    })
+    frames_until(
+        &mut resumed,
+        &mut buf2,
+        &mut got,
+        Duration::from_secs(10),
+        |f| f.iter().any(|(id, _, _)| *id >= last),
+    )
     .await;
     let got_ids: Vec<u64> = got.iter().map(|(id, _, _)| *id).collect();
     assert_eq!(got_ids, want, "resumed with Last-Event-ID {mid}");

@@ -1,0 +1,282 @@
+//! Replicas under faults (the `gateway_pg` binary only): `kill -9` of the replica a real
+//! node is draining from, twenty times; PostgreSQL itself stopped and started mid-run.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
+use crate::pg::PgCluster;
+use crate::replicas::{command, parse_frames, replicas, SimNode};
+
+async fn status_upstream(n: &Daemon) -> String {
+    let Ok(r) = http().get(n.url("/v1/status")).send().await else {
+        return String::new();
+    };
+    let st: Value = r.json().await.unwrap_or(Value::Null);
+    st["upstream"]["url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Read the node's inbox oldest first and acknowledge what was read: the payload
+/// numbers in the order the node stored them.
+async fn drain_inbox(n: &Daemon, token: &str, got: &mut Vec<i64>) {
+    let Ok(r) = http()
+        .get(n.url("/v1/inbox?limit=1000"))
+        .bearer_auth(token)
+        .send()
+        .await
+    else {
+        return;
+    };
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    for m in v["messages"].as_array().cloned().unwrap_or_default() {
+        got.push(m["payload"]["i"].as_i64().unwrap());
+        let id = m["message_id"].as_str().unwrap();
+        let r = http()
+            .post(n.url(&format!("/v1/inbox/{id}/ack")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_replica_a_node_drains_from_20_times_loses_and_repeats_nothing() {
+    let Some(homes) = replicas(2) else { return };
+    let ports = [free_port(), free_port()];
+    for (h, p) in homes.iter().zip(ports) {
+        listen_on(h, p);
+    }
+    let urls = format!(
+        "[\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]",
+        ports[0], ports[1]
+    );
+    let node = Home::init(
+        "node",
+        "node:k1",
+        &format!("[upstream]\nurls = {urls}\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"),
+    );
+    pair(&homes[0], &node);
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let node_admin = node.token("node:k1", &["admin"], "1h");
+    let mut gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+
+    // A dashboard on the events, moving to the other replica (with Last-Event-ID)
+    // whenever its replica dies.
+    let seen: Arc<Mutex<Vec<(u64, String, Value)>>> = Arc::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = {
+        let (seen, stop, admin) = (seen.clone(), stop.clone(), admin.clone());
+        let bases: Vec<String> = ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect();
+        tokio::spawn(async move {
+            let mut k = 0;
+            while !stop.is_cancelled() {
+                let last = seen.lock().unwrap().last().map(|(id, _, _)| *id);
+                let mut r = http()
+                    .get(format!("{}/v1/events", bases[k % 2]))
+                    .bearer_auth(&admin);
+                if let Some(id) = last {
+                    r = r.header("Last-Event-ID", id.to_string());
+                }
+                k += 1;
+                let Ok(mut resp) = r.send().await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let mut buf = String::new();
+                loop {
+                    match tokio::time::timeout(Duration::from_millis(200), resp.chunk()).await {
+                        Ok(Ok(Some(c))) => {
+                            buf.push_str(&String::from_utf8_lossy(&c));
+                            parse_frames(&mut buf, &mut seen.lock().unwrap());
+                        }
+                        // The replica went away: resume at the other one.
+                        Ok(_) => break,
+                        Err(_) if stop.is_cancelled() => return,
+                        Err(_) => {}
+                    }
+                }
+            }
+        })
+    };
+
+    const N: usize = 1500;
+    let mut ids = Vec::with_capacity(N);
+    for i in 0..N {
+        ids.push(command(&gws[i % 2], &admin, "node:k1", i, 3600).await);
+    }
+    let n = node.start();
+    let mut got = Vec::new();
+    let mut kills = 0;
+    while kills < 20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        drain_inbox(&n, &node_admin, &mut got).await;
+        let up = status_upstream(&n).await;
+        let Some(k) = ports.iter().position(|p| up.ends_with(&format!(":{p}"))) else {
+            continue;
+        };
+        gws[k].signal(libc::SIGKILL);
+        let _ = gws[k].child.wait();
+        gws[k] = homes[k].start();
+        kills += 1;
+    }
+    let mid_drain = got.len();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while got.len() < N {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {N} delivered after the kills\n{}",
+            got.len(),
+            n.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drain_inbox(&n, &node_admin, &mut got).await;
+    }
+    eprintln!(
+        "{kills} kills; {mid_drain} of {N} were in the node's inbox when the last one happened"
+    );
+    assert!(mid_drain < N, "the drain finished before the kills did");
+    assert_eq!(
+        got,
+        (0..N as i64).collect::<Vec<_>>(),
+        "exactly once, in order"
+    );
+
+    // Every command reports delivered, and the dashboard saw each delivery once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let delivered: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, name, _)| name == "delivered")
+            .map(|(_, _, d)| d["message_id"].as_str().unwrap().to_string())
+            .collect();
+        let unique: BTreeSet<&String> = delivered.iter().collect();
+        assert_eq!(
+            unique.len(),
+            delivered.len(),
+            "a delivered event seen twice"
+        );
+        if ids.iter().all(|id| unique.contains(id)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {N} delivered events seen",
+            ids.iter().filter(|id| unique.contains(id)).count()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.cancel();
+    let _ = watcher.await;
+    let ev_ids: Vec<u64> = seen.lock().unwrap().iter().map(|(id, _, _)| *id).collect();
+    assert!(
+        ev_ids.windows(2).all(|w| w[0] < w[1]),
+        "event ids repeat or go back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_stopped_mid_run_answers_503_then_recovers_with_nothing_lost() {
+    let Some(pg) = PgCluster::start_private() else {
+        return;
+    };
+    let Some(homes) = replicas(2) else { return };
+    let url = pg.create_database();
+    for h in &homes {
+        Home::use_database(h.dir.path(), &url);
+    }
+    let sim = SimNode::new(9);
+    sim.enroll(&homes[0]);
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(command(&gws[i % 2], &admin, &sim.id, i, 3600).await);
+    }
+
+    pg.stop_fast();
+    let r = http()
+        .post(gws[0].url("/v1/commands"))
+        .bearer_auth(&admin)
+        .json(
+            &serde_json::json!({"target": {"node_id": sim.id}, "command_type": "note", "body": {}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("storage_unavailable")),
+        "{v}"
+    );
+    let pq = format!("/v1/nodes/{}/pull?wait_s=0&max=5", sim.id);
+    let (st, v) = sim.signed(&gws[1], "GET", &pq, None).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("storage_unavailable")),
+        "{v}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pg.start();
+    // Both replicas reconnect by themselves.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut i = 20;
+    for gw in &gws {
+        loop {
+            let r = http()
+                .post(gw.url("/v1/commands"))
+                .bearer_auth(&admin)
+                .json(&serde_json::json!({"target": {"node_id": sim.id}, "command_type": "note", "body": {"i": i}}))
+                .send()
+                .await
+                .unwrap();
+            if r.status().as_u16() == 202 {
+                let v: Value = r.json().await.unwrap();
+                ids.push(v["message_id"].as_str().unwrap().to_string());
+                i += 1;
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no recovery: {}",
+                gw.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // A long-poll at one replica wakes for a command queued at the other: the
+    // listener reconnected too.
+    let held = sim.pull(&gws[1], 10, 100);
+    let (all, _) = held.await;
+    assert_eq!(
+        all, ids,
+        "everything acknowledged before and after, in order"
+    );
+    sim.ack(&gws[0], &all).await;
+    let send = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        command(&gws[0], &admin, &sim.id, 99, 3600).await
+    };
+    let started = std::time::Instant::now();
+    let ((woke, _), id) = tokio::join!(sim.pull(&gws[1], 10, 100), send);
+    assert_eq!(woke, [id]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the listener did not come back"
+    );
+}
