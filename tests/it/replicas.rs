@@ -255,7 +255,7 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
         };
         let ((ids, _), (id, committed)) = tokio::join!(held, send);
         lags.push(committed.elapsed());
-        assert_eq!(ids, [id.clone()]);
+        assert_eq!(ids, std::slice::from_ref(&id));
         n.ack(queue_at, &ids).await;
     }
     lags.sort();
