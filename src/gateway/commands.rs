@@ -268,7 +268,7 @@ pub async fn tool_call(
         r => r?,
     };
     drop(held);
-    if gw.connected(&doc.node_id) && !call.wait.is_zero() {
+    if !call.wait.is_zero() && gw.online(&doc.node_id).await {
         let deadline = tokio::time::Instant::now() + call.wait;
         loop {
             if let Some(result) = result_of(gw, &message_id).await? {
@@ -301,7 +301,7 @@ pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayE
             "command_type must be 1..=64 characters".into(),
         ));
     }
-    if !gw.cfg.queue.is_queueable(&c.command_type) && !gw.reachable_now(&doc.node_id) {
+    if !gw.cfg.queue.is_queueable(&c.command_type) && !gw.reachable(&doc.node_id).await {
         return Err(GatewayError::RecipientOffline(format!(
             "{} holds no long-poll now and {:?} commands are not queued",
             doc.node_id, c.command_type
@@ -354,15 +354,20 @@ pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
     let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
     let mut out = Vec::new();
     let trust = gw.trust();
-    for p in trust.list().filter(|p| p.doc.role == "node") {
-        let id = &p.doc.node_id;
-        let (live, last_seen) = gw.liveness(id);
+    let ids: Vec<String> = trust
+        .list()
+        .filter(|p| p.doc.role == "node")
+        .map(|p| p.doc.node_id.clone())
+        .collect();
+    let live = gw.liveness_of(&ids).await;
+    for id in &ids {
+        let (liveness, last_seen, polling) = live[id];
         let st = stats.iter().find(|s| s.queue == TO_NODE && &s.peer == id);
         out.push(NodeView {
             node_id: id.clone(),
             last_seen,
-            liveness: live.as_str(),
-            polling: gw.polling(id),
+            liveness: liveness.as_str(),
+            polling,
             queue_depth: st.map(|s| s.depth).unwrap_or(0),
             oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
             audit_size: super::audit_sync::confirmed_size(gw, id).await,

@@ -54,6 +54,9 @@ pub async fn pull(
         gw.poll_started(node);
         PollGuard(gw, node)
     });
+    if !wait.is_zero() {
+        gw.share_polling(vec![node.to_string()]).await;
+    }
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);
     // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or

@@ -25,6 +25,12 @@ pub struct NodeLive {
     pub online: bool,
 }
 
+/// Shared state: a replica writes a node's "heard from" at most this often.
+const HEARD_EVERY_MS: u64 = 1_000;
+/// Shared state: how long a replica's "I hold a long-poll of it" lasts unless renewed
+/// (every sweeper tick, each second).
+const POLLING_LEASE_MS: u64 = 3_000;
+
 pub struct Gateway {
     pub cfg: Arc<Config>,
     /// Everything durable: queues, jobs, results, inbox, revocations, audit copies.
@@ -41,6 +47,8 @@ pub struct Gateway {
     live: Mutex<HashMap<String, NodeLive>>,
     /// Messages enqueued while their node was connected: acked as `was_stored: false`.
     live_sent: Mutex<HashSet<String>>,
+    /// Shared state: when this replica last wrote each node's liveness.
+    heard_at: Mutex<HashMap<String, u64>>,
     pub seen_sigs: Mutex<SeenSignatures>,
     /// Per-node audit frontier, loaded lazily from the KV rows; the lock also serialises
     /// audit uploads per gateway so two cannot interleave.
@@ -91,6 +99,7 @@ impl Gateway {
             wake: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
             live_sent: Mutex::new(HashSet::new()),
+            heard_at: Mutex::new(HashMap::new()),
             seen_sigs: Mutex::new(SeenSignatures::new(skew_ms, 1_000_000)),
             audit: tokio::sync::Mutex::new(HashMap::new()),
             progress: AtomicU64::new(0),
@@ -180,7 +189,7 @@ impl Gateway {
 
     /// A signed request from `node_id` arrived: update liveness, emit `node_online` on
     /// the transition.
-    pub fn seen(&self, node_id: &str) {
+    pub async fn seen(&self, node_id: &str) {
         let now = self.now_ms();
         let became_online = {
             let mut g = lock(&self.live);
@@ -190,12 +199,107 @@ impl Gateway {
             e.online = true;
             !was
         };
+        if self.state.is_shared() {
+            // Every replica's view is the database's: written at most once a second per
+            // node and replica; the transition is reported by the one replica that made it.
+            let due = {
+                let mut g = lock(&self.heard_at);
+                let due = g
+                    .get(node_id)
+                    .is_none_or(|t| now.saturating_sub(*t) >= HEARD_EVERY_MS);
+                if due {
+                    g.insert(node_id.to_string(), now);
+                }
+                due
+            };
+            if due {
+                match self.state.node_heard(node_id, now).await {
+                    Ok(true) => {
+                        tracing::info!(event = "node_online", node_id);
+                        self.publish(GatewayEvent::NodeOnline {
+                            node_id: node_id.to_string(),
+                        });
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(event = "liveness_not_written", error = %e),
+                }
+            }
+            return;
+        }
         if became_online {
             tracing::info!(event = "node_online", node_id);
             self.publish(GatewayEvent::NodeOnline {
                 node_id: node_id.to_string(),
             });
         }
+    }
+
+    /// Shared state: tell the other replicas that this one holds a long-poll of these
+    /// nodes (at a pull's start, and every sweeper tick for all it holds).
+    pub async fn share_polling(&self, nodes: Vec<String>) {
+        if !self.state.is_shared() || nodes.is_empty() {
+            return;
+        }
+        let now = self.now_ms();
+        if let Err(e) = self
+            .state
+            .nodes_polling(nodes, now, now + POLLING_LEASE_MS)
+            .await
+        {
+            tracing::warn!(event = "liveness_not_written", error = %e);
+        }
+    }
+
+    /// The nodes this replica holds a long-poll of.
+    pub fn polling_here(&self) -> Vec<String> {
+        lock(&self.live)
+            .iter()
+            .filter(|(_, e)| e.polling > 0)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Liveness, last heard and "holding a long-poll" of each node, as every replica
+    /// sees them (this one's memory, merged with the shared state's view).
+    pub async fn liveness_of(
+        &self,
+        nodes: &[String],
+    ) -> HashMap<String, (Liveness, Option<u64>, bool)> {
+        let now = self.now_ms();
+        let shared = if self.state.is_shared() {
+            self.state.nodes_seen(nodes).await.unwrap_or_else(|e| {
+                tracing::warn!(event = "liveness_unreadable", error = %e);
+                HashMap::new()
+            })
+        } else {
+            HashMap::new()
+        };
+        let g = lock(&self.live);
+        nodes
+            .iter()
+            .map(|id| {
+                let local = g.get(id);
+                let db = shared.get(id).copied().unwrap_or_default();
+                let last = local.and_then(|e| e.last_seen_ms).max(db.last_seen_ms);
+                let polling = local.is_some_and(|e| e.polling > 0) || db.polling_until_ms > now;
+                (id.clone(), (classify(last, polling, now), last, polling))
+            })
+            .collect()
+    }
+
+    /// Can `node` be handed a message this moment (polling at any replica, or between
+    /// two polls)?
+    pub async fn reachable(&self, node_id: &str) -> bool {
+        let now = self.now_ms();
+        let ids = [node_id.to_string()];
+        let (_, last, polling) = self.liveness_of(&ids).await[node_id];
+        super::liveness::reachable_now(last, polling, now)
+    }
+
+    /// Is `node` online at any replica?
+    pub async fn online(&self, node_id: &str) -> bool {
+        let ids = [node_id.to_string()];
+        self.liveness_of(&ids).await[node_id].0 == Liveness::Online
     }
 
     pub fn poll_started(&self, node_id: &str) {
@@ -213,37 +317,28 @@ impl Gateway {
         e.last_seen_ms = Some(now);
     }
 
-    pub fn liveness(&self, node_id: &str) -> (Liveness, Option<u64>) {
-        let now = self.now_ms();
-        let g = lock(&self.live);
-        match g.get(node_id) {
-            Some(e) => (classify(e.last_seen_ms, e.polling > 0, now), e.last_seen_ms),
-            None => (Liveness::Offline, None),
-        }
-    }
-
     /// Holding a long-poll right now: a message queued now goes out at once.
     pub fn polling(&self, node_id: &str) -> bool {
         lock(&self.live).get(node_id).is_some_and(|e| e.polling > 0)
     }
 
-    /// Listening right now: holding a long-poll, or between two of them (see
-    /// [`super::liveness::reachable_now`]).
-    pub fn reachable_now(&self, node_id: &str) -> bool {
-        let now = self.now_ms();
-        lock(&self.live)
-            .get(node_id)
-            .is_some_and(|e| super::liveness::reachable_now(e.last_seen_ms, e.polling > 0, now))
-    }
-
-    /// Connected = online (polling now or heard from within 30 s).
-    pub fn connected(&self, node_id: &str) -> bool {
-        self.liveness(node_id).0 == Liveness::Online
-    }
-
     /// Emit `node_offline` for nodes that stopped being online (called by the sweeper).
-    pub fn check_offline(&self) {
+    pub async fn check_offline(&self) {
         let now = self.now_ms();
+        if self.state.is_shared() {
+            self.share_polling(self.polling_here()).await;
+            let silent_since = now.saturating_sub(super::liveness::ONLINE_MS);
+            match self.state.sweep_offline(silent_since, now).await {
+                Ok(gone) => {
+                    for node_id in gone {
+                        tracing::warn!(event = "node_offline", node_id = %node_id);
+                        self.publish(GatewayEvent::NodeOffline { node_id });
+                    }
+                }
+                Err(e) => tracing::warn!(event = "liveness_sweep_failed", error = %e),
+            }
+            return;
+        }
         let gone: Vec<String> = {
             let mut g = lock(&self.live);
             g.iter_mut()

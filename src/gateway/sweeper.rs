@@ -38,7 +38,7 @@ pub async fn run(gw: Arc<Gateway>) {
             }
             Err(e) => tracing::warn!(event = "sweep_failed", error = %e),
         }
-        gw.check_offline();
+        gw.check_offline().await;
         gw.seen_sigs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

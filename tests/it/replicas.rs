@@ -266,6 +266,32 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
         lags[2]
     );
 
+    // A node long-polling at one replica shows as polling at another.
+    let held = nodes[1].pull(&gws[0], 3, 10);
+    let look = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let r = http()
+            .get(gws[2].url("/v1/nodes"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        r.json::<Value>().await.unwrap()
+    };
+    let (_, listed) = tokio::join!(held, look);
+    let r1 = listed["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == nodes[1].id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (r1["polling"].as_bool(), r1["liveness"].as_str()),
+        (Some(true), Some("online")),
+        "{r1}"
+    );
+
     // A signed request replayed to another replica is refused there.
     let n = &nodes[1];
     let pq = format!("/v1/nodes/{}/pull?wait_s=0&max=1", n.id);
@@ -327,6 +353,14 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
         .collect();
     for id in queued.values().flatten() {
         assert!(queued_events.contains(id), "no queued event for {id}");
+    }
+    // Each node came online once, although it spoke to every replica.
+    for n in &nodes {
+        let online = seen
+            .iter()
+            .filter(|(_, name, d)| name == "node_online" && d["node_id"] == n.id.as_str())
+            .count();
+        assert_eq!(online, 1, "node_online events for {}", n.id);
     }
     let mid = ids[ids.len() / 2];
     let want: Vec<u64> = ids.iter().copied().filter(|i| *i > mid).collect();

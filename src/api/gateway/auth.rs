@@ -161,7 +161,7 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
         if !gw.state.first_use(&v.signature, keep_until).await? {
             return Err(unauthorized("request replayed"));
         }
-        gw.seen(&node_id);
+        gw.seen(&node_id).await;
         Ok(SignedNode { node_id, body })
     }
 }

@@ -205,6 +205,14 @@ pub enum Notice {
     Resync,
 }
 
+/// A node as every replica sees it (shared state): when it was last heard from, and
+/// until when some replica holds a long-poll of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeSeen {
+    pub last_seen_ms: Option<u64>,
+    pub polling_until_ms: u64,
+}
+
 /// The gateway's durable state. See the module documentation for the contract.
 pub trait GatewayState: Send + Sync {
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
@@ -302,6 +310,32 @@ pub trait GatewayState: Send + Sync {
     /// Committed events after `after`, oldest first: `(id, ts_ms, event as JSON)`.
     fn events_after(&self, _after: u64, _limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Shared state: `node` was heard from at `now_ms`; true when it was not online
+    /// before (exactly one replica gets true for one transition).
+    fn node_heard<'a>(&'a self, _node: &'a str, _now_ms: u64) -> Fut<'a, bool> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Shared state: this replica holds long-polls of `nodes` (so they are heard from
+    /// at `now_ms`) until at least `until_ms`.
+    fn nodes_polling(&self, _nodes: Vec<String>, _now_ms: u64, _until_ms: u64) -> Fut<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Shared state: mark offline the nodes online but not heard from since `silent_since_ms`
+    /// and polled nowhere at `now_ms`; returns them (each transition to exactly one replica).
+    fn sweep_offline(&self, _silent_since_ms: u64, _now_ms: u64) -> Fut<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Shared state: what every replica knows of these nodes.
+    fn nodes_seen<'a>(
+        &'a self,
+        _nodes: &'a [String],
+    ) -> Fut<'a, std::collections::HashMap<String, NodeSeen>> {
+        Box::pin(async { Ok(std::collections::HashMap::new()) })
     }
 
     /// What other replicas commit, as it happens; `None` for a state only this process

@@ -18,6 +18,7 @@
 //!   replica.
 
 mod listen;
+mod live;
 mod pool;
 mod queue;
 pub mod schema;
@@ -546,6 +547,25 @@ impl GatewayState for Postgres {
 
     fn is_shared(&self) -> bool {
         true
+    }
+
+    fn node_heard<'a>(&'a self, node: &'a str, now_ms: u64) -> Fut<'a, bool> {
+        Box::pin(async move { live::heard(self, node, now_ms).await })
+    }
+
+    fn nodes_polling(&self, nodes: Vec<String>, now_ms: u64, until_ms: u64) -> Fut<'_, ()> {
+        Box::pin(async move { live::polling(self, nodes, now_ms, until_ms).await })
+    }
+
+    fn sweep_offline(&self, silent_since_ms: u64, now_ms: u64) -> Fut<'_, Vec<String>> {
+        Box::pin(async move { live::sweep_offline(self, silent_since_ms, now_ms).await })
+    }
+
+    fn nodes_seen<'a>(
+        &'a self,
+        nodes: &'a [String],
+    ) -> Fut<'a, std::collections::HashMap<String, super::NodeSeen>> {
+        Box::pin(async move { live::seen(self, nodes).await })
     }
 
     fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, u64> {

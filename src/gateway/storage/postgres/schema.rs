@@ -120,9 +120,11 @@ CREATE TABLE node_pulls (
 
 -- Liveness: when each node was last heard from, through any replica.
 CREATE TABLE nodes (
-    node_id      text    PRIMARY KEY,
-    last_seen_ms bigint  NOT NULL,
-    online       boolean NOT NULL
+    node_id          text    PRIMARY KEY,
+    last_seen_ms     bigint  NOT NULL,
+    online           boolean NOT NULL,
+    -- Some replica holds a long-poll of the node until then (refreshed every second).
+    polling_until_ms bigint  NOT NULL DEFAULT 0
 );
 CREATE INDEX nodes_online ON nodes (last_seen_ms) WHERE online;
 
