@@ -83,6 +83,23 @@ pub fn verify_upload(
     Ok((ext.frontier, ext.checkpoint.size, fresh))
 }
 
+/// `node`'s frontier from the cache, unless another replica extended the copy since
+/// (a shared state is asked for the size first), else read from the state.
+async fn frontier(
+    gw: &Gateway,
+    frontiers: &mut HashMap<String, Frontier>,
+    node: &str,
+) -> Result<Frontier, GatewayError> {
+    if let Some(f) = frontiers.get(node) {
+        if !gw.state.is_shared() || gw.state.audit_size(node).await? == f.size() {
+            return Ok(f.clone());
+        }
+    }
+    let f = load_frontier(gw, node).await?;
+    frontiers.insert(node.to_string(), f.clone());
+    Ok(f)
+}
+
 async fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, GatewayError> {
     let mut f = Frontier::new();
     for v in gw.state.audit_entries(node).await? {
@@ -121,10 +138,7 @@ pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, 
     };
     let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
     let mut frontiers = gw.audit.lock().await;
-    let old = match frontiers.get(node) {
-        Some(f) => f.clone(),
-        None => load_frontier(gw, node).await?,
-    };
+    let old = frontier(gw, &mut frontiers, node).await?;
     let resent = resent_prefix(gw, node, old.size(), &entries).await?;
     let stored = |i: u64| resent.get(&i).cloned();
     let (new, size, fresh) =
@@ -157,14 +171,7 @@ pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, 
 /// The confirmed size and root of `node`'s copy.
 pub async fn status(gw: &Gateway, node: &str) -> Result<AuditStatus, GatewayError> {
     let mut frontiers = gw.audit.lock().await;
-    let f = match frontiers.get(node) {
-        Some(f) => f.clone(),
-        None => {
-            let f = load_frontier(gw, node).await?;
-            frontiers.insert(node.to_string(), f.clone());
-            f
-        }
-    };
+    let f = frontier(gw, &mut frontiers, node).await?;
     Ok(AuditStatus {
         root: b64_encode(&f.root()),
         size: f.size(),
@@ -173,18 +180,14 @@ pub async fn status(gw: &Gateway, node: &str) -> Result<AuditStatus, GatewayErro
 
 /// Confirmed audit size of `node` (for `GET /v1/nodes`).
 pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
+    if gw.state.is_shared() {
+        return gw.state.audit_size(node).await.unwrap_or(0);
+    }
     let mut frontiers = gw.audit.lock().await;
-    if let Some(f) = frontiers.get(node) {
-        return f.size();
-    }
-    match load_frontier(gw, node).await {
-        Ok(f) => {
-            let s = f.size();
-            frontiers.insert(node.to_string(), f);
-            s
-        }
-        Err(_) => 0,
-    }
+    frontier(gw, &mut frontiers, node)
+        .await
+        .map(|f| f.size())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

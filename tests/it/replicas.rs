@@ -378,3 +378,59 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
     let got_ids: Vec<u64> = got.iter().map(|(id, _, _)| *id).collect();
     assert_eq!(got_ids, want, "resumed with Last-Event-ID {mid}");
 }
+
+/// Each replica caches a node's audit frontier; an extension accepted by another
+/// replica must not leave it refusing the next upload as a gap.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_audit_log_syncs_through_alternating_replicas() {
+    use ed25519_dalek::SigningKey;
+    use outpost::audit::{
+        leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+        Frontier,
+    };
+    let Some(homes) = replicas(2) else { return };
+    let n = SimNode::new(7);
+    n.enroll(&homes[0]);
+    let gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+    let all: Vec<Vec<u8>> = (0..12)
+        .map(|i| {
+            AuditEntry::from_record(
+                i,
+                1_000 + i,
+                AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
+            )
+            .canonical_bytes()
+        })
+        .collect();
+    let path = format!("/v1/nodes/{}/audit", n.id);
+    for (round, upto) in [3usize, 6, 9, 12].into_iter().enumerate() {
+        let gw = &gws[round % 2];
+        let (st, v) = n.signed(gw, "GET", &path, None).await;
+        assert_eq!(st, 200, "{v}");
+        let from = v["size"].as_u64().unwrap() as usize;
+        assert_eq!(from, upto - 3, "confirmed size at replica {}", round % 2);
+        let mut fr = Frontier::new();
+        for e in &all[..upto] {
+            fr.push(leaf_hash(e));
+        }
+        let note = sign_checkpoint(
+            &SigningKey::from_bytes(&[47; 32]),
+            &origin_for(&n.id),
+            fr.size(),
+            &fr.root(),
+        );
+        let texts: Vec<String> = all[from..upto]
+            .iter()
+            .map(|b| String::from_utf8(b.clone()).unwrap())
+            .collect();
+        let (st, v) = n
+            .signed(
+                gw,
+                "POST",
+                &path,
+                Some(&json!({"entries": texts, "checkpoint": note})),
+            )
+            .await;
+        assert_eq!((st, v["size"].as_u64()), (200, Some(upto as u64)), "{v}");
+    }
+}

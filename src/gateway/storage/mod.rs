@@ -283,6 +283,11 @@ pub trait GatewayState: Send + Sync {
     fn audit_entries<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<Vec<u8>>>;
     /// One entry of a node's audit copy.
     fn audit_entry<'a>(&'a self, node: &'a str, index: u64) -> Fut<'a, Option<Vec<u8>>>;
+    /// How many entries a node's audit copy holds (replicas ask before trusting their
+    /// cached view of it).
+    fn audit_size<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
+        Box::pin(async move { Ok(self.audit_entries(node).await?.len() as u64) })
+    }
     /// Store a verified extension and its checkpoint in one transaction.
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()>;
 

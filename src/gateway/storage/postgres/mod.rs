@@ -475,6 +475,21 @@ impl GatewayState for Postgres {
         })
     }
 
+    fn audit_size<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let n: i64 = c
+                .query_one(
+                    "SELECT coalesce(max(idx) + 1, 0) FROM audit_entries WHERE node_id = $1",
+                    &[&node],
+                )
+                .await
+                .map_err(unavailable)?
+                .get(0);
+            Ok(u(n))
+        })
+    }
+
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()> {
         Box::pin(async move {
             let mut c = self.pool.get().await?;
