@@ -10,6 +10,7 @@ pub mod common;
 pub mod config_cmd;
 pub mod demo;
 pub mod envelope;
+pub mod gateway_cmd;
 pub mod identity;
 pub mod init;
 pub mod queue;
@@ -193,6 +194,25 @@ pub enum Command {
         #[command(flatten)]
         cfg: ConfigArg,
     },
+    /// Gateway administration.
+    Gateway {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[command(subcommand)]
+        cmd: GatewayCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewayCmd {
+    /// Copy this (stopped) gateway's embedded state into an empty PostgreSQL database,
+    /// then verify counts, queue order and audit roots. The gateway's own store is left
+    /// as it was; point the config at the database afterwards (store.engine = "postgres").
+    Migrate {
+        /// The target database: postgres://user[:password]@host[:port]/db[?sslmode=require]
+        #[arg(long)]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -366,6 +386,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         } => config_cmd::check(config.as_deref()),
         Command::Backup { cfg, path } => queue::backup(&cfg, &path),
         Command::Doctor { cfg } => queue::doctor(&cfg),
+        Command::Gateway { cfg, cmd } => gateway_cmd::gateway_cmd(&cfg, cmd),
     }
 }
 

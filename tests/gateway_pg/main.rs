@@ -23,6 +23,8 @@ mod gateway_forward;
 mod gateway_tls;
 #[path = "../it/harness.rs"]
 mod harness;
+#[path = "../it/migrate_pg.rs"]
+mod migrate_pg;
 #[path = "../it/netns.rs"]
 mod netns;
 #[path = "../it/openapi.rs"]

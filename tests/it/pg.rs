@@ -427,8 +427,12 @@ fn shared_cluster_does_not_run_as_root() {
     let Some(pg) = PgCluster::shared() else {
         return;
     };
+    // The postmaster (a backend's pid is gone as soon as psql disconnects).
     let pid: u32 = pg
-        .psql("postgres", "SELECT pg_backend_pid()")
+        .psql(
+            "postgres",
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'",
+        )
         .parse()
         .unwrap();
     use std::os::unix::fs::MetadataExt;

@@ -453,10 +453,11 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
         pending = still;
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{} answered messages not delivered after 90 s: {:?}\n{}",
+            "{} answered messages not delivered after 90 s: {:?}\nnode log:\n{}\ngateway log (end):\n{}",
             pending.len(),
             pending.iter().take(5).collect::<Vec<_>>(),
-            d.log_text()
+            d.log_text(),
+            tail(&g.log_text(), 60)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -507,4 +508,10 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
         received.len()
     );
     assert!(answered.len() >= CUTS, "only {} answered", answered.len());
+}
+
+/// The last `n` lines of a log.
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -17,6 +17,7 @@
 //! - Sweeps delete with `RETURNING`: each expired message is reported by exactly one
 //!   replica.
 
+pub mod import;
 mod listen;
 mod live;
 mod pool;

@@ -1,0 +1,90 @@
+//! `outpost gateway migrate --to postgres://…`.
+
+use super::common::{load_config, open_store};
+use super::{ConfigArg, Exit, GatewayCmd};
+use crate::config::Role;
+
+pub fn gateway_cmd(arg: &ConfigArg, cmd: GatewayCmd) -> anyhow::Result<()> {
+    match cmd {
+        GatewayCmd::Migrate { to } => migrate(arg, &to),
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+fn migrate(_arg: &ConfigArg, _to: &str) -> anyhow::Result<()> {
+    Err(Exit::usage("this build has no PostgreSQL support (cargo feature `postgres`)").into())
+}
+
+#[cfg(feature = "postgres")]
+fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
+    use crate::config::{redact_url, PostgresConfig};
+    use crate::gateway::storage::postgres::{import::Snapshot, Postgres};
+
+    let cfg = load_config(arg)?;
+    if cfg.role != Role::Gateway {
+        return Err(Exit::usage("only a gateway's state moves to PostgreSQL").into());
+    }
+    if cfg.gateway_db.is_some() {
+        return Err(Exit::usage("this gateway already keeps its state in PostgreSQL").into());
+    }
+    if !(to.starts_with("postgres://") || to.starts_with("postgresql://")) {
+        return Err(Exit::usage("--to must be a postgres:// URL").into());
+    }
+    // A running gateway would go on changing what is being copied.
+    let addr_file = cfg.data_dir.join("api.addr");
+    if let Some(addr) = std::fs::read_to_string(&addr_file)
+        .ok()
+        .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
+    {
+        if std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).is_ok() {
+            return Err(Exit::failed(format!(
+                "the gateway is running (it answers on {addr}): stop it first"
+            ))
+            .into());
+        }
+    }
+    let store = open_store(&cfg)?;
+    let snap = Snapshot::read(&store);
+    store.close();
+    let snap = snap?;
+    eprintln!(
+        "read {} queued message(s), {} job(s), {} result(s), {} revocation(s), {} peer(s), {} audit cop(ies) from {}",
+        snap.messages.len(),
+        snap.jobs.len(),
+        snap.results.len(),
+        snap.revocations.len(),
+        snap.trust.len(),
+        snap.audit.len(),
+        cfg.data_dir.display()
+    );
+    let db = PostgresConfig {
+        url: to.to_string(),
+        pool: 2,
+        ca_file: None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(async {
+        let pg = Postgres::open(&db, &cfg.queue, crate::clock::system()).await?;
+        pg.import(&snap).await
+    });
+    let report =
+        report.map_err(|e| Exit::failed(format!("migration to {} failed: {e}", redact_url(to))))?;
+    println!(
+        "copied and verified: {} message(s), {} job(s), {} result(s), {} revocation(s), {} peer(s), {} audit entr(ies) of {} node(s); audit roots match",
+        report.messages,
+        report.jobs,
+        report.results,
+        report.revocations,
+        report.peers,
+        report.audit_entries,
+        report.audit_nodes
+    );
+    eprintln!(
+        "next: add to the gateway's config\n  [store]\n  engine = \"postgres\"\n  postgres_url = \"{}\"\nand start it (and any replicas, with a copy of {}/keys.json and identity)",
+        redact_url(to),
+        cfg.data_dir.display()
+    );
+    Ok(())
+}

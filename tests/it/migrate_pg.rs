@@ -1,0 +1,119 @@
+//! `outpost gateway migrate --to postgres://…` (the `gateway_pg` binary only): an
+//! embedded gateway with queued commands, a revocation and an audit copy moves into
+//! PostgreSQL; a second migration into the same database is refused.
+
+use ed25519_dalek::SigningKey;
+use outpost::audit::{
+    leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+    Frontier,
+};
+use serde_json::json;
+
+use crate::harness::{http, text, Home};
+use crate::pg::PgCluster;
+use crate::replicas::{command, SimNode};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and_audit() {
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    // An embedded gateway (this binary's homes default to PostgreSQL).
+    let home = Home::init("gateway", "gateway:main", "");
+    std::fs::remove_file(home.dir.path().join("outpost.d/40-store.toml")).unwrap();
+    let n = SimNode::new(5);
+    n.enroll(&home);
+    let admin = home.token("gateway:main", &["admin"], "1h");
+    let gw = home.start();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(command(&gw, &admin, &n.id, i, 3600).await);
+    }
+    let (first, _) = n.pull(&gw, 0, 3).await;
+    n.ack(&gw, &first).await;
+    let r = http()
+        .post(gw.url("/v1/revocations"))
+        .bearer_auth(&admin)
+        .json(&json!({"jti": "tok-moved"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let entries: Vec<Vec<u8>> = (0..4)
+        .map(|i| {
+            AuditEntry::from_record(
+                i,
+                1_000 + i,
+                AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
+            )
+            .canonical_bytes()
+        })
+        .collect();
+    let mut fr = Frontier::new();
+    for e in &entries {
+        fr.push(leaf_hash(e));
+    }
+    let note = sign_checkpoint(
+        &SigningKey::from_bytes(&[45; 32]),
+        &origin_for(&n.id),
+        fr.size(),
+        &fr.root(),
+    );
+    let texts: Vec<String> = entries
+        .iter()
+        .map(|b| String::from_utf8(b.clone()).unwrap())
+        .collect();
+    let audit = format!("/v1/nodes/{}/audit", n.id);
+    let (st, v) = n
+        .signed(
+            &gw,
+            "POST",
+            &audit,
+            Some(&json!({"entries": texts, "checkpoint": note})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+
+    // Refused while the gateway runs.
+    let url = pg.create_database();
+    let o = home.cli(&["gateway", "migrate", "--to", &url]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("stop it first"),
+        "{}",
+        text(&o)
+    );
+    drop(gw);
+
+    let o = home.cli(&["gateway", "migrate", "--to", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("7 message(s)") && out.contains("audit roots match"),
+        "{out}"
+    );
+    // Never into a database that already holds a gateway's state.
+    let again = home.cli(&["gateway", "migrate", "--to", &url]);
+    assert!(!again.status.success(), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already holds gateway state"),
+        "{}",
+        text(&again)
+    );
+
+    // The same gateway on the database: what was queued, in order, the revocation and
+    // the audit copy.
+    Home::use_database(home.dir.path(), &url);
+    let gw = home.start();
+    let (rest, pending) = n.pull(&gw, 0, 100).await;
+    assert_eq!((rest.as_slice(), pending), (&ids[3..], 7));
+    let path = format!("/v1/nodes/{}/revocations?since=0", n.id);
+    let (st, r) = n.signed(&gw, "GET", &path, None).await;
+    assert_eq!(
+        (st, r["revoked"].clone()),
+        (200, json!(["tok-moved"])),
+        "{r}"
+    );
+    let (st, a) = n.signed(&gw, "GET", &audit, None).await;
+    assert_eq!((st, a["size"].as_u64()), (200, Some(4)), "{a}");
+}
