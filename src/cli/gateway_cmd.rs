@@ -1,8 +1,6 @@
 //! `outpost gateway migrate --to postgres://…`.
 
-use super::common::{load_config, open_store};
 use super::{ConfigArg, Exit, GatewayCmd};
-use crate::config::Role;
 
 pub fn gateway_cmd(arg: &ConfigArg, cmd: GatewayCmd) -> anyhow::Result<()> {
     match cmd {
@@ -17,7 +15,8 @@ fn migrate(_arg: &ConfigArg, _to: &str) -> anyhow::Result<()> {
 
 #[cfg(feature = "postgres")]
 fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
-    use crate::config::{redact_url, PostgresConfig};
+    use super::common::{load_config, open_store};
+    use crate::config::{redact_url, PostgresConfig, Role};
     use crate::gateway::storage::postgres::{import::Snapshot, Postgres};
 
     let cfg = load_config(arg)?;

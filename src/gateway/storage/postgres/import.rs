@@ -30,9 +30,11 @@ pub struct Snapshot {
     pub results: Vec<(String, Vec<u8>)>,
     pub revocations: Vec<(u64, String)>,
     pub trust: TrustStore,
-    /// Per node: entries in index order, and checkpoints `(size, note)`.
-    pub audit: Vec<(String, Vec<Vec<u8>>, Vec<(u64, String)>)>,
+    pub audit: Vec<AuditCopy>,
 }
+
+/// One node's audit copy: its id, entries in index order, checkpoints `(size, note)`.
+pub type AuditCopy = (String, Vec<Vec<u8>>, Vec<(u64, String)>);
 
 /// What was copied, and the audit roots compared.
 #[derive(Debug, Default, PartialEq, Eq)]
