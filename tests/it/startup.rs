@@ -165,3 +165,26 @@ fn a_failed_init_leaves_nothing_that_blocks_a_retry() {
     assert!(o.status.success(), "retry: {}", text(&o));
     assert!(dir.path().join("data/keys.json").exists());
 }
+
+/// `store.engine = "postgres"` is for gateways: a node's config with it is refused by
+/// `config check` and `run` with the usage exit code (64), so systemd does not loop.
+#[test]
+fn a_node_config_naming_postgres_is_refused_with_exit_64() {
+    let home = Home::init("node", "node:pg", "");
+    let d = home.dir.path().join("outpost.d");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("60-store.toml"),
+        "[store]\nengine = \"postgres\"\npostgres_url = \"postgres://x@127.0.0.1:1/db\"\n",
+    )
+    .unwrap();
+    for args in [&["config", "check"][..], &["run"][..]] {
+        let o = home.cli(args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("gateway role only"),
+            "{}",
+            text(&o)
+        );
+    }
+}
