@@ -16,6 +16,12 @@
 //!
 //! `OUTPOST_BENCH_SYNC_N` overrides the 10,000. The load generator shares the machine's
 //! cores with both daemons; the numbers are for this machine only.
+//!
+//! `OUTPOST_BENCH_PG_URL=postgres://…` (an empty database) runs the gateway on
+//! PostgreSQL instead, and `OUTPOST_BENCH_REPLICAS=2` with it runs two gateway replicas
+//! on that database: the enqueue load is spread over both, the node lists both. Bytes
+//! written are then the gateway processes' own (PostgreSQL's writes are not counted);
+//! `scripts/bench-pg.sh` runs all three set-ups alternately on a throw-away cluster.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock directly
 
@@ -91,9 +97,13 @@ impl Home {
     }
 
     fn dropin(&self, toml: &str) {
+        self.dropin_named("50-bench.toml", toml);
+    }
+
+    fn dropin_named(&self, name: &str, toml: &str) {
         let d = self.cfg.parent().unwrap().join("outpost.d");
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("50-bench.toml"), toml).unwrap();
+        std::fs::write(d.join(name), toml).unwrap();
     }
 
     fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
@@ -194,6 +204,34 @@ fn usage(pid: u32) -> Usage {
     }
 }
 
+/// The gateway replicas together: CPU and bytes summed, the largest peak RSS.
+fn usage_all(pids: &[u32]) -> Usage {
+    let mut u = Usage {
+        cpu_s: 0.0,
+        write_bytes: 0,
+        hwm_kib: 0,
+    };
+    for p in pids {
+        let one = usage(*p);
+        u.cpu_s += one.cpu_s;
+        u.write_bytes += one.write_bytes;
+        u.hwm_kib = u.hwm_kib.max(one.hwm_kib);
+    }
+    u
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -270,7 +308,7 @@ fn get(path: &str, token: &str) -> Vec<u8> {
 
 /// Sends `n` requests made by `make(i)` over `clients` connections; returns the rate.
 async fn load(
-    addr: &str,
+    addrs: &[String],
     clients: usize,
     n: usize,
     make: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
@@ -279,8 +317,8 @@ async fn load(
     let next = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let (next, make, addr) = (next.clone(), make.clone(), addr.to_string());
+    for k in 0..clients {
+        let (next, make, addr) = (next.clone(), make.clone(), addrs[k % addrs.len()].clone());
         tasks.push(tokio::spawn(async move {
             let mut c = Conn::open(&addr).await;
             loop {
@@ -435,15 +473,52 @@ fn main() {
         .build()
         .unwrap();
 
-    let gw_port = free_port();
-    let gw = Home::init("gateway", "gateway:main", &format!("127.0.0.1:{gw_port}"));
+    let pg_url = std::env::var("OUTPOST_BENCH_PG_URL").ok();
+    let replicas: usize = match &pg_url {
+        Some(_) => std::env::var("OUTPOST_BENCH_REPLICAS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .clamp(1, 4),
+        None => 1,
+    };
+    let gw_ports: Vec<u16> = (0..replicas).map(|_| free_port()).collect();
+    let gw = Home::init(
+        "gateway",
+        "gateway:main",
+        &format!("127.0.0.1:{}", gw_ports[0]),
+    );
     let node = Home::init("node", "node:b1", "127.0.0.1:0");
     gw.dropin("[queue]\nmax_messages_per_recipient = 100000\n");
+    if let Some(url) = &pg_url {
+        gw.dropin_named(
+            "40-store.toml",
+            &format!("[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n"),
+        );
+    }
+    let urls: Vec<String> = gw_ports
+        .iter()
+        .map(|p| format!("\"http://127.0.0.1:{p}\""))
+        .collect();
     node.dropin(&format!(
-        "[upstream]\nurl = \"http://127.0.0.1:{gw_port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 25\n\n[queue]\nmax_messages_per_recipient = 100000\n"
+        "[upstream]\nurls = [{}]\ngateway_id = \"gateway:main\"\npoll_wait_s = 25\n\n[queue]\nmax_messages_per_recipient = 100000\n",
+        urls.join(", ")
     ));
     let node_id = node.cli(&["identity", "--json"], None);
     gw.cli(&["trust", "add", "-", "--send"], Some(node_id.as_bytes()));
+    // Further replicas: the same identity (a copy of the data dir) and database.
+    let mut gws = vec![gw];
+    for p in &gw_ports[1..] {
+        let r = Home::init("gateway", "gateway:main", &format!("127.0.0.1:{p}"));
+        std::fs::remove_dir_all(&r.data).unwrap();
+        copy_dir(&gws[0].data, &r.data);
+        for f in ["40-store.toml", "50-bench.toml"] {
+            let from = gws[0].cfg.parent().unwrap().join("outpost.d").join(f);
+            r.dropin_named(f, &std::fs::read_to_string(from).unwrap());
+        }
+        gws.push(r);
+    }
+    let gw = &gws[0];
     let gw_id = gw.cli(&["identity", "--json"], None);
     node.cli(
         &["trust", "add", "-", "--send", "--issue"],
@@ -477,9 +552,12 @@ fn main() {
     let data = "x".repeat(480);
 
     // --- Gateway enqueue, node stopped: these messages are the drain's backlog.
-    let g = gw.start();
+    let gs: Vec<Daemon> = gws.iter().map(Home::start).collect();
+    let g = &gs[0];
     let gw_addr = g.addr.clone();
-    let before = usage(g.pid());
+    let gw_addrs: Vec<String> = gs.iter().map(|d| d.addr.clone()).collect();
+    let pids: Vec<u32> = gs.iter().map(Daemon::pid).collect();
+    let before = usage_all(&pids);
     let cmd = {
         let (tok, data) = (gw_admin.clone(), data.clone());
         Arc::new(move |i: usize| {
@@ -492,9 +570,9 @@ fn main() {
             )
         }) as Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>
     };
-    let rate1 = rt.block_on(load(&gw_addr, 1, n1, cmd.clone(), 202));
-    let rate64 = rt.block_on(load(&gw_addr, 64, n - n1, cmd, 202));
-    let after = usage(g.pid());
+    let rate1 = rt.block_on(load(&gw_addrs[..1], 1, n1, cmd.clone(), 202));
+    let rate64 = rt.block_on(load(&gw_addrs, 64, n - n1, cmd, 202));
+    let after = usage_all(&pids);
     let enq_cpu_ms = (after.cpu_s - before.cpu_s) * 1000.0 / n as f64 * 1000.0;
     let enq_bytes = (after.write_bytes - before.write_bytes) as f64 / n as f64;
 
@@ -506,21 +584,23 @@ fn main() {
             .as_u64()
             .unwrap_or(u64::MAX)
     };
-    let gw_before = usage(g.pid());
+    let gw_before = usage_all(&pids);
     let t0 = Instant::now();
     let nd = node.start();
     let node_pid = nd.pid();
-    eprintln!("pids: gateway {} node {node_pid}", g.pid());
+    eprintln!("pids: gateway {pids:?} node {node_pid}");
     let drain = rt
         .block_on(until("drain", Duration::from_secs(600), async || {
             depth(gw_addr.clone(), gw_admin.clone()).await == 0
         }))
         .max(t0.elapsed());
     let node_drain = usage(node_pid);
-    let gw_drain = usage(g.pid());
+    let gw_drain = usage_all(&pids);
 
     // --- Upload: gateway stopped, n results queued in the node's outbox.
-    g.stop();
+    for g in gs {
+        g.stop();
+    }
     let node_addr = nd.addr.clone();
     let res = {
         let (tok, data) = (node_admin.clone(), data.clone());
@@ -535,7 +615,7 @@ fn main() {
         }) as Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>
     };
     let node_before_fill = usage(node_pid);
-    let outbox_rate = rt.block_on(load(&node_addr, 64, n, res, 202));
+    let outbox_rate = rt.block_on(load(std::slice::from_ref(&node_addr), 64, n, res, 202));
     let node_after_fill = usage(node_pid);
     let outbox_depth = |addr: String| async move {
         let mut c = Conn::open(&addr).await;
@@ -551,7 +631,8 @@ fn main() {
             .unwrap_or(u64::MAX)
     };
     let t0 = Instant::now();
-    let g2 = gw.start();
+    let g2s: Vec<Daemon> = gws.iter().map(Home::start).collect();
+    let pids2: Vec<u32> = g2s.iter().map(Daemon::pid).collect();
     // The node reconnects on its backoff schedule (the gateway was down): the transfer
     // itself is timed from the first upload it saw to the last.
     let mut first: Option<Instant> = None;
@@ -566,16 +647,23 @@ fn main() {
         .max(t0.elapsed());
     let transfer = first.map(|f| f.elapsed()).unwrap_or(upload);
     let node_up = usage(node_pid);
-    let gw_up = usage(g2.pid());
+    let gw_up = usage_all(&pids2);
     nd.stop();
-    g2.stop();
+    for g in g2s {
+        g.stop();
+    }
 
     let (seal_us, open_us) = crypto_ceiling(4_000);
 
     let per_k = |cpu: f64| cpu * 1000.0 / n as f64;
-    println!(
-        "sync bench: n = {n} messages of 512 B, both sides durable (SQLite, fsync per commit)"
-    );
+    match &pg_url {
+        None => println!(
+            "sync bench: n = {n} messages of 512 B, both sides durable (SQLite, fsync per commit)"
+        ),
+        Some(_) => println!(
+            "sync bench: n = {n} messages of 512 B; gateway on PostgreSQL ({replicas} replica(s), commit = durable), node on SQLite (fsync per commit)"
+        ),
+    }
     println!("gateway enqueue, 1 client:   {rate1:>9.0} commands/s ({n1} commands)");
     println!(
         "gateway enqueue, 64 clients: {rate64:>9.0} commands/s ({} commands)",
