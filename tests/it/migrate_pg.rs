@@ -117,3 +117,26 @@ async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and
     let (st, a) = n.signed(&gw, "GET", &audit, None).await;
     assert_eq!((st, a["size"].as_u64()), (200, Some(4)), "{a}");
 }
+
+/// A database migrated by a newer outpost is refused at start, with the reason.
+#[test]
+fn a_database_with_a_newer_schema_is_refused_at_start() {
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    let home = Home::init("gateway", "gateway:main", "");
+    let url = home.db.clone().expect("a gateway on PostgreSQL");
+    pg.psql(
+        &url,
+        "CREATE TABLE outpost_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO outpost_schema (version) VALUES (99);",
+    );
+    let o = home.cli(&["run"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("schema version 99 is newer than this binary supports"),
+        "{}",
+        text(&o)
+    );
+}
