@@ -29,17 +29,21 @@
 //!   connections too. Needs `OUTPOST_FLEET_GATEWAY_CONFIG` (a gateway config for `outpost
 //!   trust add --config` and `outpost token issue --config`); `OUTPOST_FLEET_GATEWAY_PIDS`
 //!   (comma-separated, optional) for their RSS and CPU. Plain HTTP only.
-//! - `OUTPOST_FLEET_ENROLL` [`cli`]: `cli` runs one `outpost trust add` per node, before
-//!   anything is timed; `bulk` (started gateway only) adds all nodes to the gateway's
-//!   trust record in one write, in this process, through the library calls `trust add`
-//!   makes (`trust add` takes one document per call and re-verifies the whole trust
-//!   store each time, so n calls cost O(n²) signature checks).
+//! - `OUTPOST_FLEET_ENROLL` [`bulk` for a started gateway, `cli` for external ones]:
+//!   `cli` runs one `outpost trust add` per node; `bulk` adds all nodes but the last to
+//!   the gateway's trust record in one write, in this process, through the library calls
+//!   `trust add` makes (load the record, `TrustStore::add`, save), then enrolls the last
+//!   one with `outpost trust add` and reports how long that one call took. (`trust add`
+//!   takes one document per call, and each call loads — re-verifying every identity —
+//!   and rewrites the whole trust record: 2,000 calls took over 10 minutes here.)
+//!   Either way enrollment ends before anything is timed.
 //! - `OUTPOST_FLEET_PREFIX` [`fleet`]: node ids are `node:<prefix>-00000`, ….
 //! - `OUTPOST_BIN`: the binary under test (default: this build's).
 //!
 //! Output: a human summary and one line `FLEET_RESULT {json}` on stdout.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock directly
+#![recursion_limit = "256"] // the FLEET_RESULT json! literal
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -113,7 +117,9 @@ struct Cfg {
 
 impl Cfg {
     fn from_env() -> Cfg {
-        let enroll = match env_or("OUTPOST_FLEET_ENROLL", "cli".to_string()).as_str() {
+        let gateways = env_list("OUTPOST_FLEET_GATEWAYS");
+        let default_enroll = if gateways.is_empty() { "bulk" } else { "cli" };
+        let enroll = match env_or("OUTPOST_FLEET_ENROLL", default_enroll.to_string()).as_str() {
             "cli" => Enroll::Cli,
             "bulk" => Enroll::Bulk,
             other => panic!("OUTPOST_FLEET_ENROLL={other:?}: cli or bulk"),
@@ -129,7 +135,7 @@ impl Cfg {
             clients: env_or("OUTPOST_FLEET_CLIENTS", 16),
             grace_s: env_or("OUTPOST_FLEET_GRACE_S", 30.0),
             wait_s,
-            gateways: env_list("OUTPOST_FLEET_GATEWAYS"),
+            gateways,
             gateway_config: std::env::var("OUTPOST_FLEET_GATEWAY_CONFIG")
                 .ok()
                 .filter(|v| !v.is_empty())
@@ -229,7 +235,10 @@ impl Home {
         let log = self.dir.path().join("gateway.log");
         let child = Command::new(outpost())
             .args(["run", "--config", self.cfg.to_str().unwrap()])
-            .env("OUTPOST_LOG", "warn")
+            .env(
+                "OUTPOST_LOG",
+                std::env::var("OUTPOST_FLEET_GATEWAY_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .env_remove("JOURNAL_STREAM")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -364,42 +373,46 @@ fn raise_nofile() -> (u64, u64) {
     (u64::from(rl.rlim_cur), u64::from(rl.rlim_max))
 }
 
-/// Samples each process's VmRSS once a second; keeps the largest.
+/// Samples each process's VmRSS once a second, from the ramp on.
 struct RssSampler {
     stop: Arc<AtomicBool>,
-    peaks: Arc<Vec<AtomicU64>>,
+    series: Arc<Mutex<Vec<Vec<u64>>>>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RssSampler {
     fn start(pids: Vec<u32>) -> RssSampler {
         let stop = Arc::new(AtomicBool::new(false));
-        let peaks: Arc<Vec<AtomicU64>> = Arc::new(pids.iter().map(|_| AtomicU64::new(0)).collect());
-        let (s, p) = (stop.clone(), peaks.clone());
+        let series = Arc::new(Mutex::new(vec![Vec::new(); pids.len()]));
+        let (s, out) = (stop.clone(), series.clone());
         let handle = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut k = 0u32;
             while !s.load(Ordering::Relaxed) {
-                for (i, pid) in pids.iter().enumerate() {
-                    p[i].fetch_max(status_kib(*pid, "VmRSS"), Ordering::Relaxed);
+                let now: Vec<u64> = pids.iter().map(|p| status_kib(*p, "VmRSS")).collect();
+                for (v, x) in out.lock().unwrap().iter_mut().zip(now) {
+                    v.push(x);
                 }
-                std::thread::sleep(Duration::from_secs(1));
+                k += 1;
+                std::thread::sleep(
+                    (t0 + Duration::from_secs(k.into())).saturating_duration_since(Instant::now()),
+                );
             }
         });
         RssSampler {
             stop,
-            peaks,
+            series,
             handle: Some(handle),
         }
     }
 
-    fn finish(mut self) -> Vec<u64> {
+    /// Per process: the samples, one a second.
+    fn finish(mut self) -> Vec<Vec<u64>> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
-        self.peaks
-            .iter()
-            .map(|a| a.load(Ordering::Relaxed))
-            .collect()
+        std::mem::take(&mut *self.series.lock().unwrap())
     }
 }
 
@@ -439,16 +452,29 @@ struct Conn {
     ep: Arc<Endpoint>,
     tx: Option<http1::SendRequest<String>>,
     connects: Arc<AtomicU64>,
+    /// For the detail of a failure: when this connection opened, how many answers it
+    /// carried, when the last one ended.
+    opened: Instant,
+    answers: u64,
+    last_answer: Instant,
 }
+
+/// Failures described in full on stderr (the summary groups them by kind).
+const DETAILED_FAILURES: u64 = 20;
+static FAILURES: AtomicU64 = AtomicU64::new(0);
 
 type Answer = (u16, Vec<u8>);
 
 impl Conn {
     fn new(ep: Arc<Endpoint>, connects: Arc<AtomicU64>) -> Conn {
+        let now = Instant::now();
         Conn {
             ep,
             tx: None,
             connects,
+            opened: now,
+            answers: 0,
+            last_answer: now,
         }
     }
 
@@ -469,6 +495,9 @@ impl Conn {
         });
         self.connects.fetch_add(1, Ordering::Relaxed);
         self.tx = Some(tx);
+        self.opened = Instant::now();
+        self.answers = 0;
+        self.last_answer = self.opened;
         Ok(())
     }
 
@@ -490,7 +519,12 @@ impl Conn {
             return Err("not connected".into());
         };
         let r = tokio::time::timeout(limit, async {
-            tx.ready().await.map_err(|e| format!("closed: {e}"))?;
+            tx.ready().await.map_err(|e| {
+                (
+                    "connection closed before the request".to_string(),
+                    format!("{e:?}"),
+                )
+            })?;
             let mut b = hyper::Request::builder()
                 .method(method)
                 .uri(pq)
@@ -498,13 +532,14 @@ impl Conn {
             for (k, v) in headers {
                 b = b.header(*k, v.as_str());
             }
-            let req = b.body(body).map_err(|e| e.to_string())?;
+            let req = b.body(body).map_err(|e| (e.to_string(), String::new()))?;
             let resp = tx.send_request(req).await.map_err(|e| {
-                if e.is_canceled() || e.is_closed() || e.is_incomplete_message() {
+                let kind = if e.is_canceled() || e.is_closed() || e.is_incomplete_message() {
                     "connection closed by the gateway".to_string()
                 } else {
                     e.to_string()
-                }
+                };
+                (kind, format!("{e:?}"))
             })?;
             let status = resp.status().as_u16();
             let mut body = resp.into_body();
@@ -512,25 +547,36 @@ impl Conn {
             while let Some(f) =
                 std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
             {
-                let f = f.map_err(|e| format!("body: {e}"))?;
+                let f = f.map_err(|e| (format!("body: {e}"), format!("{e:?}")))?;
                 if let Ok(d) = f.into_data() {
                     out.extend_from_slice(&d);
                 }
             }
-            Ok::<_, String>((status, out))
+            Ok::<_, (String, String)>((status, out))
         })
         .await;
-        match r {
-            Ok(Ok(a)) => Ok(a),
-            Ok(Err(e)) => {
-                self.tx = None;
-                Err(e)
+        let (kind, detail) = match r {
+            Ok(Ok(a)) => {
+                self.answers += 1;
+                self.last_answer = Instant::now();
+                return Ok(a);
             }
-            Err(_) => {
-                self.tx = None;
-                Err(format!("no answer within {} s", limit.as_secs()))
-            }
+            Ok(Err(e)) => e,
+            Err(_) => (
+                format!("no answer within {} s", limit.as_secs()),
+                String::new(),
+            ),
+        };
+        self.tx = None;
+        if FAILURES.fetch_add(1, Ordering::Relaxed) < DETAILED_FAILURES {
+            eprintln!(
+                "  failure: {method} {pq}: {kind} — connection {:.1} s old, {} answers on it, the last {:.3} s ago; {detail}",
+                self.opened.elapsed().as_secs_f64(),
+                self.answers,
+                self.last_answer.elapsed().as_secs_f64(),
+            );
         }
+        Err(kind)
     }
 }
 
@@ -801,7 +847,7 @@ impl SimNode {
                 st.acks.fetch_add(1, Ordering::Relaxed);
             }
             flush = answer.pending_count > got;
-            if Instant::now() >= rev_due {
+            if Instant::now() >= rev_due && !ctx.stop.is_cancelled() {
                 let pq = format!("/v1/nodes/{}/revocations?since={rev_since}", self.id);
                 let r = self
                     .call(
@@ -985,24 +1031,33 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// `event=` values of warning and error lines in the gateway's log, counted.
+/// `event=` values of the gateway's log lines, counted by level and event (with the
+/// default `OUTPOST_LOG=warn`, warnings and errors only).
 fn log_events(path: &Path) -> BTreeMap<String, u64> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut out = BTreeMap::new();
     for line in text.lines() {
-        let level = if line.contains("ERROR") {
-            "ERROR"
-        } else if line.contains("WARN") {
-            "WARN"
-        } else {
+        let mut words = line.split_whitespace();
+        let Some(level) = words
+            .by_ref()
+            .take(3)
+            .find(|w| ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"].contains(w))
+        else {
             continue;
         };
         let ev = line
             .split_whitespace()
             .find_map(|w| w.strip_prefix("event="))
             .unwrap_or("(no event)");
-        *out.entry(format!("{level} {}", ev.trim_matches('"')))
-            .or_default() += 1;
+        let mut key = format!("{level} {}", ev.trim_matches('"'));
+        // Which limit closed a connection matters (http_server's debug events).
+        if let Some(t) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("timeout="))
+        {
+            key.push_str(&format!(" timeout={}", t.trim_matches('"')));
+        }
+        *out.entry(key).or_default() += 1;
     }
     out
 }
@@ -1103,25 +1158,37 @@ fn main() {
     };
 
     // --- Enrollment, before anything is timed.
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::to_string(d).unwrap())
+        .collect();
     let t = Instant::now();
+    let mut last_cli_s = None;
     match cfg.enroll {
-        Enroll::Cli => {
-            let texts: Vec<String> = docs
-                .iter()
-                .map(|d| serde_json::to_string(d).unwrap())
-                .collect();
-            enroll_cli(&gw_cfg, &texts);
+        Enroll::Cli => enroll_cli(&gw_cfg, &texts),
+        Enroll::Bulk => {
+            let n = docs.len();
+            enroll_bulk(&gw_cfg, &docs[..n - 1]);
+            let t1 = Instant::now();
+            cli(
+                &gw_cfg,
+                &["trust", "add", "-", "--send"],
+                Some(texts[n - 1].as_bytes()),
+            );
+            last_cli_s = Some(t1.elapsed().as_secs_f64());
         }
-        Enroll::Bulk => enroll_bulk(&gw_cfg, &docs),
     }
     let enroll_s = t.elapsed().as_secs_f64();
+    let enroll_how = match (cfg.enroll, last_cli_s) {
+        (Enroll::Bulk, Some(c)) => format!(
+            "{} in one trust-record write, the last with `outpost trust add` ({c:.2} s for that call)",
+            cfg.nodes - 1
+        ),
+        _ => "`outpost trust add` per node".to_string(),
+    };
     eprintln!(
-        "enrolled {} nodes at {gw_id} with {} in {enroll_s:.1} s",
-        cfg.nodes,
-        match cfg.enroll {
-            Enroll::Cli => "`outpost trust add` per node",
-            Enroll::Bulk => "one trust-record write",
-        }
+        "enrolled {} nodes at {gw_id} in {enroll_s:.1} s: {enroll_how}",
+        cfg.nodes
     );
     let token = cli(
         &gw_cfg,
@@ -1168,6 +1235,7 @@ fn main() {
     let node_ids: Arc<Vec<String>> = Arc::new(sims.iter().map(|s| s.id.clone()).collect());
     let prefix = format!("node:{}-", cfg.prefix);
     let sampler = RssSampler::start(pids.clone());
+    let t_sampler = Instant::now();
     let me = std::process::id();
 
     // --- Ramp: every node connects (in waves of 100 per 50 ms) and long-polls.
@@ -1230,6 +1298,7 @@ fn main() {
     let mach0 = machine_jiffies();
     let connects0 = ctx.stats.node_connects.load(Ordering::Relaxed);
     let t0 = Instant::now() + Duration::from_millis(50);
+    let load_at_s = t0.duration_since(t_sampler).as_secs_f64();
     eprintln!("load: {total} commands at {} /s …", cfg.rate);
     let producers: Vec<Producer> = rt.block_on(async {
         let next = Arc::new(AtomicU64::new(0));
@@ -1271,7 +1340,21 @@ fn main() {
     let load_avg = loadavg();
     let hwm: Vec<u64> = pids.iter().map(|p| status_kib(*p, "VmHWM")).collect();
     let rss_end: Vec<u64> = pids.iter().map(|p| status_kib(*p, "VmRSS")).collect();
-    let rss_peak = sampler.finish();
+    let rss_series = sampler.finish();
+    let rss_peak: Vec<u64> = rss_series
+        .iter()
+        .map(|v| v.iter().copied().max().unwrap_or(0))
+        .collect();
+    // Every 10th sample, in MiB: the shape over the run.
+    let rss_every_10s: Vec<Vec<f64>> = rss_series
+        .iter()
+        .map(|v| {
+            v.iter()
+                .step_by(10)
+                .map(|k| (mib(*k) * 10.0).round() / 10.0)
+                .collect()
+        })
+        .collect();
     let depth_end = rt.block_on(async {
         // Replicas share one state: the first gateway's view is the queue.
         nodes_view(&eps[0], &token, &prefix)
@@ -1280,6 +1363,10 @@ fn main() {
             .ok()
     });
     let reconnects_in_load = ctx.stats.node_connects.load(Ordering::Relaxed) - connects0;
+    // What went wrong while it mattered; stopping below (nodes mid-request while the
+    // gateway shuts down) is reported apart.
+    let errors = ctx.stats.errors.lock().unwrap().clone();
+    let errors_total: u64 = errors.values().sum();
 
     // --- Stop: nodes issue nothing more; the gateway we started gets SIGTERM with
     // every long-poll still open (how long its drain takes is reported).
@@ -1317,8 +1404,7 @@ fn main() {
         .max()
         .unwrap_or_default();
     let st = &ctx.stats;
-    let errors = st.errors.lock().unwrap().clone();
-    let errors_total: u64 = errors.values().sum();
+    let errors_at_stop = st.errors.lock().unwrap().values().sum::<u64>() - errors_total;
     let window_s = load_s + drain_s;
     let me_cpu = me_cpu1 - me_cpu0;
     let idle_pct = {
@@ -1350,19 +1436,16 @@ fn main() {
         cfg.clients
     );
     println!(
-        "  enrollment: {enroll_s:.1} s ({}); ramp: {polling}/{} long-polls held after {ramp_s:.1} s",
-        match cfg.enroll {
-            Enroll::Cli => "outpost trust add per node",
-            Enroll::Bulk => "bulk",
-        },
+        "  enrollment: {enroll_s:.1} s ({enroll_how}); ramp: {polling}/{} long-polls held after {ramp_s:.1} s",
         cfg.nodes
     );
     println!(
-        "  commands: {total} attempted, {sent} queued (2xx) in {load_s:.1} s = {:.0} /s achieved; producer max lag {:.1} ms; POST p50 {} p99 {}",
+        "  commands: {total} attempted, {sent} queued (2xx) in {load_s:.1} s = {:.0} /s achieved; producer max lag {:.1} ms; POST p50 {} p99 {} max {}",
         sent as f64 / load_s,
         max_lag.as_secs_f64() * 1000.0,
         fmt_ms(pct_ms(&post_us, 50.0)),
         fmt_ms(pct_ms(&post_us, 99.0)),
+        fmt_ms(pct_ms(&post_us, 100.0)),
     );
     println!(
         "  delivered {delivered}, lost {lost} (not delivered {:.0} s after the last send), duplicates {duplicates}, misrouted {misrouted}, unmatched receipts {foreign}; queued at the gateway at the end: {}",
@@ -1385,6 +1468,14 @@ fn main() {
             mib(rss_peak[i]),
             mib(hwm[i]),
             mib(rss_end[i]),
+        );
+        println!(
+            "    RSS every 10 s from the ramp (load from +{load_at_s:.0} s): {} MiB",
+            rss_every_10s[i]
+                .iter()
+                .map(|m| format!("{m:.1}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         let cpu = gw_cpu1[i] - gw_cpu0[i];
         println!(
@@ -1418,7 +1509,7 @@ fn main() {
     }
     if let Some((d, status)) = &stop {
         println!(
-            "  gateway stop (SIGTERM with the long-polls open): {:.2} s, {status}",
+            "  gateway stop (SIGTERM with the long-polls open): {:.2} s, {status}; {errors_at_stop} node requests failed while it stopped",
             d.as_secs_f64()
         );
     }
@@ -1438,6 +1529,7 @@ fn main() {
                 "rss_start_kib": rss_start[i],
                 "rss_polls_kib": rss_polls[i],
                 "rss_peak_sampled_kib": rss_peak[i],
+                "rss_every_10s_mib": rss_every_10s[i],
                 "hwm_kib": hwm[i],
                 "rss_end_kib": rss_end[i],
                 "cpu_s": gw_cpu1[i] - gw_cpu0[i],
@@ -1454,7 +1546,9 @@ fn main() {
         "clients": cfg.clients,
         "enroll": match cfg.enroll { Enroll::Cli => "cli", Enroll::Bulk => "bulk" },
         "enroll_s": enroll_s,
+        "enroll_last_cli_s": last_cli_s,
         "ramp_s": ramp_s,
+        "load_at_s": load_at_s,
         "polling_before_load": polling,
         "attempted": total,
         "sent": sent,
@@ -1470,6 +1564,7 @@ fn main() {
         "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "max_ms": pmax, "mean_ms": mean,
         "post_p50_ms": pct_ms(&post_us, 50.0),
         "post_p99_ms": pct_ms(&post_us, 99.0),
+        "post_max_ms": pct_ms(&post_us, 100.0),
         "producer_max_lag_ms": max_lag.as_secs_f64() * 1000.0,
         "gateway": gw_json,
         "generator_cpu_s": me_cpu,
