@@ -37,6 +37,9 @@
 //!   takes one document per call, and each call loads — re-verifying every identity —
 //!   and rewrites the whole trust record: 2,000 calls took over 10 minutes here.)
 //!   Either way enrollment ends before anything is timed.
+//! - `OUTPOST_FLEET_GATEWAY_TOML`: TOML for a drop-in of the started gateway (e.g.
+//!   `[security]` `max_clock_skew_s = 30`); `OUTPOST_FLEET_GATEWAY_LOG` its `OUTPOST_LOG`
+//!   [`warn`] (its warn/error lines are counted by `event` in the summary).
 //! - `OUTPOST_FLEET_PREFIX` [`fleet`]: node ids are `node:<prefix>-00000`, ….
 //! - `OUTPOST_BIN`: the binary under test (default: this build's).
 //!
@@ -227,6 +230,12 @@ impl Home {
             None,
         );
         Home { dir, cfg, data }
+    }
+
+    fn dropin(&self, toml: &str) {
+        let d = self.cfg.parent().unwrap().join("outpost.d");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("50-fleet.toml"), toml).unwrap();
     }
 
     fn start(&self) -> Daemon {
@@ -1147,6 +1156,9 @@ fn main() {
 
     // --- Gateway: ours (not started until enrolled) or theirs.
     let home = (!external).then(|| Home::init_gateway("gateway:fleet"));
+    if let (Some(h), Ok(toml)) = (&home, std::env::var("OUTPOST_FLEET_GATEWAY_TOML")) {
+        h.dropin(&toml);
+    }
     let gw_cfg: PathBuf = match &home {
         Some(h) => h.cfg.clone(),
         None => cfg.gateway_config.clone().unwrap(),
