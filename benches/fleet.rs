@@ -29,7 +29,8 @@
 //!   connections too. Needs `OUTPOST_FLEET_GATEWAY_CONFIG` (a gateway config for `outpost
 //!   trust add --config` and `outpost token issue --config`); `OUTPOST_FLEET_GATEWAY_PIDS`
 //!   (comma-separated, optional) for their RSS and CPU. Plain HTTP only.
-//! - `OUTPOST_FLEET_ENROLL` [`bulk` for a started gateway, `cli` for external ones]:
+//! - `OUTPOST_FLEET_ENROLL` [`bulk` for a started gateway, `cli` for external ones;
+//!   `none`]:
 //!   `cli` runs one `outpost trust add` per node; `bulk` adds all nodes but the last to
 //!   the gateway's trust record in one write, in this process, through the library calls
 //!   `trust add` makes (load the record, `TrustStore::add`, save), then enrolls the last
@@ -40,7 +41,13 @@
 //! - `OUTPOST_FLEET_GATEWAY_TOML`: TOML for a drop-in of the started gateway (e.g.
 //!   `[security]` `max_clock_skew_s = 30`); `OUTPOST_FLEET_GATEWAY_LOG` its `OUTPOST_LOG`
 //!   [`warn`] (its warn/error lines are counted by `event` in the summary).
-//! - `OUTPOST_FLEET_PREFIX` [`fleet`]: node ids are `node:<prefix>-00000`, ….
+//! - `OUTPOST_FLEET_PREFIX`: node ids are `node:<prefix>-00000`, … [`fleet`; against
+//!   external gateways `fleet<unix seconds>`, new ids each run, unless
+//!   `OUTPOST_FLEET_KEYS_DIR` is set: a running gateway keeps the keys it read for an id,
+//!   so fresh keys under old ids are refused].
+//! - `OUTPOST_FLEET_KEYS_DIR`: keep each node's keys there (`Keys::save`, one file per
+//!   node) and reuse them next run; with `OUTPOST_FLEET_ENROLL=none` a later run against
+//!   the same gateways skips enrollment.
 //! - `OUTPOST_BIN`: the binary under test (default: this build's).
 //!
 //! Output: a human summary and one line `FLEET_RESULT {json}` on stdout.
@@ -102,6 +109,8 @@ fn env_list(key: &str) -> Vec<String> {
 enum Enroll {
     Cli,
     Bulk,
+    /// Already enrolled (an earlier run with the same `OUTPOST_FLEET_KEYS_DIR`).
+    None,
 }
 
 struct Cfg {
@@ -116,6 +125,7 @@ struct Cfg {
     pids: Vec<u32>,
     enroll: Enroll,
     prefix: String,
+    keys_dir: Option<PathBuf>,
 }
 
 impl Cfg {
@@ -125,7 +135,8 @@ impl Cfg {
         let enroll = match env_or("OUTPOST_FLEET_ENROLL", default_enroll.to_string()).as_str() {
             "cli" => Enroll::Cli,
             "bulk" => Enroll::Bulk,
-            other => panic!("OUTPOST_FLEET_ENROLL={other:?}: cli or bulk"),
+            "none" => Enroll::None,
+            other => panic!("OUTPOST_FLEET_ENROLL={other:?}: cli, bulk or none"),
         };
         let wait_s = std::env::var("OUTPOST_FLEET_WAIT_S")
             .ok()
@@ -148,8 +159,32 @@ impl Cfg {
                 .map(|p| p.parse().expect("OUTPOST_FLEET_GATEWAY_PIDS: numbers"))
                 .collect(),
             enroll,
-            prefix: env_or("OUTPOST_FLEET_PREFIX", "fleet".to_string()),
+            prefix: String::new(),
+            keys_dir: std::env::var("OUTPOST_FLEET_KEYS_DIR")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         };
+        // Fresh keys under node ids a running gateway already knows would be refused
+        // (it keeps the old keys: see docs/BENCHMARKS.md, fleet simulation), so against
+        // external gateways each run gets its own ids unless the keys are kept.
+        let default_prefix = if c.gateways.is_empty() || c.keys_dir.is_some() {
+            "fleet".to_string()
+        } else {
+            format!(
+                "fleet{}",
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+            )
+        };
+        let mut c = c;
+        c.prefix = env_or("OUTPOST_FLEET_PREFIX", default_prefix);
+        assert!(
+            c.enroll != Enroll::None || c.keys_dir.is_some(),
+            "OUTPOST_FLEET_ENROLL=none needs the OUTPOST_FLEET_KEYS_DIR the nodes were enrolled with"
+        );
         assert!(c.nodes >= 1 && c.nodes <= 99_999, "1..=99999 nodes");
         assert!(c.rate > 0.0 && c.secs > 0.0 && c.clients >= 1);
         if !c.gateways.is_empty() {
@@ -158,7 +193,7 @@ impl Cfg {
                 "OUTPOST_FLEET_GATEWAYS needs OUTPOST_FLEET_GATEWAY_CONFIG (for trust add and token issue)"
             );
             assert!(
-                c.enroll == Enroll::Cli,
+                c.enroll != Enroll::Bulk,
                 "OUTPOST_FLEET_ENROLL=bulk writes the embedded store; external gateways are enrolled with the CLI"
             );
         }
@@ -318,6 +353,12 @@ impl Drop for Daemon {
 
 /// CPU seconds (utime + stime) of a process, all threads.
 fn cpu_s(pid: u32) -> f64 {
+    let (u, s) = cpu_split_s(pid);
+    u + s
+}
+
+/// (user, kernel) CPU seconds of a process, all threads.
+fn cpu_split_s(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start at ") ".
     let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
@@ -326,7 +367,7 @@ fn cpu_s(pid: u32) -> f64 {
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / tick
+    (ticks(11) / tick, ticks(12) / tick)
 }
 
 /// A `kB` line of /proc/<pid>/status (`VmRSS`, `VmHWM`), in KiB; 0 if unreadable.
@@ -1073,6 +1114,21 @@ fn log_events(path: &Path) -> BTreeMap<String, u64> {
 
 // ---------------------------------------------------------------------------------
 
+/// A node's keys: new, or kept in `dir` (loaded if there, else generated and saved).
+fn node_keys(dir: Option<&Path>, id: &str) -> Keys {
+    let Some(dir) = dir else {
+        return Keys::generate();
+    };
+    let path = dir.join(format!("{}.json", id.replace(':', "_")));
+    if path.exists() {
+        return Keys::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let k = Keys::generate();
+    k.save(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    k
+}
+
 fn enroll_cli(cfg: &Path, docs: &[String]) {
     let t = Instant::now();
     for (i, d) in docs.iter().enumerate() {
@@ -1135,13 +1191,19 @@ fn main() {
     // --- Identities.
     let t = Instant::now();
     let mut rng = rand::thread_rng();
+    if let Some(d) = &cfg.keys_dir {
+        std::fs::create_dir_all(d).expect("OUTPOST_FLEET_KEYS_DIR");
+    }
     let sims: Vec<SimNode> = (0..cfg.nodes)
-        .map(|i| SimNode {
-            idx: i as u32,
-            id: format!("node:{}-{i:05}", cfg.prefix),
-            keys: Keys::generate(),
-            wait_s: cfg.wait_s.unwrap_or_else(|| rng.gen_range(25..=30)),
-            last_stamp: 0,
+        .map(|i| {
+            let id = format!("node:{}-{i:05}", cfg.prefix);
+            SimNode {
+                idx: i as u32,
+                keys: node_keys(cfg.keys_dir.as_deref(), &id),
+                id,
+                wait_s: cfg.wait_s.unwrap_or_else(|| rng.gen_range(25..=30)),
+                last_stamp: 0,
+            }
         })
         .collect();
     let docs: Vec<IdentityDocument> = sims
@@ -1189,6 +1251,7 @@ fn main() {
             );
             last_cli_s = Some(t1.elapsed().as_secs_f64());
         }
+        Enroll::None => {}
     }
     let enroll_s = t.elapsed().as_secs_f64();
     let enroll_how = match (cfg.enroll, last_cli_s) {
@@ -1196,6 +1259,7 @@ fn main() {
             "{} in one trust-record write, the last with `outpost trust add` ({c:.2} s for that call)",
             cfg.nodes - 1
         ),
+        (Enroll::None, _) => "none: enrolled by an earlier run".to_string(),
         _ => "`outpost trust add` per node".to_string(),
     };
     eprintln!(
@@ -1262,8 +1326,8 @@ fn main() {
             }
         }
     });
-    // Held = every node's long-poll is in the gateway's `polling` count (GET /v1/nodes,
-    // summed over the gateways: each knows the polls it holds).
+    // Held = every node has a long-poll out (this side's count) and the gateways count
+    // them as `polling` (GET /v1/nodes, summed: each replica knows the polls it holds).
     let (polling, nodes_call_s) = rt.block_on(async {
         loop {
             let mut polling = 0;
@@ -1277,7 +1341,10 @@ fn main() {
                     Err(e) => eprintln!("  {e}"),
                 }
             }
-            if polling >= cfg.nodes as u64 || t_ramp.elapsed() > Duration::from_secs(180) {
+            let out = ctx.stats.holding.load(Ordering::Relaxed);
+            if (polling >= cfg.nodes as u64 && out >= cfg.nodes as i64)
+                || t_ramp.elapsed() > Duration::from_secs(180)
+            {
                 return (polling, took);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1306,6 +1373,7 @@ fn main() {
     let total = (cfg.rate * cfg.secs).round() as u64;
     let ttl_s = (cfg.secs + cfg.grace_s) as u64 + 600;
     let gw_cpu0: Vec<f64> = pids.iter().map(|p| cpu_s(*p)).collect();
+    let gw_sys0: Vec<f64> = pids.iter().map(|p| cpu_split_s(*p).1).collect();
     let me_cpu0 = cpu_s(me);
     let mach0 = machine_jiffies();
     let connects0 = ctx.stats.node_connects.load(Ordering::Relaxed);
@@ -1347,6 +1415,7 @@ fn main() {
     }
     let drain_s = t_grace.elapsed().as_secs_f64();
     let gw_cpu1: Vec<f64> = pids.iter().map(|p| cpu_s(*p)).collect();
+    let gw_sys1: Vec<f64> = pids.iter().map(|p| cpu_split_s(*p).1).collect();
     let me_cpu1 = cpu_s(me);
     let mach1 = machine_jiffies();
     let load_avg = loadavg();
@@ -1491,7 +1560,8 @@ fn main() {
         );
         let cpu = gw_cpu1[i] - gw_cpu0[i];
         println!(
-            "    CPU {cpu:.2} s in the {window_s:.1} s load+drain ({:.0} % of a core, {:.0} µs per queued command); idle with the long-polls held: {:.0} % of a core",
+            "    CPU {cpu:.2} s ({:.2} s of it in the kernel) in the {window_s:.1} s load+drain ({:.0} % of a core, {:.0} µs per queued command); idle with the long-polls held: {:.0} % of a core",
+            gw_sys1[i] - gw_sys0[i],
             100.0 * cpu / window_s,
             cpu * 1e6 / sent.max(1) as f64,
             100.0 * idle_cpu[i] / idle_s
@@ -1545,6 +1615,7 @@ fn main() {
                 "hwm_kib": hwm[i],
                 "rss_end_kib": rss_end[i],
                 "cpu_s": gw_cpu1[i] - gw_cpu0[i],
+                "cpu_kernel_s": gw_sys1[i] - gw_sys0[i],
                 "idle_polls_cpu_pct": 100.0 * idle_cpu[i] / idle_s,
             })
         })
@@ -1556,7 +1627,8 @@ fn main() {
         "rate_target": cfg.rate,
         "secs": cfg.secs,
         "clients": cfg.clients,
-        "enroll": match cfg.enroll { Enroll::Cli => "cli", Enroll::Bulk => "bulk" },
+        "enroll": match cfg.enroll { Enroll::Cli => "cli", Enroll::Bulk => "bulk", Enroll::None => "none" },
+        "prefix": cfg.prefix,
         "enroll_s": enroll_s,
         "enroll_last_cli_s": last_cli_s,
         "ramp_s": ramp_s,
