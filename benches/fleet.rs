@@ -1572,14 +1572,16 @@ fn main() {
         100.0 * me_cpu / window_s
     );
     println!(
-        "  node protocol: {} pulls ({} long-polls, {} of them ended empty), {} acks, {} revocation fetches; node connections opened {} ({} during load+drain)",
+        "  node protocol: {} pulls ({} long-polls, {} of them ended empty), {} envelopes, {} acks, {} revocation fetches; node connections opened {} ({} during load+drain); producer connections opened {}",
         st.pulls.load(Ordering::Relaxed),
         st.long_polls.load(Ordering::Relaxed),
         st.long_polls_empty.load(Ordering::Relaxed),
+        st.envelopes.load(Ordering::Relaxed),
         st.acks.load(Ordering::Relaxed),
         st.revocation_fetches.load(Ordering::Relaxed),
         st.node_connects.load(Ordering::Relaxed),
-        reconnects_in_load
+        reconnects_in_load,
+        st.producer_connects.load(Ordering::Relaxed),
     );
     if errors.is_empty() {
         println!("  errors: none");
@@ -1659,6 +1661,8 @@ fn main() {
         "acks": st.acks.load(Ordering::Relaxed),
         "node_connects": st.node_connects.load(Ordering::Relaxed),
         "node_connects_in_load": reconnects_in_load,
+        "producer_connects": st.producer_connects.load(Ordering::Relaxed),
+        "envelopes": st.envelopes.load(Ordering::Relaxed),
         "errors": errors,
         "stop_s": stop.as_ref().map(|(d, _)| d.as_secs_f64()),
         "gateway_log": log,
