@@ -82,6 +82,28 @@ impl Book {
     }
 }
 
+/// One identity document, several one after another (`outpost identity --json` of each
+/// peer, concatenated: one per line), or a JSON array of them — a fleet enrolled in
+/// one write.
+fn identity_documents(bytes: &[u8]) -> anyhow::Result<Vec<IdentityDocument>> {
+    let bad = |e: serde_json::Error| Exit::failed(format!("not an identity document: {e}"));
+    let mut docs = Vec::new();
+    for v in serde_json::Deserializer::from_slice(bytes).into_iter::<serde_json::Value>() {
+        match v.map_err(bad)? {
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    docs.push(serde_json::from_value(item).map_err(bad)?);
+                }
+            }
+            one => docs.push(serde_json::from_value(one).map_err(bad)?),
+        }
+    }
+    if docs.is_empty() {
+        return Err(Exit::failed("no identity document in the input").into());
+    }
+    Ok(docs)
+}
+
 pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
     let store = Book::open(&cfg)?;
@@ -89,24 +111,30 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
     match cmd {
         TrustCmd::Add { file, send, issue } => {
             let bytes = read_input(&file)?;
-            let doc: IdentityDocument = serde_json::from_slice(&bytes)
-                .map_err(|e| Exit::failed(format!("not an identity document: {e}")))?;
-            if doc.node_id == cfg.node_id {
-                return Err(Exit::failed("refusing to add our own identity as a peer").into());
-            }
-            let id = doc.node_id.clone();
-            let replaced = t
-                .add(doc, Rights { send, issue })
-                .map_err(|e| Exit::failed(format!("refused: {e}")))?;
-            store.save(&t)?;
-            println!(
-                "{} {id} (send: {send}, issue: {issue})",
-                if replaced.is_some() {
-                    "updated"
-                } else {
-                    "trusted"
+            let docs = identity_documents(&bytes)?;
+            let mut lines = Vec::with_capacity(docs.len());
+            // All or nothing: every document is checked before the one write.
+            for doc in docs {
+                if doc.node_id == cfg.node_id {
+                    return Err(Exit::failed("refusing to add our own identity as a peer").into());
                 }
-            );
+                let id = doc.node_id.clone();
+                let replaced = t
+                    .add(doc, Rights { send, issue })
+                    .map_err(|e| Exit::failed(format!("refused {id}: {e}")))?;
+                lines.push(format!(
+                    "{} {id} (send: {send}, issue: {issue})",
+                    if replaced.is_some() {
+                        "updated"
+                    } else {
+                        "trusted"
+                    }
+                ));
+            }
+            store.save(&t)?;
+            for l in lines {
+                println!("{l}");
+            }
         }
         TrustCmd::Ls => {
             if t.is_empty() {

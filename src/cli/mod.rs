@@ -219,7 +219,9 @@ pub enum GatewayCmd {
 pub enum TrustCmd {
     /// Add a peer from its identity document (FILE or - for stdin).
     Add {
-        /// The peer's identity document (`outpost identity --json` on the peer).
+        /// The peer's identity document (`outpost identity --json` on the peer): a FILE,
+        /// or `-` for stdin. Several documents, one per line, or a JSON array enrol a
+        /// fleet in one write (all or nothing).
         file: String,
         /// The peer may send envelopes and signed requests to this node.
         #[arg(long)]

@@ -35,6 +35,9 @@ pub struct TrustCache {
     me: IdentityDocument,
     current: std::sync::RwLock<std::sync::Arc<TrustStore>>,
     last_reload_ms: std::sync::atomic::AtomicU64,
+    /// Held while reloading: callers that arrive meanwhile wait for the fresh copy
+    /// instead of answering from the stale one.
+    reloading: std::sync::Mutex<()>,
 }
 
 /// Reads the persisted peers (the store's record, or a gateway's database).
@@ -69,6 +72,7 @@ impl TrustCache {
             me: me.clone(),
             current: std::sync::RwLock::new(std::sync::Arc::new(t)),
             last_reload_ms: std::sync::atomic::AtomicU64::new(0),
+            reloading: std::sync::Mutex::new(()),
         })
     }
 
@@ -79,8 +83,12 @@ impl TrustCache {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// Re-read the peers, at most once a second. A caller that finds a reload under
+    /// way waits for it and uses its result (before: it answered from the old copy, so
+    /// of 100 nodes enrolled together and connecting at once, 99 were refused).
     pub fn reload_if_stale(&self, now_ms: u64) {
         use std::sync::atomic::Ordering;
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let last = self.last_reload_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) < 1_000 {
             return;

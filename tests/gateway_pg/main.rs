@@ -11,6 +11,8 @@
 /// Gateways made by `Home::init` in this binary keep their state in PostgreSQL.
 pub const GATEWAY_ENGINE: &str = "postgres";
 
+#[path = "../it/enroll.rs"]
+mod enroll;
 #[path = "../it/failover.rs"]
 mod failover;
 #[path = "../it/gateway.rs"]
@@ -35,6 +37,8 @@ mod pg;
 mod replicas;
 #[path = "../it/replicas_faults.rs"]
 mod replicas_faults;
+#[path = "../it/sim.rs"]
+mod sim;
 #[path = "../it/sync_batches.rs"]
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]

@@ -62,6 +62,24 @@ async fn wait_for_inbox(n: &Daemon, token: &str, want: &[i64]) {
     }
 }
 
+/// Wait (up to 10 s) until the node reports `want` as the upstream in use: the report
+/// follows the node's requests, and one may be under way to the other replica.
+async fn wait_upstream(n: &Daemon, want: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = upstream_url(n).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "upstream {got}, want {want}\n{}",
+            n.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn upstream_url(n: &Daemon) -> String {
     let st: Value = http()
         .get(n.url("/v1/status"))
@@ -107,12 +125,15 @@ async fn a_node_moves_to_the_replica_that_answers_and_back() {
     wait_for_inbox(&n, &node_admin, &[1]).await;
     assert_eq!(upstream_url(&n).await, format!("http://127.0.0.1:{port_a}"));
 
-    // A dies; B takes over.
+    // A dies; B takes over. (Dead before B queues: on a shared database a dying A
+    // could otherwise still hand B's command to the node's long-poll.)
+    let mut ga = ga;
     ga.signal(libc::SIGKILL);
+    let _ = ga.child.wait();
     let gb = b.start();
     command(&gb, &admin, 2).await;
     wait_for_inbox(&n, &node_admin, &[1, 2]).await;
-    assert_eq!(upstream_url(&n).await, format!("http://127.0.0.1:{port_b}"));
+    wait_upstream(&n, &format!("http://127.0.0.1:{port_b}")).await;
     // What the node sends goes to B too.
     let r = http()
         .post(n.url("/v1/outbox"))
@@ -146,7 +167,7 @@ async fn a_node_moves_to_the_replica_that_answers_and_back() {
     gb.signal(libc::SIGKILL);
     command(&ga, &admin, 3).await;
     wait_for_inbox(&n, &node_admin, &[1, 2, 3]).await;
-    assert_eq!(upstream_url(&n).await, format!("http://127.0.0.1:{port_a}"));
+    wait_upstream(&n, &format!("http://127.0.0.1:{port_a}")).await;
     assert!(
         n.log_text().contains("upstream_failover"),
         "{}",

@@ -11,6 +11,7 @@ pub const GATEWAY_ENGINE: &str = "embedded";
 mod audit;
 mod demo;
 mod diskfull;
+mod enroll;
 mod failover;
 mod gateway;
 mod gateway_audit;
@@ -29,6 +30,7 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod sim;
 mod slow_clients;
 mod slow_clients_flood;
 mod startup;

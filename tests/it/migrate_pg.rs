@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::harness::{http, text, Home};
 use crate::pg::PgCluster;
-use crate::replicas::{command, SimNode};
+use crate::sim::{command, SimNode};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and_audit() {

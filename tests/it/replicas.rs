@@ -5,12 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use outpost::clock::{Clock, SystemClock};
-use outpost::envelope::{sign_request, IdentityDocument, Keys};
 use serde_json::{json, Value};
 
-use crate::harness::{http, text, Daemon, Home};
+use crate::harness::{http, Daemon, Home};
 use crate::pg::PgCluster;
+pub use crate::sim::{command, SimNode};
 
 pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -42,119 +41,6 @@ pub fn replicas(n: usize) -> Option<Vec<Home>> {
         });
     }
     Some(homes)
-}
-
-pub struct SimNode {
-    pub id: String,
-    keys: Keys,
-}
-
-impl SimNode {
-    pub fn new(i: u8) -> SimNode {
-        let keys = Keys::from_secret_bytes(&[40 + i; 32], &[80 + i; 32]);
-        SimNode {
-            id: format!("node:r{i}"),
-            keys,
-        }
-    }
-
-    pub fn enroll(&self, gw: &Home) {
-        let doc = IdentityDocument::new(&self.id, "node", &self.keys, "2026-01-01T00:00:00Z");
-        let o = gw.cli_stdin(
-            &["trust", "add", "-", "--send"],
-            &serde_json::to_vec(&doc).unwrap(),
-        );
-        assert!(o.status.success(), "{}", text(&o));
-    }
-
-    /// The three signature headers for one request.
-    pub fn sign(&self, method: &str, pq: &str, body: &[u8]) -> [(&'static str, String); 3] {
-        let ts = SystemClock.now_ms();
-        let sig = sign_request(&self.keys, &self.id, method, pq, ts, body);
-        [
-            ("Outpost-Node", self.id.clone()),
-            ("Outpost-Timestamp", ts.to_string()),
-            ("Outpost-Signature", sig),
-        ]
-    }
-
-    pub async fn send(
-        &self,
-        gw: &Daemon,
-        method: &str,
-        pq: &str,
-        headers: &[(&'static str, String)],
-        body: &[u8],
-    ) -> Option<(u16, Value)> {
-        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut r = http()
-            .request(m, gw.url(pq))
-            .timeout(Duration::from_secs(30));
-        for (k, v) in headers {
-            r = r.header(*k, v);
-        }
-        if !body.is_empty() {
-            r = r
-                .header("content-type", "application/json")
-                .body(body.to_vec());
-        }
-        let resp = r.send().await.ok()?;
-        let st = resp.status().as_u16();
-        Some((st, resp.json().await.unwrap_or(Value::Null)))
-    }
-
-    pub async fn signed(
-        &self,
-        gw: &Daemon,
-        method: &str,
-        pq: &str,
-        body: Option<&Value>,
-    ) -> (u16, Value) {
-        let bytes = body
-            .map(|b| serde_json::to_vec(b).unwrap())
-            .unwrap_or_default();
-        let h = self.sign(method, pq, &bytes);
-        self.send(gw, method, pq, &h, &bytes)
-            .await
-            .expect("replica answers")
-    }
-
-    /// Pull (through `gw`) and return the envelopes' message ids and `pending_count`.
-    pub async fn pull(&self, gw: &Daemon, wait_s: u64, max: usize) -> (Vec<String>, u64) {
-        let pq = format!("/v1/nodes/{}/pull?wait_s={wait_s}&max={max}", self.id);
-        let (st, v) = self.signed(gw, "GET", &pq, None).await;
-        assert_eq!(st, 200, "{v}");
-        let ids = v["envelopes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["message_id"].as_str().unwrap().to_string())
-            .collect();
-        (ids, v["pending_count"].as_u64().unwrap())
-    }
-
-    pub async fn ack(&self, gw: &Daemon, ids: &[String]) {
-        let pq = format!("/v1/nodes/{}/ack", self.id);
-        let (st, v) = self
-            .signed(gw, "POST", &pq, Some(&json!({ "message_ids": ids })))
-            .await;
-        assert_eq!(st, 200, "{v}");
-    }
-}
-
-pub async fn command(gw: &Daemon, token: &str, node: &str, i: usize, ttl_s: u64) -> String {
-    let r = http()
-        .post(gw.url("/v1/commands"))
-        .bearer_auth(token)
-        .json(&json!({"target": {"node_id": node}, "command_type": "note",
-                      "body": {"i": i}, "ttl_s": ttl_s}))
-        .send()
-        .await
-        .unwrap();
-    let st = r.status().as_u16();
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(st, 202, "{v}");
-    v["message_id"].as_str().unwrap().to_string()
 }
 
 /// SSE frames as (id, event name, data) from a `/v1/events` response, until `done`.

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
 use crate::pg::PgCluster;
-use crate::replicas::{command, parse_frames, replicas, SimNode};
+use crate::replicas::{parse_frames, replicas};
+use crate::sim::{command, SimNode};
 
 async fn status_upstream(n: &Daemon) -> String {
     let Ok(r) = http().get(n.url("/v1/status")).send().await else {

@@ -137,7 +137,12 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             )
         };
         let mut r = verify(&gw.trust());
-        if r == Err(RequestSigError::UnknownNode) {
+        // Unknown, or known with other keys (enrolled again after a key rotation): the
+        // trust store may have changed since it was read.
+        if matches!(
+            r,
+            Err(RequestSigError::UnknownNode | RequestSigError::BadSignature)
+        ) {
             gw.reload_trust_if_stale();
             r = verify(&gw.trust());
         }
@@ -150,7 +155,9 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
         if path_node != node_id {
             return Err(unauthorized("path names another node"));
         }
-        {
+        // A shared state remembers signatures itself (below); the in-memory window
+        // would only duplicate it (≈300 B a request for the skew window).
+        if !gw.state.is_shared() {
             let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
             seen.insert(&v, gw.now_ms())
                 .map_err(|e| unauthorized(&e.to_string()))?;

@@ -194,30 +194,39 @@ impl Postgres {
     /// Replace the enrolled peers with `t` (what `outpost trust add/remove` edits), and
     /// tell every replica.
     async fn save_trust_now(&self, t: &TrustStore) -> Result<(), StateError> {
+        let (mut ids, mut roles, mut docs, mut send, mut issue) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for p in t.list() {
+            ids.push(p.doc.node_id.clone());
+            roles.push(p.doc.role.clone());
+            docs.push(
+                serde_json::to_string(&p.doc)
+                    .map_err(|e| StateError::Corrupt(format!("identity document: {e}")))?,
+            );
+            send.push(p.rights.send);
+            issue.push(p.rights.issue);
+        }
         let mut c = self.pool.get().await?;
         let tx = c.transaction().await.map_err(unavailable)?;
-        tx.execute("DELETE FROM peers", &[])
+        // Only what changed is written: one `trust add` to a fleet of thousands touches
+        // one row.
+        tx.execute("DELETE FROM peers WHERE node_id <> ALL($1)", &[&ids])
             .await
             .map_err(unavailable)?;
-        let now = i(self.now_ms());
-        for p in t.list() {
-            let doc = serde_json::to_string(&p.doc)
-                .map_err(|e| StateError::Corrupt(format!("identity document: {e}")))?;
-            tx.execute(
-                "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    &p.doc.node_id,
-                    &p.doc.role,
-                    &doc,
-                    &p.rights.send,
-                    &p.rights.issue,
-                    &now,
-                ],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
+        tx.execute(
+            "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
+             SELECT n, r, d, s, i, $6
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[], $5::bool[]) AS x(n, r, d, s, i)
+             ON CONFLICT (node_id) DO UPDATE
+                 SET role = excluded.role, document = excluded.document,
+                     may_send = excluded.may_send, may_issue = excluded.may_issue
+                 WHERE (peers.role, peers.document, peers.may_send, peers.may_issue)
+                       IS DISTINCT FROM
+                       (excluded.role, excluded.document, excluded.may_send, excluded.may_issue)",
+            &[&ids, &roles, &docs, &send, &issue, &i(self.now_ms())],
+        )
+        .await
+        .map_err(unavailable)?;
         tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
             .await
             .map_err(unavailable)?;

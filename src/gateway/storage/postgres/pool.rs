@@ -9,8 +9,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::super::StateError;
 use super::tls::Connector;
@@ -20,18 +22,41 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long opening a connection (TCP, TLS, authentication) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Statements this connection has prepared, by their SQL (each is parsed once per
+/// connection, then only bound and executed: one round trip instead of two).
+type Prepared = HashMap<&'static str, Statement>;
+
 pub struct Pool {
     config: tokio_postgres::Config,
     tls: Connector,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<(Client, Prepared)>>,
     slots: Semaphore,
 }
 
 /// A connection borrowed from the pool; returned to it when dropped (unless closed).
 pub struct Conn<'a> {
     client: Option<Client>,
+    prepared: Prepared,
     pool: &'a Pool,
     _slot: SemaphorePermit<'a>,
+}
+
+impl Conn<'_> {
+    /// `sql` prepared on this connection (once; later calls reuse it).
+    pub async fn prep(&mut self, sql: &'static str) -> Result<Statement, StateError> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self
+            .client
+            .as_ref()
+            .expect("a live connection")
+            .prepare(sql)
+            .await
+            .map_err(super::unavailable)?;
+        self.prepared.insert(sql, s.clone());
+        Ok(s)
+    }
 }
 
 impl std::ops::Deref for Conn<'_> {
@@ -51,11 +76,12 @@ impl Drop for Conn<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.client.take() {
             if !c.is_closed() {
+                let prepared = std::mem::take(&mut self.prepared);
                 self.pool
                     .idle
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push(c);
+                    .push((c, prepared));
             }
         }
     }
@@ -87,15 +113,16 @@ impl Pool {
             .map_err(|_| StateError::Unavailable("the pool is closed".into()))?;
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.retain(|c| !c.is_closed());
+            idle.retain(|(c, _)| !c.is_closed());
             idle.pop()
         };
-        let client = match reused {
+        let (client, prepared) = match reused {
             Some(c) => c,
-            None => self.connect().await?,
+            None => (self.connect().await?, HashMap::new()),
         };
         Ok(Conn {
             client: Some(client),
+            prepared,
             pool: self,
             _slot: slot,
         })

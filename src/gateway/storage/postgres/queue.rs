@@ -15,16 +15,36 @@ pub use crate::store::names::{Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, S
 /// The most an expiry sweep or prune removes in one transaction.
 const SWEEP_LIMIT: i64 = 10_000;
 
-/// Serialise writers and pullers of one recipient (FIFO: sequence order = commit order).
-async fn lock_recipient(tx: &Transaction<'_>, queue: &str, peer: &str) -> Result<(), StateError> {
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
-        &[&queue, &peer],
-    )
-    .await
-    .map_err(unavailable)?;
-    Ok(())
-}
+/// One pull of a recipient at a time, across replicas (a pull reads the newest pull
+/// number and hands out the head under it).
+const LOCK_PULL: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('pull/' || $1 || '/' || $2, 0))";
+
+/// Enqueue in one statement (one round trip, its own commit when run outside a
+/// transaction): the id must be unknown (queued, finished, or remembered) and the
+/// recipient under its cap; `$12` says whether to wake the recipient's long-polls.
+///
+/// No lock: two enqueues that overlap in time have no order between them; one that
+/// starts after another's commit (a client that waited for its 202) gets a higher
+/// `seq`, so what a sender queued one after the other is pulled in that order.
+const ENQUEUE: &str = "
+    WITH known AS (
+        SELECT EXISTS (SELECT 1 FROM messages WHERE message_id = $1)
+            OR EXISTS (SELECT 1 FROM message_status WHERE message_id = $1)
+            OR EXISTS (SELECT 1 FROM remembered_ids WHERE scope = $2 AND id = $1) AS k),
+    depth AS (
+        SELECT count(*) AS n FROM (SELECT 1 FROM messages
+                                   WHERE queue = $2 AND peer = $3 LIMIT $10) q),
+    ins AS (
+        INSERT INTO messages (message_id, queue, peer, priority, payload_type,
+                              created_at_ms, expires_at_ms, body, max_attempts)
+        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+        WHERE NOT (SELECT k FROM known) AND (SELECT n FROM depth) < $10
+        ON CONFLICT (message_id) DO NOTHING
+        RETURNING seq),
+    woke AS (SELECT pg_notify($11, $3) FROM ins WHERE $12)
+    SELECT (SELECT count(*) FROM ins), (SELECT k FROM known), (SELECT n FROM depth),
+           (SELECT count(*) FROM woke)";
 
 struct Row<'a> {
     queue: &'a str,
@@ -38,8 +58,15 @@ struct Row<'a> {
     max_attempts: u32,
 }
 
-/// Insert one message under the recipient's lock; `Duplicate` when its id is known.
-async fn insert(pg: &Postgres, tx: &Transaction<'_>, m: Row<'_>) -> Result<Queued, StateError> {
+/// Insert one message with the prepared [`ENQUEUE`] on `c` (a client: its own commit;
+/// a transaction: with the rest of it).
+async fn insert<C: tokio_postgres::GenericClient>(
+    pg: &Postgres,
+    c: &C,
+    enqueue: &tokio_postgres::Statement,
+    m: Row<'_>,
+    wake: bool,
+) -> Result<Queued, StateError> {
     if m.body.len() as u64 > pg.opts.max_message_bytes {
         return Err(StoreError::TooLarge {
             size: m.body.len() as u64,
@@ -50,25 +77,9 @@ async fn insert(pg: &Postgres, tx: &Transaction<'_>, m: Row<'_>) -> Result<Queue
     if m.expires_at_ms <= pg.now_ms() {
         return Err(StoreError::Expired.into());
     }
-    lock_recipient(tx, m.queue, m.peer).await?;
-    let depth: i64 = tx
+    let row = c
         .query_one(
-            "SELECT count(*) FROM (SELECT 1 FROM messages
-                                    WHERE queue = $1 AND peer = $2 LIMIT $3) q",
-            &[&m.queue, &m.peer, &i(pg.opts.max_per_recipient)],
-        )
-        .await
-        .map_err(unavailable)?
-        .get(0);
-    let inserted = tx
-        .query_opt(
-            "INSERT INTO messages (message_id, queue, peer, priority, payload_type,
-                                   created_at_ms, expires_at_ms, body, max_attempts)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
-             WHERE NOT EXISTS (SELECT 1 FROM message_status WHERE message_id = $1)
-               AND NOT EXISTS (SELECT 1 FROM remembered_ids WHERE scope = $2 AND id = $1)
-             ON CONFLICT (message_id) DO NOTHING
-             RETURNING seq",
+            enqueue,
             &[
                 &m.message_id,
                 &m.queue,
@@ -79,20 +90,39 @@ async fn insert(pg: &Postgres, tx: &Transaction<'_>, m: Row<'_>) -> Result<Queue
                 &i(m.expires_at_ms),
                 &m.body,
                 &(m.max_attempts.min(i32::MAX as u32) as i32),
+                &i(pg.opts.max_per_recipient),
+                &listen::CH_QUEUED,
+                &wake,
             ],
         )
         .await
         .map_err(unavailable)?;
-    if inserted.is_none() {
-        return Ok(Queued::Duplicate);
-    }
-    if u(depth) >= pg.opts.max_per_recipient {
-        return Err(StoreError::QueueFull {
+    let (inserted, known, depth): (i64, bool, i64) = (row.get(0), row.get(1), row.get(2));
+    if inserted == 1 {
+        Ok(Queued::Queued)
+    } else if known || u(depth) < pg.opts.max_per_recipient {
+        // Known, or inserted by a concurrent request with the same id.
+        Ok(Queued::Duplicate)
+    } else {
+        Err(StoreError::QueueFull {
             retry_after_s: pg.opts.queue_full_retry_after_s,
         }
-        .into());
+        .into())
     }
-    Ok(Queued::Queued)
+}
+
+fn row(msg: &ForNode) -> Row<'_> {
+    Row {
+        queue: Q_NODE,
+        peer: &msg.node_id,
+        message_id: &msg.message_id,
+        payload_type: &msg.payload_type,
+        priority: msg.priority,
+        created_at_ms: msg.created_at_ms,
+        expires_at_ms: msg.expires_at_ms,
+        body: &msg.envelope,
+        max_attempts: msg.max_attempts,
+    }
 }
 
 pub async fn queue_command(
@@ -101,61 +131,49 @@ pub async fn queue_command(
     job: Option<NewJob>,
 ) -> Result<Queued, StateError> {
     let mut c = pg.pool.get().await?;
-    let tx = c.transaction().await.map_err(unavailable)?;
-    if let Some(job) = &job {
-        // The job binding first: a second replica racing with the same job id finds it
-        // taken and queues nothing (the caller then answers from the binding).
-        let bound = tx
-            .execute(
-                "INSERT INTO jobs (job_key, message_id, tool_name, args_sha256, node_id)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (job_key) DO NOTHING",
-                &[
-                    &job.key,
-                    &job.record.message_id,
-                    &job.record.tool_name,
-                    &job.record.args_sha256,
-                    &msg.node_id,
-                ],
-            )
-            .await
-            .map_err(unavailable)?;
-        if bound == 0 {
-            return Ok(Queued::Duplicate);
-        }
-        tx.execute(
+    let enqueue = c.prep(ENQUEUE).await?;
+    let Some(job) = job else {
+        // One statement, its own commit.
+        return insert(pg, &*c, &enqueue, row(&msg), true).await;
+    };
+    let bind = c
+        .prep(
+            "INSERT INTO jobs (job_key, message_id, tool_name, args_sha256, node_id)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (job_key) DO NOTHING",
+        )
+        .await?;
+    let request = c
+        .prep(
             "INSERT INTO task_requests (request_id, node_id) VALUES ($1, $2)
              ON CONFLICT (request_id) DO UPDATE SET node_id = excluded.node_id",
-            &[&msg.message_id, &msg.node_id],
+        )
+        .await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    // The job binding first: a second replica racing with the same job id finds it
+    // taken and queues nothing (the caller then answers from the binding).
+    let bound = tx
+        .execute(
+            &bind,
+            &[
+                &job.key,
+                &job.record.message_id,
+                &job.record.tool_name,
+                &job.record.args_sha256,
+                &msg.node_id,
+            ],
         )
         .await
         .map_err(unavailable)?;
+    if bound == 0 {
+        return Ok(Queued::Duplicate);
     }
-    let out = insert(
-        pg,
-        &tx,
-        Row {
-            queue: Q_NODE,
-            peer: &msg.node_id,
-            message_id: &msg.message_id,
-            payload_type: &msg.payload_type,
-            priority: msg.priority,
-            created_at_ms: msg.created_at_ms,
-            expires_at_ms: msg.expires_at_ms,
-            body: &msg.envelope,
-            max_attempts: msg.max_attempts,
-        },
-    )
-    .await?;
-    if out == Queued::Duplicate {
+    tx.execute(&request, &[&msg.message_id, &msg.node_id])
+        .await
+        .map_err(unavailable)?;
+    if insert(pg, &tx, &enqueue, row(&msg), true).await? == Queued::Duplicate {
         // Nothing of it is kept (the job binding included).
         return Ok(Queued::Duplicate);
     }
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        &[&listen::CH_QUEUED, &msg.node_id],
-    )
-    .await
-    .map_err(unavailable)?;
     tx.commit().await.map_err(unavailable)?;
     Ok(Queued::Queued)
 }
@@ -179,6 +197,7 @@ async fn remember(
 
 pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Queued>, StateError> {
     let mut c = pg.pool.get().await?;
+    let enqueue = c.prep(ENQUEUE).await?;
     let tx = c.transaction().await.map_err(unavailable)?;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
@@ -202,7 +221,7 @@ pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Qu
                 out.push(Queued::Queued);
             }
             Upload::Inbox(m) => {
-                let q = inbox_insert(pg, &tx, &m).await?;
+                let q = inbox_insert(pg, &tx, &enqueue, &m).await?;
                 if q == Queued::Queued {
                     remember(&tx, Q_INBOX, &m.message_id, m.remember_until_ms).await?;
                 }
@@ -217,44 +236,41 @@ pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Qu
 async fn inbox_insert(
     pg: &Postgres,
     tx: &Transaction<'_>,
+    enqueue: &tokio_postgres::Statement,
     m: &InboxMessage,
 ) -> Result<Queued, StateError> {
-    insert(
-        pg,
-        tx,
-        Row {
-            queue: Q_INBOX,
-            peer: &m.from_node,
-            message_id: &m.message_id,
-            payload_type: &m.payload_type,
-            priority: m.priority,
-            created_at_ms: m.created_at_ms,
-            expires_at_ms: m.expires_at_ms,
-            body: &m.record,
-            max_attempts: 0,
-        },
-    )
-    .await
+    let row = Row {
+        queue: Q_INBOX,
+        peer: &m.from_node,
+        message_id: &m.message_id,
+        payload_type: &m.payload_type,
+        priority: m.priority,
+        created_at_ms: m.created_at_ms,
+        expires_at_ms: m.expires_at_ms,
+        body: &m.record,
+        max_attempts: 0,
+    };
+    insert(pg, tx, enqueue, row, false).await
 }
 
 pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
     let mut c = pg.pool.get().await?;
-    let tx = c.transaction().await.map_err(unavailable)?;
-    let n: i64 = tx
-        .query_one(
-            "INSERT INTO node_pulls (node_id, pull) VALUES ($1, 1)
-             ON CONFLICT (node_id) DO UPDATE SET pull = node_pulls.pull + 1
-             RETURNING pull",
-            &[&node],
+    // Also wakes the node's pulls held at other replicas: they find themselves
+    // superseded.
+    let st = c
+        .prep(
+            "WITH p AS (
+                 INSERT INTO node_pulls (node_id, pull) VALUES ($1, 1)
+                 ON CONFLICT (node_id) DO UPDATE SET pull = node_pulls.pull + 1
+                 RETURNING pull)
+             SELECT pull, pg_notify($2, $1) FROM p",
         )
+        .await?;
+    let n: i64 = c
+        .query_one(&st, &[&node, &listen::CH_QUEUED])
         .await
         .map_err(unavailable)?
         .get(0);
-    // Wake the node's pulls held at other replicas: they find themselves superseded.
-    tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_QUEUED, &node])
-        .await
-        .map_err(unavailable)?;
-    tx.commit().await.map_err(unavailable)?;
     Ok(u(n))
 }
 
@@ -267,10 +283,32 @@ pub async fn take_batch(
 ) -> Result<PullBatch, StateError> {
     let now = pg.now_ms();
     let mut c = pg.pool.get().await?;
+    let lock = c.prep(LOCK_PULL).await?;
+    let newest = c
+        .prep("SELECT pull FROM node_pulls WHERE node_id = $1")
+        .await?;
+    let next = c
+        .prep(
+            "SELECT seq, message_id, body FROM messages
+             WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
+             ORDER BY priority DESC, seq LIMIT $4",
+        )
+        .await?;
+    let mark = c
+        .prep(
+            "UPDATE messages SET lease_until_ms = $2, attempts = attempts + 1
+             WHERE seq = ANY($1)",
+        )
+        .await?;
+    let count = c
+        .prep("SELECT count(*) FROM messages WHERE queue = $1 AND peer = $2")
+        .await?;
     let tx = c.transaction().await.map_err(unavailable)?;
-    lock_recipient(&tx, Q_NODE, node).await?;
+    tx.execute(&lock, &[&Q_NODE, &node])
+        .await
+        .map_err(unavailable)?;
     let newest: Option<i64> = tx
-        .query_opt("SELECT pull FROM node_pulls WHERE node_id = $1", &[&node])
+        .query_opt(&newest, &[&node])
         .await
         .map_err(unavailable)?
         .map(|r| r.get(0));
@@ -281,12 +319,7 @@ pub async fn take_batch(
         });
     }
     let rows = tx
-        .query(
-            "SELECT seq, message_id, body FROM messages
-             WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
-             ORDER BY priority DESC, seq LIMIT $4",
-            &[&Q_NODE, &node, &i(now), &(max.max(1) as i64)],
-        )
+        .query(&next, &[&Q_NODE, &node, &i(now), &(max.max(1) as i64)])
         .await
         .map_err(unavailable)?;
     let mut deliveries = Vec::new();
@@ -305,19 +338,12 @@ pub async fn take_batch(
         });
     }
     if !seqs.is_empty() {
-        tx.execute(
-            "UPDATE messages SET lease_until_ms = $2, attempts = attempts + 1
-             WHERE seq = ANY($1)",
-            &[&seqs, &i(now + LEASE_MS)],
-        )
-        .await
-        .map_err(unavailable)?;
+        tx.execute(&mark, &[&seqs, &i(now + LEASE_MS)])
+            .await
+            .map_err(unavailable)?;
     }
     let pending: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM messages WHERE queue = $1 AND peer = $2",
-            &[&Q_NODE, &node],
-        )
+        .query_one(&count, &[&Q_NODE, &node])
         .await
         .map_err(unavailable)?
         .get(0);
@@ -339,9 +365,8 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
         return Ok(Vec::new());
     }
     let mut c = pg.pool.get().await?;
-    let tx = c.transaction().await.map_err(unavailable)?;
-    let rows = tx
-        .query(
+    let st = c
+        .prep(
             "WITH gone AS (
                  DELETE FROM messages WHERE queue = $1 AND peer = $2 AND message_id = ANY($3)
                  RETURNING message_id, attempts),
@@ -355,15 +380,13 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
                  SET state = excluded.state, reason = excluded.reason,
                      attempts = excluded.attempts, keep_until_ms = excluded.keep_until_ms
              RETURNING message_id",
-            &[&Q_NODE, &node, &ids, &rejected_ids, &codes, &keep],
         )
+        .await?;
+    // One statement, its own commit.
+    let rows = c
+        .query(&st, &[&Q_NODE, &node, &ids, &rejected_ids, &codes, &keep])
         .await
         .map_err(unavailable)?;
-    // A pull waiting on a leased head may go on now.
-    tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_QUEUED, &node])
-        .await
-        .map_err(unavailable)?;
-    tx.commit().await.map_err(unavailable)?;
     let removed: std::collections::HashSet<String> = rows.into_iter().map(|r| r.get(0)).collect();
     // In the order the node gave them (an id acknowledged twice is removed once).
     let mut out = Vec::with_capacity(removed.len());
