@@ -29,15 +29,12 @@
 //!   connections too. Needs `OUTPOST_FLEET_GATEWAY_CONFIG` (a gateway config for `outpost
 //!   trust add --config` and `outpost token issue --config`); `OUTPOST_FLEET_GATEWAY_PIDS`
 //!   (comma-separated, optional) for their RSS and CPU. Plain HTTP only.
-//! - `OUTPOST_FLEET_ENROLL` [`bulk` for a started gateway, `cli` for external ones;
-//!   `none`]:
-//!   `cli` runs one `outpost trust add` per node; `bulk` adds all nodes but the last to
-//!   the gateway's trust record in one write, in this process, through the library calls
-//!   `trust add` makes (load the record, `TrustStore::add`, save), then enrolls the last
-//!   one with `outpost trust add` and reports how long that one call took. (`trust add`
-//!   takes one document per call, and each call loads — re-verifying every identity —
-//!   and rewrites the whole trust record: 2,000 calls took over 10 minutes here.)
-//!   Either way enrollment ends before anything is timed.
+//! - `OUTPOST_FLEET_ENROLL` [`bulk`; `cli`, `none`]: `bulk` enrolls all nodes but the
+//!   last with one `outpost trust add` (the documents one per line: one write of the
+//!   trust store, embedded or PostgreSQL), then the last with its own call, and reports
+//!   how long that one took; `cli` runs one `outpost trust add` per node (2,000 calls
+//!   took over 10 minutes on the embedded store: each loads and rewrites the whole
+//!   record). Either way enrollment ends before anything is timed.
 //! - `OUTPOST_FLEET_GATEWAY_TOML`: TOML for a drop-in of the started gateway (e.g.
 //!   `[security]` `max_clock_skew_s = 30`); `OUTPOST_FLEET_GATEWAY_LOG` its `OUTPOST_LOG`
 //!   [`warn`] (its warn/error lines are counted by `event` in the summary).
@@ -71,7 +68,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use outpost::envelope::{
-    sign_request, IdentityDocument, Keys, Rights, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+    sign_request, IdentityDocument, Keys, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
 };
 use outpost::sync::wire::{AckRequest, PullAnswer, Revocations};
 
@@ -131,7 +128,7 @@ struct Cfg {
 impl Cfg {
     fn from_env() -> Cfg {
         let gateways = env_list("OUTPOST_FLEET_GATEWAYS");
-        let default_enroll = if gateways.is_empty() { "bulk" } else { "cli" };
+        let default_enroll = "bulk";
         let enroll = match env_or("OUTPOST_FLEET_ENROLL", default_enroll.to_string()).as_str() {
             "cli" => Enroll::Cli,
             "bulk" => Enroll::Bulk,
@@ -191,10 +188,6 @@ impl Cfg {
             assert!(
                 c.gateway_config.is_some(),
                 "OUTPOST_FLEET_GATEWAYS needs OUTPOST_FLEET_GATEWAY_CONFIG (for trust add and token issue)"
-            );
-            assert!(
-                c.enroll != Enroll::Bulk,
-                "OUTPOST_FLEET_ENROLL=bulk writes the embedded store; external gateways are enrolled with the CLI"
             );
         }
         c
@@ -1144,24 +1137,11 @@ fn enroll_cli(cfg: &Path, docs: &[String]) {
     }
 }
 
-/// One write of the trust record with every node added: what `trust add` does per
-/// document (load the record, add with the same checks, save), done once.
-fn enroll_bulk(cfg: &Path, docs: &[IdentityDocument]) {
-    let cfg = outpost::config::load(cfg).expect("gateway config");
-    let store = outpost::cli::common::open_store(&cfg).expect("gateway store");
-    let mut t = outpost::daemon::trust::load(&store).expect("trust record");
-    for d in docs {
-        t.add(
-            d.clone(),
-            Rights {
-                send: true,
-                issue: false,
-            },
-        )
-        .expect("trust add");
-    }
-    outpost::daemon::trust::save(&store, &t).expect("trust save");
-    store.close();
+/// One `outpost trust add` with every document, one per line: one write of the trust
+/// store (the embedded record, or the database's rows).
+fn enroll_bulk(cfg: &Path, docs: &[String]) {
+    let lines: String = docs.iter().map(|d| format!("{d}\n")).collect();
+    cli(cfg, &["trust", "add", "-", "--send"], Some(lines.as_bytes()));
 }
 
 fn main() {
@@ -1242,7 +1222,7 @@ fn main() {
         Enroll::Cli => enroll_cli(&gw_cfg, &texts),
         Enroll::Bulk => {
             let n = docs.len();
-            enroll_bulk(&gw_cfg, &docs[..n - 1]);
+            enroll_bulk(&gw_cfg, &texts[..n - 1]);
             let t1 = Instant::now();
             cli(
                 &gw_cfg,
@@ -1256,7 +1236,7 @@ fn main() {
     let enroll_s = t.elapsed().as_secs_f64();
     let enroll_how = match (cfg.enroll, last_cli_s) {
         (Enroll::Bulk, Some(c)) => format!(
-            "{} in one trust-record write, the last with `outpost trust add` ({c:.2} s for that call)",
+            "{} with one `outpost trust add` (all documents, one per line), the last with its own ({c:.2} s for that call)",
             cfg.nodes - 1
         ),
         (Enroll::None, _) => "none: enrolled by an earlier run".to_string(),
