@@ -185,6 +185,13 @@ impl Postgres {
             .await
             .map_err(unavailable)?;
         }
+        tx.execute(
+            "INSERT INTO queue_depth (queue, peer, shard, n)
+             SELECT queue, peer, 0, count(*) FROM messages GROUP BY queue, peer",
+            &[],
+        )
+        .await
+        .map_err(unavailable)?;
         for (key, job) in &snap.jobs {
             let node = snap
                 .requests

@@ -26,15 +26,17 @@ const LOCK_PULL: &str =
 ///
 /// No lock: two enqueues that overlap in time have no order between them; one that
 /// starts after another's commit (a client that waited for its 202) gets a higher
-/// `seq`, so what a sender queued one after the other is pulled in that order.
+/// `seq`, so what a sender queued one after the other is pulled in that order. The cap
+/// is checked against the committed depth, so enqueues racing at the cap may pass it
+/// by as many as are in flight at once.
 const ENQUEUE: &str = "
     WITH known AS (
         SELECT EXISTS (SELECT 1 FROM messages WHERE message_id = $1)
             OR EXISTS (SELECT 1 FROM message_status WHERE message_id = $1)
             OR EXISTS (SELECT 1 FROM remembered_ids WHERE scope = $2 AND id = $1) AS k),
     depth AS (
-        SELECT count(*) AS n FROM (SELECT 1 FROM messages
-                                   WHERE queue = $2 AND peer = $3 LIMIT $10) q),
+        SELECT coalesce(sum(n), 0)::bigint AS n FROM queue_depth
+        WHERE queue = $2 AND peer = $3),
     ins AS (
         INSERT INTO messages (message_id, queue, peer, priority, payload_type,
                               created_at_ms, expires_at_ms, body, max_attempts)
@@ -42,9 +44,21 @@ const ENQUEUE: &str = "
         WHERE NOT (SELECT k FROM known) AND (SELECT n FROM depth) < $10
         ON CONFLICT (message_id) DO NOTHING
         RETURNING seq),
+    counted AS (
+        INSERT INTO queue_depth (queue, peer, shard, n) SELECT $2, $3, $13, 1 FROM ins
+        ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + 1
+        RETURNING 1),
     woke AS (SELECT pg_notify($11, $3) FROM ins WHERE $12)
     SELECT (SELECT count(*) FROM ins), (SELECT k FROM known), (SELECT n FROM depth),
-           (SELECT count(*) FROM woke)";
+           (SELECT count(*) FROM woke), (SELECT count(*) FROM counted)";
+
+/// Rows of `queue_depth` per recipient.
+pub const DEPTH_SHARDS: i16 = 16;
+
+/// A random shard of a recipient's depth counter.
+fn shard() -> i16 {
+    (rand::random::<u16>() % DEPTH_SHARDS as u16) as i16
+}
 
 struct Row<'a> {
     queue: &'a str,
@@ -93,6 +107,7 @@ async fn insert<C: tokio_postgres::GenericClient>(
                 &i(pg.opts.max_per_recipient),
                 &listen::CH_QUEUED,
                 &wake,
+                &shard(),
             ],
         )
         .await
@@ -301,7 +316,9 @@ pub async fn take_batch(
         )
         .await?;
     let count = c
-        .prep("SELECT count(*) FROM messages WHERE queue = $1 AND peer = $2")
+        .prep(
+            "SELECT coalesce(sum(n), 0)::bigint FROM queue_depth WHERE queue = $1 AND peer = $2",
+        )
         .await?;
     let tx = c.transaction().await.map_err(unavailable)?;
     tx.execute(&lock, &[&Q_NODE, &node])
@@ -369,8 +386,13 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
         .prep(
             "WITH gone AS (
                  DELETE FROM messages WHERE queue = $1 AND peer = $2 AND message_id = ANY($3)
-                 RETURNING message_id, attempts),
-             why AS (SELECT * FROM unnest($4::text[], $5::text[]) AS r(id, code))
+                 RETURNING message_id, attempts, queue, peer),
+             why AS (SELECT * FROM unnest($4::text[], $5::text[]) AS r(id, code)),
+             uncounted AS (
+                 INSERT INTO queue_depth (queue, peer, shard, n)
+                 SELECT $1, $2, $7, -count(*) FROM gone HAVING count(*) > 0
+                 ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + excluded.n
+                 RETURNING 1)
              INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
              SELECT g.message_id,
                     CASE WHEN w.code IS NULL THEN 'delivered' ELSE 'rejected' END,
@@ -384,7 +406,10 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
         .await?;
     // One statement, its own commit.
     let rows = c
-        .query(&st, &[&Q_NODE, &node, &ids, &rejected_ids, &codes, &keep])
+        .query(
+            &st,
+            &[&Q_NODE, &node, &ids, &rejected_ids, &codes, &keep, &shard()],
+        )
         .await
         .map_err(unavailable)?;
     let removed: std::collections::HashSet<String> = rows.into_iter().map(|r| r.get(0)).collect();
@@ -424,12 +449,17 @@ pub async fn inbox_ack(pg: &Postgres, message_id: &str) -> Result<Option<bool>, 
         .query_opt(
             "WITH gone AS (
                  DELETE FROM messages WHERE queue = $1 AND message_id = $2
-                 RETURNING message_id, peer, attempts)
+                 RETURNING message_id, queue, peer, attempts),
+             uncounted AS (
+                 INSERT INTO queue_depth (queue, peer, shard, n)
+                 SELECT queue, peer, $4, -count(*) FROM gone GROUP BY queue, peer
+                 ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + excluded.n
+                 RETURNING 1)
              INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
              SELECT message_id, 'delivered', $1, peer, attempts, NULL, $3 FROM gone
              ON CONFLICT (message_id) DO UPDATE SET state = 'delivered', keep_until_ms = excluded.keep_until_ms
              RETURNING message_id",
-            &[&Q_INBOX, &message_id, &keep],
+            &[&Q_INBOX, &message_id, &keep, &shard()],
         )
         .await
         .map_err(unavailable)?;
@@ -546,13 +576,19 @@ pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
                      SELECT seq FROM messages WHERE expires_at_ms <= $1
                      ORDER BY expires_at_ms LIMIT $3 FOR UPDATE SKIP LOCKED)
                  RETURNING message_id, queue, peer, payload_type, expires_at_ms, attempts),
+             uncounted AS (
+                 INSERT INTO queue_depth (queue, peer, shard, n)
+                 SELECT queue, peer, $5, -count(*) FROM gone GROUP BY queue, peer
+                 ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + excluded.n
+                 RETURNING 1),
              st AS (
                  INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
                  SELECT message_id, 'expired', queue, peer, attempts, $4, $2 FROM gone
                  ON CONFLICT (message_id) DO UPDATE
                      SET state = 'expired', reason = excluded.reason, keep_until_ms = excluded.keep_until_ms)
-             SELECT message_id, queue, peer, payload_type, expires_at_ms FROM gone",
-            &[&now, &keep, &SWEEP_LIMIT, &crate::store::REASON_TIMEOUT],
+             SELECT message_id, queue, peer, payload_type, expires_at_ms FROM gone
+             WHERE (SELECT count(*) FROM uncounted) >= 0",
+            &[&now, &keep, &SWEEP_LIMIT, &crate::store::REASON_TIMEOUT, &shard()],
         )
         .await
         .map_err(unavailable)?;

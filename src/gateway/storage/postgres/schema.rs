@@ -36,6 +36,18 @@ CREATE TABLE messages (
 CREATE INDEX messages_fifo ON messages (queue, peer, priority DESC, seq);
 CREATE INDEX messages_expiry ON messages (expires_at_ms);
 
+-- How many messages each recipient has queued, in DEPTH_SHARDS rows summed (an enqueue
+-- adds 1 to a random one, a removal subtracts from a random one): the cap check and a
+-- pull's pending count read 16 rows instead of counting the queue, and concurrent
+-- enqueues for one node rarely wait on the same row.
+CREATE TABLE queue_depth (
+    queue text     NOT NULL,
+    peer  text     NOT NULL,
+    shard smallint NOT NULL,
+    n     bigint   NOT NULL,
+    PRIMARY KEY (queue, peer, shard)
+);
+
 -- Where a message went once it left the queue; also what makes a known id a duplicate.
 CREATE TABLE message_status (
     message_id    text    PRIMARY KEY,
