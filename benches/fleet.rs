@@ -1141,7 +1141,11 @@ fn enroll_cli(cfg: &Path, docs: &[String]) {
 /// store (the embedded record, or the database's rows).
 fn enroll_bulk(cfg: &Path, docs: &[String]) {
     let lines: String = docs.iter().map(|d| format!("{d}\n")).collect();
-    cli(cfg, &["trust", "add", "-", "--send"], Some(lines.as_bytes()));
+    cli(
+        cfg,
+        &["trust", "add", "-", "--send"],
+        Some(lines.as_bytes()),
+    );
 }
 
 fn main() {

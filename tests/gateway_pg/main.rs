@@ -19,6 +19,8 @@ mod failover;
 mod gateway;
 #[path = "../it/gateway_audit.rs"]
 mod gateway_audit;
+#[path = "../it/gateway_caps.rs"]
+mod gateway_caps;
 #[path = "../it/gateway_forward.rs"]
 mod gateway_forward;
 #[path = "../it/gateway_tls.rs"]

@@ -15,6 +15,7 @@ mod enroll;
 mod failover;
 mod gateway;
 mod gateway_audit;
+mod gateway_caps;
 mod gateway_forward;
 mod gateway_tls;
 mod harness;

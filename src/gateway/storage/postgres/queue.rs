@@ -316,9 +316,7 @@ pub async fn take_batch(
         )
         .await?;
     let count = c
-        .prep(
-            "SELECT coalesce(sum(n), 0)::bigint FROM queue_depth WHERE queue = $1 AND peer = $2",
-        )
+        .prep("SELECT coalesce(sum(n), 0)::bigint FROM queue_depth WHERE queue = $1 AND peer = $2")
         .await?;
     let tx = c.transaction().await.map_err(unavailable)?;
     tx.execute(&lock, &[&Q_NODE, &node])
