@@ -15,6 +15,7 @@ mkdir -p "$pgdir"
 port="$(free_port)"
 as_pg=()
 if [ "$(id -u)" -eq 0 ]; then
+  chmod 0755 "$dir"
   chown nobody:nogroup "$pgdir"
   as_pg=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 fi

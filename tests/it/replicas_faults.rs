@@ -2,6 +2,8 @@
 //! node is draining from, twenty times; PostgreSQL itself stopped and started mid-run.
 
 use std::collections::BTreeSet;
+
+use outpost::clock::Clock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -280,4 +282,103 @@ async fn postgres_stopped_mid_run_answers_503_then_recovers_with_nothing_lost() 
         started.elapsed() < Duration::from_secs(5),
         "the listener did not come back"
     );
+}
+
+/// Clients that go away mid-request cancel the gateway's work at any await, also
+/// inside a database transaction. A connection going back to the pool inside an
+/// abandoned transaction would run the next borrower's statements in it (never
+/// committed, its locks held). tokio-postgres queues a ROLLBACK when a transaction (or
+/// its BEGIN) is dropped; these two tests hold the gateway to that.
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_abandoned_mid_transaction_leave_nothing_open_and_lose_nothing() {
+    let Some(homes) = replicas(1) else { return };
+    let url = homes[0].db.clone().unwrap();
+    let n = SimNode::new(11);
+    n.enroll(&homes[0]);
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let gw = homes[0].start();
+    let pq = format!("/v1/nodes/{}/pull?wait_s=1&max=5", n.id);
+    let abandon = async {
+        for k in 0..600u64 {
+            let h = n.sign("GET", &pq, b"");
+            // Given up after 0.3 to 6 ms: somewhere in the pull's transactions.
+            let within = Duration::from_micros(300 + (k * 7919) % 5700);
+            let _ = n.send_within(&gw, "GET", &pq, &h, b"", within).await;
+        }
+    };
+    let queue = async {
+        let mut ids = Vec::new();
+        for i in 0..60 {
+            ids.push(command(&gw, &admin, &n.id, i, 3600).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ids
+    };
+    let ((), ids) = tokio::join!(abandon, queue);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pg = PgCluster::shared().unwrap();
+    let open = pg.psql(
+        &url,
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE application_name = 'outpost-gateway' AND state LIKE 'idle in transaction%'",
+    );
+    assert_eq!(open, "0", "connections left inside a transaction");
+    // Every command answered 202 is queued (the abandoned pulls acked nothing).
+    let (got, pending) = n.pull(&gw, 0, 100).await;
+    assert_eq!((got, pending), (ids, 60));
+}
+
+/// The same at the state itself, deterministically: a tool call's transaction (job
+/// binding, request, command) cancelled after a growing delay on a one-connection
+/// pool, each time followed by a plain enqueue on that same connection, which must be
+/// committed (visible to another session) when it returns.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_cancelled_at_any_point_never_swallows_the_next_write() {
+    use outpost::gateway::storage::postgres::Postgres;
+    use outpost::gateway::storage::{ForNode, GatewayState, JobRecord, NewJob, Queued};
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    let url = pg.create_database();
+    let cfg = outpost::config::from_str(&format!(
+        "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\npostgres_pool = 1\n"
+    ))
+    .unwrap();
+    let state = Postgres::open(
+        cfg.gateway_db.as_ref().unwrap(),
+        &cfg.queue,
+        outpost::clock::system(),
+    )
+    .await
+    .unwrap();
+    let now = outpost::clock::system().now_ms();
+    let msg = |id: String| ForNode {
+        node_id: "node:c1".into(),
+        message_id: id,
+        payload_type: "COMMAND".into(),
+        priority: 0,
+        created_at_ms: now,
+        expires_at_ms: now + 3_600_000,
+        envelope: b"{}".to_vec(),
+        max_attempts: 0,
+    };
+    for k in 0..150u64 {
+        let job = NewJob {
+            key: format!("job-{k}"),
+            record: JobRecord {
+                message_id: format!("req-{k}"),
+                tool_name: "echo".into(),
+                args_sha256: "00".into(),
+            },
+        };
+        let call = state.queue_command(msg(format!("req-{k}")), Some(job));
+        let _ = tokio::time::timeout(Duration::from_micros(20 * k), call).await;
+        let id = format!("plain-{k}");
+        assert_eq!(state.forward(msg(id.clone())).await.unwrap(), Queued::Queued);
+        let seen = pg.psql(
+            &url,
+            &format!("SELECT count(*) FROM messages WHERE message_id = '{id}'"),
+        );
+        assert_eq!(seen, "1", "after a cancel at {} µs the next write was not committed", 20 * k);
+    }
 }

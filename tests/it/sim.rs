@@ -62,10 +62,22 @@ impl SimNode {
         headers: &[(&'static str, String)],
         body: &[u8],
     ) -> Option<(u16, Value)> {
+        self.send_within(gw, method, pq, headers, body, Duration::from_secs(30))
+            .await
+    }
+
+    /// Like [`Self::send`], abandoned (the connection dropped) after `within`.
+    pub async fn send_within(
+        &self,
+        gw: &Daemon,
+        method: &str,
+        pq: &str,
+        headers: &[(&'static str, String)],
+        body: &[u8],
+        within: Duration,
+    ) -> Option<(u16, Value)> {
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut r = http()
-            .request(m, gw.url(pq))
-            .timeout(Duration::from_secs(30));
+        let mut r = http().request(m, gw.url(pq)).timeout(within);
         for (k, v) in headers {
             r = r.header(*k, v);
         }
