@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use outpost::clock::Clock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
