@@ -55,7 +55,7 @@ pub async fn pull(
         PollGuard(gw, node)
     });
     if !wait.is_zero() {
-        gw.share_polling(vec![node.to_string()]).await;
+        gw.share_polling(node, wait.as_millis() as u64).await;
     }
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);

@@ -27,9 +27,10 @@ pub struct NodeLive {
 
 /// Shared state: a replica writes a node's "heard from" at most this often.
 const HEARD_EVERY_MS: u64 = 1_000;
-/// Shared state: how long a replica's "I hold a long-poll of it" lasts unless renewed
-/// (every sweeper tick, each second).
-const POLLING_LEASE_MS: u64 = 3_000;
+/// Shared state: a replica's "I hold a long-poll of it" lasts the poll's wait and this
+/// much more (written once, when the poll starts: refreshing every held poll each
+/// second was 1,000 row updates a second per replica in the fleet simulation).
+const POLLING_GRACE_MS: u64 = 3_000;
 
 pub struct Gateway {
     pub cfg: Arc<Config>,
@@ -234,29 +235,20 @@ impl Gateway {
         }
     }
 
-    /// Shared state: tell the other replicas that this one holds a long-poll of these
-    /// nodes (at a pull's start, and every sweeper tick for all it holds).
-    pub async fn share_polling(&self, nodes: Vec<String>) {
-        if !self.state.is_shared() || nodes.is_empty() {
+    /// Shared state: tell the other replicas that this one holds a long-poll of `node`
+    /// for up to `wait_ms` (at the pull's start).
+    pub async fn share_polling(&self, node: &str, wait_ms: u64) {
+        if !self.state.is_shared() {
             return;
         }
         let now = self.now_ms();
         if let Err(e) = self
             .state
-            .nodes_polling(nodes, now, now + POLLING_LEASE_MS)
+            .nodes_polling(vec![node.to_string()], now, now + wait_ms + POLLING_GRACE_MS)
             .await
         {
             tracing::warn!(event = "liveness_not_written", error = %e);
         }
-    }
-
-    /// The nodes this replica holds a long-poll of.
-    pub fn polling_here(&self) -> Vec<String> {
-        lock(&self.live)
-            .iter()
-            .filter(|(_, e)| e.polling > 0)
-            .map(|(id, _)| id.clone())
-            .collect()
     }
 
     /// Liveness, last heard and "holding a long-poll" of each node, as every replica
@@ -326,7 +318,6 @@ impl Gateway {
     pub async fn check_offline(&self) {
         let now = self.now_ms();
         if self.state.is_shared() {
-            self.share_polling(self.polling_here()).await;
             let silent_since = now.saturating_sub(super::liveness::ONLINE_MS);
             match self.state.sweep_offline(silent_since, now).await {
                 Ok(gone) => {
