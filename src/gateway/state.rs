@@ -244,7 +244,11 @@ impl Gateway {
         let now = self.now_ms();
         if let Err(e) = self
             .state
-            .nodes_polling(vec![node.to_string()], now, now + wait_ms + POLLING_GRACE_MS)
+            .nodes_polling(
+                vec![node.to_string()],
+                now,
+                now + wait_ms + POLLING_GRACE_MS,
+            )
             .await
         {
             tracing::warn!(event = "liveness_not_written", error = %e);

@@ -373,11 +373,19 @@ async fn a_transaction_cancelled_at_any_point_never_swallows_the_next_write() {
         let call = state.queue_command(msg(format!("req-{k}")), Some(job));
         let _ = tokio::time::timeout(Duration::from_micros(20 * k), call).await;
         let id = format!("plain-{k}");
-        assert_eq!(state.forward(msg(id.clone())).await.unwrap(), Queued::Queued);
+        assert_eq!(
+            state.forward(msg(id.clone())).await.unwrap(),
+            Queued::Queued
+        );
         let seen = pg.psql(
             &url,
             &format!("SELECT count(*) FROM messages WHERE message_id = '{id}'"),
         );
-        assert_eq!(seen, "1", "after a cancel at {} µs the next write was not committed", 20 * k);
+        assert_eq!(
+            seen,
+            "1",
+            "after a cancel at {} µs the next write was not committed",
+            20 * k
+        );
     }
 }
