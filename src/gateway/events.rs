@@ -184,7 +184,7 @@ impl EventLog {
                 event: ev,
             });
             ring.push_back(e.clone());
-            while ring.len() > REPLAY + 1 {
+            while ring.len() > REPLAY {
                 ring.pop_front();
             }
             e
