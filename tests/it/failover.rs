@@ -5,19 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
+use crate::harness::{copy_dir, free_port, http, listen_on, pair, Daemon, Home};
 
 async fn command(g: &Daemon, token: &str, i: i64) {
     let r = http()

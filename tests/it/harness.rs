@@ -333,3 +333,16 @@ pub fn listen_on(h: &Home, port: u16) {
     )
     .unwrap();
 }
+
+/// Copy a directory tree (a gateway's data dir for a replica with the same identity).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}

@@ -7,21 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::{http, Daemon, Home};
+use crate::harness::{copy_dir, http, Daemon, Home};
 use crate::pg::PgCluster;
 pub use crate::sim::{command, SimNode};
-
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
 
 /// `n` gateway homes with one identity and one database; `None` (and a printed reason)
 /// without PostgreSQL.
