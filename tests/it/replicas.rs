@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::harness::{copy_dir, http, Daemon, Home};
 use crate::pg::PgCluster;
-pub use crate::sim::{command, SimNode};
+pub use crate::sim::{command, wait_polling, SimNode};
 
 /// `n` gateway homes with one identity and one database; `None` (and a printed reason)
 /// without PostgreSQL.
@@ -123,6 +123,8 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
         let n = &nodes[0];
         let held = n.pull(held_at, 20, 10);
         let send = async {
+            // Not `wait_polling`: the previous round's poll leaves the node shown as
+            // polling for its wait + 3 s, so the condition would hold too early.
             tokio::time::sleep(Duration::from_millis(400)).await;
             let id = command(queue_at, &admin, &n.id, 1000 + round, 3600).await;
             (id, Instant::now())
@@ -142,24 +144,8 @@ async fn replicas_share_queues_wakeups_events_replay_checks_and_sweeps() {
 
     // A node long-polling at one replica shows as polling at another.
     let held = nodes[1].pull(&gws[0], 3, 10);
-    let look = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let r = http()
-            .get(gws[2].url("/v1/nodes"))
-            .bearer_auth(&admin)
-            .send()
-            .await
-            .unwrap();
-        r.json::<Value>().await.unwrap()
-    };
-    let (_, listed) = tokio::join!(held, look);
-    let r1 = listed["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["node_id"] == nodes[1].id.as_str())
-        .cloned()
-        .unwrap();
+    let look = wait_polling(&gws[2], &admin, &nodes[1].id);
+    let (_, r1) = tokio::join!(held, look);
     assert_eq!(
         (r1["polling"].as_bool(), r1["liveness"].as_str()),
         (Some(true), Some("online")),

@@ -271,6 +271,7 @@ async fn postgres_stopped_mid_run_answers_503_then_recovers_with_nothing_lost() 
     );
     sim.ack(&gws[0], &all).await;
     let send = async {
+        // Not `wait_polling`: the poll above leaves the node shown as polling for a while.
         tokio::time::sleep(Duration::from_millis(300)).await;
         command(&gws[0], &admin, &sim.id, 99, 3600).await
     };

@@ -144,3 +144,29 @@ pub async fn command(gw: &Daemon, token: &str, node: &str, i: usize, ttl_s: u64)
     assert_eq!(st, 202, "{v}");
     v["message_id"].as_str().unwrap().to_string()
 }
+
+/// Wait (up to 10 s) until `gw`'s `GET /v1/nodes` shows `node` holding a long-poll
+/// (at any replica); returns its entry.
+pub async fn wait_polling(gw: &Daemon, token: &str, node: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = http()
+            .get(gw.url("/v1/nodes"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        let entry = v["nodes"]
+            .as_array()
+            .and_then(|ns| ns.iter().find(|n| n["node_id"] == node).cloned());
+        if let Some(e) = entry.filter(|e| e["polling"] == true) {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{node} never shown polling: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
