@@ -361,7 +361,8 @@ pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
         .collect();
     let live = gw.liveness_of(&ids).await;
     for id in &ids {
-        let (liveness, last_seen, polling) = live[id];
+        let (liveness, last_seen, polling) =
+            live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
         let st = stats.iter().find(|s| s.queue == TO_NODE && &s.peer == id);
         out.push(NodeView {
             node_id: id.clone(),

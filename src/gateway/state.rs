@@ -25,6 +25,9 @@ pub struct NodeLive {
     pub online: bool,
 }
 
+/// A node nobody has heard from: offline, never seen, not polling.
+pub const NOT_SEEN: (Liveness, Option<u64>, bool) = (Liveness::Offline, None, false);
+
 /// Shared state: a replica writes a node's "heard from" at most this often.
 const HEARD_EVERY_MS: u64 = 1_000;
 /// Shared state: a replica's "I hold a long-poll of it" lasts the poll's wait and this
@@ -288,14 +291,22 @@ impl Gateway {
     pub async fn reachable(&self, node_id: &str) -> bool {
         let now = self.now_ms();
         let ids = [node_id.to_string()];
-        let (_, last, polling) = self.liveness_of(&ids).await[node_id];
+        let (_, last, polling) = self
+            .liveness_of(&ids)
+            .await
+            .get(node_id)
+            .copied()
+            .unwrap_or(NOT_SEEN);
         super::liveness::reachable_now(last, polling, now)
     }
 
     /// Is `node` online at any replica?
     pub async fn online(&self, node_id: &str) -> bool {
         let ids = [node_id.to_string()];
-        self.liveness_of(&ids).await[node_id].0 == Liveness::Online
+        self.liveness_of(&ids)
+            .await
+            .get(node_id)
+            .is_some_and(|l| l.0 == Liveness::Online)
     }
 
     pub fn poll_started(&self, node_id: &str) {
