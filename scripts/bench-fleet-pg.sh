@@ -3,6 +3,8 @@
 # PostgreSQL database, on a throw-away cluster (Debian's server binaries; run as `nobody`
 # under root). The replicas are release builds of this tree.
 #   NODES=2000 RATE=500 SECS=60 REPLICAS=2 bash scripts/bench-fleet-pg.sh | tee /tmp/fleet-pg.txt
+# PG_STATS=1 loads pg_stat_statements and prints the statements that took the database's
+# time at the end (calls, total and mean milliseconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPLICAS="${REPLICAS:-2}"
@@ -27,10 +29,13 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+pg_extra=""
+[ -n "${PG_STATS:-}" ] && pg_extra="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
 (cd "$pgdir" && "${as_pg[@]}" "$PGBIN/initdb" -D "$pgdir/data" -U outpost --auth=trust --no-locale -E UTF8 >/dev/null)
 (cd "$pgdir" && "${as_pg[@]}" "$PGBIN/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
-  -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on -c synchronous_commit=on" start >/dev/null)
+  -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on -c synchronous_commit=on $pg_extra" start >/dev/null)
 "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U outpost -d postgres -c "CREATE DATABASE fleet"
+[ -n "${PG_STATS:-}" ] && "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U outpost -d fleet -c "CREATE EXTENSION pg_stat_statements"
 url="postgres://outpost@127.0.0.1:$port/fleet"
 cargo build --release -q --bin outpost
 bin="${CARGO_TARGET_DIR:-target}/release/outpost"
@@ -59,6 +64,13 @@ OUTPOST_FLEET_GATEWAY_CONFIG="$dir/gw1/outpost.toml" \
 OUTPOST_FLEET_GATEWAY_PIDS="$(IFS=,; echo "${pids[*]}")" \
 OUTPOST_FLEET_NODES="${NODES:-2000}" OUTPOST_FLEET_RATE="${RATE:-500}" OUTPOST_FLEET_SECS="${SECS:-60}" \
   cargo bench -q --bench fleet
+if [ -n "${PG_STATS:-}" ]; then
+  echo "--- statements by total time (pg_stat_statements)"
+  "$PGBIN/psql" -X -h 127.0.0.1 -p "$port" -U outpost -d fleet -P pager=off -c \
+    "SELECT calls, round(total_exec_time::numeric,0) AS total_ms, round(mean_exec_time::numeric,3) AS mean_ms, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS query FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 30"
+  "$PGBIN/psql" -X -h 127.0.0.1 -p "$port" -U outpost -d fleet -P pager=off -c \
+    "SELECT calls, round(total_exec_time::numeric,0) AS total_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS query FROM pg_stat_statements ORDER BY calls DESC LIMIT 20"
+fi
 for r in $(seq 1 "$REPLICAS"); do
   echo "--- replica $r log (warnings, last 5)"; tail -5 "$dir/gw$r/log" || true
 done

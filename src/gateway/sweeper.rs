@@ -61,8 +61,7 @@ pub async fn follow(gw: Arc<Gateway>) {
     let Some(mut rx) = gw.state.notices() else {
         return;
     };
-    use super::storage::Notice;
-    use tokio::sync::broadcast::error::RecvError;
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     // Start with the newest REPLAY events in memory, for subscribers that resume.
     let mut after = loop {
         match gw.state.append_events(Vec::new()).await {
@@ -74,19 +73,82 @@ pub async fn follow(gw: Arc<Gateway>) {
             _ = tokio::time::sleep(TICK) => {}
         }
     };
+    let mut read = true;
     loop {
-        after = read_events(&gw, after).await;
-        let notice = tokio::select! {
+        if read {
+            after = read_events(&gw, after).await;
+        }
+        let first = tokio::select! {
             _ = gw.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(TICK) => continue,
+            _ = tokio::time::sleep(TICK) => {
+                read = true;
+                continue;
+            }
             n = rx.recv() => n,
         };
-        match notice {
-            Ok(Notice::Queued(node)) => gw.wake_node(&node),
-            Ok(Notice::Events(_)) => {}
-            Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => gw.wake_all(),
-            Err(RecvError::Closed) => return,
+        // Take every notice already waiting before touching the database again: one
+        // events read per notice would fall behind a busy fleet, and a lagging channel
+        // means waking every long-poll (each then asks the database for its queue).
+        let mut wake = Wake::default();
+        if !wake.add(first) {
+            return;
         }
+        loop {
+            match rx.try_recv() {
+                Ok(n) => {
+                    wake.add(Ok(n));
+                }
+                Err(TryRecvError::Lagged(n)) => {
+                    wake.add(Err(RecvError::Lagged(n)));
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => return,
+            }
+        }
+        if wake.all {
+            gw.wake_all();
+        } else {
+            for node in &wake.nodes {
+                gw.wake_node(node);
+            }
+        }
+        // Only long-polls to wake: no events to read until the next notice says so.
+        read = wake.all || wake.events;
+    }
+}
+
+/// What a run of notices asks for.
+#[derive(Default)]
+struct Wake {
+    nodes: std::collections::BTreeSet<String>,
+    events: bool,
+    /// Notices were missed (lag, reconnect): every long-poll looks again.
+    all: bool,
+}
+
+impl Wake {
+    /// Record one notice; false when the channel is closed.
+    fn add(
+        &mut self,
+        n: Result<super::storage::Notice, tokio::sync::broadcast::error::RecvError>,
+    ) -> bool {
+        use super::storage::Notice;
+        use tokio::sync::broadcast::error::RecvError;
+        match n {
+            Ok(Notice::Queued(node)) => {
+                if !self.all {
+                    self.nodes.insert(node);
+                }
+            }
+            Ok(Notice::Events(_)) => self.events = true,
+            Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => {
+                self.all = true;
+                self.events = true;
+                self.nodes.clear();
+            }
+            Err(RecvError::Closed) => return false,
+        }
+        true
     }
 }
 
@@ -219,5 +281,37 @@ pub async fn watchdog(gw: Arc<Gateway>) {
             _ = gw.shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wake;
+    use crate::gateway::storage::Notice;
+    use tokio::sync::broadcast::error::RecvError;
+
+    #[test]
+    fn a_run_of_notices_wakes_each_node_once_and_reads_events_once() {
+        let mut w = Wake::default();
+        for n in ["a", "b", "a"] {
+            assert!(w.add(Ok(Notice::Queued(n.into()))));
+        }
+        assert!(!w.events && !w.all);
+        assert_eq!(w.nodes.iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(w.add(Ok(Notice::Events(7))));
+        assert!(w.events && !w.all);
+    }
+
+    #[test]
+    fn a_gap_wakes_everyone_and_rereads() {
+        let mut w = Wake::default();
+        w.add(Ok(Notice::Queued("a".into())));
+        w.add(Err(RecvError::Lagged(3)));
+        w.add(Ok(Notice::Queued("b".into())));
+        assert!(w.all && w.events && w.nodes.is_empty());
+        let mut r = Wake::default();
+        w.add(Ok(Notice::Resync));
+        assert!(r.add(Ok(Notice::Resync)) && r.all);
+        assert!(!r.add(Err(RecvError::Closed)));
     }
 }
