@@ -1,6 +1,7 @@
 //! Handing queued messages to their node: the long-poll pull, the ack that removes
 //! them, and the revocation list nodes fetch.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -62,9 +63,13 @@ pub async fn pull(
     // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
     // at another replica): they answer empty now, and never hand out what this one does.
     let pull = gw.state.begin_pull(node).await?;
-    gw.wake_node(node);
-    let batch: PullBatch = loop {
-        let notified = waker.notified();
+    gw.pull_begun(node, pull);
+    let superseded = || waker.newest_pull.load(Ordering::Acquire) > pull;
+    let batch: PullBatch = 'pull: loop {
+        let queued = waker.queued.notified();
+        tokio::pin!(queued);
+        // Registered before the look: a wake during it is not lost.
+        queued.as_mut().enable();
         let batch = gw
             .state
             .take_batch(node, pull, max, PULL_BUDGET_BYTES)
@@ -75,10 +80,25 @@ pub async fn pull(
         {
             break batch;
         }
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = gw.shutdown.cancelled() => break batch,
+        // Wait for something queued. A newer pull of the node (announced here, or by
+        // another replica through the store's notices) ends this one without another
+        // look at the queue; our own pull's announcement is not a reason to look.
+        loop {
+            let pulled = waker.pulled.notified();
+            tokio::pin!(pulled);
+            pulled.as_mut().enable();
+            if superseded() {
+                break 'pull PullBatch {
+                    superseded: true,
+                    ..PullBatch::default()
+                };
+            }
+            tokio::select! {
+                _ = &mut queued => continue 'pull,
+                _ = &mut pulled => {}
+                _ = tokio::time::sleep_until(deadline) => continue 'pull,
+                _ = gw.shutdown.cancelled() => break 'pull batch,
+            }
         }
     };
     let envelopes = batch

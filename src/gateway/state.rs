@@ -47,7 +47,7 @@ pub struct Gateway {
     /// Shared state: the writer's end of the event log, taken by its task at start.
     pub event_writer: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
     pub shutdown: CancellationToken,
-    wake: Mutex<HashMap<String, Arc<Notify>>>,
+    wake: Mutex<HashMap<String, Arc<NodeWake>>>,
     live: Mutex<HashMap<String, NodeLive>>,
     /// Messages enqueued while their node was connected: acked as `was_stored: false`.
     live_sent: Mutex<HashSet<String>>,
@@ -70,6 +70,17 @@ pub struct Gateway {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a node's long-polls held here wait on.
+#[derive(Default)]
+pub struct NodeWake {
+    /// Something was queued for the node (or notices were missed): look at the queue.
+    pub queued: Notify,
+    /// A newer pull of the node began: older ones compare with `newest_pull`.
+    pub pulled: Notify,
+    /// The newest pull number of the node this replica knows of.
+    pub newest_pull: AtomicU64,
 }
 
 impl Gateway {
@@ -172,23 +183,32 @@ impl Gateway {
         })
     }
 
-    pub fn waker(&self, node_id: &str) -> Arc<Notify> {
+    pub fn waker(&self, node_id: &str) -> Arc<NodeWake> {
         lock(&self.wake)
             .entry(node_id.to_string())
             .or_default()
             .clone()
     }
 
-    /// Wake a node's long-poll (something was queued for it).
-    /// Wake every long-poll (after notices may have been missed).
+    /// Wake every long-poll (after notices may have been missed): each looks again.
     pub fn wake_all(&self) {
         for w in lock(&self.wake).values() {
-            w.notify_waiters();
+            w.queued.notify_waiters();
         }
     }
 
+    /// Wake a node's long-polls: something was queued for it.
     pub fn wake_node(&self, node_id: &str) {
-        self.waker(node_id).notify_waiters();
+        self.waker(node_id).queued.notify_waiters();
+    }
+
+    /// Pull number `pull` of `node_id` began (here or at another replica): the node's
+    /// older long-polls held here answer empty without asking the store.
+    pub fn pull_begun(&self, node_id: &str, pull: u64) {
+        let w = self.waker(node_id);
+        if w.newest_pull.fetch_max(pull, Ordering::AcqRel) < pull {
+            w.pulled.notify_waiters();
+        }
     }
 
     /// A signed request from `node_id` arrived: update liveness, emit `node_online` on

@@ -105,6 +105,9 @@ pub async fn follow(gw: Arc<Gateway>) {
                 Err(TryRecvError::Closed) => return,
             }
         }
+        for (node, pull) in &wake.pulls {
+            gw.pull_begun(node, *pull);
+        }
         if wake.all {
             gw.wake_all();
         } else {
@@ -121,6 +124,8 @@ pub async fn follow(gw: Arc<Gateway>) {
 #[derive(Default)]
 struct Wake {
     nodes: std::collections::BTreeSet<String>,
+    /// The newest pull that began, per node.
+    pulls: std::collections::BTreeMap<String, u64>,
     events: bool,
     /// Notices were missed (lag, reconnect): every long-poll looks again.
     all: bool,
@@ -139,6 +144,10 @@ impl Wake {
                 if !self.all {
                     self.nodes.insert(node);
                 }
+            }
+            Ok(Notice::Pulled(node, n)) => {
+                let newest = self.pulls.entry(node).or_default();
+                *newest = (*newest).max(n);
             }
             Ok(Notice::Events(_)) => self.events = true,
             Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => {
@@ -300,6 +309,9 @@ mod tests {
         assert_eq!(w.nodes.iter().collect::<Vec<_>>(), ["a", "b"]);
         assert!(w.add(Ok(Notice::Events(7))));
         assert!(w.events && !w.all);
+        w.add(Ok(Notice::Pulled("a".into(), 4)));
+        w.add(Ok(Notice::Pulled("a".into(), 3)));
+        assert_eq!(w.pulls.get("a"), Some(&4));
     }
 
     #[test]

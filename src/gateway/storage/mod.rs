@@ -199,6 +199,8 @@ pub struct AuditExtension {
 pub enum Notice {
     /// Something was queued for, or acknowledged by, this node.
     Queued(String),
+    /// Pull number `.1` of node `.0` began: the node's older pulls end.
+    Pulled(String, u64),
     /// New events were committed, up to this id.
     Events(u64),
     /// Notices may have been missed (the listener reconnected): re-check everything.

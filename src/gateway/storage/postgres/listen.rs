@@ -14,6 +14,8 @@ use super::Postgres;
 
 /// Payload: the node whose queue grew or shrank.
 pub const CH_QUEUED: &str = "outpost_queued";
+/// Payload: `{pull}/{node}`, a pull of the node that began (older ones end).
+pub const CH_PULLED: &str = "outpost_pulled";
 /// Payload: the revoked token id.
 pub const CH_REVOKED: &str = "outpost_revoked";
 pub const CH_TRUST: &str = "outpost_trust";
@@ -68,6 +70,11 @@ async fn listen_once(
                 CH_QUEUED => {
                     let _ = tx.send(Notice::Queued(n.payload().to_string()));
                 }
+                CH_PULLED => {
+                    if let Some(notice) = pulled(n.payload()) {
+                        let _ = tx.send(notice);
+                    }
+                }
                 CH_EVENTS => {
                     let _ = tx.send(Notice::Events(n.payload().parse().unwrap_or(0)));
                 }
@@ -89,7 +96,7 @@ async fn listen_once(
         .map_err(|e| e.to_string())?;
     client
         .batch_execute(&format!(
-            "LISTEN {CH_QUEUED}; LISTEN {CH_EVENTS}; LISTEN {CH_REVOKED}; LISTEN {CH_TRUST};"
+            "LISTEN {CH_QUEUED}; LISTEN {CH_PULLED}; LISTEN {CH_EVENTS}; LISTEN {CH_REVOKED}; LISTEN {CH_TRUST};"
         ))
         .await
         .map_err(|e| e.to_string())?;
@@ -122,5 +129,23 @@ async fn listen_once(
                 }
             }
         }
+    }
+}
+
+/// A [`CH_PULLED`] payload; `None` for one this version does not understand.
+fn pulled(payload: &str) -> Option<Notice> {
+    let (n, node) = payload.split_once('/')?;
+    Some(Notice::Pulled(node.to_string(), n.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pulled_payloads() {
+        assert_eq!(pulled("7/node:a/b"), Some(Notice::Pulled("node:a/b".into(), 7)));
+        assert_eq!(pulled("x/node"), None);
+        assert_eq!(pulled("node"), None);
     }
 }

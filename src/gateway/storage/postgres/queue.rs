@@ -15,11 +15,6 @@ pub use crate::store::names::{Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, S
 /// The most an expiry sweep or prune removes in one transaction.
 const SWEEP_LIMIT: i64 = 10_000;
 
-/// One pull of a recipient at a time, across replicas (a pull reads the newest pull
-/// number and hands out the head under it).
-const LOCK_PULL: &str =
-    "SELECT pg_advisory_xact_lock(hashtextextended('pull/' || $1 || '/' || $2, 0))";
-
 /// Enqueue in one statement (one round trip, its own commit when run outside a
 /// transaction): the id must be unknown (queued, finished, or remembered) and the
 /// recipient under its cap; `$12` says whether to wake the recipient's long-polls.
@@ -278,16 +273,44 @@ pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
                  INSERT INTO node_pulls (node_id, pull) VALUES ($1, 1)
                  ON CONFLICT (node_id) DO UPDATE SET pull = node_pulls.pull + 1
                  RETURNING pull)
-             SELECT pull, pg_notify($2, $1) FROM p",
+             SELECT pull, pg_notify($2, pull::text || '/' || $1) FROM p",
         )
         .await?;
     let n: i64 = c
-        .query_one(&st, &[&node, &listen::CH_QUEUED])
+        .query_one(&st, &[&node, &listen::CH_PULLED])
         .await
         .map_err(unavailable)?
         .get(0);
     Ok(u(n))
 }
+
+/// A pull's look at the queue, in one statement (one round trip, no transaction): the
+/// node's `node_pulls` row is locked `FOR UPDATE`, which orders this look after any
+/// `begin_pull` of the node that committed first and re-reads the newest pull number
+/// (READ COMMITTED re-checks a locked row); a superseded pull sees no messages. The
+/// batch is the queue's head in delivery order, cut to `$6` bytes (always at least
+/// one message), marked as handed out, returned with the recipient's queue depth.
+const TAKE_BATCH: &str = "
+WITH p AS (
+    SELECT pull FROM node_pulls WHERE node_id = $2 FOR UPDATE),
+head AS (
+    SELECT m.seq, m.message_id, m.body, m.priority,
+           sum(octet_length(m.body)) OVER w AS run, row_number() OVER w AS rn
+    FROM (SELECT seq, message_id, body, priority FROM messages
+          WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
+            AND NOT EXISTS (SELECT 1 FROM p WHERE pull > $5)
+          ORDER BY priority DESC, seq LIMIT $4) m
+    WINDOW w AS (ORDER BY m.priority DESC, m.seq)),
+take AS (
+    SELECT seq, message_id, body, priority FROM head WHERE run <= $6 OR rn = 1),
+marked AS (
+    UPDATE messages SET lease_until_ms = $7, attempts = attempts + 1
+    WHERE seq IN (SELECT seq FROM take) RETURNING 1)
+SELECT (SELECT pull FROM p),
+       (SELECT coalesce(sum(n), 0)::bigint FROM queue_depth WHERE queue = $1 AND peer = $2),
+       t.message_id, t.body
+FROM (SELECT 1) one LEFT JOIN take t ON true
+ORDER BY t.priority DESC, t.seq";
 
 pub async fn take_batch(
     pg: &Postgres,
@@ -298,71 +321,43 @@ pub async fn take_batch(
 ) -> Result<PullBatch, StateError> {
     let now = pg.now_ms();
     let mut c = pg.pool.get().await?;
-    let lock = c.prep(LOCK_PULL).await?;
-    let newest = c
-        .prep("SELECT pull FROM node_pulls WHERE node_id = $1")
-        .await?;
-    let next = c
-        .prep(
-            "SELECT seq, message_id, body FROM messages
-             WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
-             ORDER BY priority DESC, seq LIMIT $4",
+    let st = c.prep(TAKE_BATCH).await?;
+    let rows = c
+        .query(
+            &st,
+            &[
+                &Q_NODE,
+                &node,
+                &i(now),
+                &(max.max(1) as i64),
+                &i(pull),
+                &(max_bytes.min(i64::MAX as usize) as i64),
+                &i(now + LEASE_MS),
+            ],
         )
-        .await?;
-    let mark = c
-        .prep(
-            "UPDATE messages SET lease_until_ms = $2, attempts = attempts + 1
-             WHERE seq = ANY($1)",
-        )
-        .await?;
-    let count = c
-        .prep("SELECT coalesce(sum(n), 0)::bigint FROM queue_depth WHERE queue = $1 AND peer = $2")
-        .await?;
-    let tx = c.transaction().await.map_err(unavailable)?;
-    tx.execute(&lock, &[&Q_NODE, &node])
         .await
         .map_err(unavailable)?;
-    let newest: Option<i64> = tx
-        .query_opt(&newest, &[&node])
-        .await
-        .map_err(unavailable)?
-        .map(|r| r.get(0));
+    let Some(first) = rows.first() else {
+        return Err(StateError::Corrupt("a pull's look returned no row".into()));
+    };
+    let newest: Option<i64> = first.get(0);
     if newest.is_some_and(|n| u(n) > pull) {
         return Ok(PullBatch {
             superseded: true,
             ..PullBatch::default()
         });
     }
-    let rows = tx
-        .query(&next, &[&Q_NODE, &node, &i(now), &(max.max(1) as i64)])
-        .await
-        .map_err(unavailable)?;
-    let mut deliveries = Vec::new();
-    let mut seqs: Vec<i64> = Vec::new();
-    let mut bytes = 0usize;
-    for r in rows {
-        let body: Vec<u8> = r.get(2);
-        bytes += body.len();
-        if bytes > max_bytes && !deliveries.is_empty() {
-            break;
-        }
-        seqs.push(r.get(0));
+    let pending: i64 = first.get(1);
+    let mut deliveries = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let Some(message_id) = r.get::<_, Option<String>>(2) else {
+            continue;
+        };
         deliveries.push(Delivery {
-            message_id: r.get(1),
-            envelope: body,
+            message_id,
+            envelope: r.get(3),
         });
     }
-    if !seqs.is_empty() {
-        tx.execute(&mark, &[&seqs, &i(now + LEASE_MS)])
-            .await
-            .map_err(unavailable)?;
-    }
-    let pending: i64 = tx
-        .query_one(&count, &[&Q_NODE, &node])
-        .await
-        .map_err(unavailable)?
-        .get(0);
-    tx.commit().await.map_err(unavailable)?;
     Ok(PullBatch {
         deliveries,
         pending: u(pending),
