@@ -85,6 +85,20 @@ async fn seal_and_queue(
     let env = seal(&gw.keys, &gw.cfg.node_id, to, &params, &pt, &mut OsRng)
         .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
     let live = gw.polling(&to.node_id);
+    let event = GatewayEvent::Queued {
+        message_id: message_id.to_string(),
+        node_id: to.node_id.clone(),
+        payload_type: payload_type.to_string(),
+        expires_at_ms: params.expires_at_ms,
+    };
+    // A shared state commits the event with the message: one commit before the 202.
+    let staged = gw
+        .state
+        .is_shared()
+        .then(|| serde_json::to_string(&event).map(|json| (now, json)))
+        .transpose()
+        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
+    let with_message = staged.is_some();
     let msg = ForNode {
         node_id: to.node_id.clone(),
         message_id: message_id.to_string(),
@@ -94,6 +108,7 @@ async fn seal_and_queue(
         expires_at_ms: params.expires_at_ms,
         envelope: env.to_json(),
         max_attempts: gw.cfg.queue.max_attempts,
+        event: staged,
     };
     if gw.state.queue_command(msg, job).await? == Queued::Duplicate {
         return Err(GatewayError::Duplicate);
@@ -101,19 +116,35 @@ async fn seal_and_queue(
     if live {
         gw.mark_live_sent(message_id);
     }
-    queued(
-        gw,
-        message_id,
-        &to.node_id,
-        payload_type,
-        params.expires_at_ms,
-    );
-    gw.events_committed().await;
+    if with_message {
+        gw.events.sequence_soon();
+        announce_queued(gw, message_id, &to.node_id);
+    } else {
+        queued(
+            gw,
+            message_id,
+            &to.node_id,
+            payload_type,
+            params.expires_at_ms,
+        );
+        gw.events_committed().await;
+    }
     Ok(params.expires_at_ms)
 }
 
 /// A message is durable in a node's queue: metric, log, event, and wake its long-poll.
 pub fn queued(gw: &Gateway, message_id: &str, node_id: &str, payload_type: &str, expires: u64) {
+    gw.publish(GatewayEvent::Queued {
+        message_id: message_id.to_string(),
+        node_id: node_id.to_string(),
+        payload_type: payload_type.to_string(),
+        expires_at_ms: expires,
+    });
+    announce_queued(gw, message_id, node_id);
+}
+
+/// Metric, log, and wake the node's long-poll (the event is already committed).
+fn announce_queued(gw: &Gateway, message_id: &str, node_id: &str) {
     MessageEvent {
         queue: TO_NODE,
         event: "enqueued",
@@ -122,12 +153,6 @@ pub fn queued(gw: &Gateway, message_id: &str, node_id: &str, payload_type: &str,
         reason: None,
     }
     .emit(&gw.metrics);
-    gw.publish(GatewayEvent::Queued {
-        message_id: message_id.to_string(),
-        node_id: node_id.to_string(),
-        payload_type: payload_type.to_string(),
-        expires_at_ms: expires,
-    });
     gw.wake_node(node_id);
 }
 

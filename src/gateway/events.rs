@@ -123,6 +123,8 @@ pub enum ToWriter {
     Event(u64, GatewayEvent),
     /// Answer once everything sent before it is committed.
     Flush(tokio::sync::oneshot::Sender<()>),
+    /// Events were committed with a write: give them their ids soon.
+    Sequence,
 }
 
 impl EventLog {
@@ -218,6 +220,14 @@ impl EventLog {
         let (tx, rx) = tokio::sync::oneshot::channel();
         w.send(ToWriter::Flush(tx)).ok()?;
         Some(rx)
+    }
+
+    /// Shared mode: events were committed with a write (without ids); have the writer
+    /// sequence them.
+    pub fn sequence_soon(&self) {
+        if let Some(w) = &self.writer {
+            let _ = w.send(ToWriter::Sequence);
+        }
     }
 
     /// The newest id delivered to subscribers (0 = none yet).

@@ -203,33 +203,43 @@ pub async fn write_events(gw: Arc<Gateway>) {
     use super::events::ToWriter;
     let mut pending: Vec<(u64, String)> = Vec::new();
     let mut waiting: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
-    let take = |m: ToWriter, pending: &mut Vec<(u64, String)>, waiting: &mut Vec<_>| match m {
+    // Events committed without ids (by us or, if it died before sequencing them, by
+    // another replica) wait for a sequencing run: after each write, on request, and
+    // once every TICK while idle.
+    let mut sequence = true;
+    let take = |m: ToWriter,
+                pending: &mut Vec<(u64, String)>,
+                waiting: &mut Vec<_>,
+                seq: &mut bool| match m {
         ToWriter::Event(ts, ev) => pending.push(encode((ts, ev))),
         ToWriter::Flush(tx) => waiting.push(tx),
+        ToWriter::Sequence => *seq = true,
     };
     loop {
-        if pending.is_empty() && waiting.is_empty() {
+        if pending.is_empty() && waiting.is_empty() && !sequence {
             let first = tokio::select! {
                 _ = gw.shutdown.cancelled() => None,
+                _ = tokio::time::sleep(TICK) => Some(ToWriter::Sequence),
                 m = rx.recv() => m,
             };
             match first {
-                Some(m) => take(m, &mut pending, &mut waiting),
+                Some(m) => take(m, &mut pending, &mut waiting, &mut sequence),
                 None => {
                     // Shutdown: what is already queued still goes out.
                     while let Ok(m) = rx.try_recv() {
-                        take(m, &mut pending, &mut waiting);
+                        take(m, &mut pending, &mut waiting, &mut sequence);
                     }
                     if !pending.is_empty() {
                         let _ = gw.state.append_events(std::mem::take(&mut pending)).await;
                     }
+                    let _ = gw.state.sequence_events().await;
                     return;
                 }
             }
         }
         while pending.len() < 1000 {
             match rx.try_recv() {
-                Ok(m) => take(m, &mut pending, &mut waiting),
+                Ok(m) => take(m, &mut pending, &mut waiting, &mut sequence),
                 Err(_) => break,
             }
         }
@@ -240,9 +250,23 @@ pub async fn write_events(gw: Arc<Gateway>) {
         };
         match written {
             Ok(_) => {
+                // Committed (durable): whoever waits may answer now.
+                sequence |= !pending.is_empty();
                 pending.clear();
                 for w in waiting.drain(..) {
                     let _ = w.send(());
+                }
+                if sequence {
+                    match gw.state.sequence_events().await {
+                        Ok(_) => sequence = false,
+                        Err(e) => {
+                            tracing::warn!(event = "events_not_sequenced", error = %e);
+                            tokio::select! {
+                                _ = gw.shutdown.cancelled() => return,
+                                _ = tokio::time::sleep(TICK) => {}
+                            }
+                        }
+                    }
                 }
             }
             Err(e) => {

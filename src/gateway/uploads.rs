@@ -337,6 +337,7 @@ async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict,
         expires_at_ms: env.expires_at_ms,
         envelope: bytes,
         max_attempts: gw.cfg.queue.max_attempts,
+        event: None,
     };
     match gw.state.forward(msg).await {
         Ok(Queued::Duplicate) => Ok(Verdict::Duplicate),

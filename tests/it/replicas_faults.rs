@@ -361,6 +361,7 @@ async fn a_transaction_cancelled_at_any_point_never_swallows_the_next_write() {
         expires_at_ms: now + 3_600_000,
         envelope: b"{}".to_vec(),
         max_attempts: 0,
+        event: None,
     };
     for k in 0..150u64 {
         let job = NewJob {

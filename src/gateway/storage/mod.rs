@@ -69,6 +69,10 @@ pub struct ForNode {
     pub envelope: Vec<u8>,
     /// Deliveries before it is dead-lettered; 0 = until expiry.
     pub max_attempts: u32,
+    /// A shared state ([`GatewayState::is_shared`]) commits this event (`(ts_ms, event
+    /// as JSON)`) in the same transaction as the message, so the caller need not wait
+    /// for a second commit; the embedded state ignores it (its events live in memory).
+    pub event: Option<(u64, String)>,
 }
 
 /// What a caller's job id is bound to at the gateway: a repeat by the same caller for
@@ -308,10 +312,19 @@ pub trait GatewayState: Send + Sync {
         false
     }
 
-    /// Commit events (`(ts_ms, event as JSON)`), assigning ids in commit order across
-    /// replicas; returns the newest id. Only called on a shared state.
+    /// Commit events (`(ts_ms, event as JSON)`) durably, still without ids
+    /// ([`Self::sequence_events`] gives them theirs). With no events, returns the newest
+    /// id given so far. Only called on a shared state.
     fn append_events(&self, _events: Vec<(u64, String)>) -> Fut<'_, u64> {
         Box::pin(async { Err(StateError::Unavailable("events are kept in memory".into())) })
+    }
+
+    /// Give the committed events that have none their ids, in commit order across
+    /// replicas (whichever replica committed them, including events committed with a
+    /// message: [`ForNode::event`]), and announce them; returns how many. Only called on
+    /// a shared state.
+    fn sequence_events(&self) -> Fut<'_, u64> {
+        Box::pin(async { Ok(0) })
     }
 
     /// Committed events after `after`, oldest first: `(id, ts_ms, event as JSON)`.

@@ -29,6 +29,62 @@ const TRUST_REFRESH_EVERY: Duration = Duration::from_secs(30);
 
 pub use super::super::Notice;
 
+/// Send queued notifications in batches, one statement per batch, outside the
+/// transactions that made them true.
+///
+/// Why not `pg_notify` inside those transactions: PostgreSQL serialises the commits of
+/// all transactions that notify (a database-wide lock held from before the commit
+/// record until after it, so that notifications queue in commit order), so every
+/// enqueue and pull waited for the previous one's WAL flush in turn — no group commit.
+/// A statement that only notifies writes no WAL and holds that lock for microseconds.
+/// The price: a replica killed between a commit and its notification leaves the other
+/// replicas' long-polls of that node asleep until their wait ends (the node then pulls
+/// again and gets the message) — later, never lost.
+pub fn send_notifications(
+    pg: Arc<Postgres>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<(&'static str, String)>,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut batch: Vec<(&'static str, String)> = Vec::new();
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.cancelled() => None,
+                m = rx.recv() => m,
+            };
+            let Some(first) = first else {
+                return;
+            };
+            batch.push(first);
+            while batch.len() < 1000 {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            batch.sort();
+            batch.dedup();
+            let channels: Vec<&str> = batch.iter().map(|(c, _)| *c).collect();
+            let payloads: Vec<&str> = batch.iter().map(|(_, p)| p.as_str()).collect();
+            let sent = async {
+                let mut c = pg.pool.get().await?;
+                let st = c
+                    .prep("SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS x(c, p)")
+                    .await?;
+                c.query_one(&st, &[&channels, &payloads])
+                    .await
+                    .map_err(super::unavailable)
+            }
+            .await;
+            if let Err(e) = sent {
+                // Hints only: a missed wake-up costs a long-poll its wait, not a message.
+                tracing::warn!(event = "postgres_notify_failed", count = batch.len(), error = %e);
+            }
+            batch.clear();
+        }
+    });
+}
+
 pub fn spawn(pg: Arc<Postgres>, shutdown: CancellationToken) {
     tokio::spawn(async move {
         let mut connected_before = false;
@@ -144,7 +200,10 @@ mod tests {
 
     #[test]
     fn pulled_payloads() {
-        assert_eq!(pulled("7/node:a/b"), Some(Notice::Pulled("node:a/b".into(), 7)));
+        assert_eq!(
+            pulled("7/node:a/b"),
+            Some(Notice::Pulled("node:a/b".into(), 7))
+        );
         assert_eq!(pulled("x/node"), None);
         assert_eq!(pulled("node"), None);
     }

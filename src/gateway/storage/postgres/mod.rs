@@ -42,8 +42,34 @@ use pool::Pool;
 
 /// How long a pulled message shows as `delivering` (until acknowledged or pulled again).
 pub const LEASE_MS: u64 = 30_000;
-/// Key of the advisory lock under which events get their ids.
-const EVENTS_LOCK: i64 = 0x6f75_7470_6f73_7402;
+/// Give staged events their ids, oldest staged first, in one statement: the
+/// `events_head` row is locked `FOR UPDATE` until the commit (a second sequencer, at any
+/// replica, waits and then reads the advanced head), so ids increase in commit order;
+/// rows another sequencer moved meanwhile are skipped by the `DELETE`. Returns how many
+/// were moved, and announces the newest id.
+const SEQUENCE_EVENTS: &str = "
+WITH head AS (
+    SELECT next_id FROM events_head
+    WHERE one AND EXISTS (SELECT 1 FROM events_staged) FOR UPDATE),
+moved AS (
+    DELETE FROM events_staged
+    WHERE seq IN (SELECT seq FROM events_staged ORDER BY seq LIMIT $1)
+    RETURNING seq, ts_ms, event),
+numbered AS (
+    SELECT (SELECT next_id FROM head) + row_number() OVER (ORDER BY seq) - 1 AS id, ts_ms, event
+    FROM moved),
+ins AS (
+    INSERT INTO events (id, ts_ms, event) SELECT id, ts_ms, event FROM numbered RETURNING id),
+advanced AS (
+    UPDATE events_head SET next_id = (SELECT next_id FROM head) + (SELECT count(*) FROM moved)
+    WHERE one AND EXISTS (SELECT 1 FROM moved) RETURNING next_id),
+announced AS (
+    SELECT pg_notify($2, (next_id - 1)::text) FROM advanced)
+SELECT (SELECT count(*) FROM ins) + 0 * (SELECT count(*) FROM announced)";
+
+/// The most events one sequencing statement moves.
+const SEQUENCE_BATCH: i64 = 5_000;
+
 /// How long events are kept for dashboards that resume.
 pub const EVENTS_KEEP_MS: u64 = 24 * 3600 * 1000;
 /// How long a finished message's status (and its id, for duplicates) is kept.
@@ -60,6 +86,10 @@ pub struct Postgres {
     /// The trust store as last read (refreshed on `NOTIFY` and by the listener's tick).
     trust: RwLock<Option<TrustStore>>,
     notices: broadcast::Sender<Notice>,
+    /// Notifications to send after a commit ([`listen::send_notifications`]).
+    outbox: tokio::sync::mpsc::UnboundedSender<(&'static str, String)>,
+    outbox_rx:
+        std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(&'static str, String)>>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -129,6 +159,7 @@ impl Postgres {
             schema::migrate(&mut c).await?;
         }
         let (notices, _) = broadcast::channel(4096);
+        let (outbox, outbox_rx) = tokio::sync::mpsc::unbounded_channel();
         let me = Arc::new(Self {
             pool,
             opts: Limits {
@@ -140,6 +171,8 @@ impl Postgres {
             revoked: RwLock::new(Revocations::default()),
             trust: RwLock::new(None),
             notices,
+            outbox,
+            outbox_rx: std::sync::Mutex::new(Some(outbox_rx)),
         });
         me.refresh_revocations().await?;
         me.refresh_trust().await?;
@@ -149,7 +182,21 @@ impl Postgres {
     /// Start the listener (LISTEN/NOTIFY, reconnecting by itself) and the refresher of
     /// the revocation list and trust store. Ends with `shutdown`.
     pub fn spawn_listener(self: &Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        if let Some(rx) = self
+            .outbox_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            listen::send_notifications(self.clone(), rx, shutdown.clone());
+        }
         listen::spawn(self.clone(), shutdown);
+    }
+
+    /// Announce to every replica, after the commit that made it true (see
+    /// [`listen::send_notifications`] for why not inside the transaction).
+    pub(crate) fn notify(&self, channel: &'static str, payload: String) {
+        let _ = self.outbox.send((channel, payload));
     }
 
     async fn refresh_revocations(&self) -> Result<(), StateError> {
@@ -596,37 +643,45 @@ impl GatewayState for Postgres {
     fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, u64> {
         Box::pin(async move {
             let mut c = self.pool.get().await?;
-            let tx = c.transaction().await.map_err(unavailable)?;
-            // Ids in commit order across replicas: one appender at a time.
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])
-                .await
-                .map_err(unavailable)?;
-            let newest: i64 = tx
-                .query_one("SELECT coalesce(max(id), 0) FROM events", &[])
-                .await
-                .map_err(unavailable)?
-                .get(0);
             if events.is_empty() {
+                let newest: i64 = c
+                    .query_one("SELECT next_id - 1 FROM events_head", &[])
+                    .await
+                    .map_err(unavailable)?
+                    .get(0);
                 return Ok(u(newest));
             }
+            // Staged (durable, no lock); [`Self::sequence_events`] gives them ids.
+            let st = c
+                .prep(
+                    "INSERT INTO events_staged (ts_ms, event)
+                     SELECT t, e FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS x(t, e, n)
+                     ORDER BY n",
+                )
+                .await?;
             let ts: Vec<i64> = events.iter().map(|(t, _)| i(*t)).collect();
             let json: Vec<&str> = events.iter().map(|(_, j)| j.as_str()).collect();
-            tx.execute(
-                "INSERT INTO events (id, ts_ms, event)
-                 SELECT $1 + n, t, e FROM unnest($2::bigint[], $3::text[]) WITH ORDINALITY AS x(t, e, n)",
-                &[&newest, &ts, &json],
-            )
-            .await
-            .map_err(unavailable)?;
-            let last = newest + events.len() as i64;
-            tx.execute(
-                "SELECT pg_notify($1, $2)",
-                &[&listen::CH_EVENTS, &last.to_string()],
-            )
-            .await
-            .map_err(unavailable)?;
-            tx.commit().await.map_err(unavailable)?;
-            Ok(u(last))
+            c.execute(&st, &[&ts, &json]).await.map_err(unavailable)?;
+            Ok(0)
+        })
+    }
+
+    fn sequence_events(&self) -> Fut<'_, u64> {
+        Box::pin(async move {
+            let mut c = self.pool.get().await?;
+            let st = c.prep(SEQUENCE_EVENTS).await?;
+            let mut moved = 0u64;
+            loop {
+                let n: i64 = c
+                    .query_one(&st, &[&SEQUENCE_BATCH, &listen::CH_EVENTS])
+                    .await
+                    .map_err(unavailable)?
+                    .get(0);
+                moved += u(n);
+                if n < SEQUENCE_BATCH {
+                    return Ok(moved);
+                }
+            }
         })
     }
 

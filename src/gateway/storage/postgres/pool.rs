@@ -29,8 +29,10 @@ type Prepared = HashMap<&'static str, Statement>;
 pub struct Pool {
     config: tokio_postgres::Config,
     tls: Connector,
-    idle: Mutex<Vec<(Client, Prepared)>>,
+    idle: Mutex<Vec<(Client, Prepared, i16)>>,
     slots: Semaphore,
+    /// The counter shard the next opened connection writes (see [`Conn::shard`]).
+    next_shard: std::sync::atomic::AtomicU16,
 }
 
 /// A connection borrowed from the pool; returned to it when dropped (unless closed).
@@ -38,10 +40,19 @@ pub struct Conn<'a> {
     client: Option<Client>,
     prepared: Prepared,
     pool: &'a Pool,
+    shard: i16,
     _slot: SemaphorePermit<'a>,
 }
 
 impl Conn<'_> {
+    /// This connection's row of a sharded counter (`queue_depth`): connections of one
+    /// replica get consecutive shards from a random start, so concurrent transactions
+    /// rarely update the same row (an updated row stays locked until its commit, and
+    /// writers of one row would wait for each other's commit in turn).
+    pub fn shard(&self) -> i16 {
+        self.shard
+    }
+
     /// `sql` prepared on this connection (once; later calls reuse it).
     pub async fn prep(&mut self, sql: &'static str) -> Result<Statement, StateError> {
         if let Some(s) = self.prepared.get(sql) {
@@ -81,7 +92,7 @@ impl Drop for Conn<'_> {
                     .idle
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push((c, prepared));
+                    .push((c, prepared, self.shard));
             }
         }
     }
@@ -102,6 +113,7 @@ impl Pool {
             tls,
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(size as usize),
+            next_shard: std::sync::atomic::AtomicU16::new(rand::random::<u16>()),
         }
     }
 
@@ -113,17 +125,24 @@ impl Pool {
             .map_err(|_| StateError::Unavailable("the pool is closed".into()))?;
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.retain(|(c, _)| !c.is_closed());
+            idle.retain(|(c, _, _)| !c.is_closed());
             idle.pop()
         };
-        let (client, prepared) = match reused {
+        let (client, prepared, shard) = match reused {
             Some(c) => c,
-            None => (self.connect().await?, HashMap::new()),
+            None => {
+                let n = self
+                    .next_shard
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let shard = (n % super::queue::DEPTH_SHARDS as u16) as i16;
+                (self.connect().await?, HashMap::new(), shard)
+            }
         };
         Ok(Conn {
             client: Some(client),
             prepared,
             pool: self,
+            shard,
             _slot: slot,
         })
     }

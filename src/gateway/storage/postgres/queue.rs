@@ -17,7 +17,9 @@ const SWEEP_LIMIT: i64 = 10_000;
 
 /// Enqueue in one statement (one round trip, its own commit when run outside a
 /// transaction): the id must be unknown (queued, finished, or remembered) and the
-/// recipient under its cap; `$12` says whether to wake the recipient's long-polls.
+/// recipient under its cap; `$11` is the connection's `queue_depth` shard; `$12`, `$13`
+/// an event (`ts_ms`, JSON) committed with the message into `events_staged`, or NULL.
+/// The recipient's long-polls are woken after the commit ([`Postgres::notify`]).
 ///
 /// No lock: two enqueues that overlap in time have no order between them; one that
 /// starts after another's commit (a client that waited for its 202) gets a higher
@@ -40,20 +42,18 @@ const ENQUEUE: &str = "
         ON CONFLICT (message_id) DO NOTHING
         RETURNING seq),
     counted AS (
-        INSERT INTO queue_depth (queue, peer, shard, n) SELECT $2, $3, $13, 1 FROM ins
+        INSERT INTO queue_depth (queue, peer, shard, n) SELECT $2, $3, $11, 1 FROM ins
         ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + 1
         RETURNING 1),
-    woke AS (SELECT pg_notify($11, $3) FROM ins WHERE $12)
+    staged AS (
+        INSERT INTO events_staged (ts_ms, event) SELECT $12, $13 FROM ins
+        WHERE $13::text IS NOT NULL
+        RETURNING 1)
     SELECT (SELECT count(*) FROM ins), (SELECT k FROM known), (SELECT n FROM depth),
-           (SELECT count(*) FROM woke), (SELECT count(*) FROM counted)";
+           (SELECT count(*) FROM counted), (SELECT count(*) FROM staged)";
 
 /// Rows of `queue_depth` per recipient.
-pub const DEPTH_SHARDS: i16 = 16;
-
-/// A random shard of a recipient's depth counter.
-fn shard() -> i16 {
-    (rand::random::<u16>() % DEPTH_SHARDS as u16) as i16
-}
+pub const DEPTH_SHARDS: i16 = 64;
 
 struct Row<'a> {
     queue: &'a str,
@@ -65,6 +65,8 @@ struct Row<'a> {
     expires_at_ms: u64,
     body: &'a [u8],
     max_attempts: u32,
+    /// Committed with the message into `events_staged`.
+    event: Option<(u64, &'a str)>,
 }
 
 /// Insert one message with the prepared [`ENQUEUE`] on `c` (a client: its own commit;
@@ -74,7 +76,7 @@ async fn insert<C: tokio_postgres::GenericClient>(
     c: &C,
     enqueue: &tokio_postgres::Statement,
     m: Row<'_>,
-    wake: bool,
+    shard: i16,
 ) -> Result<Queued, StateError> {
     if m.body.len() as u64 > pg.opts.max_message_bytes {
         return Err(StoreError::TooLarge {
@@ -100,9 +102,9 @@ async fn insert<C: tokio_postgres::GenericClient>(
                 &m.body,
                 &(m.max_attempts.min(i32::MAX as u32) as i32),
                 &i(pg.opts.max_per_recipient),
-                &listen::CH_QUEUED,
-                &wake,
-                &shard(),
+                &shard,
+                &m.event.map(|(ts, _)| i(ts)),
+                &m.event.map(|(_, e)| e),
             ],
         )
         .await
@@ -132,6 +134,7 @@ fn row(msg: &ForNode) -> Row<'_> {
         expires_at_ms: msg.expires_at_ms,
         body: &msg.envelope,
         max_attempts: msg.max_attempts,
+        event: msg.event.as_ref().map(|(ts, e)| (*ts, e.as_str())),
     }
 }
 
@@ -144,7 +147,11 @@ pub async fn queue_command(
     let enqueue = c.prep(ENQUEUE).await?;
     let Some(job) = job else {
         // One statement, its own commit.
-        return insert(pg, &*c, &enqueue, row(&msg), true).await;
+        let q = insert(pg, &*c, &enqueue, row(&msg), c.shard()).await?;
+        if q == Queued::Queued {
+            pg.notify(listen::CH_QUEUED, msg.node_id);
+        }
+        return Ok(q);
     };
     let bind = c
         .prep(
@@ -158,6 +165,7 @@ pub async fn queue_command(
              ON CONFLICT (request_id) DO UPDATE SET node_id = excluded.node_id",
         )
         .await?;
+    let shard = c.shard();
     let tx = c.transaction().await.map_err(unavailable)?;
     // The job binding first: a second replica racing with the same job id finds it
     // taken and queues nothing (the caller then answers from the binding).
@@ -180,11 +188,12 @@ pub async fn queue_command(
     tx.execute(&request, &[&msg.message_id, &msg.node_id])
         .await
         .map_err(unavailable)?;
-    if insert(pg, &tx, &enqueue, row(&msg), true).await? == Queued::Duplicate {
+    if insert(pg, &tx, &enqueue, row(&msg), shard).await? == Queued::Duplicate {
         // Nothing of it is kept (the job binding included).
         return Ok(Queued::Duplicate);
     }
     tx.commit().await.map_err(unavailable)?;
+    pg.notify(listen::CH_QUEUED, msg.node_id);
     Ok(Queued::Queued)
 }
 
@@ -208,6 +217,7 @@ async fn remember(
 pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Queued>, StateError> {
     let mut c = pg.pool.get().await?;
     let enqueue = c.prep(ENQUEUE).await?;
+    let shard = c.shard();
     let tx = c.transaction().await.map_err(unavailable)?;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
@@ -231,7 +241,7 @@ pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Qu
                 out.push(Queued::Queued);
             }
             Upload::Inbox(m) => {
-                let q = inbox_insert(pg, &tx, &enqueue, &m).await?;
+                let q = inbox_insert(pg, &tx, &enqueue, &m, shard).await?;
                 if q == Queued::Queued {
                     remember(&tx, Q_INBOX, &m.message_id, m.remember_until_ms).await?;
                 }
@@ -248,6 +258,7 @@ async fn inbox_insert(
     tx: &Transaction<'_>,
     enqueue: &tokio_postgres::Statement,
     m: &InboxMessage,
+    shard: i16,
 ) -> Result<Queued, StateError> {
     let row = Row {
         queue: Q_INBOX,
@@ -259,8 +270,9 @@ async fn inbox_insert(
         expires_at_ms: m.expires_at_ms,
         body: &m.record,
         max_attempts: 0,
+        event: None,
     };
-    insert(pg, tx, enqueue, row, false).await
+    insert(pg, tx, enqueue, row, shard).await
 }
 
 pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
@@ -273,14 +285,15 @@ pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
                  INSERT INTO node_pulls (node_id, pull) VALUES ($1, 1)
                  ON CONFLICT (node_id) DO UPDATE SET pull = node_pulls.pull + 1
                  RETURNING pull)
-             SELECT pull, pg_notify($2, pull::text || '/' || $1) FROM p",
+             SELECT pull FROM p",
         )
         .await?;
     let n: i64 = c
-        .query_one(&st, &[&node, &listen::CH_PULLED])
+        .query_one(&st, &[&node])
         .await
         .map_err(unavailable)?
         .get(0);
+    pg.notify(listen::CH_PULLED, format!("{n}/{node}"));
     Ok(u(n))
 }
 
@@ -401,7 +414,15 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
     let rows = c
         .query(
             &st,
-            &[&Q_NODE, &node, &ids, &rejected_ids, &codes, &keep, &shard()],
+            &[
+                &Q_NODE,
+                &node,
+                &ids,
+                &rejected_ids,
+                &codes,
+                &keep,
+                &c.shard(),
+            ],
         )
         .await
         .map_err(unavailable)?;
@@ -437,6 +458,7 @@ pub async fn inbox_list(
 pub async fn inbox_ack(pg: &Postgres, message_id: &str) -> Result<Option<bool>, StateError> {
     let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
     let mut c = pg.pool.get().await?;
+    let shard = c.shard();
     let tx = c.transaction().await.map_err(unavailable)?;
     let gone = tx
         .query_opt(
@@ -452,7 +474,7 @@ pub async fn inbox_ack(pg: &Postgres, message_id: &str) -> Result<Option<bool>, 
              SELECT message_id, 'delivered', $1, peer, attempts, NULL, $3 FROM gone
              ON CONFLICT (message_id) DO UPDATE SET state = 'delivered', keep_until_ms = excluded.keep_until_ms
              RETURNING message_id",
-            &[&Q_INBOX, &message_id, &keep, &shard()],
+            &[&Q_INBOX, &message_id, &keep, &shard],
         )
         .await
         .map_err(unavailable)?;
@@ -581,7 +603,7 @@ pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
                      SET state = 'expired', reason = excluded.reason, keep_until_ms = excluded.keep_until_ms)
              SELECT message_id, queue, peer, payload_type, expires_at_ms FROM gone
              WHERE (SELECT count(*) FROM uncounted) >= 0",
-            &[&now, &keep, &SWEEP_LIMIT, &crate::store::REASON_TIMEOUT, &shard()],
+            &[&now, &keep, &SWEEP_LIMIT, &crate::store::REASON_TIMEOUT, &c.shard()],
         )
         .await
         .map_err(unavailable)?;

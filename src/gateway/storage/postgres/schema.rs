@@ -148,6 +148,22 @@ CREATE TABLE events (
     event text   NOT NULL
 );
 "#,
+    // 2: events are committed with the write they describe (or by a replica's events
+    // writer) into `events_staged`, without a lock; a sequencer gives them their ids in
+    // one statement that locks the single `events_head` row, so ids still increase in
+    // commit order while no writer waits for another replica's commit.
+    r#"
+CREATE TABLE events_staged (
+    seq   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ts_ms bigint NOT NULL,
+    event text   NOT NULL
+);
+CREATE TABLE events_head (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    next_id bigint  NOT NULL
+);
+INSERT INTO events_head (one, next_id) SELECT true, coalesce(max(id), 0) + 1 FROM events;
+"#,
 ];
 
 /// The newest schema this binary knows.
