@@ -71,6 +71,7 @@ pub async fn upload(
     let mut verdicts: Vec<Option<Verdict>> = envelopes.iter().map(|_| None).collect();
     // 1. Checks that need no key; forwards go through at once (they are not opened).
     let mut mine = Vec::new();
+    let mut parsed = Vec::new();
     for (slot, v) in envelopes.iter().enumerate() {
         let bytes = serde_json::to_vec(v).unwrap_or_default();
         if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
@@ -89,9 +90,15 @@ pub async fn upload(
         } else if env.recipient_node_id != gw.cfg.node_id {
             verdicts[slot] = Some(forward(gw, env, bytes).await?);
         } else {
-            let seen = gw.state.upload_seen(&env.message_id).await?;
-            mine.push(ForMe { slot, env, seen });
+            parsed.push((slot, env));
         }
+    }
+    // Which were received before: one question for the whole upload.
+    let ids_mine: Vec<String> = parsed.iter().map(|(_, e)| e.message_id.clone()).collect();
+    let seen = gw.state.uploads_seen(&ids_mine).await?;
+    for (slot, env) in parsed {
+        let seen = seen.contains(&env.message_id);
+        mine.push(ForMe { slot, env, seen });
     }
     // 2. Open (signature, expiry, replay, decrypt) on all cores.
     let opened = open_all(gw, mine).await;

@@ -244,6 +244,21 @@ pub trait GatewayState: Send + Sync {
     fn receive_uploads(&self, items: Vec<Upload>) -> Fut<'_, Vec<Queued>>;
     /// An envelope id a node uploaded before (a result or an inbox message).
     fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool>;
+    /// [`Self::upload_seen`] for many ids at once: those already received.
+    fn uploads_seen<'a>(
+        &'a self,
+        message_ids: &'a [String],
+    ) -> Fut<'a, std::collections::HashSet<String>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::new();
+            for id in message_ids {
+                if self.upload_seen(id).await? {
+                    seen.insert(id.clone());
+                }
+            }
+            Ok(seen)
+        })
+    }
 
     /// A pull of `node` begins: returns its number, which supersedes every earlier
     /// pull of the node (their next [`Self::take_batch`] is `superseded`), and wakes

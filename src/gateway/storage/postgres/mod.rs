@@ -386,6 +386,26 @@ impl GatewayState for Postgres {
         })
     }
 
+    fn uploads_seen<'a>(
+        &'a self,
+        message_ids: &'a [String],
+    ) -> Fut<'a, std::collections::HashSet<String>> {
+        Box::pin(async move {
+            let mut c = self.pool.get().await?;
+            let st = c
+                .prep("SELECT id FROM remembered_ids WHERE scope = ANY($1) AND id = ANY($2)")
+                .await?;
+            let rows = c
+                .query(
+                    &st,
+                    &[&vec![queue::SCOPE_RESULTS, queue::Q_INBOX], &message_ids],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        })
+    }
+
     fn begin_pull<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
         Box::pin(async move { queue::begin_pull(self, node).await })
     }

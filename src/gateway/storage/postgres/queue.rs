@@ -197,57 +197,86 @@ pub async fn queue_command(
     Ok(Queued::Queued)
 }
 
-async fn remember(
-    tx: &Transaction<'_>,
-    scope: &str,
-    id: &str,
-    until: u64,
-) -> Result<(), StateError> {
-    tx.execute(
-        "INSERT INTO remembered_ids (scope, id, keep_until_ms) VALUES ($1, $2, $3)
-         ON CONFLICT (scope, id)
-         DO UPDATE SET keep_until_ms = greatest(remembered_ids.keep_until_ms, excluded.keep_until_ms)",
-        &[&scope, &id, &i(until)],
-    )
-    .await
-    .map_err(unavailable)?;
-    Ok(())
-}
+/// Results of one upload filed in one statement: `(request_id, result bytes,
+/// result message id, remember until)`; the last of two for one request wins, as if
+/// they had come one after the other.
+const FILE_RESULTS: &str = "
+WITH r AS (
+    SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bigint[])
+        WITH ORDINALITY AS x(request_id, result, result_id, keep, n)),
+filed AS (
+    INSERT INTO task_results (request_id, result, filed_at_ms)
+    SELECT DISTINCT ON (request_id) request_id, result, $5 FROM r
+    ORDER BY request_id, n DESC
+    ON CONFLICT (request_id) DO UPDATE SET result = excluded.result,
+                                           filed_at_ms = excluded.filed_at_ms
+    RETURNING 1),
+remembered AS (
+    INSERT INTO remembered_ids (scope, id, keep_until_ms)
+    SELECT $6, result_id, max(keep) FROM r GROUP BY result_id
+    ON CONFLICT (scope, id)
+    DO UPDATE SET keep_until_ms = greatest(remembered_ids.keep_until_ms, excluded.keep_until_ms)
+    RETURNING 1)
+SELECT (SELECT count(*) FROM filed), (SELECT count(*) FROM remembered)";
+
+const REMEMBER: &str = "
+INSERT INTO remembered_ids (scope, id, keep_until_ms) VALUES ($1, $2, $3)
+ON CONFLICT (scope, id)
+DO UPDATE SET keep_until_ms = greatest(remembered_ids.keep_until_ms, excluded.keep_until_ms)";
 
 pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Queued>, StateError> {
     let mut c = pg.pool.get().await?;
     let enqueue = c.prep(ENQUEUE).await?;
+    let remember = c.prep(REMEMBER).await?;
+    let file = c.prep(FILE_RESULTS).await?;
     let shard = c.shard();
+    let results: Vec<&super::super::FiledResult> = items
+        .iter()
+        .filter_map(|item| match item {
+            Upload::Result(r) => Some(r),
+            Upload::Inbox(_) => None,
+        })
+        .collect();
     let tx = c.transaction().await.map_err(unavailable)?;
     let mut out = Vec::with_capacity(items.len());
-    for item in items {
+    for item in &items {
         match item {
-            Upload::Result(r) => {
-                tx.execute(
-                    "INSERT INTO task_results (request_id, result, filed_at_ms) VALUES ($1, $2, $3)
-                     ON CONFLICT (request_id) DO UPDATE SET result = excluded.result,
-                                                            filed_at_ms = excluded.filed_at_ms",
-                    &[&r.request_id, &r.plaintext, &i(pg.now_ms())],
-                )
-                .await
-                .map_err(unavailable)?;
-                remember(
-                    &tx,
-                    SCOPE_RESULTS,
-                    &r.result_message_id,
-                    r.remember_until_ms,
-                )
-                .await?;
-                out.push(Queued::Queued);
-            }
+            Upload::Result(_) => out.push(Queued::Queued),
             Upload::Inbox(m) => {
-                let q = inbox_insert(pg, &tx, &enqueue, &m, shard).await?;
+                let q = inbox_insert(pg, &tx, &enqueue, m, shard).await?;
                 if q == Queued::Queued {
-                    remember(&tx, Q_INBOX, &m.message_id, m.remember_until_ms).await?;
+                    tx.execute(
+                        &remember,
+                        &[&Q_INBOX, &m.message_id, &i(m.remember_until_ms)],
+                    )
+                    .await
+                    .map_err(unavailable)?;
                 }
                 out.push(q);
             }
         }
+    }
+    if !results.is_empty() {
+        let request_ids: Vec<&str> = results.iter().map(|r| r.request_id.as_str()).collect();
+        let bodies: Vec<&[u8]> = results.iter().map(|r| r.plaintext.as_slice()).collect();
+        let result_ids: Vec<&str> = results
+            .iter()
+            .map(|r| r.result_message_id.as_str())
+            .collect();
+        let keep: Vec<i64> = results.iter().map(|r| i(r.remember_until_ms)).collect();
+        tx.query_one(
+            &file,
+            &[
+                &request_ids,
+                &bodies,
+                &result_ids,
+                &keep,
+                &i(pg.now_ms()),
+                &SCOPE_RESULTS,
+            ],
+        )
+        .await
+        .map_err(unavailable)?;
     }
     tx.commit().await.map_err(unavailable)?;
     Ok(out)
