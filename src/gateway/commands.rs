@@ -385,10 +385,21 @@ pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
         .map(|p| p.doc.node_id.clone())
         .collect();
     let live = gw.liveness_of(&ids).await;
+    let stats: std::collections::HashMap<&str, &QueueStat> = stats
+        .iter()
+        .filter(|s| s.queue == TO_NODE)
+        .map(|s| (s.peer.as_str(), s))
+        .collect();
+    // A shared state answers for all nodes at once; the embedded one from memory.
+    let audit_sizes = if gw.state.is_shared() {
+        gw.state.audit_sizes(&ids).await?
+    } else {
+        std::collections::HashMap::new()
+    };
     for id in &ids {
         let (liveness, last_seen, polling) =
             live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
-        let st = stats.iter().find(|s| s.queue == TO_NODE && &s.peer == id);
+        let st = stats.get(id.as_str());
         out.push(NodeView {
             node_id: id.clone(),
             last_seen,
@@ -396,7 +407,10 @@ pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
             polling,
             queue_depth: st.map(|s| s.depth).unwrap_or(0),
             oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
-            audit_size: super::audit_sync::confirmed_size(gw, id).await,
+            audit_size: match audit_sizes.get(id) {
+                Some(n) => *n,
+                None => super::audit_sync::confirmed_size(gw, id).await,
+            },
         });
     }
     Ok(out)

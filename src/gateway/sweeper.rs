@@ -13,6 +13,8 @@ use crate::telemetry::MessageEvent;
 
 /// Sweep at least this often; expiry is therefore never later than this + one sweep.
 pub const TICK: Duration = Duration::from_secs(1);
+/// At most one events sequencing run per replica in this time (shared state).
+const SEQUENCE_EVERY: Duration = Duration::from_millis(20);
 
 pub async fn run(gw: Arc<Gateway>) {
     loop {
@@ -207,6 +209,7 @@ pub async fn write_events(gw: Arc<Gateway>) {
     // another replica) wait for a sequencing run: after each write, on request, and
     // once every TICK while idle.
     let mut sequence = true;
+    let mut last_sequenced = tokio::time::Instant::now();
     let take = |m: ToWriter,
                 pending: &mut Vec<(u64, String)>,
                 waiting: &mut Vec<_>,
@@ -216,10 +219,17 @@ pub async fn write_events(gw: Arc<Gateway>) {
         ToWriter::Sequence => *seq = true,
     };
     loop {
-        if pending.is_empty() && waiting.is_empty() && !sequence {
+        let due = last_sequenced + SEQUENCE_EVERY;
+        if pending.is_empty()
+            && waiting.is_empty()
+            && (!sequence || due > tokio::time::Instant::now())
+        {
+            // Idle: wait for events, or until a sequencing run is due (at the latest
+            // every TICK, for events a replica that died left without ids).
+            let wake_at = if sequence { due } else { last_sequenced + TICK };
             let first = tokio::select! {
                 _ = gw.shutdown.cancelled() => None,
-                _ = tokio::time::sleep(TICK) => Some(ToWriter::Sequence),
+                _ = tokio::time::sleep_until(wake_at) => Some(ToWriter::Sequence),
                 m = rx.recv() => m,
             };
             match first {
@@ -256,7 +266,10 @@ pub async fn write_events(gw: Arc<Gateway>) {
                 for w in waiting.drain(..) {
                     let _ = w.send(());
                 }
-                if sequence {
+                // Let the nudges of a busy moment gather: each run is a commit, and the
+                // sequencers of all replicas take turns on one row.
+                if sequence && last_sequenced.elapsed() >= SEQUENCE_EVERY {
+                    last_sequenced = tokio::time::Instant::now();
                     match gw.state.sequence_events().await {
                         Ok(_) => sequence = false,
                         Err(e) => {

@@ -309,6 +309,19 @@ pub trait GatewayState: Send + Sync {
     fn audit_size<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
         Box::pin(async move { Ok(self.audit_entries(node).await?.len() as u64) })
     }
+    /// [`Self::audit_size`] of many nodes at once (`GET /v1/nodes` on a fleet).
+    fn audit_sizes<'a>(
+        &'a self,
+        nodes: &'a [String],
+    ) -> Fut<'a, std::collections::HashMap<String, u64>> {
+        Box::pin(async move {
+            let mut out = std::collections::HashMap::new();
+            for n in nodes {
+                out.insert(n.clone(), self.audit_size(n).await?);
+            }
+            Ok(out)
+        })
+    }
     /// Store a verified extension and its checkpoint in one transaction.
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()>;
 

@@ -9,31 +9,31 @@ use super::{i, u, unavailable, Postgres};
 
 /// `node` was heard from; true when it was not online before. The row is locked while
 /// its old state is read, so of two replicas hearing it at once exactly one gets true.
+/// Liveness is bookkeeping: its writes commit without waiting for the WAL flush
+/// ([`super::pool::Conn::query_relaxed`]).
 pub async fn heard(pg: &Postgres, node: &str, now_ms: u64) -> Result<bool, StateError> {
-    let c = pg.pool.get().await?;
+    let mut c = pg.pool.get().await?;
+    let update = c
+        .prep(
+            "UPDATE nodes n SET last_seen_ms = greatest(n.last_seen_ms, $2), online = true
+             FROM (SELECT online FROM nodes WHERE node_id = $1 FOR UPDATE) o
+             WHERE n.node_id = $1
+             RETURNING o.online",
+        )
+        .await?;
+    let insert = c
+        .prep(
+            "INSERT INTO nodes (node_id, last_seen_ms, online) VALUES ($1, $2, true)
+             ON CONFLICT (node_id) DO NOTHING RETURNING 1",
+        )
+        .await?;
     loop {
-        let old = c
-            .query_opt(
-                "UPDATE nodes n SET last_seen_ms = greatest(n.last_seen_ms, $2), online = true
-                 FROM (SELECT online FROM nodes WHERE node_id = $1 FOR UPDATE) o
-                 WHERE n.node_id = $1
-                 RETURNING o.online",
-                &[&node, &i(now_ms)],
-            )
-            .await
-            .map_err(unavailable)?;
-        if let Some(row) = old {
+        let old = c.query_relaxed(&update, &[&node, &i(now_ms)]).await?;
+        if let Some(row) = old.first() {
             return Ok(!row.get::<_, bool>(0));
         }
-        let inserted = c
-            .query_opt(
-                "INSERT INTO nodes (node_id, last_seen_ms, online) VALUES ($1, $2, true)
-                 ON CONFLICT (node_id) DO NOTHING RETURNING 1",
-                &[&node, &i(now_ms)],
-            )
-            .await
-            .map_err(unavailable)?;
-        if inserted.is_some() {
+        let inserted = c.query_relaxed(&insert, &[&node, &i(now_ms)]).await?;
+        if !inserted.is_empty() {
             return Ok(true);
         }
         // Another replica inserted it meanwhile: take the update path.
@@ -49,15 +49,16 @@ pub async fn polling(
     if nodes.is_empty() {
         return Ok(());
     }
-    let c = pg.pool.get().await?;
-    c.execute(
-        "UPDATE nodes SET polling_until_ms = greatest(polling_until_ms, $2),
-                          last_seen_ms = greatest(last_seen_ms, $3)
-         WHERE node_id = ANY($1)",
-        &[&nodes, &i(until_ms), &i(now_ms)],
-    )
-    .await
-    .map_err(unavailable)?;
+    let mut c = pg.pool.get().await?;
+    let st = c
+        .prep(
+            "UPDATE nodes SET polling_until_ms = greatest(polling_until_ms, $2),
+                              last_seen_ms = greatest(last_seen_ms, $3)
+             WHERE node_id = ANY($1)",
+        )
+        .await?;
+    c.query_relaxed(&st, &[&nodes, &i(until_ms), &i(now_ms)])
+        .await?;
     Ok(())
 }
 

@@ -287,17 +287,18 @@ impl Postgres {
         signature: &[u8; 64],
         keep_until_ms: u64,
     ) -> Result<bool, StateError> {
-        let c = self.pool.get().await?;
+        let mut c = self.pool.get().await?;
         let sig: String = signature.iter().map(|b| format!("{b:02x}")).collect();
-        let n = c
-            .execute(
+        // Relaxed commit: a replay window that loses its last moments only if
+        // PostgreSQL itself crashes (each replica also keeps its own in memory).
+        let st = c
+            .prep(
                 "INSERT INTO seen_signatures (signature, keep_until_ms) VALUES ($1, $2)
-                 ON CONFLICT DO NOTHING",
-                &[&sig, &i(keep_until_ms)],
+                 ON CONFLICT DO NOTHING RETURNING 1",
             )
-            .await
-            .map_err(unavailable)?;
-        Ok(n == 1)
+            .await?;
+        let rows = c.query_relaxed(&st, &[&sig, &i(keep_until_ms)]).await?;
+        Ok(rows.len() == 1)
     }
 }
 
@@ -564,6 +565,26 @@ impl GatewayState for Postgres {
                 .map_err(unavailable)?
                 .get(0);
             Ok(u(n))
+        })
+    }
+
+    fn audit_sizes<'a>(
+        &'a self,
+        nodes: &'a [String],
+    ) -> Fut<'a, std::collections::HashMap<String, u64>> {
+        Box::pin(async move {
+            let mut c = self.pool.get().await?;
+            // Each node's newest entry by the primary key, backwards: one index probe
+            // per node, whatever the length of the logs.
+            let st = c
+                .prep(
+                    "SELECT n, coalesce((SELECT idx + 1 FROM audit_entries WHERE node_id = n
+                                         ORDER BY idx DESC LIMIT 1), 0)
+                     FROM unnest($1::text[]) AS n",
+                )
+                .await?;
+            let rows = c.query(&st, &[&nodes]).await.map_err(unavailable)?;
+            Ok(rows.into_iter().map(|r| (r.get(0), u(r.get(1)))).collect())
         })
     }
 

@@ -70,6 +70,33 @@ impl Conn<'_> {
     }
 }
 
+impl Conn<'_> {
+    /// `st` in a transaction of its own, committed with `synchronous_commit = off`: the
+    /// commit does not wait for the WAL flush (PostgreSQL flushes it within a few
+    /// hundred milliseconds). Only for bookkeeping whose last moments may be lost if
+    /// PostgreSQL itself crashes (liveness, replay window, delivery counters), never for
+    /// a write that is acknowledged to anyone. `BEGIN`, the statement and `COMMIT` are
+    /// sent together (pipelined): one round trip. A failing statement turns the
+    /// `COMMIT` into a rollback, leaving the connection clean.
+    pub async fn query_relaxed(
+        &self,
+        st: &Statement,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StateError> {
+        let c = self.client.as_ref().expect("a live connection");
+        let (begin, rows, commit) = futures_util::future::join3(
+            c.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+            c.query(st, params),
+            c.batch_execute("COMMIT"),
+        )
+        .await;
+        begin.map_err(super::unavailable)?;
+        let rows = rows.map_err(super::unavailable)?;
+        commit.map_err(super::unavailable)?;
+        Ok(rows)
+    }
+}
+
 impl std::ops::Deref for Conn<'_> {
     type Target = Client;
     fn deref(&self) -> &Client {

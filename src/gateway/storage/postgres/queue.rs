@@ -326,15 +326,18 @@ pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
     Ok(u(n))
 }
 
-/// A pull's look at the queue, in one statement (one round trip, no transaction): the
-/// node's `node_pulls` row is locked `FOR UPDATE`, which orders this look after any
-/// `begin_pull` of the node that committed first and re-reads the newest pull number
-/// (READ COMMITTED re-checks a locked row); a superseded pull sees no messages. The
-/// batch is the queue's head in delivery order, cut to `$6` bytes (always at least
-/// one message), marked as handed out, returned with the recipient's queue depth.
+/// A pull's look at the queue, in one statement (one round trip): the node's newest pull
+/// number, and — unless that supersedes this pull — the queue's head in delivery order,
+/// cut to `$6` bytes (always at least one message), marked as handed out, with the
+/// recipient's queue depth. No lock: a `begin_pull` committed just after this look
+/// finds the same head for the newer pull, which is what the protocol does anyway (a
+/// pull hands out what is not acknowledged; the node deduplicates by id), and an older
+/// pull's answer goes to a connection the node gave up on. Committed without waiting
+/// for the WAL flush ([`super::pool::Conn::query_relaxed`]): what it writes is the
+/// delivery counter.
 const TAKE_BATCH: &str = "
 WITH p AS (
-    SELECT pull FROM node_pulls WHERE node_id = $2 FOR UPDATE),
+    SELECT pull FROM node_pulls WHERE node_id = $2),
 head AS (
     SELECT m.seq, m.message_id, m.body, m.priority,
            sum(octet_length(m.body)) OVER w AS run, row_number() OVER w AS rn
@@ -365,7 +368,7 @@ pub async fn take_batch(
     let mut c = pg.pool.get().await?;
     let st = c.prep(TAKE_BATCH).await?;
     let rows = c
-        .query(
+        .query_relaxed(
             &st,
             &[
                 &Q_NODE,
@@ -377,8 +380,7 @@ pub async fn take_batch(
                 &i(now + LEASE_MS),
             ],
         )
-        .await
-        .map_err(unavailable)?;
+        .await?;
     let Some(first) = rows.first() else {
         return Err(StateError::Corrupt("a pull's look returned no row".into()));
     };
@@ -647,8 +649,12 @@ pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
             .map_err(unavailable)?;
     }
     c.execute(
+        // Only the oldest rows are looked at (by the primary key): events are kept in
+        // id order, so a filter on `ts_ms` alone would read the whole table each time
+        // nothing is old enough.
         "DELETE FROM events WHERE id IN (
-             SELECT id FROM events WHERE ts_ms <= $1 ORDER BY id LIMIT $2)",
+             SELECT id FROM (SELECT id, ts_ms FROM events ORDER BY id LIMIT $2) oldest
+             WHERE ts_ms <= $1)",
         &[
             &i(pg.now_ms().saturating_sub(super::EVENTS_KEEP_MS)),
             &SWEEP_LIMIT,
