@@ -1311,7 +1311,8 @@ fn main() {
         }
     });
     // Held = every node has a long-poll out (this side's count) and the gateways count
-    // them as `polling` (GET /v1/nodes, summed: each replica knows the polls it holds).
+    // them as `polling` (GET /v1/nodes; replicas share liveness, so each one reports the
+    // polls held at any of them: the largest count, not the sum).
     let (polling, nodes_call_s) = rt.block_on(async {
         loop {
             let mut polling = 0;
@@ -1319,7 +1320,7 @@ fn main() {
             for ep in &eps {
                 match nodes_view(ep, &token, &prefix).await {
                     Ok((p, _, s)) => {
-                        polling += p;
+                        polling = polling.max(p);
                         took = took.max(s);
                     }
                     Err(e) => eprintln!("  {e}"),

@@ -19,7 +19,8 @@
 //!
 //! `OUTPOST_BENCH_PG_URL=postgres://…` (an empty database) runs the gateway on
 //! PostgreSQL instead, and `OUTPOST_BENCH_REPLICAS=2` with it runs two gateway replicas
-//! on that database: the enqueue load is spread over both, the node lists both. Bytes
+//! on that database: the enqueue load is spread over both, the node lists both;
+//! `OUTPOST_BENCH_PG_POOL` sets `store.postgres_pool` (default 16). Bytes
 //! written are then the gateway processes' own (PostgreSQL's writes are not counted);
 //! `scripts/bench-pg.sh` runs all three set-ups alternately on a throw-away cluster.
 
@@ -493,7 +494,12 @@ fn main() {
     if let Some(url) = &pg_url {
         gw.dropin_named(
             "40-store.toml",
-            &format!("[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n"),
+            &format!(
+                "[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n{}",
+                std::env::var("OUTPOST_BENCH_PG_POOL")
+                    .map(|n| format!("postgres_pool = {n}\n"))
+                    .unwrap_or_default()
+            ),
         );
     }
     let urls: Vec<String> = gw_ports

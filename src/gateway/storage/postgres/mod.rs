@@ -5,17 +5,23 @@
 //! settings the operator chose).
 //!
 //! How replicas agree:
-//! - FIFO per node: enqueues and pulls of one recipient serialise on a transaction
-//!   advisory lock keyed by the recipient, so sequence order is commit order and two
-//!   pulls never take the same message.
+//! - FIFO per node: an enqueue is one statement without a lock, so one that starts
+//!   after another's commit gets a higher `seq` (what a sender queued one after the
+//!   other is pulled in that order).
 //! - A node has one pull at a time: each pull takes the next number of the node's row
 //!   in `node_pulls`, which supersedes older pulls held at any replica (they answer
 //!   empty). What is not acknowledged is handed out again by the next pull, as the
 //!   protocol says; the node deduplicates by message id.
-//! - Every commit that makes something new to pull, and every ack, is announced with
-//!   `NOTIFY` ([`listen`]), so a long-poll held at any replica wakes at once.
+//! - What makes something new to pull, and every pull's start, is announced with
+//!   `NOTIFY` right after its commit ([`listen`]), so a long-poll held at any replica
+//!   wakes at once.
+//! - Events are committed without ids (with the message they describe, or by the
+//!   events writer) and given ids in commit order by a sequencer (`events_head`).
 //! - Sweeps delete with `RETURNING`: each expired message is reported by exactly one
 //!   replica.
+//! - Acknowledged writes commit synchronously; bookkeeping (liveness, the replay
+//!   window, a pull's delivery counter) commits without waiting for the WAL flush
+//!   ([`pool::Conn::query_relaxed`]).
 
 pub mod import;
 mod listen;
