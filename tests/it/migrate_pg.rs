@@ -140,3 +140,66 @@ fn a_database_with_a_newer_schema_is_refused_at_start() {
         text(&o)
     );
 }
+
+/// A database of schema 1 (event ids given by the writer under a lock) is upgraded at
+/// start: its events keep their ids, and the next event continues after them — a
+/// dashboard resuming with `Last-Event-ID` across the upgrade misses nothing and sees
+/// no id twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_1_database_is_upgraded_and_event_ids_continue() {
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    let home = Home::init("gateway", "gateway:main", "");
+    let url = home.db.clone().expect("a gateway on PostgreSQL");
+    let v1 = outpost::gateway::storage::postgres::schema::MIGRATIONS[0];
+    pg.psql(
+        &url,
+        &format!(
+            "CREATE TABLE outpost_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+             {v1}
+             INSERT INTO outpost_schema (version) VALUES (1);
+             INSERT INTO events (id, ts_ms, event)
+             SELECT id, (extract(epoch FROM now()) * 1000)::bigint, e FROM (VALUES
+               (1, '{{\"event\":\"node_online\",\"node_id\":\"node:old\"}}'),
+               (2, '{{\"event\":\"node_offline\",\"node_id\":\"node:old\"}}'),
+               (7, '{{\"event\":\"node_online\",\"node_id\":\"node:old\"}}')) AS v(id, e);"
+        ),
+    );
+    let n = SimNode::new(1);
+    n.enroll(&home);
+    let admin = home.token("gateway:main", &["admin"], "1h");
+    let gw = home.start();
+    assert_eq!(
+        pg.psql(&url, "SELECT max(version) FROM outpost_schema")
+            .trim(),
+        outpost::gateway::storage::postgres::schema::latest().to_string()
+    );
+    let mut sse = crate::replicas::subscribe(&gw, &admin, Some(7)).await;
+    let id = command(&gw, &admin, &n.id, 0, 3600).await;
+    let (mut buf, mut got) = (String::new(), Vec::new());
+    let seen = crate::replicas::frames_until(
+        &mut sse,
+        &mut buf,
+        &mut got,
+        std::time::Duration::from_secs(10),
+        |f| f.iter().any(|(_, name, _)| name == "queued"),
+    )
+    .await;
+    assert!(seen, "no queued event after the upgrade: {got:?}");
+    let (qid, _, data) = got.iter().find(|(_, name, _)| name == "queued").unwrap();
+    assert_eq!(data["message_id"], json!(id), "{data}");
+    assert_eq!(
+        *qid, 8,
+        "the first event after the upgrade follows the last one: {got:?}"
+    );
+    assert!(got.iter().all(|(i, _, _)| *i > 7), "{got:?}");
+    assert_eq!(
+        pg.psql(
+            &url,
+            "SELECT string_agg(id::text, ',' ORDER BY id) FROM events WHERE id <= 7"
+        )
+        .trim(),
+        "1,2,7"
+    );
+}
