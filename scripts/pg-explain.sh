@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The plans of the PostgreSQL gateway's hot-path statements (scripts/pg-explain.sql) on a
+# The plans of the PostgreSQL gateway's hot-path statements (scripts/pg-explain.py, as
+# queue.rs prepares them, and scripts/pg-explain.sql) on a
 # throw-away cluster holding a backlog: 100,000 queued messages for 1,000 nodes, 100,000
 # finished statuses, 50,000 remembered ids; the schema is made by a real gateway start.
 #   bash scripts/pg-explain.sh | tee /tmp/pg-explain.txt
@@ -52,4 +53,4 @@ SELECT 'results', 'r' || g, 9999999999999 FROM generate_series(1, 50000) g;
 INSERT INTO node_pulls (node_id, pull) SELECT 'node:n' || g, 1 FROM generate_series(0, 999) g;
 ANALYZE;
 SQL
-psql -d explain -f scripts/pg-explain.sql
+python3 scripts/pg-explain.py | psql -d explain -f -

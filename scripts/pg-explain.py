@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Print the PostgreSQL gateway's hot-path statements (enqueue, a pull's look, ack) as
+`PREPARE` + `EXPLAIN EXECUTE`, taken from src/gateway/storage/postgres/queue.rs as it is
+now (so the plans shown are of the statements the gateway prepares), then
+scripts/pg-explain.sql (the expiry sweep). Used by scripts/pg-explain.sh."""
+import pathlib
+import re
+import sys
+
+root = pathlib.Path(__file__).resolve().parent.parent
+src = (root / "src/gateway/storage/postgres/queue.rs").read_text()
+
+
+def const(name):
+    m = re.search(r'const %s: &str = "(.*?)";' % name, src, re.S)
+    if not m:
+        sys.exit(f"{name} not found in queue.rs")
+    return m.group(1).strip()
+
+
+m = re.search(r'"(WITH gone AS \(\s*DELETE FROM messages WHERE queue = \$1.*?RETURNING message_id)"', src, re.S)
+if not m:
+    sys.exit("the ack statement was not found in queue.rs")
+ack = m.group(1)
+
+print("SET plan_cache_mode = force_generic_plan;")
+print("\\echo '--- enqueue (ENQUEUE)'")
+print("PREPARE enqueue(text, text, text, smallint, text, bigint, bigint, bytea, integer, bigint, smallint, bigint, text) AS")
+print(const("ENQUEUE") + ";")
+print("EXPLAIN EXECUTE enqueue('new1', 'to_node', 'node:n7', 0, 'COMMAND', 1, 9999999999999, '\\x00', 0, 10000, 3, 1, '{}');")
+print("\\echo '--- pull: a look at the queue (TAKE_BATCH)'")
+print("PREPARE take(text, text, bigint, bigint, bigint, bigint, bigint) AS")
+print(const("TAKE_BATCH") + ";")
+print("EXPLAIN EXECUTE take('to_node', 'node:n7', 5, 500, 1, 1048576, 10);")
+print("\\echo '--- ack: remove and record'")
+print("PREPARE ack(text, text, text[], text[], text[], bigint, smallint) AS")
+print(ack + ";")
+print("EXPLAIN EXECUTE ack('to_node', 'node:n7', ARRAY['m7','m1007'], ARRAY[]::text[], ARRAY[]::text[], 1, 3);")
+print((root / "scripts/pg-explain.sql").read_text())
