@@ -61,7 +61,8 @@ pub async fn pull(
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);
     // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
-    // at another replica): they answer empty now, and never hand out what this one does.
+    // at another replica): they answer empty now (one that was mid-look may still
+    // answer the connection the node gave up on; DECISIONS D11).
     let pull = gw.state.begin_pull(node).await?;
     gw.pull_begun(node, pull);
     let superseded = || waker.newest_pull.load(Ordering::Acquire) > pull;
