@@ -18,7 +18,7 @@ def const(name):
     return m.group(1).strip()
 
 
-m = re.search(r'"(WITH gone AS \(\s*DELETE FROM messages WHERE queue = \$1.*?RETURNING message_id)"', src, re.S)
+m = re.search(r'"(WITH gone AS \(\s*DELETE FROM messages\s+WHERE message_id = ANY\(\$3\).*?RETURNING message_id)"', src, re.S)
 if not m:
     sys.exit("the ack statement was not found in queue.rs")
 ack = m.group(1)
