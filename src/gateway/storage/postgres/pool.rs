@@ -83,7 +83,7 @@ impl Conn<'_> {
         st: &Statement,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StateError> {
-        let c = self.client.as_ref().expect("a live connection");
+        let c: &Client = self;
         let (begin, rows, commit) = futures_util::future::join3(
             c.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
             c.query(st, params),
