@@ -854,7 +854,10 @@ impl SimNode {
             let ids: Vec<String> = answer
                 .envelopes
                 .iter()
-                .filter_map(|e| e.get("message_id")?.as_str().map(str::to_string))
+                .filter_map(|e| {
+                    let v: Value = serde_json::from_str(e.get()).ok()?;
+                    v.get("message_id")?.as_str().map(str::to_string)
+                })
                 .collect();
             if ids.len() != answer.envelopes.len() {
                 st.error("pull: envelope without message_id".into());

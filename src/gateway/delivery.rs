@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
@@ -31,7 +31,8 @@ impl Drop for PollGuard<'_> {
 
 /// A pull's answer: envelopes in queue order and how many were waiting.
 pub struct Pulled {
-    pub envelopes: Vec<Value>,
+    /// Each as it was stored (checked to be JSON, never re-parsed into a tree).
+    pub envelopes: Vec<Box<RawValue>>,
     pub pending: u64,
 }
 
@@ -106,7 +107,8 @@ pub async fn pull(
         .deliveries
         .into_iter()
         .filter_map(|d| {
-            match serde_json::from_slice(&d.envelope) {
+            let text = String::from_utf8(d.envelope).map_err(|e| e.to_string());
+            match text.and_then(|t| RawValue::from_string(t).map_err(|e| e.to_string())) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     tracing::warn!(event = "queued_envelope_unreadable", message_id = %d.message_id, error = %e);

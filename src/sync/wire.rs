@@ -19,19 +19,23 @@
 //! A missing or mistyped required field is an error on both sides, never a default: the
 //! node treats a malformed answer like a network failure (logged, retried with backoff).
 //!
-//! Envelopes travel as [`Value`]: their format belongs to [`crate::envelope`], and the
-//! receive pipeline checks each one on its own, so one bad envelope never costs a batch.
+//! Envelopes travel as raw JSON ([`RawValue`]): their format belongs to
+//! [`crate::envelope`], and the receive pipeline checks each one on its own, so one bad
+//! envelope never costs a batch. The gateway sends each as it stored it and the node
+//! hands each to the pipeline as it came, neither building a JSON tree of a batch it
+//! does not read (a pull of 500 is about 1 MiB).
 
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::envelope::Opened;
 
 /// `GET /v1/nodes/{id}/pull?wait_s=&max=` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PullAnswer {
-    /// In queue order.
-    pub envelopes: Vec<Value>,
+    /// In queue order, each exactly as the gateway stored it.
+    pub envelopes: Vec<Box<RawValue>>,
     /// Messages queued for the node, this batch included.
     pub pending_count: u64,
 }

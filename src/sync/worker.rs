@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::envelope::Keys;
 use crate::store::Store;
 use crate::telemetry::{Metrics, UpstreamState};
+use serde_json::value::RawValue;
 
 /// Audit entries per upload, at most (keeps one request well under the body limit).
 pub(super) const AUDIT_CHUNK: usize = 2_000;
@@ -166,15 +167,11 @@ impl Worker {
         let mut ack = Vec::new();
         let mut rejected = Vec::new();
         // The id is the envelope's business; the pipeline refuses one without it.
-        let ids: Vec<String> = answer
-            .envelopes
-            .iter()
-            .map(|e| e["message_id"].as_str().unwrap_or_default().to_string())
-            .collect();
+        let ids: Vec<String> = answer.envelopes.iter().map(|e| message_id(e)).collect();
         let bytes = answer
             .envelopes
-            .iter()
-            .map(|e| serde_json::to_vec(e).unwrap_or_default())
+            .into_iter()
+            .map(|e| String::from(Box::<str>::from(e)).into_bytes())
             .collect();
         let outcomes = self.deps.node.receive_batch(bytes).await;
         let mut stalled = false;
@@ -215,4 +212,18 @@ impl Worker {
             stalled,
         }
     }
+}
+
+/// The `message_id` of a pulled envelope, read without building its JSON tree; empty
+/// when it has none (the pipeline then refuses the envelope and says why).
+fn message_id(envelope: &RawValue) -> String {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        #[serde(default)]
+        message_id: Option<String>,
+    }
+    serde_json::from_str::<Id>(envelope.get())
+        .ok()
+        .and_then(|i| i.message_id)
+        .unwrap_or_default()
 }
