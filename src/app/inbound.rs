@@ -354,12 +354,40 @@ pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenErr
         };
         open(bytes, &ctx, &seen)
     };
-    match attempt(&base.trust()) {
+    let opened = match attempt(&base.trust()) {
         Err(OpenError::UnknownSender) => {
             base.reload_trust_if_stale();
             attempt(&base.trust())
         }
         other => other,
+    }?;
+    learn_time(base, &opened);
+    Ok(opened)
+}
+
+/// An authenticated envelope sealed by this node's own gateway was created no later
+/// than now. After a boot without a real-time clock the node's time resumes from the
+/// persisted floor and runs behind by the downtime until NTP answers; while its clock
+/// is that wrong, the envelope's `created_at` moves it forward, never back
+/// (RELIABILITY F6; `store::time`). Only the gateway's word counts (the node already
+/// trusts it for trust documents and revocations), only within what `open` accepted
+/// (`created_at` at most the clock skew ahead, so a gateway whose own clock is far
+/// ahead cannot drag its nodes with it), and never while the node's clock is sane.
+fn learn_time(base: &Base, opened: &Opened) {
+    let Some(up) = base.cfg.upstream.as_ref() else {
+        return;
+    };
+    if opened.sender_node_id != up.gateway_id {
+        return;
+    }
+    let moved = base.store.time_not_before(opened.created_at_ms);
+    if moved >= 1_000 {
+        tracing::info!(
+            event = "time_moved_forward",
+            by_ms = moved,
+            source = %up.gateway_id,
+            detail = "the node's clock was behind a signed timestamp from its gateway"
+        );
     }
 }
 

@@ -279,6 +279,13 @@ impl Store {
         self.inner.time.now_ms()
     }
 
+    /// Real time is known to be at least `ms`: the store's time moves forward to it if
+    /// it is behind (never back; persisted as the floor with the next commit). Returns
+    /// how far it moved.
+    pub fn time_not_before(&self, ms: u64) -> u64 {
+        self.inner.time.not_before(ms)
+    }
+
     fn submit_raw(
         &self,
         ops: Vec<WriteOp>,

@@ -62,6 +62,26 @@ impl TimeKeeper {
         s.virtual_ms
     }
 
+    /// Real time is known to be at least `ms` (an authenticated timestamp from the
+    /// gateway, see `Inbound`). While the clock is behind the virtual time — it is
+    /// demonstrably wrong, e.g. in 1970 after a boot without a real-time clock, and
+    /// time is flowing on from the floor — time jumps forward to `ms` if it is behind,
+    /// never back. A clock at or ahead of the virtual time is the source and is left
+    /// alone. Returns how far time moved.
+    pub fn not_before(&self, ms: u64) -> u64 {
+        self.now_ms();
+        let mut s = match self.state.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        if s.last_clock_ms >= s.virtual_ms {
+            return 0;
+        }
+        let moved = ms.saturating_sub(s.virtual_ms);
+        s.virtual_ms = s.virtual_ms.max(ms);
+        moved
+    }
+
     /// Records that `ms` is now the durable floor.
     pub fn persisted(&self, ms: u64) {
         let mut s = match self.state.lock() {
@@ -97,6 +117,34 @@ mod tests {
         assert_eq!(t.now_ms(), Y2026 + 3_600_000);
         c.advance_ms(10);
         assert_eq!(t.now_ms(), Y2026 + 3_600_010);
+    }
+
+    #[test]
+    fn a_known_lower_bound_moves_time_forward_never_back() {
+        // Booted into 1970 after 90 s without power: time resumes at the floor, 90 s
+        // behind real time, until the gateway's signed timestamp says otherwise.
+        let c = ManualClock::new(5_000);
+        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026);
+        assert_eq!(t.not_before(Y2026 + 90_000), 90_000);
+        assert_eq!(t.now_ms(), Y2026 + 90_000);
+        c.advance_ms(1_000);
+        assert_eq!(
+            t.now_ms(),
+            Y2026 + 91_000,
+            "and flows on at the clock's rate"
+        );
+        assert_eq!(
+            t.not_before(Y2026 + 10_000),
+            0,
+            "an older bound changes nothing"
+        );
+        assert_eq!(t.now_ms(), Y2026 + 91_000);
+        // NTP then sets the real time: followed as before, and from then on the clock
+        // is the source (a gateway's timestamp does not move it).
+        c.set(Y2026 + 95_000);
+        assert_eq!(t.now_ms(), Y2026 + 95_000);
+        assert_eq!(t.not_before(Y2026 + 200_000), 0);
+        assert_eq!(t.now_ms(), Y2026 + 95_000);
     }
 
     #[test]

@@ -208,3 +208,79 @@ async fn a_backlog_beyond_the_inbox_cap_arrives_in_order_as_room_frees() {
     )
     .await;
 }
+
+/// libfaketime (Debian's `faketime`, installed by `scripts/setup-ci.sh`), or why not.
+fn faketime_lib() -> Option<&'static str> {
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    std::path::Path::new(lib).exists().then_some(lib)
+}
+
+/// RELIABILITY F6: a node that boots with its clock in 1970 resumes from its time floor
+/// and runs behind real time by its downtime; a command its gateway queued with a short
+/// TTL was then listed in the node's inbox after it had expired. The gateway's clock
+/// stands for real time here and runs 60 s ahead of the node's floor (libfaketime
+/// `+60` on the gateway: the same as 60 s without power, without waiting them out).
+/// The node now takes the `created_at` of its gateway's signed envelopes as a lower
+/// bound of real time while its own clock is behind its floor.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_boot_in_1970_the_node_takes_real_time_from_its_gateway() {
+    let Some(lib) = faketime_lib() else {
+        eprintln!("SKIPPED: libfaketime missing (apt-get install faketime)");
+        return;
+    };
+    let (gw, node) = pair_on("", "");
+    let gw_admin = gw.token("gateway:main", &["admin"], "1h");
+    let node_admin = node.token("node:b1", &["admin"], "1h");
+    let g = gw.start_with_env(&[
+        ("LD_PRELOAD", lib),
+        ("FAKETIME", "+60"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]);
+    // A first run with the right clock leaves the store's time floor at about now.
+    let n = node.start();
+    wait_until("the node synced once", Duration::from_secs(20), || async {
+        let st = get_json(&n, "/v1/status", "").await;
+        (st["upstream"]["connected"] == true)
+            .then_some(())
+            .ok_or(format!("{}", st["upstream"]))
+    })
+    .await;
+    n.stop();
+
+    // The node comes back with its clock in 1970; a command with a 6 s TTL waits for it.
+    let queued = std::time::Instant::now();
+    crate::sim::command(&g, &gw_admin, "node:b1", 7, 6).await;
+    let n = node.start_with_env(&[
+        ("LD_PRELOAD", lib),
+        ("FAKETIME", "@1970-01-02 00:00:00"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]);
+    wait_until(
+        "the command in the node's inbox",
+        Duration::from_secs(5),
+        || async {
+            let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
+            let len = inbox["messages"].as_array().map_or(0, |m| m.len());
+            (len == 1).then_some(()).ok_or(format!("{inbox}"))
+        },
+    )
+    .await;
+    let seen = queued.elapsed();
+    // By the time it took to arrive plus its TTL plus a second, it has expired by any
+    // clock that is behind real time by no more than that arrival time.
+    tokio::time::sleep((seen + Duration::from_secs(7)).saturating_sub(queued.elapsed())).await;
+    let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
+    assert_eq!(
+        inbox["messages"].as_array().map(Vec::len),
+        Some(0),
+        "listed {:?} after it was queued with a 6 s TTL: the node's time is behind real \
+         time by its downtime\n{inbox}\n{}",
+        queued.elapsed(),
+        n.log_text()
+    );
+    assert!(
+        n.log_text().contains("time_moved_forward"),
+        "{}",
+        n.log_text()
+    );
+}
