@@ -12,6 +12,8 @@ Scenarios (see docs/RELIABILITY.md for what each emulates and how):
   oneway-down  gateway -> node packets dropped, node -> gateway passes
   oneway-up    node -> gateway packets dropped, gateway -> node passes
   dup          10 % of packets duplicated each way (nft netdev egress `dup`)
+  reorder      10 % of frames held back and sent after the next one, each way (a userspace
+               L2 forwarder between the namespaces; netem is not available; needs ethtool)
   crash        flap + kill -9 of the gateway and of the node while the link is down or up
   clock-back   the node's clock steps back a day mid-run (libfaketime), then forward again
   clock-fwd    the node's clock steps forward a week mid-run, then back to the real time
@@ -19,7 +21,7 @@ Scenarios (see docs/RELIABILITY.md for what each emulates and how):
                ways, then the clock is set right (NTP answering late)
   soak         no faults, steady mixed traffic; samples RSS, fds, store and WAL size of
                both processes every minute (--seconds 3600 for the documented hour)
-  ci           short versions of loss, flap, oneway-down, oneway-up, dup, crash,
+  ci           short versions of loss, flap, oneway-down, oneway-up, dup, reorder, crash,
                clock-back, rtc-boot (a few minutes in all)
 
 Invariants checked: every acknowledged (2xx) message delivered exactly once (commands
@@ -38,8 +40,10 @@ import json
 import os
 import random
 import re
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -90,17 +94,33 @@ def enter_ns(name):
 
 
 class Net:
-    """Namespaces `<tag>g` (gateway) and `<tag>n` (node), veth `<tag>vg` / `<tag>vn`."""
+    """Namespaces `<tag>g` (gateway) and `<tag>n` (node), veth `<tag>vg` / `<tag>vn`.
 
-    def __init__(self):
+    With `reorder=(pct, hold_ms, stats_path)` the two are not joined directly: each veth
+    ends in a third namespace `<tag>m`, where a userspace forwarder (`run_reorder`)
+    passes every Ethernet frame across, holding back `pct` % of them until the next
+    frame in the same direction has gone (or `hold_ms` passed) — packet reordering,
+    which this kernel's missing netem cannot do. Checksum and segmentation offloads are
+    off on all four ends (ethtool), so every frame the forwarder sees is a finished
+    packet of at most the MTU."""
+
+    def __init__(self, reorder=None):
         tag = f"ch{os.getpid() % 100000}"
-        self.gw_ns, self.node_ns = tag + "g", tag + "n"
+        self.gw_ns, self.node_ns, self.mid_ns = tag + "g", tag + "n", tag + "m"
         self.gw_if, self.node_if = tag + "vg", tag + "vn"
         sub = os.getpid() % 250
         self.gw_ip, self.node_ip = f"10.232.{sub}.1", f"10.232.{sub}.2"
+        self.forwarder = None
         sh("ip", "netns", "add", self.gw_ns)
         sh("ip", "netns", "add", self.node_ns)
-        sh("ip", "link", "add", self.gw_if, "type", "veth", "peer", "name", self.node_if)
+        if reorder is None:
+            sh("ip", "link", "add", self.gw_if, "type", "veth", "peer", "name", self.node_if)
+        else:
+            sh("ip", "netns", "add", self.mid_ns)
+            for dev in (self.gw_if, self.node_if):
+                sh("ip", "link", "add", dev, "type", "veth", "peer", "name", dev + "m")
+                sh("ip", "link", "set", dev + "m", "netns", self.mid_ns)
+                sh("ip", "link", "set", dev + "m", "up", ns=self.mid_ns)
         sh("ip", "link", "set", self.gw_if, "netns", self.gw_ns)
         sh("ip", "link", "set", self.node_if, "netns", self.node_ns)
         for ns, dev, ip in ((self.gw_ns, self.gw_if, self.gw_ip), (self.node_ns, self.node_if, self.node_ip)):
@@ -108,9 +128,22 @@ class Net:
             sh("ip", "link", "set", dev, "up", ns=ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
         self.faults = "none"
+        if reorder is not None:
+            pct, hold_ms, stats_path = reorder
+            for ns, dev in ((self.gw_ns, self.gw_if), (self.node_ns, self.node_if),
+                            (self.mid_ns, self.gw_if + "m"), (self.mid_ns, self.node_if + "m")):
+                sh("ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off", ns=ns)
+            self.forwarder = subprocess.Popen(
+                ["ip", "netns", "exec", self.mid_ns, sys.executable, os.path.abspath(__file__), "_reorder",
+                 self.gw_if + "m", self.node_if + "m", str(pct), str(hold_ms), stats_path],
+                stdout=subprocess.DEVNULL, stderr=open(stats_path + ".log", "w"))
+            self.faults = f"reorder {pct}%"
 
     def close(self):
-        for ns in (self.gw_ns, self.node_ns):
+        if self.forwarder:
+            self.forwarder.kill()
+            self.forwarder.wait()
+        for ns in (self.gw_ns, self.node_ns, self.mid_ns):
             sh("ip", "netns", "del", ns, check=False)
 
     def nft(self, ns, script):
@@ -160,7 +193,64 @@ class Net:
             if len(rows) >= 2:
                 d = dict(zip(rows[0][1:], rows[1][1:]))
                 out[name] = {"retrans_segs": int(d.get("RetransSegs", 0)), "out_segs": int(d.get("OutSegs", 0))}
+                # Segments that arrived out of order and were queued by the receiver.
+                ext = [l.split() for l in sh("cat", "/proc/net/netstat", ns=ns).splitlines() if l.startswith("TcpExt:")]
+                if len(ext) >= 2:
+                    out[name]["ofo_queued"] = int(dict(zip(ext[0][1:], ext[1][1:])).get("TCPOFOQueue", 0))
         return out
+
+
+# ---------------------------------------------------------------- reordering forwarder
+
+
+def run_reorder(a, b, pct, hold_ms, stats_path, seed=17):
+    """Forward every Ethernet frame between interfaces `a` and `b` (run in the middle
+    namespace); per direction, `pct` % of frames are held back and sent right after
+    the next frame (or after `hold_ms` if none comes): adjacent packets swapped, the
+    way a multipath radio link reorders. Counters go to `stats_path` (JSON) every
+    second."""
+    eth_p_all, packet_outgoing = 3, 4
+    rng = random.Random(seed)
+    socks = []
+    for dev in (a, b):
+        sk = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(eth_p_all))
+        sk.bind((dev, 0))
+        socks.append(sk)
+    out = {socks[0]: socks[1], socks[1]: socks[0]}
+    held = {socks[0]: None, socks[1]: None}
+    st = {"frames": 0, "held": 0, "reordered": 0, "released_by_timer": 0}
+    last_write = 0.0
+    while True:
+        now = time.monotonic()
+        waits = [h[1] - now for h in held.values() if h]
+        r, _, _ = select.select(socks, [], [], max(min(waits + [0.5]), 0))
+        now = time.monotonic()
+        for sk in socks:
+            h = held[sk]
+            if h and h[1] <= now and sk not in r:
+                out[sk].send(h[0])
+                held[sk] = None
+                st["released_by_timer"] += 1
+        for sk in r:
+            frame, addr = sk.recvfrom(65535)
+            if addr[2] == packet_outgoing:
+                continue
+            st["frames"] += 1
+            h = held[sk]
+            if h is None and rng.randrange(100) < pct:
+                held[sk] = (frame, now + hold_ms / 1000)
+                st["held"] += 1
+                continue
+            out[sk].send(frame)
+            if h is not None:
+                out[sk].send(h[0])
+                held[sk] = None
+                st["reordered"] += 1
+        if now - last_write >= 1.0:
+            with open(stats_path + ".tmp", "w") as f:
+                json.dump(st, f)
+            os.replace(stats_path + ".tmp", stats_path)
+            last_write = now
 
 
 # ---------------------------------------------------------------- delay proxy
@@ -622,10 +712,10 @@ def counters(text):
 
 
 class Rig:
-    def __init__(self, args, root):
+    def __init__(self, args, root, reorder=None):
         self.args = args
         self.root = root
-        self.net = Net()
+        self.net = Net(reorder)
         self.gw = Home(root, "gateway", "gateway", GW, f"0.0.0.0:{GW_PORT}", args.bin)
         self.node = Home(root, "node", "node", NODE, f"127.0.0.1:{NODE_PORT}", args.bin)
         node_doc = self.node.cli("identity", "--json")
@@ -786,6 +876,7 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
             "node_envelopes_duplicate_redelivered": metric(node_metrics, "outpost_envelopes_total", result="duplicate"),
             "gw_refused_node_requests": rig.gw.log_text().count("node_request_refused"),
             "tcp_retrans_segs": {k: v["retrans_segs"] for k, v in tcp.items()},
+            "tcp_ofo_queued": {k: v.get("ofo_queued") for k, v in tcp.items()},
         },
         "counters": {"gw": counters(gw_metrics), "node": counters(node_metrics)},
         "stops": {"gw": stop_gw, "node": stop_node},
@@ -806,9 +897,13 @@ def finish(rig, L, traffic, name, heal_t, t_start, notes, extra=None):
     return res
 
 
+REORDER_PCT, REORDER_HOLD_MS = 10, 20
+
+
 def setup_run(args, name):
     root = tempfile.mkdtemp(prefix=f"outpost-chaos-{name}-")
-    rig = Rig(args, root)
+    reorder = (REORDER_PCT, REORDER_HOLD_MS, os.path.join(root, "reorder.json")) if name == "reorder" else None
+    rig = Rig(args, root, reorder)
     return rig, root
 
 
@@ -893,6 +988,16 @@ def scenario_net(args, name):
             rig.net.dup(10)
             time.sleep(secs)
             notes = "nft netdev egress dup: 10% of packets sent twice each way"
+        elif name == "reorder":
+            time.sleep(secs)
+            try:
+                with open(os.path.join(root, "reorder.json")) as f:
+                    fw = json.load(f)
+            except (OSError, ValueError):
+                fw = {}
+            notes = (f"L2 forwarder: {REORDER_PCT}% of frames held back until the next one in the same direction "
+                     f"(or {REORDER_HOLD_MS} ms), each way; {fw.get('frames', '?')} frames forwarded, "
+                     f"{fw.get('reordered', '?')} sent after a later one")
         tr.stop_send.set()
         while not tr.senders_done():
             time.sleep(0.1)
@@ -1061,7 +1166,8 @@ def scenario_soak(args, name):
 
 
 CI_SET = [("loss", 1200, 45), ("flap", 1200, 60), ("oneway-down", 600, 30), ("oneway-up", 600, 30),
-          ("dup", 600, 30), ("crash", 1200, 60), ("clock-back", 600, 45), ("rtc-boot", 600, 45)]
+          ("dup", 600, 30), ("reorder", 600, 30), ("crash", 1200, 60), ("clock-back", 600, 45),
+          ("rtc-boot", 600, 45)]
 
 
 def table(paths):
@@ -1079,6 +1185,9 @@ def table(paths):
                          f"{rt['node_upstream_disconnects']} disconnects, TCP retransmits gw {rt['tcp_retrans_segs'].get('gw')}"
                          f" / node {rt['tcp_retrans_segs'].get('node')}; {r['short_ttl_expired_undelivered']} short-TTL "
                          f"expired undelivered")
+                if r["scenario"] == "reorder":
+                    ofo = rt.get("tcp_ofo_queued", {})
+                    notes += f"; segments queued out of order by TCP: gw {ofo.get('gw')} / node {ofo.get('node')}"
                 if r.get("unanswered_sends"):
                     notes += f"; {r['unanswered_sends']} sends unanswered (process killed), not counted as acked"
                 if rt.get("gw_refused_node_requests"):
@@ -1092,6 +1201,10 @@ def table(paths):
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "table":
         table(sys.argv[2:])
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "_reorder":
+        _, _, a, b, pct, hold, stats = sys.argv
+        run_reorder(a, b, int(pct), float(hold), stats)
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "_proxy":
         _, _, ip, lp, tp, d, j = sys.argv
@@ -1132,7 +1245,10 @@ def main():
     results = []
     for name, a in runs:
         log(f"=== {name}: {a.messages or 'default'} messages, {a.seconds or 'default'} s")
-        if name in ("loss", "flap", "oneway-down", "oneway-up", "dup", "crash"):
+        if name == "reorder" and not shutil.which("ethtool"):
+            print("SKIPPED reorder: ethtool (Debian package ethtool) is missing")
+            continue
+        if name in ("loss", "flap", "oneway-down", "oneway-up", "dup", "reorder", "crash"):
             results.append(scenario_net(a, name))
         elif name in ("clock-back", "clock-fwd", "rtc-boot"):
             results.append(scenario_clock(a, name))

@@ -5,7 +5,8 @@
 #   apt:   shellcheck, file, binutils, dpkg-dev (dpkg-shlibdeps for cargo-deb's $auto),
 #          iproute2 + curl (the off-loopback metrics test's network namespaces), mount (disk-full tmpfs),
 #          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim),
-#          nftables + faketime (the fault harness, scripts/chaos.py: packet faults, clock steps)
+#          nftables + faketime + ethtool (the fault harness, scripts/chaos.py: packet faults, clock
+#          steps, offloads off for the reordering forwarder)
 #          postgresql, when no /usr/lib/postgresql/*/bin/initdb (the gateway's PostgreSQL tests
 #          start their own clusters from those binaries, tests/it/pg.rs; the package is
 #          installed with create_main_cluster = false, so no system cluster is made or started)
@@ -36,7 +37,7 @@ apt_update() {
 APT_INSTALL=(apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends)
 
 need_apt=()
-for pair in cc:gcc shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount nft:nftables faketime:faketime; do
+for pair in cc:gcc shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount nft:nftables faketime:faketime ethtool:ethtool; do
   command -v "${pair%%:*}" >/dev/null || need_apt+=("${pair#*:}")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
