@@ -1,26 +1,27 @@
 #!/usr/bin/env python3
 """Print the PostgreSQL gateway's hot-path statements (enqueue, a pull's look, ack) as
-`PREPARE` + `EXPLAIN EXECUTE`, taken from src/gateway/storage/postgres/queue.rs as it is
-now (so the plans shown are of the statements the gateway prepares), then
+`PREPARE` + `EXPLAIN EXECUTE`, taken from src/gateway/storage/postgres/queue.rs (enqueue)
+and delivery.rs (a pull's look, ack) as they are now (so the plans shown are of the statements the gateway prepares), then
 scripts/pg-explain.sql (the expiry sweep). Used by scripts/pg-explain.sh."""
 import pathlib
 import re
 import sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
-src = (root / "src/gateway/storage/postgres/queue.rs").read_text()
+pg = root / "src/gateway/storage/postgres"
+src = (pg / "queue.rs").read_text() + (pg / "delivery.rs").read_text()
 
 
 def const(name):
     m = re.search(r'const %s: &str = "(.*?)";' % name, src, re.S)
     if not m:
-        sys.exit(f"{name} not found in queue.rs")
+        sys.exit(f"{name} not found in queue.rs or delivery.rs")
     return m.group(1).strip()
 
 
 m = re.search(r'"(WITH gone AS \(\s*DELETE FROM messages\s+WHERE message_id = ANY\(\$3\).*?RETURNING message_id)"', src, re.S)
 if not m:
-    sys.exit("the ack statement was not found in queue.rs")
+    sys.exit("the ack statement was not found in queue.rs or delivery.rs")
 ack = m.group(1)
 
 print("SET plan_cache_mode = force_generic_plan;")

@@ -5,9 +5,13 @@
 //! `outpost config check` runs exactly this path offline.
 
 pub mod http;
+mod postgres;
+mod queue;
 pub mod raw;
 mod upstream;
 
+pub use postgres::{redact_url, PostgresConfig};
+pub use queue::{QueueConfig, TtlError};
 pub use upstream::Upstream;
 
 use crate::store::EngineKind;
@@ -59,58 +63,6 @@ impl std::str::FromStr for Role {
             )),
         }
     }
-}
-
-#[derive(Debug, Clone)]
-pub struct QueueConfig {
-    pub max_messages_per_recipient: u64,
-    pub max_store_bytes: u64,
-    pub max_message_bytes: u64,
-    pub default_ttl_s: u64,
-    pub max_ttl_s: u64,
-    pub max_attempts: u32,
-    pub flush_batch: u32,
-    pub not_queueable: Vec<String>,
-    pub ttl_s: BTreeMap<String, u64>,
-}
-
-impl QueueConfig {
-    /// TTL for a payload or command type: the per-type value, else the default, capped
-    /// at `max_ttl_s`; a caller's own `ttl_s` may shorten it but never lengthen past the cap.
-    pub fn ttl_for(&self, kind: &str, requested_s: Option<u64>) -> u64 {
-        let base = self
-            .ttl_s
-            .get(&kind.to_ascii_lowercase())
-            .copied()
-            .unwrap_or(self.default_ttl_s);
-        requested_s.unwrap_or(base).min(self.max_ttl_s)
-    }
-
-    /// The TTL for a message of `kind` with the caller's `requested_s`: refused when it
-    /// is 0 or above `max_ttl_s` (never silently clamped), the per-kind default when absent.
-    pub fn checked_ttl(&self, kind: &str, requested_s: Option<u64>) -> Result<u64, TtlError> {
-        match requested_s {
-            Some(0) => Err(TtlError::Zero),
-            Some(r) if r > self.max_ttl_s => Err(TtlError::TooLong {
-                requested: r,
-                max: self.max_ttl_s,
-            }),
-            r => Ok(self.ttl_for(kind, r)),
-        }
-    }
-
-    pub fn is_queueable(&self, command_type: &str) -> bool {
-        !self.not_queueable.iter().any(|c| c == command_type)
-    }
-}
-
-/// A caller's `ttl_s` that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TtlError {
-    #[error("ttl_s must be > 0")]
-    Zero,
-    #[error("ttl_s {requested} is above queue.max_ttl_s ({max}); ask for at most {max}")]
-    TooLong { requested: u64, max: u64 },
 }
 
 /// The resolved, checked configuration.
@@ -408,7 +360,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             EngineKind::Sqlite
         }
         "postgres" => {
-            gateway_db = postgres_config(&raw.store, role, &mut errs);
+            gateway_db = postgres::postgres_config(&raw.store, role, &mut errs);
             EngineKind::Sqlite
         }
         other => {
@@ -480,79 +432,6 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         drain_timeout_ms: raw.shutdown.drain_timeout_ms.unwrap_or(10_000),
         audit_checkpoint_every_ms: checkpoint_s * 1000,
         sources: Vec::new(),
-    })
-}
-
-/// Where a database-backed gateway keeps its state.
-#[derive(Clone)]
-pub struct PostgresConfig {
-    /// The connection URL; may hold a password, so it is never printed whole.
-    pub url: String,
-    pub pool: u32,
-    pub ca_file: Option<PathBuf>,
-}
-
-impl std::fmt::Debug for PostgresConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresConfig")
-            .field("url", &redact_url(&self.url))
-            .field("pool", &self.pool)
-            .field("ca_file", &self.ca_file)
-            .finish()
-    }
-}
-
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, host) = match rest.rsplit_once('@') {
-        Some(x) => x,
-        None => return url.to_string(),
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
-    }
-}
-
-fn postgres_config(
-    raw: &raw::RawStore,
-    role: Role,
-    errs: &mut Vec<String>,
-) -> Option<PostgresConfig> {
-    if role != Role::Gateway {
-        errs.push(
-            "store.engine = \"postgres\" is for the gateway role only: a node keeps its store on its own disk"
-                .into(),
-        );
-        return None;
-    }
-    if !cfg!(feature = "postgres") {
-        errs.push("store.engine = \"postgres\" needs a build with the `postgres` feature".into());
-        return None;
-    }
-    let Some(url) = raw.postgres_url.clone() else {
-        errs.push("store.engine = \"postgres\" needs store.postgres_url".into());
-        return None;
-    };
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        errs.push(format!(
-            "store.postgres_url must start with postgres:// (got {})",
-            redact_url(&url)
-        ));
-        return None;
-    }
-    let pool = raw.postgres_pool.unwrap_or(16);
-    if !(1..=256).contains(&pool) {
-        errs.push(format!("store.postgres_pool must be 1..=256 (got {pool})"));
-        return None;
-    }
-    Some(PostgresConfig {
-        url,
-        pool,
-        ca_file: raw.postgres_ca_file.clone(),
     })
 }
 

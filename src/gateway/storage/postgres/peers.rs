@@ -1,0 +1,193 @@
+//! Who may talk to the gateway, shared by every replica: the enrolled peers (the trust
+//! store, cached per replica and refreshed on `NOTIFY`), token revocations (cached, and
+//! refused when the cache cannot be refreshed), and the replay window of signed node
+//! requests.
+
+use super::super::{GatewayState, RevocationList, Revoked, StateError};
+use super::{i, listen, u, unavailable, Postgres};
+use crate::envelope::{IdentityDocument, Rights, TrustStore};
+
+#[derive(Default)]
+pub(super) struct Revocations {
+    version: u64,
+    pub(super) jtis: std::collections::HashSet<String>,
+    /// When the list was last read successfully (0 = never).
+    fresh_at_ms: u64,
+}
+
+/// A revocation list older than this is not trusted: tokens are refused (503) until
+/// the database answers again, rather than honouring one revoked meanwhile.
+const REVOCATIONS_STALE_MS: u64 = 15_000;
+
+impl Postgres {
+    pub(super) async fn refresh_revocations(&self) -> Result<(), StateError> {
+        let since = self.read_revocations().version;
+        let list = self.revocations(since).await?;
+        let now = self.now_ms();
+        let mut r = self.revoked.write().unwrap_or_else(|p| p.into_inner());
+        r.jtis.extend(list.revoked);
+        r.version = r.version.max(list.version);
+        r.fresh_at_ms = now;
+        Ok(())
+    }
+
+    pub(super) fn read_revocations(&self) -> std::sync::RwLockReadGuard<'_, Revocations> {
+        self.revoked.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) async fn refresh_trust(&self) -> Result<(), StateError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "SELECT document, may_send, may_issue FROM peers ORDER BY node_id",
+                &[],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut t = TrustStore::new();
+        for r in rows {
+            let doc: IdentityDocument = serde_json::from_str(r.get::<_, &str>(0))
+                .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?;
+            let rights = Rights {
+                send: r.get(1),
+                issue: r.get(2),
+            };
+            t.add(doc, rights)
+                .map_err(|e| StateError::Corrupt(format!("peers: {e}")))?;
+        }
+        *self.trust.write().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        Ok(())
+    }
+
+    /// Replace the enrolled peers with `t` (what `outpost trust add/remove` edits), and
+    /// tell every replica.
+    pub(super) async fn save_trust_now(&self, t: &TrustStore) -> Result<(), StateError> {
+        let (mut ids, mut roles, mut docs, mut send, mut issue) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for p in t.list() {
+            ids.push(p.doc.node_id.clone());
+            roles.push(p.doc.role.clone());
+            docs.push(
+                serde_json::to_string(&p.doc)
+                    .map_err(|e| StateError::Corrupt(format!("identity document: {e}")))?,
+            );
+            send.push(p.rights.send);
+            issue.push(p.rights.issue);
+        }
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        // Only what changed is written: one `trust add` to a fleet of thousands touches
+        // one row.
+        tx.execute("DELETE FROM peers WHERE node_id <> ALL($1)", &[&ids])
+            .await
+            .map_err(unavailable)?;
+        tx.execute(
+            "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
+             SELECT n, r, d, s, i, $6
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[], $5::bool[]) AS x(n, r, d, s, i)
+             ON CONFLICT (node_id) DO UPDATE
+                 SET role = excluded.role, document = excluded.document,
+                     may_send = excluded.may_send, may_issue = excluded.may_issue
+                 WHERE (peers.role, peers.document, peers.may_send, peers.may_issue)
+                       IS DISTINCT FROM
+                       (excluded.role, excluded.document, excluded.may_send, excluded.may_issue)",
+            &[&ids, &roles, &docs, &send, &issue, &i(self.now_ms())],
+        )
+        .await
+        .map_err(unavailable)?;
+        tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
+            .await
+            .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_trust().await
+    }
+
+    /// Record a node request's signature; false when any replica saw it before.
+    pub(super) async fn first_use_now(
+        &self,
+        signature: &[u8; 64],
+        keep_until_ms: u64,
+    ) -> Result<bool, StateError> {
+        let mut c = self.pool.get().await?;
+        let sig: String = signature.iter().map(|b| format!("{b:02x}")).collect();
+        // Relaxed commit: a replay window that loses its last moments only if
+        // PostgreSQL itself crashes (each replica also keeps its own in memory).
+        let st = c
+            .prep(
+                "INSERT INTO seen_signatures (signature, keep_until_ms) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING RETURNING 1",
+            )
+            .await?;
+        let rows = c.query_relaxed(&st, &[&sig, &i(keep_until_ms)]).await?;
+        Ok(rows.len() == 1)
+    }
+
+    pub(super) fn is_revoked_now(&self, jti: &str) -> Result<bool, StateError> {
+        let r = self.read_revocations();
+        if r.jtis.contains(jti) {
+            return Ok(true);
+        }
+        if self.now_ms().saturating_sub(r.fresh_at_ms) > REVOCATIONS_STALE_MS {
+            return Err(StateError::Unavailable(
+                "the revocation list could not be refreshed from the database".into(),
+            ));
+        }
+        Ok(false)
+    }
+}
+
+pub(super) async fn revoke(pg: &Postgres, jti: &str) -> Result<Revoked, StateError> {
+    let mut c = pg.pool.get().await?;
+    let tx = c.transaction().await.map_err(unavailable)?;
+    // Versions are assigned one at a time, across replicas.
+    tx.execute("LOCK TABLE revocations IN EXCLUSIVE MODE", &[])
+        .await
+        .map_err(unavailable)?;
+    if tx
+        .query_opt("SELECT 1 FROM revocations WHERE jti = $1", &[&jti])
+        .await
+        .map_err(unavailable)?
+        .is_some()
+    {
+        return Ok(Revoked::Duplicate);
+    }
+    let version: i64 = tx
+        .query_one(
+            "INSERT INTO revocations (version, jti, revoked_at_ms)
+             SELECT coalesce(max(version), 0) + 1, $1, $2 FROM revocations
+             RETURNING version",
+            &[&jti, &i(pg.now_ms())],
+        )
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_REVOKED, &jti])
+        .await
+        .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)?;
+    let mut r = pg.revoked.write().unwrap_or_else(|p| p.into_inner());
+    r.jtis.insert(jti.to_string());
+    Ok(Revoked::Added {
+        version: u(version),
+    })
+}
+
+pub(super) async fn revocations(pg: &Postgres, since: u64) -> Result<RevocationList, StateError> {
+    let c = pg.pool.get().await?;
+    let rows = c
+        .query(
+            "SELECT version, jti FROM revocations WHERE version > $1 ORDER BY version",
+            &[&i(since)],
+        )
+        .await
+        .map_err(unavailable)?;
+    let newest: i64 = c
+        .query_one("SELECT coalesce(max(version), 0) FROM revocations", &[])
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    Ok(RevocationList {
+        revoked: rows.iter().map(|r| r.get(1)).collect(),
+        version: u(newest),
+    })
+}
