@@ -74,7 +74,7 @@ run() {
 
 run node "$node" "$node_tok"
 # /v1/events is an endless SSE stream. The node-facing routes are signed as node:st by
-# the hook (scripts/schemathesis_hooks.py), so fuzzed bodies reach their handlers.
+# the hook (scripts/schemathesis/outpost_hooks.py), so fuzzed bodies reach their handlers.
 export OUTPOST_ST_NODE_ID=node:st OUTPOST_ST_NODE_KEYS="$work/node/keys.json" OUTPOST_ST_BASE_URL="$gw"
 run gateway "$gw" "$gw_tok" \
   --exclude-path /v1/events

@@ -118,7 +118,7 @@ pub fn deny_status(code: DenyCode) -> StatusCode {
     }
 }
 
-/// The HTTP status of each domain error (SPEC §5's table), the only place that knows.
+/// The HTTP status of each domain error (PROTOCOL §9), the only place that knows.
 fn status_of(e: &NodeError) -> StatusCode {
     match e {
         NodeError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -184,7 +184,7 @@ mod tests {
         (a.status.as_u16(), a.code)
     }
 
-    /// SPEC §5's status for each tool failure (moved here from the tools module, which
+    /// PROTOCOL §9's status for each tool failure (moved here from the tools module, which
     /// no longer knows HTTP).
     #[test]
     fn tool_errors_map_to_their_spec_status() {

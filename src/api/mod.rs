@@ -1,4 +1,4 @@
-//! HTTP APIs: the node's local API (SPEC §5) and the gateway's (SPEC §6). One error
+//! HTTP APIs: the node's local API (PROTOCOL §10) and the gateway's (PROTOCOL §11–12). One error
 //! type ([`error::ApiError`]) maps every failure to status + code; one extractor
 //! ([`json::JsonBody`]) turns every malformed body into that shape.
 

@@ -17,7 +17,7 @@ use crate::audit::AuditOutcome;
 use crate::telemetry::ToolCallFinished;
 use crate::tools::Registry;
 
-/// Results are kept at least this long for `job_id` idempotency (SPEC §4.11).
+/// Results are kept at least this long for `job_id` idempotency (PROTOCOL §7a).
 pub const RESULT_KEEP_MS: u64 = 25 * 3600 * 1000;
 
 #[derive(Debug, Deserialize)]

@@ -12,7 +12,7 @@ use crate::service::Notifier;
 use crate::telemetry::MessageEvent;
 
 /// Longest the sweeper sleeps. It also wakes at the next known expiry, so a message is
-/// swept at most this long after it expired (SPEC: within 5 s), and each pass is the
+/// swept at most this long after it expired (PROTOCOL §14: within 5 s), and each pass is the
 /// watchdog's heartbeat. Idle, that is one wakeup every 4 s; no busy polling.
 const SWEEP_MAX_SLEEP: Duration = Duration::from_secs(4);
 

@@ -1,6 +1,6 @@
 //! Audit entries and their canonical JSON bytes (the Merkle leaves).
 //!
-//! Canonical form (SPEC §7): keys sorted, no whitespace, absent optional fields omitted.
+//! Canonical form (PROTOCOL §13): keys sorted, no whitespace, absent optional fields omitted.
 //! We get it without relying on `serde_json::Map` ordering (which flips to insertion
 //! order when any crate in the build enables `preserve_order`): the struct's fields are
 //! declared in byte-wise key order and every value is a string, an integer or an enum
@@ -30,7 +30,7 @@ pub enum AuditEvent {
     Overflow,
     /// A message exhausted its attempts and moved to the dead-letter queue.
     DeadLetter,
-    /// A signed checkpoint was written (not a leaf SPEC requires; available for callers
+    /// A signed checkpoint was written (not a leaf PROTOCOL §13.1 requires; available for callers
     /// that want checkpoints themselves in the trail).
     Checkpoint,
     /// Refusals over the audit budget, counted instead of written one by one: `detail`

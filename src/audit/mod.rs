@@ -1,4 +1,4 @@
-//! The node's tamper-evident audit log (SPEC §7).
+//! The node's tamper-evident audit log (PROTOCOL §13).
 //!
 //! - [`merkle`]: RFC 6962 hashing, the incremental [`Frontier`], consistency proofs (pure).
 //! - [`entry`]: [`AuditEntry`] and its canonical JSON bytes (pure).

@@ -1,4 +1,4 @@
-//! Audit sync, both ends (SPEC §7 "Sync").
+//! Audit sync, both ends (PROTOCOL §13.4).
 //!
 //! The node sends the entries after the gateway's last confirmed size plus a checkpoint
 //! signed for exactly the extended tree ([`SyncBatch`], built by

@@ -1,4 +1,4 @@
-//! The command line (SPEC §8): one file per subcommand family. `anyhow` lives here and
+//! The command line (`outpost --help`, docs/OPERATIONS.md): one file per subcommand family. `anyhow` lives here and
 //! in `main`, nowhere below.
 
 use std::path::PathBuf;

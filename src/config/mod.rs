@@ -28,7 +28,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/outpost/outpost.toml";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/outpost";
 pub const NODE_DEFAULT_LISTEN: &str = "127.0.0.1:8000";
 pub const GATEWAY_DEFAULT_LISTEN: &str = "127.0.0.1:8787";
-/// SPEC §4.4: no message may live longer than 7 days.
+/// PROTOCOL §14: no message may live longer than 7 days.
 pub const HARD_MAX_TTL_S: u64 = 7 * 24 * 3600;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -435,7 +435,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
-/// `^[a-z][a-z0-9-]{0,31}:[A-Za-z0-9._-]{1,64}$` (SPEC §1), by hand: no regex needed.
+/// `^[a-z][a-z0-9-]{0,31}:[A-Za-z0-9._-]{1,64}$` (PROTOCOL §2), by hand: no regex needed.
 pub fn valid_node_id(s: &str) -> bool {
     let Some((kind, name)) = s.split_once(':') else {
         return false;

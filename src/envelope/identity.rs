@@ -1,4 +1,4 @@
-//! Identity documents: what peers exchange to trust each other (SPEC §1).
+//! Identity documents: what peers exchange to trust each other (PROTOCOL §2).
 //!
 //! `self_sig` proves possession of the signing key and binds the X25519 key to it; a
 //! document is only ever accepted after [`IdentityDocument::verify`], which also refuses

@@ -1,5 +1,5 @@
 //! Identities, trust store logic, envelope v1 seal/open and HTTP request signatures
-//! (SPEC §1, §2, §6; byte layouts in `docs/PROTOCOL.md`).
+//! (`docs/PROTOCOL.md` §2, §3, §5).
 //!
 //! Pure logic: no I/O except [`Keys::save`] / [`Keys::load`], and no clock — every
 //! time-dependent function takes `now_ms`, which callers compute as

@@ -1,4 +1,4 @@
-//! Node id syntax (SPEC §1): `^[a-z][a-z0-9-]{0,31}:[A-Za-z0-9._-]{1,64}$`.
+//! Node id syntax (PROTOCOL §2): `^[a-z][a-z0-9-]{0,31}:[A-Za-z0-9._-]{1,64}$`.
 //!
 //! Checked by hand (no regex engine) because it runs on every envelope and request and the
 //! grammar is tiny; the proptest below cross-checks it against the `regex` crate.
@@ -8,7 +8,7 @@
 #[error("invalid node id {0:?}: expected kind:name, kind = [a-z][a-z0-9-]{{0,31}}, name = [A-Za-z0-9._-]{{1,64}}")]
 pub struct InvalidNodeId(pub String);
 
-/// Accept `kind:name` exactly as the SPEC regex does.
+/// Accept `kind:name` exactly as the PROTOCOL §2 pattern says.
 pub fn validate_node_id(id: &str) -> Result<(), InvalidNodeId> {
     if is_valid_node_id(id) {
         Ok(())

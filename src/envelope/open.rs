@@ -1,4 +1,4 @@
-//! The receive pipeline (SPEC §2) as one pure function, cheapest checks first:
+//! The receive pipeline (PROTOCOL §3) as one pure function, cheapest checks first:
 //! size → parse → recipient is me → time window → sender trusted with `send` →
 //! signature (strict) → replay → decrypt.
 //!
@@ -30,7 +30,7 @@ pub struct OpenContext<'a> {
     pub now_ms: u64,
     /// Clock-skew tolerance (config `security.max_clock_skew_s` × 1000).
     pub skew_ms: u64,
-    /// Maximum size of the JSON envelope in bytes (config; SPEC default 1 MiB).
+    /// Maximum size of the JSON envelope in bytes (config; default 1 MiB).
     pub max_bytes: usize,
     /// Longest accepted `expires_at_ms - created_at_ms` (config `queue.max_ttl_s`), which
     /// bounds how long the caller must remember message ids.
@@ -177,7 +177,7 @@ pub fn open_parsed(
 
 /// Refuse stale, far-future and over-long envelopes.
 ///
-/// Skew is tolerated on both edges (SPEC §2 "not expired (with clock-skew tolerance)"):
+/// Skew is tolerated on both edges (PROTOCOL §3.5 "not expired (with clock-skew tolerance)"):
 /// accepted while `created_at - skew <= now < expires_at + skew`. That is why receivers
 /// remember ids for TTL + 2×skew: any replay inside the acceptance window is still known.
 fn check_time(env: &Envelope, now_ms: u64, skew_ms: u64, max_ttl_ms: u64) -> Result<(), OpenError> {

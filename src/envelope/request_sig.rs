@@ -1,4 +1,4 @@
-//! Node-side HTTP request signatures (SPEC §6).
+//! Node-side HTTP request signatures (PROTOCOL §5).
 //!
 //! `Outpost-Signature` = Ed25519 over PAE("outpost/http/v1", node_id, method,
 //! path_and_query, timestamp text, SHA-256(body)). The timestamp is signed as the exact

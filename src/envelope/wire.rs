@@ -1,4 +1,4 @@
-//! Envelope v1 wire form (SPEC §2) and the bytes that are authenticated.
+//! Envelope v1 wire form (PROTOCOL §3) and the bytes that are authenticated.
 //!
 //! Parsing is strict and allocation-bounded by the caller's size limit: unknown fields,
 //! non-canonical base64, wrong key/signature lengths and out-of-grammar ids are all
@@ -80,7 +80,7 @@ impl Envelope {
         }
     }
 
-    /// Compact JSON, field order as in SPEC §2.
+    /// Compact JSON, field order as in PROTOCOL §3.1.
     pub fn to_json(&self) -> Vec<u8> {
         // Strings, integers and byte vectors always serialize.
         serde_json::to_vec(self).unwrap_or_default()
@@ -184,7 +184,7 @@ pub fn is_valid_message_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
-/// `TASK_REQUEST`, `TASK_RESULT`, `DELIVERY_RECEIPT`, `COMMAND`, `DATA`, or a future
+/// `TASK_REQUEST`, `TASK_RESULT`, `COMMAND`, `DATA`, the reserved `DELIVERY_RECEIPT`, or a future
 /// upper-snake-case type (receivers decide what they process).
 pub fn is_valid_payload_type(t: &str) -> bool {
     let b = t.as_bytes();

@@ -1,4 +1,4 @@
-//! `POST /v1/nodes/{id}/audit` (SPEC §7 sync): the gateway keeps a verified copy of each
+//! `POST /v1/nodes/{id}/audit` (PROTOCOL §13.4): the gateway keeps a verified copy of each
 //! node's audit log.
 //!
 //! An upload is entries from the gateway's confirmed size plus a checkpoint signed by

@@ -1,4 +1,4 @@
-//! Node liveness as the gateway reports it (SPEC §6 `GET /v1/nodes`): a pure function of
+//! Node liveness as the gateway reports it (PROTOCOL §11 `GET /v1/nodes`): a pure function of
 //! when the node was last heard from and whether it is holding a long-poll right now.
 
 /// A node holding an open long-poll is online regardless of age: it is waiting for us.

@@ -1,4 +1,4 @@
-//! The upstream role (`role = "gateway"`, SPEC §6): the hub that queues messages for
+//! The upstream role (`role = "gateway"`, PROTOCOL §11–12): the hub that queues messages for
 //! nodes that are offline, hands them out over signed long-polls, receives results,
 //! upstream messages and audit logs, and tells dashboards what happens (SSE).
 //!

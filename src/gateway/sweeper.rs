@@ -1,5 +1,5 @@
 //! The gateway's main background loop: expire messages within 5 s of their deadline
-//! (SPEC §4.5), notice nodes that went quiet, prune replay caches, and prove progress to
+//! (PROTOCOL §14), notice nodes that went quiet, prune replay caches, and prove progress to
 //! the systemd watchdog.
 
 use std::sync::atomic::Ordering;

@@ -1,4 +1,4 @@
-//! The retry schedule of SPEC §4.7, as a pure function (the sync loop uses it too).
+//! The retry schedule of PROTOCOL §14, as a pure function (the sync loop uses it too).
 //!
 //! Attempt 1 goes out immediately; attempt `n ≥ 2` waits `min(5 s · 2^(n−2), 300 s)`,
 //! spread by ±10 % jitter so a fleet that lost its uplink together does not retry in

@@ -1,4 +1,4 @@
-//! The durable mailbox (SPEC §4): queues, dedup window, results, audit rows, small KV.
+//! The durable mailbox (PROTOCOL §14): queues, dedup window, results, audit rows, small KV.
 //!
 //! ## Shape
 //!

@@ -2,11 +2,11 @@
 
 use super::engine::EngineKind;
 
-/// Tunables; `Default` gives the SPEC defaults.
+/// Tunables; `Default` gives the defaults of PROTOCOL §14.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreOptions {
     pub engine: EngineKind,
-    /// Per `(queue, peer)` hard cap (SPEC §4.6).
+    /// Per `(queue, peer)` hard cap (PROTOCOL §14).
     pub max_messages_per_recipient: u64,
     /// Global budget for queued + dead messages (records and blobs).
     pub max_store_bytes: u64,

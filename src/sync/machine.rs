@@ -2,7 +2,7 @@
 //! no randomness (jitter comes in with the failure event), so every schedule is tested
 //! with plain numbers.
 //!
-//! Order on every (re)connect (SPEC §4.9):
+//! Order on every (re)connect (PROTOCOL §12.6):
 //! 1. a pull with `wait_s = 0`: the gateway answers how many messages are pending and
 //!    the first batch (the handshake);
 //! 2. stored messages are flushed in batches of `pull_batch` with `wait_s = 0` until the
@@ -10,7 +10,7 @@
 //! 3. only then live traffic: the outbox is pushed, the audit log and revocations are
 //!    synced when due, and otherwise the node sits in a long-poll.
 //!
-//! Any failure drops to `Offline` and retries on the SPEC §4.7 schedule (5, 10, 20 … 300 s
+//! Any failure drops to `Offline` and retries on the PROTOCOL §14 schedule (5, 10, 20 … 300 s
 //! ±10 %); a success resets it.
 
 use crate::store::backoff::delay_ms;

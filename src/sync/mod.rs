@@ -1,4 +1,4 @@
-//! Node ↔ gateway sync (SPEC §4.9, §6 node side, §7 sync).
+//! Node ↔ gateway sync (PROTOCOL §12.6, §5, §13.4).
 //!
 //! - [`machine`]: the protocol as a pure state machine `(event, now) → action`
 //!   (reconnect order, backoff, what is due), property-tested.

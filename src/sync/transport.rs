@@ -1,5 +1,5 @@
 //! HTTP to the gateway: reqwest with rustls (a pinned CA when `upstream.ca_file` is set),
-//! every request signed per SPEC §6 (`Outpost-Node`, `Outpost-Timestamp`,
+//! every request signed per PROTOCOL §5 (`Outpost-Node`, `Outpost-Timestamp`,
 //! `Outpost-Signature` over method, path-and-query, timestamp and body hash).
 
 use std::sync::atomic::{AtomicU64, Ordering};

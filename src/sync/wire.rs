@@ -1,4 +1,4 @@
-//! The node ↔ gateway contract as types (SPEC §6, §7 sync): every request and answer of
+//! The node ↔ gateway contract as types (PROTOCOL §12, §13.4): every request and answer of
 //! the signed node API, the `TASK_REQUEST` / `TASK_RESULT` payloads, and the record the
 //! inbox and tasks queues keep. The gateway serialises these, the node deserialises them
 //! (and the other way round for requests), so both sides share one definition.
@@ -91,7 +91,7 @@ pub struct UploadRejected {
 /// `GET /v1/nodes/{id}/audit` answer: the gateway's verified copy of the node's log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditStatus {
-    /// Merkle root, base64.
+    /// Merkle root, base64url without padding.
     pub root: String,
     pub size: u64,
 }

@@ -192,7 +192,7 @@ const DURATION_BUCKETS: &[f64] = &[
 /// silently never exported. `node` marks families a gateway does not export.
 macro_rules! families {
     ($($field:ident: $kind:literal $name:literal [$($label:literal),*] $scope:ident $help:literal;)*) => {
-        /// Every metric outpost exports (SPEC §9). Names follow one rule:
+        /// Every metric outpost exports (OPERATIONS). Names follow one rule:
         /// `outpost_<thing>_<unit or total>`, labels lowercase.
         #[derive(Debug)]
         pub struct Metrics {

@@ -7,8 +7,8 @@
 //! `forbidden` (HTTP 403).
 //!
 //! Time: skew may make a token usable slightly *before* `nbf`/`iat` (the issuer's clock
-//! may be ahead), but never after `exp`: SPEC §3 "no token ever authorizes anything after
-//! exp", and a device with a slow clock is covered by the store's time floor, not by skew.
+//! may be ahead), but never after `exp` (PROTOCOL §4.2: nothing is authorized after `exp`, ever),
+//! and a device with a slow clock is covered by the store's time floor, not by skew.
 
 use super::claims::{ClaimTimes, Claims};
 use super::issue::{parse_claims, parse_footer};

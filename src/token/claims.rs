@@ -1,4 +1,4 @@
-//! Capability-token claims and footer (SPEC §3) and RFC 3339 ⇄ milliseconds.
+//! Capability-token claims and footer (PROTOCOL §4) and RFC 3339 ⇄ milliseconds.
 
 use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;

@@ -1,4 +1,4 @@
-//! Capability tokens: PASETO v4.public (SPEC §3; byte layout in `docs/PROTOCOL.md`).
+//! Capability tokens: PASETO v4.public (`docs/PROTOCOL.md` §4).
 //!
 //! Pure: no I/O, no clock. Tokens are verified fully offline against the trust store.
 //!

@@ -1,4 +1,4 @@
-//! Tools a node runs on request: the built-ins of SPEC §8 and external programs from
+//! Tools a node runs on request: the built-ins (`echo`, `pii_redact`, `sysinfo`) and external programs from
 //! `[[tools]]` config.
 //!
 //! - [`registry`]: [`Registry`] — lookup, argument validation, concurrency limits, dispatch.
@@ -11,7 +11,7 @@
 //!
 //! Errors ([`ToolError`]) carry a stable `code()`: `unknown_tool`, `bad_request` (names
 //! the failing field), `tool_timeout`, `tool_failed`, `busy` — a tool at its concurrency
-//! limit refuses immediately instead of queueing. Their HTTP statuses (SPEC §5) are
+//! limit refuses immediately instead of queueing. Their HTTP statuses (PROTOCOL §9) are
 //! decided in `api::error`, the one place that knows HTTP.
 
 pub mod external;

@@ -1,4 +1,4 @@
-//! Audit sync at the gateway (SPEC §7): entries from the confirmed size plus a signed
+//! Audit sync at the gateway (PROTOCOL §13): entries from the confirmed size plus a signed
 //! checkpoint extend the stored log; a gap or a mismatch is refused (409) and never merged.
 
 use ed25519_dalek::SigningKey;

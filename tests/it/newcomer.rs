@@ -155,7 +155,7 @@ async fn audit_verify_says_what_signed_checkpoints_cover() {
         "{}",
         text(&o)
     );
-    // Without --now: the latest stored note, as the SPEC's CLI says.
+    // Without --now: the latest stored note, as `outpost audit checkpoint --help` says.
     let o = home.cli(&["audit", "checkpoint"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(

@@ -361,6 +361,16 @@ fn protocol_md_is_self_contained_and_names_every_route_and_error_code() {
         !text.contains("../"),
         "PROTOCOL.md refers outside the repository"
     );
+    // Nor to another document for something it needs (the repository's other docs say
+    // why and how; this one says what), nor to a web page: public standards are named
+    // (RFC 9180, C2SP signed-note), not linked.
+    for (i, line) in text.lines().enumerate() {
+        assert!(
+            !line.contains(".md") && !line.contains("http://") && !line.contains("https://"),
+            "PROTOCOL.md line {} sends the reader elsewhere: {line}",
+            i + 1
+        );
+    }
     for role in ["node", "gateway"] {
         let d = doc(role);
         for (path, method) in operations(&d) {

@@ -3,7 +3,7 @@
 //! - Client side: a bearer PASETO token whose audience is this gateway (or `*`), issued
 //!   by the gateway's own key or a trust-store peer marked `issue`, with `admin` or the
 //!   scope the route needs.
-//! - Node side: every request signed by the node (SPEC §6 headers), within the clock
+//! - Node side: every request signed by the node (PROTOCOL §5 headers), within the clock
 //!   skew, never seen before, from a trusted node with `send`, and for its own path.
 //!   Anything else is 401 — one code, so a prober learns nothing about which check failed.
 

@@ -1,4 +1,4 @@
-//! The gateway's HTTP API (SPEC §6), beside the node's: routes and thin handlers that
+//! The gateway's HTTP API (PROTOCOL §11–12), beside the node's: routes and thin handlers that
 //! parse, authenticate, call a `gateway::` flow and shape the answer. Errors become
 //! HTTP only here ([`error`]).
 
@@ -17,7 +17,7 @@ use axum::Router;
 
 use crate::gateway::Gateway;
 
-/// All routes of SPEC §6 plus health, readiness, metrics, `POST /v1/revocations` and
+/// All routes of PROTOCOL §11 and §12 plus health, readiness, metrics, `POST /v1/revocations` and
 /// `GET /v1/nodes/{id}/audit`.
 pub fn router(gw: Arc<Gateway>) -> Router {
     let limit = gw.cfg.max_body_bytes as usize;

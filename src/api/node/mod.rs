@@ -1,4 +1,4 @@
-//! The node's local HTTP API (SPEC §5). One file per route group; every handler
+//! The node's local HTTP API (PROTOCOL §10). One file per route group; every handler
 //! returns `ApiResult`, so every failure has the documented JSON shape.
 
 mod envelopes;

@@ -215,7 +215,7 @@ proptest! {
     /// Invariants over any event sequence:
     /// - no live long-poll while the gateway still reports stored messages pending;
     /// - offline, nothing goes on the wire before the retry time;
-    /// - backoff is within the SPEC bounds (≤ 300 s + 10 %), never zero after a failure;
+    /// - backoff is within the PROTOCOL §14 bounds (≤ 300 s + 10 %), never zero after a failure;
     /// - shutdown always stops.
     #[test]
     fn invariants(events in proptest::collection::vec((event(), 0u64..20_000), 1..200)) {
