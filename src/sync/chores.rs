@@ -13,7 +13,7 @@ use super::machine::Event;
 use super::transport::SyncError;
 use super::wire::{AuditAnswer, AuditEntryText, AuditStatus, AuditUpload, Revocations};
 use super::wire::{UploadAnswer, UploadRequest};
-use super::worker::{failed, Worker, AUDIT_CHUNK};
+use super::worker::{failed, Worker};
 use super::{KEY_AUDIT_SYNCED, KEY_REVOCATIONS_VERSION, KV_META, KV_REVOKED, KV_SYNC, Q_OUTBOX};
 use crate::store::Batch;
 use crate::telemetry::DeliveryAttempt;
@@ -77,6 +77,12 @@ impl Worker {
         let pq = self.t.node_path("upload");
         let answer = match self.t.post::<_, UploadAnswer>(&pq, &body, now).await {
             Ok(a) => a,
+            Err(e) if matches!(e, SyncError::Slow(_)) && batch.len() > 1 => {
+                // Too large for the link, not a failed delivery: the machine halves the
+                // batch and these go again at once, without an attempt counted against
+                // them (a batch of one that is still too slow is counted below).
+                return failed(&e);
+            }
             Err(e) => {
                 let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
                 for (peer, ids) in group(&batch, |_| true) {
@@ -151,7 +157,8 @@ impl Worker {
         Event::Pushed { more }
     }
 
-    pub(super) async fn sync_audit(&mut self) -> Event {
+    /// Upload audit entries past the gateway's confirmed size, `max_entries` at a time.
+    pub(super) async fn sync_audit(&mut self, max_entries: usize) -> Event {
         let store = self.deps.store.clone();
         let confirmed = match self.confirmed_audit {
             Some(c) => c,
@@ -168,7 +175,7 @@ impl Worker {
             }
         };
         self.confirmed_audit = Some(confirmed);
-        let batch = match self.deps.node.audit_batch(confirmed, AUDIT_CHUNK).await {
+        let batch = match self.deps.node.audit_batch(confirmed, max_entries).await {
             Ok(Some(b)) if b.size > confirmed => b,
             Ok(_) => return Event::AuditSynced,
             Err(e) => {

@@ -12,6 +12,15 @@
 //!
 //! Any failure drops to `Offline` and retries on the PROTOCOL §14 schedule (5, 10, 20 … 300 s
 //! ±10 %); a success resets it.
+//!
+//! A slow link (a request sent whose answer did not come within the timeout: a weak
+//! cellular link, an overloaded gateway) halves every batch the node asks for or sends
+//! — pull `max`, outbox uploads, audit uploads, each on its own — down to one, and the
+//! smaller request goes at once (halving is the back-off; once the batch is one, the
+//! schedule applies); each full batch that gets through doubles its kind back up to
+//! the configured size. Without it a
+//! batch too large for the link's speed would time out on every retry, and nothing
+//! would ever get through.
 
 use crate::store::backoff::delay_ms;
 
@@ -23,6 +32,8 @@ pub struct MachineConfig {
     /// Envelopes asked for per pull (the gateway caps it at 1,000). A backlog drains in
     /// a few round trips; the node opens and stores each pulled batch as one.
     pub pull_batch: u32,
+    /// Audit entries per audit upload.
+    pub audit_batch: u32,
     /// After a pull the node could not store (its store full), the next pull waits this
     /// long: the envelopes stay queued upstream, and pulling them again at once would
     /// only spin.
@@ -40,6 +51,7 @@ impl Default for MachineConfig {
             poll_wait_s: 25,
             flush_batch: 50,
             pull_batch: 500,
+            audit_batch: 2_000,
             stall_retry_ms: 2_000,
             outbox_every_ms: 5_000,
             audit_every_ms: 30_000,
@@ -93,9 +105,11 @@ pub enum Event {
     AuditSynced,
     RevocationsFetched,
     /// A request failed (network, 5xx, 401 …). `jitter` in [-1, 1] from the caller's RNG.
+    /// `slow`: it was sent but its answer did not come within the timeout.
     Failed {
         error: String,
         jitter: f64,
+        slow: bool,
     },
     Shutdown,
 }
@@ -109,7 +123,9 @@ pub enum Action {
     Push {
         max: u32,
     },
-    SyncAudit,
+    SyncAudit {
+        max_entries: u32,
+    },
     FetchRevocations,
     /// Sleep until `until_ms` (or a wake-up / shutdown).
     Wait {
@@ -133,7 +149,25 @@ pub struct Machine {
     revocations_due_ms: u64,
     last_ok_ms: Option<u64>,
     last_error: Option<String>,
+    /// Per kind of batch ([`Kind`]): the configured size is divided by `2^shrink` (at
+    /// least 1); raised by a slow answer to a request of that kind, lowered by a full
+    /// batch of that kind that got through.
+    shrink: [u32; 3],
+    /// The kind of the request the last action sent, if it sends a batch.
+    in_flight: Option<Kind>,
 }
+
+/// The batches the node sizes to the link, each on its own: a small pull that got
+/// through says nothing about a large upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pull = 0,
+    Push = 1,
+    Audit = 2,
+}
+
+/// More halvings than this leave every batch at 1 anyway (the sizes are `u32`).
+const MAX_SHRINK: u32 = 16;
 
 impl Machine {
     pub fn new(cfg: MachineConfig) -> Self {
@@ -150,6 +184,8 @@ impl Machine {
             revocations_due_ms: 0,
             last_ok_ms: None,
             last_error: None,
+            shrink: [0; 3],
+            in_flight: None,
         }
     }
 
@@ -172,11 +208,50 @@ impl Machine {
         self.retry_at_ms
     }
 
+    fn configured(&self, k: Kind) -> u32 {
+        match k {
+            Kind::Pull => self.cfg.pull_batch,
+            Kind::Push => self.cfg.flush_batch,
+            Kind::Audit => self.cfg.audit_batch,
+        }
+    }
+
+    /// The batch size of kind `k` for the link as it is now: the configured one, halved
+    /// once per unrecovered slow answer, at least 1.
+    pub fn sized(&self, k: Kind) -> u32 {
+        (self.configured(k) >> self.shrink[k as usize]).max(1)
+    }
+
+    /// Whether halving batches of kind `k` would make them smaller.
+    pub fn can_shrink(&self, k: Kind) -> bool {
+        self.shrink[k as usize] < MAX_SHRINK && self.sized(k) > 1
+    }
+
+    /// A full batch of kind `k` got through: double it again (up to the configured size).
+    fn grow(&mut self, k: Kind) {
+        self.shrink[k as usize] = self.shrink[k as usize].saturating_sub(1);
+    }
+
+    /// The kind of the request an action sends.
+    pub fn kind_of(a: &Action) -> Option<Kind> {
+        match a {
+            Action::Pull { .. } => Some(Kind::Pull),
+            Action::Push { .. } => Some(Kind::Push),
+            Action::SyncAudit { .. } => Some(Kind::Audit),
+            _ => None,
+        }
+    }
+
+    /// The kind of the request in flight (the last action's).
+    pub fn in_flight(&self) -> Option<Kind> {
+        self.in_flight
+    }
+
     fn handshake(&mut self) -> Action {
         self.phase = Phase::Handshake;
         Action::Pull {
             wait_s: 0,
-            max: self.cfg.pull_batch,
+            max: self.sized(Kind::Pull),
         }
     }
 
@@ -188,18 +263,39 @@ impl Machine {
 
     /// Feed one event; get the one thing to do next.
     pub fn handle(&mut self, ev: Event, now: u64) -> Action {
+        let a = self.step(ev, now);
+        self.in_flight = Self::kind_of(&a);
+        a
+    }
+
+    fn step(&mut self, ev: Event, now: u64) -> Action {
         match ev {
             Event::Shutdown => return Action::Stop,
             Event::Start => {
                 self.outbox_dirty = true;
                 return self.handshake();
             }
-            Event::Failed { error, jitter } => {
+            Event::Failed {
+                error,
+                jitter,
+                slow,
+            } => {
                 self.phase = Phase::Offline;
-                self.failures = self.failures.saturating_add(1);
                 self.last_error = Some(error);
-                // Failure n is followed by attempt n+1 of the schedule (5 s first).
-                self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
+                let shrinks = match self.in_flight {
+                    Some(k) if slow && self.can_shrink(k) => Some(k),
+                    _ => None,
+                };
+                if let Some(k) = shrinks {
+                    // The gateway was reached; the batch was too large for the link.
+                    // Halving it is the back-off: the smaller request goes at once.
+                    self.shrink[k as usize] += 1;
+                    self.retry_at_ms = now;
+                } else {
+                    self.failures = self.failures.saturating_add(1);
+                    // Failure n is followed by attempt n+1 of the schedule (5 s first).
+                    self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
+                }
                 // Everything is due again once we are back.
                 self.outbox_dirty = true;
                 self.audit_due_ms = 0;
@@ -227,6 +323,9 @@ impl Machine {
                 stalled,
             } => {
                 self.ok(now);
+                if received >= u64::from(self.sized(Kind::Pull)) {
+                    self.grow(Kind::Pull);
+                }
                 if stalled {
                     self.pull_due_ms = now + self.cfg.stall_retry_ms;
                 }
@@ -239,6 +338,10 @@ impl Machine {
             }
             Event::Pushed { more } => {
                 self.ok(now);
+                // `more`: a full batch went.
+                if more {
+                    self.grow(Kind::Push);
+                }
                 if !more {
                     self.outbox_dirty = false;
                     self.outbox_due_ms = now + self.cfg.outbox_every_ms;
@@ -248,6 +351,7 @@ impl Machine {
             }
             Event::AuditSynced => {
                 self.ok(now);
+                self.grow(Kind::Audit);
                 self.audit_due_ms = now + self.cfg.audit_every_ms;
             }
             Event::RevocationsFetched => {
@@ -265,16 +369,20 @@ impl Machine {
             // sequential loop); ask again rather than go live unannounced.
             return self.handshake();
         }
-        let max = self.cfg.pull_batch;
+        let max = self.sized(Kind::Pull);
+        let push = Action::Push {
+            max: self.sized(Kind::Push),
+        };
+        let audit = Action::SyncAudit {
+            max_entries: self.sized(Kind::Audit),
+        };
         if now < self.pull_due_ms {
             // Our store is full: do the chores that are due, otherwise wait.
             if self.outbox_dirty || now >= self.outbox_due_ms {
-                return Action::Push {
-                    max: self.cfg.flush_batch,
-                };
+                return push;
             }
             if now >= self.audit_due_ms {
-                return Action::SyncAudit;
+                return audit;
             }
             if now >= self.revocations_due_ms {
                 return Action::FetchRevocations;
@@ -296,12 +404,10 @@ impl Machine {
         }
         self.phase = Phase::Live;
         if self.outbox_dirty || now >= self.outbox_due_ms {
-            return Action::Push {
-                max: self.cfg.flush_batch,
-            };
+            return push;
         }
         if now >= self.audit_due_ms {
-            return Action::SyncAudit;
+            return audit;
         }
         if now >= self.revocations_due_ms {
             return Action::FetchRevocations;

@@ -17,6 +17,10 @@ use crate::envelope::{sign_request, Keys, HEADER_NODE, HEADER_SIGNATURE, HEADER_
 pub enum SyncError {
     #[error("cannot reach the gateway: {0}")]
     Network(String),
+    /// The request went out but its answer did not come within the timeout: a slow
+    /// link or an overloaded gateway (the sync loop then asks for smaller batches).
+    #[error("no answer from the gateway in time: {0}")]
+    Slow(String),
     #[error("gateway answered {status} {code}")]
     Status { status: u16, code: String },
     #[error("gateway answer is malformed: {0}")]
@@ -39,6 +43,27 @@ impl SyncError {
 /// refused as it streams in, never buffered whole.
 pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
+/// A transport error: [`SyncError::Slow`] when a request that got through to the gateway
+/// timed out waiting for (or reading) its answer, [`SyncError::Network`] otherwise
+/// (refused, unreachable, a connect that timed out, a connection reset). The detail
+/// keeps the cause chain: reqwest's own message alone is "error sending request".
+fn network_error(e: reqwest::Error) -> SyncError {
+    let slow = e.is_timeout() && !e.is_connect();
+    let e = e.without_url();
+    let mut detail = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        src = s.source();
+    }
+    if slow {
+        SyncError::Slow(detail)
+    } else {
+        SyncError::Network(detail)
+    }
+}
+
 /// The body of `resp`, refused once it exceeds `max` bytes.
 async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, SyncError> {
     let too_large = || SyncError::Malformed(format!("answer too large (over {max} bytes)"));
@@ -46,11 +71,7 @@ async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>,
         return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| SyncError::Network(e.without_url().to_string()))?
-    {
+    while let Some(chunk) = resp.chunk().await.map_err(network_error)? {
         if body.len() + chunk.len() > max {
             return Err(too_large());
         }
@@ -198,7 +219,7 @@ impl Transport {
                 )
                 .await;
             let moves_on = match &r {
-                Err(SyncError::Network(_)) => true,
+                Err(SyncError::Network(_) | SyncError::Slow(_)) => true,
                 Err(SyncError::Status { status, .. }) => *status >= 500,
                 _ => false,
             };
@@ -258,10 +279,7 @@ impl Transport {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(bytes);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| SyncError::Network(e.without_url().to_string()))?;
+        let resp = req.send().await.map_err(network_error)?;
         let status = resp.status();
         let text = read_capped(resp, MAX_ANSWER_BYTES).await?;
         if !status.is_success() {

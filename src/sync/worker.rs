@@ -19,9 +19,6 @@ use crate::store::Store;
 use crate::telemetry::{Metrics, UpstreamState};
 use serde_json::value::RawValue;
 
-/// Audit entries per upload, at most (keeps one request well under the body limit).
-pub(super) const AUDIT_CHUNK: usize = 2_000;
-
 pub struct SyncDeps {
     pub cfg: Arc<Config>,
     pub store: Store,
@@ -75,6 +72,7 @@ pub(super) fn failed(e: &SyncError) -> Event {
     Event::Failed {
         error: e.to_string(),
         jitter: rand::thread_rng().gen_range(-1.0..=1.0),
+        slow: matches!(e, SyncError::Slow(_)),
     }
 }
 
@@ -99,7 +97,7 @@ impl Worker {
                 Action::Wait { until_ms } => self.wait(until_ms).await,
                 Action::Pull { wait_s, max } => self.pull(wait_s, max).await,
                 Action::Push { max } => self.push(max).await,
-                Action::SyncAudit => self.sync_audit().await,
+                Action::SyncAudit { max_entries } => self.sync_audit(max_entries as usize).await,
                 Action::FetchRevocations => self.revocations().await,
             };
             if matches!(ev, Event::Failed { .. }) {

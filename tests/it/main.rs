@@ -34,6 +34,7 @@ mod powercut_shim;
 mod sim;
 mod slow_clients;
 mod slow_clients_flood;
+mod slow_link;
 mod startup;
 mod store_cli;
 mod sync_batches;

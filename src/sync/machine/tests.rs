@@ -7,6 +7,7 @@ fn m() -> Machine {
         poll_wait_s: 25,
         flush_batch: 50,
         pull_batch: 400,
+        audit_batch: 2_000,
         stall_retry_ms: 2_000,
         outbox_every_ms: 5_000,
         audit_every_ms: 30_000,
@@ -70,7 +71,7 @@ fn reconnect_order_is_count_then_flush_then_live() {
     assert_eq!(s.phase(), Phase::Live);
     assert_eq!(
         s.handle(Event::Pushed { more: false }, 4),
-        Action::SyncAudit
+        Action::SyncAudit { max_entries: 2_000 }
     );
     assert_eq!(s.handle(Event::AuditSynced, 5), Action::FetchRevocations);
     assert_eq!(
@@ -92,6 +93,7 @@ fn failure_backs_off_on_the_spec_schedule_and_success_resets() {
             Event::Failed {
                 error: "x".into(),
                 jitter: 0.0,
+                slow: false,
             },
             now,
         )
@@ -156,7 +158,7 @@ fn wake_during_live_pushes_before_polling_again() {
     );
     assert_eq!(
         s.handle(Event::Pushed { more: false }, 7),
-        Action::SyncAudit
+        Action::SyncAudit { max_entries: 2_000 }
     );
     assert_eq!(s.handle(Event::Shutdown, 8), Action::Stop);
 }
@@ -176,7 +178,7 @@ fn a_stalled_pull_waits_before_pulling_again() {
     assert_eq!(s.handle(stalled, 10), Action::Push { max: 50 });
     assert_eq!(
         s.handle(Event::Pushed { more: false }, 20),
-        Action::SyncAudit
+        Action::SyncAudit { max_entries: 2_000 }
     );
     assert_eq!(s.handle(Event::AuditSynced, 30), Action::FetchRevocations);
     assert_eq!(
@@ -204,9 +206,10 @@ fn event() -> impl Strategy<Value = Event> {
         any::<bool>().prop_map(|more| Event::Pushed { more }),
         Just(Event::AuditSynced),
         Just(Event::RevocationsFetched),
-        (-1.0f64..=1.0).prop_map(|jitter| Event::Failed {
+        (-1.0f64..=1.0, any::<bool>()).prop_map(|(jitter, slow)| Event::Failed {
             error: "e".into(),
-            jitter
+            jitter,
+            slow
         }),
     ]
 }
@@ -235,6 +238,8 @@ proptest! {
                 }
             }
             let failed = matches!(ev, Event::Failed { .. });
+            let halves = matches!(ev, Event::Failed { slow: true, .. })
+                && s.in_flight().is_some_and(|k| s.can_shrink(k));
             if failed {
                 stalled_until = 0;
             }
@@ -255,7 +260,18 @@ proptest! {
             }
             if failed {
                 let Action::Wait { until_ms } = a else { panic!("failure must wait") };
-                prop_assert!(until_ms > now && until_ms <= now + 330_000);
+                if halves {
+                    // A slow answer with batches left to halve: the smaller one goes now.
+                    prop_assert_eq!(until_ms, now);
+                } else {
+                    prop_assert!(until_ms > now && until_ms <= now + 330_000);
+                }
+            }
+            match a {
+                Action::Pull { max, .. } => prop_assert!((1..=400).contains(&max)),
+                Action::Push { max } => prop_assert!((1..=50).contains(&max)),
+                Action::SyncAudit { max_entries } => prop_assert!((1..=2_000).contains(&max_entries)),
+                _ => {}
             }
             if !matches!(a, Action::Pull { .. }) && matches!(s.phase(), Phase::Handshake) {
                 prop_assert!(false, "handshake must be a pull");
@@ -263,4 +279,128 @@ proptest! {
         }
         prop_assert_eq!(s.handle(Event::Shutdown, now), Action::Stop);
     }
+}
+
+/// A slow answer halves the batch of the request it answered (down to one), and the
+/// smaller request goes at once; full batches of that kind that get through double it
+/// back, up to the configured size; the other kinds keep their sizes. Before this a pull
+/// or upload too large for the link timed out on every retry.
+#[test]
+fn a_slow_link_halves_the_batch_that_timed_out_and_full_batches_restore_it() {
+    let mut s = m();
+    let slow = |s: &mut Machine, now| {
+        s.handle(
+            Event::Failed {
+                error: "no answer in time".into(),
+                jitter: 0.0,
+                slow: true,
+            },
+            now,
+        )
+    };
+    assert_eq!(
+        s.handle(Event::Start, 0),
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        }
+    );
+    for expect in [200, 100, 50] {
+        assert_eq!(slow(&mut s, 10), Action::Wait { until_ms: 10 }, "at once");
+        assert_eq!(
+            s.handle(Event::Timer, 10),
+            Action::Pull {
+                wait_s: 0,
+                max: expect
+            }
+        );
+    }
+    // A connection error (not slow) keeps the size and waits by the schedule.
+    assert_eq!(
+        s.handle(
+            Event::Failed {
+                error: "refused".into(),
+                jitter: 0.0,
+                slow: false,
+            },
+            10
+        ),
+        Action::Wait { until_ms: 5_010 }
+    );
+    assert_eq!(
+        s.handle(Event::Timer, 5_010),
+        Action::Pull { wait_s: 0, max: 50 }
+    );
+    // A full pull (50 of 50, more pending) doubles it; the outbox push is untouched.
+    assert_eq!(
+        s.handle(
+            Event::Pulled {
+                pending_count: 60,
+                received: 50,
+                stalled: false
+            },
+            5_011
+        ),
+        Action::Pull {
+            wait_s: 0,
+            max: 100
+        }
+    );
+    // A part-full one (10 of 100) does not.
+    assert_eq!(
+        s.handle(
+            Event::Pulled {
+                pending_count: 10,
+                received: 10,
+                stalled: false
+            },
+            5_012
+        ),
+        Action::Push { max: 50 }
+    );
+    // The push is slow: halved, tried again at once (through the handshake pull).
+    assert_eq!(slow(&mut s, 5_013), Action::Wait { until_ms: 5_013 });
+    assert_eq!(
+        s.handle(Event::Timer, 5_013),
+        Action::Pull {
+            wait_s: 0,
+            max: 100
+        }
+    );
+    assert_eq!(
+        s.handle(
+            Event::Pulled {
+                pending_count: 0,
+                received: 0,
+                stalled: false
+            },
+            5_014
+        ),
+        Action::Push { max: 25 }
+    );
+    // A full push (more to send) doubles it back to 50, never above.
+    assert_eq!(
+        s.handle(Event::Pushed { more: true }, 5_015),
+        Action::Push { max: 50 }
+    );
+    assert_eq!(
+        s.handle(Event::Pushed { more: true }, 5_016),
+        Action::Push { max: 50 }
+    );
+    // Slow answers beyond what halving can do: the size stays 1 and the schedule
+    // applies again.
+    for _ in 0..6 {
+        slow(&mut s, 5_017);
+        s.handle(Event::Timer, 5_017);
+        s.handle(
+            Event::Pulled {
+                pending_count: 0,
+                received: 0,
+                stalled: false,
+            },
+            5_017,
+        );
+    }
+    assert_eq!(s.handle(Event::Woken, 5_017), Action::Push { max: 1 });
+    assert_eq!(slow(&mut s, 5_018), Action::Wait { until_ms: 10_018 });
 }
