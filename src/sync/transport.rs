@@ -34,6 +34,21 @@ impl SyncError {
     }
 }
 
+/// A transport failure with its causes: reqwest's own words ("error sending request")
+/// are the same for a refused connection, a reset and a timeout, which the operator
+/// reading `upstream_replica_failed` needs to tell apart.
+fn network(e: reqwest::Error) -> SyncError {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    SyncError::Network(text)
+}
+
 /// The largest gateway answer the node reads. A pull answer carries at most ~4 MiB of
 /// envelopes (the gateway's budget) and other answers are small; anything larger is
 /// refused as it streams in, never buffered whole.
@@ -46,11 +61,7 @@ async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>,
         return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| SyncError::Network(e.without_url().to_string()))?
-    {
+    while let Some(chunk) = resp.chunk().await.map_err(network)? {
         if body.len() + chunk.len() > max {
             return Err(too_large());
         }
@@ -258,10 +269,7 @@ impl Transport {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(bytes);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| SyncError::Network(e.without_url().to_string()))?;
+        let resp = req.send().await.map_err(network)?;
         let status = resp.status();
         let text = read_capped(resp, MAX_ANSWER_BYTES).await?;
         if !status.is_success() {
