@@ -5,6 +5,25 @@
 //! Where PostgreSQL's server binaries are missing the gateways fall back to the embedded
 //! store and `pg` prints `SKIPPED:` (CI sets `OUTPOST_TEST_PG_REQUIRE=1`, which fails
 //! instead).
+//!
+//! Only here: `replicas`, `replicas_faults`, `migrate_pg` (replicas, faults of the
+//! database, migrations) and `state_pg` (the PostgreSQL state with a clock the test
+//! moves: the counterparts of the embedded state's unit tests).
+//!
+//! On the embedded engine only (the `it` binary), and why:
+//! - `powercut`: its gateway test rolls back the unsynced writes of the gateway's own
+//!   store files. On PostgreSQL a 2xx follows the database's commit; stopping
+//!   PostgreSQL itself mid-run is `replicas_faults`.
+//! - `slow_clients`, `slow_clients_flood`: the HTTP edge (header and idle timeouts,
+//!   the connection cap, unparseable requests) sits in front of either engine, and
+//!   what they send never reaches the state.
+//! - `newcomer`: the README's first hour, on the default engine (its gateway is only
+//!   paired with, never run).
+//! - `audit`, `demo`, `diskfull`, `malformed`, `node`, `startup`, `store_cli`,
+//!   `systemd`: nodes only (`startup` also checks that a node's config naming
+//!   PostgreSQL is refused).
+//! - The embedded state's unit tests (`gateway::storage::embedded::tests`, in the
+//!   library) test that engine's code.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -41,6 +60,8 @@ mod replicas;
 mod replicas_faults;
 #[path = "../it/sim.rs"]
 mod sim;
+#[path = "../it/state_pg.rs"]
+mod state_pg;
 #[path = "../it/sync_batches.rs"]
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]

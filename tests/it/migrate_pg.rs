@@ -1,6 +1,10 @@
 //! `outpost gateway migrate --to postgres://…` (the `gateway_pg` binary only): an
 //! embedded gateway with queued commands, a revocation and an audit copy moves into
 //! PostgreSQL; a second migration into the same database is refused.
+//! And the schema's migrations at start: a newer schema refused, schema 1 upgraded,
+//! three replicas migrating an empty database together.
+
+use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
 use outpost::audit::{
@@ -202,4 +206,112 @@ async fn a_schema_1_database_is_upgraded_and_event_ids_continue() {
         .trim(),
         "1,2,7"
     );
+}
+
+/// Three replicas started at the same moment on an empty database (no schema yet): the
+/// advisory lock lets one of them migrate while the others wait, so all three start
+/// and serve, and each migration is applied once.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_replicas_started_together_on_an_empty_database_all_serve() {
+    use crate::harness::Daemon;
+    use outpost::gateway::storage::postgres::schema;
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    let Some(homes) = crate::replicas::replicas(3) else {
+        return;
+    };
+    let url = homes[0].db.clone().expect("a gateway on PostgreSQL");
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    assert_eq!(
+        pg.psql(
+            &url,
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ),
+        "0",
+        "the database is not empty before the start"
+    );
+    let go = std::sync::Barrier::new(homes.len());
+    let mut gws: Vec<Daemon> = std::thread::scope(|s| {
+        let started: Vec<_> = homes
+            .iter()
+            .map(|h| {
+                let go = &go;
+                s.spawn(move || {
+                    go.wait();
+                    h.start()
+                })
+            })
+            .collect();
+        started.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for (k, gw) in gws.iter().enumerate() {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = http().get(gw.url("/readyz")).send().await;
+            if ready.is_ok_and(|r| r.status().as_u16() == 200) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replica {k} never ready: {}",
+                gw.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let versions: Vec<String> = (1..=schema::latest()).map(|v| v.to_string()).collect();
+    assert_eq!(
+        pg.psql(
+            &url,
+            "SELECT string_agg(version::text, ',' ORDER BY version) FROM outpost_schema"
+        ),
+        versions.join(","),
+        "schema versions recorded"
+    );
+    let logs: Vec<String> = gws.iter().map(Daemon::log_text).collect();
+    let migrated = logs
+        .iter()
+        .map(|l| l.matches("postgres_migrated").count())
+        .sum::<usize>();
+    assert_eq!(
+        migrated as i64,
+        schema::latest(),
+        "each migration applied once across the replicas: {logs:#?}"
+    );
+
+    // All three serve: a node enrolled through one is known to each (the trust store is
+    // re-read on its NOTIFY), commands queued through every replica are pulled, in the
+    // order queued, through another.
+    let n = SimNode::new(6);
+    n.enroll(&homes[0]);
+    let pq = format!("/v1/nodes/{}/pull?wait_s=0&max=1", n.id);
+    for (k, gw) in gws.iter().enumerate() {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (st, v) = n.signed(gw, "GET", &pq, None).await;
+            if st == 200 {
+                break;
+            }
+            assert!(
+                st == 401 && tokio::time::Instant::now() < deadline,
+                "replica {k} answered the enrolled node {st} {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut ids = Vec::new();
+    for (i, gw) in gws.iter().enumerate() {
+        ids.push(command(gw, &admin, &n.id, i, 3600).await);
+    }
+    let (got, pending) = n.pull(&gws[1], 0, 10).await;
+    assert_eq!((got, pending), (ids, 3));
+    for (k, gw) in gws.iter_mut().enumerate() {
+        assert!(gw.is_running(), "replica {k} exited: {}", gw.log_text());
+        assert!(
+            !gw.log_text().contains("ERROR"),
+            "replica {k} logged an error: {}",
+            gw.log_text()
+        );
+    }
 }

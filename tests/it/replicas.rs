@@ -294,3 +294,80 @@ async fn a_node_audit_log_syncs_through_alternating_replicas() {
         assert_eq!((st, v["size"].as_u64()), (200, Some(upto as u64)), "{v}");
     }
 }
+
+/// Wait (up to 10 s) until PostgreSQL holds `want` as `node`'s newest pull number: the
+/// pull that took it has begun (its `begin_pull` committed) at whichever replica.
+async fn pull_begun(pg: &PgCluster, url: &str, node: &str, want: u64) {
+    let sql = format!("SELECT pull FROM node_pulls WHERE node_id = '{node}'");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = pg.psql(url, &sql);
+        if got == want.to_string() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{node}'s newest pull is {got:?}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// D11, PROTOCOL §12.1: a node has one pull at a time across replicas. A long-poll held
+/// at replica A (one the node gave up on) answers empty at once when the node pulls at
+/// B; what is queued next, even through A, is handed out once, to B's pull.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_pull_at_another_replica_supersedes_the_one_held() {
+    let Some(homes) = replicas(2) else { return };
+    let pg = PgCluster::shared().expect("replicas run on PostgreSQL");
+    let url = homes[0].db.clone().expect("a gateway on PostgreSQL");
+    let n = SimNode::new(8);
+    n.enroll(&homes[0]);
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+
+    let (a_tx, a_rx) = tokio::sync::oneshot::channel();
+    // Held at A: an empty queue and the longest wait there is (60 s).
+    let held_at_a = async {
+        let got = n.pull(&gws[0], 60, 10).await;
+        let _ = a_tx.send((got, Instant::now()));
+    };
+    let rest = async {
+        pull_begun(pg, &url, &n.id, 1).await;
+        let at_b = n.pull(&gws[1], 60, 11);
+        let meanwhile = async {
+            let sent = Instant::now();
+            pull_begun(pg, &url, &n.id, 2).await;
+            let ((ids, _), answered) = tokio::time::timeout(Duration::from_secs(20), a_rx)
+                .await
+                .expect("the pull held at A still held 20 s after a newer one began at B")
+                .expect("A's pull answered");
+            eprintln!(
+                "the superseded pull answered within {:?} of the newer one",
+                answered.saturating_duration_since(sent)
+            );
+            assert_eq!(ids, Vec::<String>::new(), "the superseded pull at A");
+            // B's pull is still held (nothing was queued): queue through A.
+            command(&gws[0], &admin, &n.id, 1, 3600).await
+        };
+        let ((got, pending), id) = tokio::join!(at_b, meanwhile);
+        assert_eq!((got, pending), (vec![id.clone()], 1), "B's pull");
+        id
+    };
+    let ((), id) = tokio::join!(held_at_a, rest);
+    // Handed out once (by B's pull), not also by A's.
+    let m: Value = http()
+        .get(gws[0].url(&format!("/v1/messages/{id}")))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&m["state"], &m["attempts"]),
+        (&json!("delivering"), &json!(1)),
+        "{m}"
+    );
+}
