@@ -31,6 +31,7 @@ pub const SCHEMA_VERSION: u64 = 4;
 pub struct Opened {
     pub next_seq: u64,
     pub time_floor_ms: u64,
+    pub time_correction: Option<super::time::TimeCorrection>,
     pub quarantined: Vec<String>,
 }
 
@@ -124,6 +125,16 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     Ok(Opened {
         next_seq: meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(1),
         time_floor_ms: meta(engine, META_TIME_FLOOR)?.unwrap_or(0),
+        time_correction: match (
+            meta(engine, META_TIME_HIGH_WATER)?,
+            meta(engine, META_TIME_CORRECTED_AT)?,
+        ) {
+            (Some(high_water_ms), Some(corrected_at_ms)) => Some(super::time::TimeCorrection {
+                high_water_ms,
+                corrected_at_ms,
+            }),
+            _ => None,
+        },
         quarantined,
     })
 }

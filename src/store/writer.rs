@@ -71,7 +71,8 @@ struct Committed {
     answers: Vec<Answer>,
     /// Requests whose writes the commit holds (0: nothing was written, nothing to sync).
     ok: u64,
-    now_ms: u64,
+    /// The time floor the commit persisted.
+    floor_ms: u64,
     /// Blob files to delete once the commit is durable.
     unreferenced: Vec<[u8; 32]>,
 }
@@ -106,7 +107,7 @@ impl Settler {
         for g in groups {
             if g.ok > 0 && synced.is_ok() {
                 use std::sync::atomic::Ordering::Relaxed;
-                self.time.persisted(g.now_ms);
+                self.time.persisted(g.floor_ms);
                 self.stats.commits.fetch_add(1, Relaxed);
                 self.stats.requests.fetch_add(g.ok, Relaxed);
             }
@@ -255,6 +256,10 @@ impl Writer {
         feed: &mut Feed<'_>,
     ) -> Committed {
         let now_ms = self.time.now_ms();
+        // What the group persists as the floor: read once every request of the group
+        // is taken, so a request submitted after a time correction never commits with a
+        // floor read before it (the floor can go down: `time::TimeKeeper::correct_back`).
+        let mut floor_ms = now_ms;
         let mut answers: Vec<Answer> = Vec::new();
         let mut unreferenced = Vec::new();
         let mut first = Some(first);
@@ -312,7 +317,8 @@ impl Writer {
                 return Vec::new();
             }
             // Advance the persisted time floor with every commit (see `time`).
-            group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(now_ms)));
+            floor_ms = self.time.now_ms();
+            group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(floor_ms)));
             group.into_batch()
         });
         if let Err(e) = &result {
@@ -333,7 +339,7 @@ impl Writer {
         Committed {
             answers,
             ok,
-            now_ms,
+            floor_ms,
             unreferenced,
         }
     }
