@@ -57,7 +57,8 @@ pub use identity::{
 pub use keys::{KeyFileError, Keys};
 pub use node_id::{is_valid_node_id, validate_node_id, InvalidNodeId};
 pub use open::{
-    check_relay, hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError, Opened,
+    check_relay, hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError,
+    Opened, PrunedAhead,
 };
 pub use pae::{b64_decode, b64_decode_array, b64_encode, pae};
 pub use request_sig::{

@@ -1,6 +1,7 @@
 //! The receive pipeline (PROTOCOL §3) as one pure function, cheapest checks first:
-//! size → parse → recipient is me → time window → sender trusted with `send` →
-//! signature (strict) → replay → decrypt.
+//! size → parse → recipient is me → time window (and, after a time correction, the
+//! window the replay memory may have lost: [`PrunedAhead`]) → sender trusted with
+//! `send` → signature (strict) → replay → decrypt.
 //!
 //! Ordering is a DoS defence: everything before the signature costs microseconds and
 //! needs no secret, and decryption (the only step touching our X25519 secret) runs only
@@ -35,6 +36,22 @@ pub struct OpenContext<'a> {
     /// Longest accepted `expires_at_ms - created_at_ms` (config `queue.max_ttl_s`), which
     /// bounds how long the caller must remember message ids.
     pub max_ttl_ms: u64,
+    /// Set when the receiver's time was once moved back (RELIABILITY F2): its replay
+    /// memory may be missing ids it pruned while its time was ahead.
+    pub pruned_ahead: Option<PrunedAhead>,
+}
+
+/// The receiver's time ran ahead up to `high_water_ms` and was moved back at
+/// `corrected_at_ms` (its time then). While it was ahead it forgot the ids of envelopes
+/// that had expired by *its* time, some of which are still valid in real time; an
+/// envelope created before the correction that expired (with the skew) by the high
+/// water may be one of them, so it is refused as `expired` — fail closed. Envelopes
+/// created after the correction are unaffected, and the rule covers nothing once real
+/// time is past `high_water_ms` (such an envelope has expired anyway).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrunedAhead {
+    pub corrected_at_ms: u64,
+    pub high_water_ms: u64,
 }
 
 /// A verified, decrypted envelope.
@@ -146,6 +163,13 @@ pub fn open_parsed(
         return Err(OpenError::WrongRecipient);
     }
     check_time(env, ctx.now_ms, ctx.skew_ms, ctx.max_ttl_ms)?;
+    if let Some(p) = ctx.pruned_ahead {
+        if env.created_at_ms < p.corrected_at_ms
+            && env.expires_at_ms.saturating_add(ctx.skew_ms) <= p.high_water_ms
+        {
+            return Err(OpenError::Expired);
+        }
+    }
     let header = env.header_bytes();
     verify_sender(env, ctx.trust, &header)?;
     if seen(&env.sender_node_id, &env.message_id) {

@@ -11,7 +11,11 @@
 //!    synced when due, and otherwise the node sits in a long-poll.
 //!
 //! Any failure drops to `Offline` and retries on the PROTOCOL §14 schedule (5, 10, 20 … 300 s
-//! ±10 %); a success resets it.
+//! ±10 %); a success resets it. One failure is different: the gateway refused the
+//! node's timestamp and stated its own time, signed (`ClockSkew`). The machine asks for
+//! a time correction (`CorrectTime`); if time moved back, every deadline it computed
+//! from the wrong time is void and it reconnects at once; if not, it backs off as for
+//! any failure (RELIABILITY F2).
 
 use crate::store::backoff::delay_ms;
 
@@ -97,6 +101,17 @@ pub enum Event {
         error: String,
         jitter: f64,
     },
+    /// The gateway refused the request's timestamp and stated its time, `gateway_ms`
+    /// (verified: signed by the gateway, for this request).
+    ClockSkew {
+        error: String,
+        gateway_ms: u64,
+    },
+    /// The answer to [`Action::CorrectTime`]: whether the node's time moved back.
+    TimeCorrected {
+        moved: bool,
+        jitter: f64,
+    },
     Shutdown,
 }
 
@@ -114,6 +129,10 @@ pub enum Action {
     /// Sleep until `until_ms` (or a wake-up / shutdown).
     Wait {
         until_ms: u64,
+    },
+    /// Move the node's time back to `gateway_ms` if its clock agrees (`store::time`).
+    CorrectTime {
+        gateway_ms: u64,
     },
     Stop,
 }
@@ -180,6 +199,21 @@ impl Machine {
         }
     }
 
+    /// A failed attempt: offline, next attempt on the backoff schedule.
+    fn failed(&mut self, now: u64, jitter: f64) -> Action {
+        self.phase = Phase::Offline;
+        self.failures = self.failures.saturating_add(1);
+        // Failure n is followed by attempt n+1 of the schedule (5 s first).
+        self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
+        // Everything is due again once we are back.
+        self.outbox_dirty = true;
+        self.audit_due_ms = 0;
+        self.revocations_due_ms = 0;
+        Action::Wait {
+            until_ms: self.retry_at_ms,
+        }
+    }
+
     fn ok(&mut self, now: u64) {
         self.failures = 0;
         self.last_ok_ms = Some(now);
@@ -195,18 +229,28 @@ impl Machine {
                 return self.handshake();
             }
             Event::Failed { error, jitter } => {
-                self.phase = Phase::Offline;
-                self.failures = self.failures.saturating_add(1);
                 self.last_error = Some(error);
-                // Failure n is followed by attempt n+1 of the schedule (5 s first).
-                self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
-                // Everything is due again once we are back.
+                return self.failed(now, jitter);
+            }
+            Event::ClockSkew { error, gateway_ms } => {
+                self.phase = Phase::Offline;
+                self.last_error = Some(error);
+                return Action::CorrectTime { gateway_ms };
+            }
+            Event::TimeCorrected {
+                moved: false,
+                jitter,
+            } => return self.failed(now, jitter),
+            Event::TimeCorrected { moved: true, .. } => {
+                // Every deadline was computed from a time that turned out a week (say)
+                // ahead: waiting for any of them would wait that long.
+                self.retry_at_ms = 0;
+                self.pull_due_ms = 0;
                 self.outbox_dirty = true;
+                self.outbox_due_ms = 0;
                 self.audit_due_ms = 0;
                 self.revocations_due_ms = 0;
-                return Action::Wait {
-                    until_ms: self.retry_at_ms,
-                };
+                return self.handshake();
             }
             Event::Timer | Event::Woken if self.phase == Phase::Offline => {
                 if matches!(ev, Event::Woken) {

@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::machine::{Action, Event, Machine, MachineConfig};
-use super::transport::{SyncError, Transport};
+use super::transport::{PinnedKey, SyncError, Transport};
 use super::wire::{AckAnswer, AckRejected, AckRequest, PullAnswer};
 use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
 use crate::config::Config;
 use crate::envelope::Keys;
 use crate::store::Store;
-use crate::telemetry::{Metrics, UpstreamState};
+use crate::telemetry::{Metrics, TimeMovedBack, UpstreamState};
 use serde_json::value::RawValue;
 
 /// Audit entries per upload, at most (keeps one request well under the body limit).
@@ -40,7 +40,9 @@ pub fn spawn(
     let Some(up) = deps.cfg.upstream.clone() else {
         return Ok(None);
     };
-    let transport = Transport::new(&up, &deps.cfg.node_id, deps.keys.clone())?;
+    let node = deps.node.clone();
+    let pinned: PinnedKey = Arc::new(move |id: &str| node.pinned_key(id));
+    let transport = Transport::new(&up, &deps.cfg.node_id, deps.keys.clone(), pinned)?;
     let shared = Arc::new(Shared::default());
     let handle = SyncHandle {
         shared: shared.clone(),
@@ -72,10 +74,20 @@ pub(super) struct Worker {
 }
 
 pub(super) fn failed(e: &SyncError) -> Event {
+    if let SyncError::ClockSkew { gateway_ms, .. } = e {
+        return Event::ClockSkew {
+            error: e.to_string(),
+            gateway_ms: *gateway_ms,
+        };
+    }
     Event::Failed {
         error: e.to_string(),
-        jitter: rand::thread_rng().gen_range(-1.0..=1.0),
+        jitter: jitter(),
     }
+}
+
+fn jitter() -> f64 {
+    rand::thread_rng().gen_range(-1.0..=1.0)
 }
 
 impl Worker {
@@ -101,8 +113,9 @@ impl Worker {
                 Action::Push { max } => self.push(max).await,
                 Action::SyncAudit => self.sync_audit().await,
                 Action::FetchRevocations => self.revocations().await,
+                Action::CorrectTime { gateway_ms } => self.correct_time(gateway_ms).await,
             };
-            if matches!(ev, Event::Failed { .. }) {
+            if matches!(ev, Event::Failed { .. } | Event::ClockSkew { .. }) {
                 self.confirmed_audit = None;
             }
         }
@@ -131,6 +144,41 @@ impl Worker {
             }
             .emit(&self.deps.metrics);
             *was_connected = connected;
+        }
+    }
+
+    /// The gateway stated its time, signed, in answer to a request it refused as too
+    /// far off: take it if the clock agrees (`Store::correct_time`). The tolerance is
+    /// half the skew, so the next request is well inside the gateway's window.
+    async fn correct_time(&self, gateway_ms: u64) -> Event {
+        let store = &self.deps.store;
+        let from_ms = store.now_ms();
+        let tolerance_ms = self.deps.cfg.max_clock_skew_s * 1000 / 2;
+        let Some((fix, durable)) = store.correct_time(gateway_ms, tolerance_ms) else {
+            tracing::warn!(
+                event = "time_not_corrected",
+                node_ms = from_ms,
+                gateway_ms,
+                detail = "the gateway refused our timestamp, but our clock does not agree with its time; fix the clock (NTP) or the gateway's"
+            );
+            return Event::TimeCorrected {
+                moved: false,
+                jitter: jitter(),
+            };
+        };
+        TimeMovedBack {
+            from_ms,
+            to_ms: fix.corrected_at_ms,
+            source: self.t.gateway_id(),
+        }
+        .emit(&self.deps.metrics);
+        if let Err(e) = durable.await {
+            // Time did move (in memory); the floor follows with the next commit.
+            tracing::warn!(event = "time_correction_not_persisted", error = %e);
+        }
+        Event::TimeCorrected {
+            moved: true,
+            jitter: jitter(),
         }
     }
 
