@@ -363,6 +363,8 @@ pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenErr
         other => other,
     }?;
     learn_time(base, &opened);
+    // Before it is stored: the commit that remembers its id also persists this.
+    base.store.note_seen_created(opened.created_at_ms);
     Ok(opened)
 }
 
@@ -372,6 +374,7 @@ fn pruned_ahead(base: &Base) -> Option<PrunedAhead> {
     base.store.time_correction().map(|c| PrunedAhead {
         corrected_at_ms: c.corrected_at_ms,
         high_water_ms: c.high_water_ms,
+        seen_created_max_ms: c.seen_created_max_ms,
     })
 }
 

@@ -57,6 +57,7 @@ pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
                 pruned_ahead: store.time_correction().map(|c| PrunedAhead {
                     corrected_at_ms: c.corrected_at_ms,
                     high_water_ms: c.high_water_ms,
+                    seen_created_max_ms: c.seen_created_max_ms,
                 }),
             };
             // By hand: report a replay as information, do not record the id.

@@ -43,15 +43,28 @@ pub struct OpenContext<'a> {
 
 /// The receiver's time ran ahead up to `high_water_ms` and was moved back at
 /// `corrected_at_ms` (its time then). While it was ahead it forgot the ids of envelopes
-/// that had expired by *its* time, some of which are still valid in real time; an
-/// envelope created before the correction that expired (with the skew) by the high
-/// water may be one of them, so it is refused as `expired` — fail closed. Envelopes
-/// created after the correction are unaffected, and the rule covers nothing once real
-/// time is past `high_water_ms` (such an envelope has expired anyway).
+/// that had expired by *its* time, some of which are still valid in real time. Only
+/// ids it had remembered can be among them, and each of those envelopes was created at
+/// most at `seen_created_max_ms` (the newest `created_at` it had remembered by the
+/// correction). So an envelope created no later than that and before the correction,
+/// that expired (with the skew) by the high water, may be one of them and is refused as
+/// `expired` — fail closed. Envelopes created after what the receiver had seen are
+/// unaffected, and the rule covers nothing once real time is past `high_water_ms`
+/// (such an envelope has expired anyway).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrunedAhead {
     pub corrected_at_ms: u64,
     pub high_water_ms: u64,
+    pub seen_created_max_ms: u64,
+}
+
+impl PrunedAhead {
+    /// `true`: `env` may be an envelope whose id the receiver pruned (refuse it).
+    fn may_have_been_pruned(&self, env: &Envelope, skew_ms: u64) -> bool {
+        env.created_at_ms < self.corrected_at_ms
+            && env.created_at_ms <= self.seen_created_max_ms
+            && env.expires_at_ms.saturating_add(skew_ms) <= self.high_water_ms
+    }
 }
 
 /// A verified, decrypted envelope.
@@ -164,9 +177,7 @@ pub fn open_parsed(
     }
     check_time(env, ctx.now_ms, ctx.skew_ms, ctx.max_ttl_ms)?;
     if let Some(p) = ctx.pruned_ahead {
-        if env.created_at_ms < p.corrected_at_ms
-            && env.expires_at_ms.saturating_add(ctx.skew_ms) <= p.high_water_ms
-        {
+        if p.may_have_been_pruned(env, ctx.skew_ms) {
             return Err(OpenError::Expired);
         }
     }

@@ -199,7 +199,7 @@ impl Store {
         let time = Arc::new(time::TimeKeeper::new(
             clock,
             opened.time_floor_ms,
-            opened.time_correction,
+            opened.time_history,
         ));
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(writer::CommitStats::default());
@@ -210,6 +210,7 @@ impl Store {
             opts: opts.clone(),
             time: time.clone(),
             next_seq: opened.next_seq,
+            seen_written: opened.time_history.seen_created_max_ms,
             wake: tx.clone(),
         };
         let thread = std::thread::Builder::new()
@@ -307,10 +308,17 @@ impl Store {
             vec![WriteOp::TimeCorrected {
                 high_water_ms: c.high_water_ms,
                 corrected_at_ms: c.corrected_at_ms,
+                seen_created_max_ms: c.seen_created_max_ms,
             }],
             |_| Ok(()),
         );
         Some((c, durable))
+    }
+
+    /// An envelope created at `created_at_ms` is about to be stored and its id remembered
+    /// for replay protection: call before the commit that stores it (see `time`).
+    pub fn note_seen_created(&self, created_at_ms: u64) {
+        self.inner.time.note_seen_created(created_at_ms);
     }
 
     /// The latest correction of the store's time, if it was ever moved back: until real

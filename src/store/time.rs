@@ -23,11 +23,17 @@
 //! *and the clock agrees with it*, time goes back to it. Neither alone can move it: a
 //! gateway cannot drag a node's time back against its clock, and a clock that steps
 //! back (1970) is still floored. The correction is remembered (`high_water_ms`,
-//! `corrected_at_ms`) because replay memory may have been pruned while time was ahead.
+//! `corrected_at_ms`) because replay memory may have been pruned while time was ahead,
+//! and so is the newest `created_at` of any envelope whose id went into replay memory
+//! ([`TimeKeeper::note_seen_created`]): only those ids can have been pruned.
 
 use std::sync::Mutex;
 
 use crate::clock::SharedClock;
+
+/// The largest clock skew a configuration may allow (`security.max_clock_skew_s` is
+/// capped at 3600): an envelope accepted at store time `t` was created by `t` plus this.
+pub const MAX_SKEW_MS: u64 = 3_600_000;
 
 /// Forward steps larger than this are treated as clock corrections, not elapsed time.
 pub const MAX_STEP_MS: u64 = 10 * 60 * 1000;
@@ -46,6 +52,17 @@ pub struct TimeCorrection {
     pub high_water_ms: u64,
     /// The store's time right after the (latest) correction.
     pub corrected_at_ms: u64,
+    /// The newest `created_at` of an envelope remembered before the correction: an
+    /// envelope created later cannot be one whose id was pruned.
+    pub seen_created_max_ms: u64,
+}
+
+/// What the store persisted besides the floor (restored on open).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct History {
+    pub correction: Option<TimeCorrection>,
+    /// See [`TimeKeeper::note_seen_created`].
+    pub seen_created_max_ms: u64,
 }
 
 struct State {
@@ -53,11 +70,12 @@ struct State {
     last_clock_ms: u64,
     persisted_ms: u64,
     correction: Option<TimeCorrection>,
+    seen_created_max_ms: u64,
 }
 
 impl TimeKeeper {
-    /// `floor_ms` and `correction` as the store persisted them.
-    pub fn new(clock: SharedClock, floor_ms: u64, correction: Option<TimeCorrection>) -> Self {
+    /// `floor_ms` and `history` as the store persisted them.
+    pub fn new(clock: SharedClock, floor_ms: u64, history: History) -> Self {
         let c = clock.now_ms();
         Self {
             clock,
@@ -65,7 +83,8 @@ impl TimeKeeper {
                 virtual_ms: c.max(floor_ms),
                 last_clock_ms: c,
                 persisted_ms: floor_ms,
-                correction,
+                correction: history.correction,
+                seen_created_max_ms: history.seen_created_max_ms,
             }),
         }
     }
@@ -125,9 +144,22 @@ impl TimeKeeper {
         let c = TimeCorrection {
             high_water_ms,
             corrected_at_ms: s.virtual_ms,
+            seen_created_max_ms: s.seen_created_max_ms,
         };
         s.correction = Some(c);
         Some(c)
+    }
+
+    /// An envelope created at `created_at_ms` is about to have its id remembered (the
+    /// node's receive pipeline calls this before storing it). Persisted with the next
+    /// commit — the one that stores it — so it is never behind what replay memory holds.
+    pub fn note_seen_created(&self, created_at_ms: u64) {
+        let mut s = self.lock();
+        s.seen_created_max_ms = s.seen_created_max_ms.max(created_at_ms);
+    }
+
+    pub fn seen_created_max(&self) -> u64 {
+        self.lock().seen_created_max_ms
     }
 
     /// The latest correction, if time was ever moved back.
@@ -153,7 +185,7 @@ mod tests {
     #[test]
     fn boot_in_1970_resumes_from_the_floor_and_keeps_flowing() {
         let c = ManualClock::new(5_000);
-        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, History::default());
         assert_eq!(t.now_ms(), Y2026);
         c.advance_ms(1_000);
         assert_eq!(t.now_ms(), Y2026 + 1_000);
@@ -162,7 +194,7 @@ mod tests {
     #[test]
     fn ntp_jump_is_followed_not_added_twice() {
         let c = ManualClock::new(5_000);
-        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, History::default());
         c.set(Y2026 + 3_600_000);
         assert_eq!(t.now_ms(), Y2026 + 3_600_000);
         c.advance_ms(10);
@@ -174,7 +206,7 @@ mod tests {
         // Booted into 1970 after 90 s without power: time resumes at the floor, 90 s
         // behind real time, until the gateway's signed timestamp says otherwise.
         let c = ManualClock::new(5_000);
-        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, History::default());
         assert_eq!(t.not_before(Y2026 + 90_000), 90_000);
         assert_eq!(t.now_ms(), Y2026 + 90_000);
         c.advance_ms(1_000);
@@ -204,7 +236,8 @@ mod tests {
     #[test]
     fn a_week_ahead_then_back_is_corrected_to_trusted_time() {
         let c = ManualClock::new(Y2026);
-        let t = TimeKeeper::new(Arc::new(c.clone()), 0, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), 0, History::default());
+        t.note_seen_created(Y2026 - 5_000);
         c.set(Y2026 + WEEK);
         assert_eq!(t.now_ms(), Y2026 + WEEK);
         c.set(Y2026 + 1_000);
@@ -219,6 +252,7 @@ mod tests {
             TimeCorrection {
                 high_water_ms: Y2026 + WEEK,
                 corrected_at_ms: Y2026 + 1_200,
+                seen_created_max_ms: Y2026 - 5_000,
             },
             "max(clock, trusted)"
         );
@@ -240,7 +274,7 @@ mod tests {
     #[test]
     fn refused_while_the_clock_is_still_ahead() {
         let c = ManualClock::new(Y2026 + WEEK);
-        let t = TimeKeeper::new(Arc::new(c.clone()), 0, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), 0, History::default());
         assert_eq!(t.correct_back(Y2026, TOL), None);
         assert_eq!(t.now_ms(), Y2026 + WEEK);
         // Ahead by more than the tolerance is still ahead.
@@ -253,7 +287,7 @@ mod tests {
     #[test]
     fn refused_when_the_trusted_time_is_ahead() {
         let c = ManualClock::new(Y2026);
-        let t = TimeKeeper::new(Arc::new(c.clone()), 0, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), 0, History::default());
         assert_eq!(t.correct_back(Y2026 + WEEK, TOL), None);
         assert_eq!(t.correct_back(Y2026 + TOL, TOL), None, "within tolerance");
         assert_eq!(t.now_ms(), Y2026);
@@ -263,7 +297,7 @@ mod tests {
     #[test]
     fn refused_with_a_1970_clock() {
         let c = ManualClock::new(5_000);
-        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026 + WEEK, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026 + WEEK, History::default());
         assert_eq!(t.correct_back(Y2026, TOL), None);
         assert_eq!(t.now_ms(), Y2026 + WEEK);
     }
@@ -271,7 +305,7 @@ mod tests {
     #[test]
     fn a_second_correction_keeps_the_highest_high_water() {
         let c = ManualClock::new(Y2026 + WEEK);
-        let t = TimeKeeper::new(Arc::new(c.clone()), 0, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), 0, History::default());
         c.set(Y2026);
         t.correct_back(Y2026, TOL).unwrap();
         c.set(Y2026 + 86_400_000);
@@ -291,7 +325,7 @@ mod tests {
             trusted_off in -(WEEK as i64)..WEEK as i64,
         ) {
             let c = ManualClock::new(Y2026 + ahead);
-            let t = TimeKeeper::new(Arc::new(c.clone()), 0, None);
+            let t = TimeKeeper::new(Arc::new(c.clone()), 0, History::default());
             let clock = Y2026.saturating_add_signed(clock_off);
             let trusted = Y2026.saturating_add_signed(trusted_off);
             c.set(clock);
@@ -313,7 +347,7 @@ mod tests {
     #[test]
     fn backward_clock_never_moves_time_back() {
         let c = ManualClock::new(Y2026);
-        let t = TimeKeeper::new(Arc::new(c.clone()), 0, None);
+        let t = TimeKeeper::new(Arc::new(c.clone()), 0, History::default());
         assert_eq!(t.now_ms(), Y2026);
         c.set(Y2026 - 50_000);
         assert_eq!(t.now_ms(), Y2026);

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::blobs::Blobs;
-use super::codec::{parse_u64, u64_val, META_NEXT_SEQ, META_TIME_FLOOR, T_BLOBREF, T_META};
+use super::codec::{
+    parse_u64, u64_val, META_NEXT_SEQ, META_SEEN_CREATED_MAX, META_TIME_FLOOR, T_BLOBREF, T_META,
+};
 use super::engine::Engine;
 use super::error::StoreError;
 use super::ops::{self, OpOutcome, WriteOp};
@@ -59,6 +61,9 @@ pub struct Writer {
     pub opts: StoreOptions,
     pub time: Arc<TimeKeeper>,
     pub next_seq: u64,
+    /// `time::TimeKeeper::seen_created_max` as last committed: written again only when
+    /// it moved, so a commit without inbound envelopes costs nothing more.
+    pub seen_written: u64,
     /// The writer's own channel, for the sync thread's [`Msg::Synced`].
     pub wake: mpsc::Sender<Msg>,
 }
@@ -260,6 +265,7 @@ impl Writer {
         // is taken, so a request submitted after a time correction never commits with a
         // floor read before it (the floor can go down: `time::TimeKeeper::correct_back`).
         let mut floor_ms = now_ms;
+        let mut seen_ms = self.seen_written;
         let mut answers: Vec<Answer> = Vec::new();
         let mut unreferenced = Vec::new();
         let mut first = Some(first);
@@ -319,6 +325,16 @@ impl Writer {
             // Advance the persisted time floor with every commit (see `time`).
             floor_ms = self.time.now_ms();
             group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(floor_ms)));
+            // Read after the group's last request, like the floor: an envelope noted
+            // before its enqueue was submitted is covered by the commit that stores it.
+            seen_ms = self.time.seen_created_max();
+            if seen_ms != self.seen_written {
+                group.set(
+                    T_META,
+                    META_SEEN_CREATED_MAX.to_vec(),
+                    Some(u64_val(seen_ms)),
+                );
+            }
             group.into_batch()
         });
         if let Err(e) = &result {
@@ -336,6 +352,9 @@ impl Writer {
             }
         }
         let ok = answers.iter().filter(|(_, r)| r.is_ok()).count() as u64;
+        if ok > 0 {
+            self.seen_written = seen_ms;
+        }
         Committed {
             answers,
             ok,

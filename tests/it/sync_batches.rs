@@ -309,15 +309,39 @@ async fn a_node_whose_clock_went_a_week_ahead_and_back_talks_to_its_gateway_agai
         std::fs::write(&tmp, format!("{spec}\n")).unwrap();
         std::fs::rename(&tmp, &offset).unwrap();
     };
-    set_clock("+7d");
+    set_clock("+0");
     let n = node.start_with_env(&[
         ("LD_PRELOAD", lib),
         ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
         ("FAKETIME_NO_CACHE", "1"),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ]);
+    let inbox_ids = || async {
+        let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
+        let got: Vec<i64> = inbox["messages"]
+            .as_array()
+            .map(|ms| {
+                ms.iter()
+                    .filter_map(|m| m["payload"]["i"].as_i64())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (got, inbox)
+    };
+    crate::sim::command(&g, &gw_admin, "node:b1", 0, 3600).await;
     wait_until(
-        "the gateway refused the node's first request",
+        "the first command in the node's inbox",
+        Duration::from_secs(20),
+        || async {
+            let (got, inbox) = inbox_ids().await;
+            (got == vec![0]).then_some(()).ok_or(format!("{inbox}"))
+        },
+    )
+    .await;
+    // A bad NTP answer: a week ahead.
+    set_clock("+7d");
+    wait_until(
+        "the gateway refused a request from a week ahead",
         Duration::from_secs(20),
         || async {
             let log = g.log_text();
@@ -327,27 +351,20 @@ async fn a_node_whose_clock_went_a_week_ahead_and_back_talks_to_its_gateway_agai
         },
     )
     .await;
-    // NTP sets the clock right; two commands wait at the gateway. Created before the
-    // node's time is corrected, each could be one whose id the node forgot while it was
-    // ahead (PROTOCOL §6): the one that expires within the week the node was ahead is
-    // refused as expired (fail closed), the one that outlives it is not.
+    // NTP sets the clock right; two commands wait at the gateway, one for an hour, one
+    // for a week. Both were created after everything the node had remembered, so
+    // neither can be one whose id it forgot while it was ahead (PROTOCOL §6).
     set_clock("+0");
     crate::sim::command(&g, &gw_admin, "node:b1", 1, 3600).await;
     crate::sim::command(&g, &gw_admin, "node:b1", 2, 7 * 86_400).await;
     wait_until(
-        "the week-long command in the node's inbox",
+        "both commands in the node's inbox",
         Duration::from_secs(30),
         || async {
-            let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
-            let got: Vec<i64> = inbox["messages"]
-                .as_array()
-                .map(|ms| {
-                    ms.iter()
-                        .filter_map(|m| m["payload"]["i"].as_i64())
-                        .collect()
-                })
-                .unwrap_or_default();
-            (got == vec![2]).then_some(()).ok_or(format!(
+            let (got, inbox) = inbox_ids().await;
+            // The first, an hour long, expired while the node was a week ahead (by
+            // design: a clock ahead expires things early, PROTOCOL §6).
+            (got == vec![1, 2]).then_some(()).ok_or(format!(
                 "{inbox}\n{}",
                 get_json(&n, "/v1/status", "").await["upstream"]
             ))

@@ -256,21 +256,26 @@ fn time_window_edges() {
 
 /// RELIABILITY F2: a node whose time ran a week ahead pruned the ids of envelopes that
 /// had expired by its time but not by real time; after its time was moved back, one of
-/// those replayed would be "new". Envelopes created before the correction that expired
-/// (with the skew) by the high water are refused as expired; later ones are not.
+/// those replayed would be "new". Envelopes created before the correction, no later
+/// than the newest one it had remembered, that expired (with the skew) by the high water
+/// are refused as expired; the others are not.
 #[test]
 fn after_a_time_correction_what_the_replay_memory_may_have_lost_is_expired() {
     let w = world();
     let env = sealed(&w); // created T0, expires T0 + 1 h
     let now = T0 + 60_000;
-    let pruned = |corrected_at_ms: u64, high_water_ms: u64| {
+    let pruned_seen = |corrected_at_ms: u64, high_water_ms: u64, seen_created_max_ms: u64| {
         let mut c = ctx(&w, now);
         c.pruned_ahead = Some(PrunedAhead {
             corrected_at_ms,
             high_water_ms,
+            seen_created_max_ms,
         });
         code(open(&env.to_json(), &c, &never_seen))
     };
+    // The receiver had remembered an envelope created as late as this one.
+    let pruned =
+        |corrected_at_ms: u64, high_water_ms: u64| pruned_seen(corrected_at_ms, high_water_ms, T0);
     let week = 7 * 86_400_000;
     assert_eq!(code(open_at(&w, &env, now)), "ok", "without a correction");
     assert_eq!(pruned(T0 + 30_000, T0 + week), "expired");
@@ -285,6 +290,11 @@ fn after_a_time_correction_what_the_replay_memory_may_have_lost_is_expired() {
         pruned(T0, T0 + week),
         "ok",
         "created at (not before) the correction"
+    );
+    assert_eq!(
+        pruned_seen(T0 + 30_000, T0 + week, T0 - 1),
+        "ok",
+        "created after every envelope the receiver had remembered: never pruned"
     );
 }
 

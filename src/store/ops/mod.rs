@@ -107,6 +107,7 @@ pub enum WriteOp {
     TimeCorrected {
         high_water_ms: u64,
         corrected_at_ms: u64,
+        seen_created_max_ms: u64,
     },
 }
 
@@ -262,7 +263,13 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
         WriteOp::TimeCorrected {
             high_water_ms,
             corrected_at_ms,
+            seen_created_max_ms,
         } => {
+            tx.put(
+                T_META,
+                META_TIME_SEEN_AT_CORRECTION.to_vec(),
+                u64_val(seen_created_max_ms),
+            );
             tx.put(
                 T_META,
                 META_TIME_HIGH_WATER.to_vec(),

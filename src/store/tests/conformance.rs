@@ -590,7 +590,11 @@ fn a_time_correction_lowers_the_persisted_floor_and_survives_reopen(kind: Engine
     let c = ManualClock::new(T0 + WEEK);
     {
         let s = open(kind, d.path(), &c);
-        s.touch_time().wait().unwrap();
+        // An envelope remembered before: its created_at is persisted by its commit.
+        s.note_seen_created(T0 - 10);
+        let mut m = msg("gw", "seen", 0, b"x");
+        m.expires_at_ms = T0 + 2 * WEEK;
+        s.enqueue(m).wait().unwrap();
         // NTP sets the clock right; without a trusted time the floor holds.
         c.set(T0);
         assert_eq!(s.now_ms(), T0 + WEEK);
@@ -603,6 +607,7 @@ fn a_time_correction_lowers_the_persisted_floor_and_survives_reopen(kind: Engine
         durable.wait().unwrap();
         assert_eq!(fix.high_water_ms, T0 + WEEK);
         assert_eq!(fix.corrected_at_ms, T0 + 100);
+        assert_eq!(fix.seen_created_max_ms, T0 - 10);
         assert_eq!(s.now_ms(), T0 + 100);
     }
     // Reopened (even with the clock in 1970): time resumes from the lowered floor, and
@@ -612,8 +617,28 @@ fn a_time_correction_lowers_the_persisted_floor_and_survives_reopen(kind: Engine
     assert_eq!(s.now_ms(), T0 + 100);
     let fix = s.time_correction().unwrap();
     assert_eq!(
-        (fix.high_water_ms, fix.corrected_at_ms),
-        (T0 + WEEK, T0 + 100)
+        (
+            fix.high_water_ms,
+            fix.corrected_at_ms,
+            fix.seen_created_max_ms
+        ),
+        (T0 + WEEK, T0 + 100, T0 - 10)
+    );
+    assert_eq!(s.inner.time.seen_created_max(), T0 - 10);
+    // A store from before the newest-created_at key: bounded by its floor plus the
+    // largest skew a configuration allows.
+    s.inner
+        .engine
+        .apply(&[engine::BatchOp::Delete {
+            tree: codec::T_META,
+            key: codec::META_SEEN_CREATED_MAX.to_vec(),
+        }])
+        .unwrap();
+    drop(s);
+    let s = open(kind, d.path(), &c2);
+    assert_eq!(
+        s.inner.time.seen_created_max(),
+        T0 + 100 + time::MAX_SKEW_MS
     );
 }
 
