@@ -128,6 +128,7 @@ fn main() {
         skew_ms: 300_000,
         max_bytes: 1 << 20,
         max_ttl_ms: 7 * 86_400_000,
+        pruned_ahead: None,
     };
     assert!(open(&wire, &ctx, &|_, _| false).is_ok());
 

@@ -445,6 +445,7 @@ fn crypto_ceiling(n: usize) -> (f64, f64) {
                             skew_ms: 60_000,
                             max_bytes: 1 << 20,
                             max_ttl_ms: 86_400_000,
+                            pruned_ahead: None,
                         };
                         open(e, &ctx, &|_, _| false).unwrap();
                     }

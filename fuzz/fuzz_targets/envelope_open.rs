@@ -40,6 +40,7 @@ fuzz_target!(|data: &[u8]| {
         skew_ms: 300_000,
         max_bytes: 1 << 20,
         max_ttl_ms: 7 * 86_400_000,
+        pruned_ahead: None,
     };
     if let Err(e) = open(data, &ctx, &|_, _| false) {
         // Every refusal has a stable code.

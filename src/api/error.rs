@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::app::error::NodeError;
-use crate::envelope::OpenError;
+use crate::envelope::{OpenError, TimeStatement};
 use crate::store::StoreError;
 use crate::token::DenyCode;
 use crate::tools::ToolError;
@@ -18,6 +18,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub retry_after_s: Option<u64>,
+    /// `error.time` of a 401 `clock_skew`: the gateway's signed time (PROTOCOL §5).
+    pub time: Option<Box<TimeStatement>>,
 }
 
 impl ApiError {
@@ -27,6 +29,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_s: None,
+            time: None,
         }
     }
 
@@ -35,6 +38,18 @@ impl ApiError {
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+    /// A signed node request whose timestamp is outside the skew, answered with the
+    /// gateway's signed time so the node can tell how far off its clock is.
+    pub fn clock_skew(time: TimeStatement) -> Self {
+        Self {
+            time: Some(Box::new(time)),
+            ..Self::new(
+                StatusCode::UNAUTHORIZED,
+                "clock_skew",
+                "request timestamp outside the allowed clock skew; see error.time",
+            )
+        }
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
@@ -90,7 +105,11 @@ impl ApiError {
     /// The one error body: `{"ok":false,"error":{"code":..,"message":..}}`. Also written
     /// by hand by the HTTP edge for requests that never reach a router.
     pub fn body_json(&self) -> serde_json::Value {
-        json!({"ok": false, "error": {"code": self.code, "message": self.message}})
+        let mut body = json!({"ok": false, "error": {"code": self.code, "message": self.message}});
+        if let Some(t) = &self.time {
+            body["error"]["time"] = json!(t);
+        }
+        body
     }
 }
 
@@ -159,6 +178,7 @@ impl From<NodeError> for ApiError {
             code: e.code(),
             message: e.public_message(),
             retry_after_s: e.retry_after_s(),
+            time: None,
         }
     }
 }

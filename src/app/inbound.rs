@@ -12,7 +12,7 @@ use super::base::Base;
 use super::error::NodeError;
 use super::recorder::Recorder;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
-use crate::envelope::{open, OpenContext, OpenError, Opened};
+use crate::envelope::{open, OpenContext, OpenError, Opened, PrunedAhead};
 use crate::store::{Batch, EnqueueOutcome, NewMessage};
 use crate::sync::wire::InboxRecord;
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
@@ -344,6 +344,7 @@ pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenErr
             skew_ms: base.skew_ms(),
             max_bytes: base.cfg.queue.max_message_bytes as usize,
             max_ttl_ms: base.cfg.queue.max_ttl_s * 1000,
+            pruned_ahead: pruned_ahead(base),
         };
         // Dedup scopes are the receiving queues; ids are unique per sender and in
         // practice globally (UUIDv7/ULID), so either queue having it is a replay.
@@ -362,7 +363,19 @@ pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenErr
         other => other,
     }?;
     learn_time(base, &opened);
+    // Before it is stored: the commit that remembers its id also persists this.
+    base.store.note_seen_created(opened.created_at_ms);
     Ok(opened)
+}
+
+/// The window of replay memory the node may have lost while its time was ahead, if its
+/// time was ever moved back (RELIABILITY F2; `store::time`).
+fn pruned_ahead(base: &Base) -> Option<PrunedAhead> {
+    base.store.time_correction().map(|c| PrunedAhead {
+        corrected_at_ms: c.corrected_at_ms,
+        high_water_ms: c.high_water_ms,
+        seen_created_max_ms: c.seen_created_max_ms,
+    })
 }
 
 /// An authenticated envelope sealed by this node's own gateway was created no later

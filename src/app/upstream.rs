@@ -72,6 +72,13 @@ impl NodeLink for Link {
         })
     }
 
+    fn pinned_key(&self, peer: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        self.pinned(peer).or_else(|| {
+            self.0.base().reload_trust_if_stale();
+            self.pinned(peer)
+        })
+    }
+
     fn audit_batch(
         &self,
         confirmed_size: u64,
@@ -96,6 +103,12 @@ impl NodeLink for Link {
             .await
             .map_err(|e| e.to_string())?
         })
+    }
+}
+
+impl Link {
+    fn pinned(&self, peer: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        self.0.base().trust().get(peer).map(|p| p.keys.sign)
     }
 }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::common::{load_config, load_keys, open_store, parse_ttl_ms, read_input};
 use super::{ConfigArg, EnvelopeCmd, Exit};
 use crate::daemon::trust;
-use crate::envelope::{open, seal, OpenContext, SealParams};
+use crate::envelope::{open, seal, OpenContext, PrunedAhead, SealParams};
 
 pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
@@ -54,6 +54,11 @@ pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
                 skew_ms: cfg.max_clock_skew_s * 1000,
                 max_bytes: cfg.queue.max_message_bytes as usize,
                 max_ttl_ms: cfg.queue.max_ttl_s * 1000,
+                pruned_ahead: store.time_correction().map(|c| PrunedAhead {
+                    corrected_at_ms: c.corrected_at_ms,
+                    high_water_ms: c.high_water_ms,
+                    seen_created_max_ms: c.seen_created_max_ms,
+                }),
             };
             // By hand: report a replay as information, do not record the id.
             let seen = |_sender: &str, id: &str| {

@@ -1,5 +1,6 @@
 //! Identities, trust store logic, envelope v1 seal/open and HTTP request signatures
-//! (`docs/PROTOCOL.md` §2, §3, §5).
+//! (`docs/PROTOCOL.md` §2, §3, §5), and the
+//! gateway's signed time statements (§5).
 //!
 //! Pure logic: no I/O except [`Keys::save`] / [`Keys::load`], and no clock — every
 //! time-dependent function takes `now_ms`, which callers compute as
@@ -25,6 +26,8 @@
 //! - Relaying without decrypting (gateway queues): [`check_relay`]`(&env, &trust, now_ms,
 //!   skew_ms, max_ttl_ms)`.
 //! - Request signatures: [`sign_request`], [`verify_request`], [`SeenSignatures`].
+//! - The gateway's signed time for a node whose timestamp it refused:
+//!   [`sign_time_statement`], [`verify_time_statement`].
 //!
 //! ## Error codes of `open` (→ suggested HTTP status)
 //!
@@ -40,6 +43,7 @@ mod open;
 mod pae;
 mod request_sig;
 mod seal;
+mod time_statement;
 mod trust;
 mod wire;
 
@@ -53,7 +57,8 @@ pub use identity::{
 pub use keys::{KeyFileError, Keys};
 pub use node_id::{is_valid_node_id, validate_node_id, InvalidNodeId};
 pub use open::{
-    check_relay, hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError, Opened,
+    check_relay, hpke_open, open, open_parsed, replay_keep_until_ms, OpenContext, OpenError,
+    Opened, PrunedAhead,
 };
 pub use pae::{b64_decode, b64_decode_array, b64_encode, pae};
 pub use request_sig::{
@@ -61,6 +66,10 @@ pub use request_sig::{
     VerifiedRequest, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP, HTTP_DOMAIN,
 };
 pub use seal::{hpke_derive_public, hpke_seal, seal, FixedRng, SealError, SealParams};
+pub use time_statement::{
+    sign_time_statement, time_statement_signed_bytes, verify_time_statement, TimeStatement,
+    TimeStatementError, TIME_DOMAIN,
+};
 pub use trust::{Peer, Rights, TrustError, TrustStore};
 pub use wire::{
     is_valid_message_id, is_valid_payload_type, Envelope, WireError, ENVELOPE_DOMAIN,

@@ -1,6 +1,7 @@
 //! The receive pipeline (PROTOCOL §3) as one pure function, cheapest checks first:
-//! size → parse → recipient is me → time window → sender trusted with `send` →
-//! signature (strict) → replay → decrypt.
+//! size → parse → recipient is me → time window (and, after a time correction, the
+//! window the replay memory may have lost: [`PrunedAhead`]) → sender trusted with
+//! `send` → signature (strict) → replay → decrypt.
 //!
 //! Ordering is a DoS defence: everything before the signature costs microseconds and
 //! needs no secret, and decryption (the only step touching our X25519 secret) runs only
@@ -35,6 +36,35 @@ pub struct OpenContext<'a> {
     /// Longest accepted `expires_at_ms - created_at_ms` (config `queue.max_ttl_s`), which
     /// bounds how long the caller must remember message ids.
     pub max_ttl_ms: u64,
+    /// Set when the receiver's time was once moved back (RELIABILITY F2): its replay
+    /// memory may be missing ids it pruned while its time was ahead.
+    pub pruned_ahead: Option<PrunedAhead>,
+}
+
+/// The receiver's time ran ahead up to `high_water_ms` and was moved back at
+/// `corrected_at_ms` (its time then). While it was ahead it forgot the ids of envelopes
+/// that had expired by *its* time, some of which are still valid in real time. Only
+/// ids it had remembered can be among them, and each of those envelopes was created at
+/// most at `seen_created_max_ms` (the newest `created_at` it had remembered by the
+/// correction). So an envelope created no later than that and before the correction,
+/// that expired (with the skew) by the high water, may be one of them and is refused as
+/// `expired` — fail closed. Envelopes created after what the receiver had seen are
+/// unaffected, and the rule covers nothing once real time is past `high_water_ms`
+/// (such an envelope has expired anyway).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrunedAhead {
+    pub corrected_at_ms: u64,
+    pub high_water_ms: u64,
+    pub seen_created_max_ms: u64,
+}
+
+impl PrunedAhead {
+    /// `true`: `env` may be an envelope whose id the receiver pruned (refuse it).
+    fn may_have_been_pruned(&self, env: &Envelope, skew_ms: u64) -> bool {
+        env.created_at_ms < self.corrected_at_ms
+            && env.created_at_ms <= self.seen_created_max_ms
+            && env.expires_at_ms.saturating_add(skew_ms) <= self.high_water_ms
+    }
 }
 
 /// A verified, decrypted envelope.
@@ -146,6 +176,11 @@ pub fn open_parsed(
         return Err(OpenError::WrongRecipient);
     }
     check_time(env, ctx.now_ms, ctx.skew_ms, ctx.max_ttl_ms)?;
+    if let Some(p) = ctx.pruned_ahead {
+        if p.may_have_been_pruned(env, ctx.skew_ms) {
+            return Err(OpenError::Expired);
+        }
+    }
     let header = env.header_bytes();
     verify_sender(env, ctx.trust, &header)?;
     if seen(&env.sender_node_id, &env.message_id) {

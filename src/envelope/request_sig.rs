@@ -66,6 +66,7 @@ pub fn sign_request(
 pub enum RequestSigError {
     #[error("missing or malformed request signature headers")]
     Malformed,
+    /// The signature verified: only the timestamp is outside the skew.
     #[error("request timestamp outside the allowed clock skew")]
     Stale,
     #[error("unknown node")]
@@ -110,15 +111,18 @@ pub fn verify_request(
 ) -> Result<VerifiedRequest, RequestSigError> {
     let ts: u64 = parse_canonical_u64(timestamp).ok_or(RequestSigError::Malformed)?;
     let sig = b64_decode_array::<64>(signature_b64).ok_or(RequestSigError::Malformed)?;
-    if ts.abs_diff(now_ms) > skew_ms {
-        return Err(RequestSigError::Stale);
-    }
     let peer = trust.get(node_id).ok_or(RequestSigError::UnknownNode)?;
     let msg = request_signed_bytes(node_id, method, path_and_query, timestamp, body);
     peer.keys
         .sign
         .verify_strict(&msg, &Signature::from_bytes(&sig))
         .map_err(|_| RequestSigError::BadSignature)?;
+    // After the signature: `Stale` says the node is who it claims and only its clock is
+    // off, so the gateway may answer it with its own signed time (PROTOCOL §5). It costs
+    // a stale request one verification more than checking the time first did.
+    if ts.abs_diff(now_ms) > skew_ms {
+        return Err(RequestSigError::Stale);
+    }
     Ok(VerifiedRequest {
         timestamp_ms: ts,
         signature: sig,
@@ -350,6 +354,26 @@ mod tests {
             ),
             RequestSigError::Stale
         );
+    }
+
+    /// `Stale` earns a signed time statement from the gateway (RELIABILITY F2), so
+    /// only a request whose signature verifies may get it: a forged or unknown one
+    /// outside the window is refused for what it is.
+    #[test]
+    fn a_stale_timestamp_is_reported_only_after_the_signature_verifies() {
+        let (k, t) = setup();
+        let week_ahead = 1_763_798_400_000 + 7 * 86_400_000;
+        let now = 1_763_798_400_000;
+        let ts = week_ahead.to_string();
+        let sig = sign_request(&k, "node:a", "GET", "/x", week_ahead, b"");
+        let v = |node: &str, sig: &str, body: &[u8]| {
+            verify_request(&t, node, "GET", "/x", &ts, sig, body, now, 300_000).unwrap_err()
+        };
+        assert_eq!(v("node:a", &sig, b""), RequestSigError::Stale);
+        assert_eq!(v("node:a", &sig, b"x"), RequestSigError::BadSignature);
+        let forged = sign_request(&Keys::generate(), "node:a", "GET", "/x", week_ahead, b"");
+        assert_eq!(v("node:a", &forged, b""), RequestSigError::BadSignature);
+        assert_eq!(v("node:z", &sig, b""), RequestSigError::UnknownNode);
     }
 
     #[test]

@@ -198,6 +198,7 @@ fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
         skew_ms: gw.skew_ms(),
         max_bytes: gw.cfg.queue.max_message_bytes as usize,
         max_ttl_ms: gw.cfg.queue.max_ttl_s * 1000,
+        pruned_ahead: None,
     };
     // The replay check is pure; the state was asked about this id before.
     let seen = |_s: &str, id: &str| m.seen && id == m.env.message_id;

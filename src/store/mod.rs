@@ -104,6 +104,7 @@ pub use ops::{REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
 pub use options::StoreOptions;
 pub use schema::SCHEMA_VERSION;
 pub use submitted::Submitted;
+pub use time::TimeCorrection;
 pub use types::{
     AckOutcome, DoctorReport, EnqueueOutcome, ExpiredMessage, MessageState, MessageStatus,
     NewMessage, Page, QueueStat, StoredMessage,
@@ -195,7 +196,11 @@ impl Store {
         let blobs =
             blobs::Blobs::open(dir).map_err(|e| StoreError::from_io("open blob dir", &e))?;
         let opened = schema::prepare(engine.as_ref(), &blobs, opts.verify_on_open)?;
-        let time = Arc::new(time::TimeKeeper::new(clock, opened.time_floor_ms));
+        let time = Arc::new(time::TimeKeeper::new(
+            clock,
+            opened.time_floor_ms,
+            opened.time_history,
+        ));
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(writer::CommitStats::default());
         let w = writer::Writer {
@@ -205,6 +210,7 @@ impl Store {
             opts: opts.clone(),
             time: time.clone(),
             next_seq: opened.next_seq,
+            seen_written: opened.time_history.seen_created_max_ms,
             wake: tx.clone(),
         };
         let thread = std::thread::Builder::new()
@@ -284,6 +290,42 @@ impl Store {
     /// how far it moved.
     pub fn time_not_before(&self, ms: u64) -> u64 {
         self.inner.time.not_before(ms)
+    }
+
+    /// The node's gateway stated (signed) that real time is `trusted_ms`: if the store's
+    /// time is ahead of it by more than `tolerance_ms` and the clock agrees with it
+    /// within `tolerance_ms`, time goes back to `max(clock, trusted_ms)` (see `time`,
+    /// RELIABILITY F2). Returns the correction and the write that makes it durable —
+    /// the lowered floor and the correction itself, restored on open — or `None` when
+    /// nothing changed.
+    pub fn correct_time(
+        &self,
+        trusted_ms: u64,
+        tolerance_ms: u64,
+    ) -> Option<(TimeCorrection, Submitted<()>)> {
+        let c = self.inner.time.correct_back(trusted_ms, tolerance_ms)?;
+        let durable = self.submit(
+            vec![WriteOp::TimeCorrected {
+                high_water_ms: c.high_water_ms,
+                corrected_at_ms: c.corrected_at_ms,
+                seen_created_max_ms: c.seen_created_max_ms,
+            }],
+            |_| Ok(()),
+        );
+        Some((c, durable))
+    }
+
+    /// An envelope created at `created_at_ms` is about to be stored and its id remembered
+    /// for replay protection: call before the commit that stores it (see `time`).
+    pub fn note_seen_created(&self, created_at_ms: u64) {
+        self.inner.time.note_seen_created(created_at_ms);
+    }
+
+    /// The latest correction of the store's time, if it was ever moved back: until real
+    /// time passes its `high_water_ms`, replay memory may be missing entries for
+    /// envelopes that expired by the time the store's time was then.
+    pub fn time_correction(&self) -> Option<TimeCorrection> {
+        self.inner.time.correction()
     }
 
     fn submit_raw(

@@ -31,6 +31,7 @@ pub const SCHEMA_VERSION: u64 = 4;
 pub struct Opened {
     pub next_seq: u64,
     pub time_floor_ms: u64,
+    pub time_history: super::time::History,
     pub quarantined: Vec<String>,
 }
 
@@ -57,11 +58,19 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     let version = match meta(engine, META_SCHEMA)? {
         Some(v) => v,
         None if is_empty(engine)? => {
-            engine.apply(&[BatchOp::Put {
-                tree: T_META,
-                key: META_SCHEMA.to_vec(),
-                value: u64_val(SCHEMA_VERSION),
-            }])?;
+            engine.apply(&[
+                BatchOp::Put {
+                    tree: T_META,
+                    key: META_SCHEMA.to_vec(),
+                    value: u64_val(SCHEMA_VERSION),
+                },
+                // A new store has remembered no envelope yet.
+                BatchOp::Put {
+                    tree: T_META,
+                    key: META_SEEN_CREATED_MAX.to_vec(),
+                    value: u64_val(0),
+                },
+            ])?;
             SCHEMA_VERSION
         }
         // Data without a version key predates versioning: the first format.
@@ -124,7 +133,33 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
     Ok(Opened {
         next_seq: meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(1),
         time_floor_ms: meta(engine, META_TIME_FLOOR)?.unwrap_or(0),
+        time_history: time_history(engine)?,
         quarantined,
+    })
+}
+
+/// The time correction and the newest `created_at` in replay memory (`time`).
+fn time_history(engine: &dyn Engine) -> Result<super::time::History, StoreError> {
+    let floor = meta(engine, META_TIME_FLOOR)?.unwrap_or(0);
+    // A store from before this key: whatever it remembered was accepted by the floor's
+    // time at the latest, so created at most the largest allowed skew (1 h) after it.
+    let seen_created_max_ms = meta(engine, META_SEEN_CREATED_MAX)?
+        .unwrap_or_else(|| floor.saturating_add(super::time::MAX_SKEW_MS));
+    let correction = match (
+        meta(engine, META_TIME_HIGH_WATER)?,
+        meta(engine, META_TIME_CORRECTED_AT)?,
+        meta(engine, META_TIME_SEEN_AT_CORRECTION)?,
+    ) {
+        (Some(high_water_ms), Some(corrected_at_ms), seen) => Some(super::time::TimeCorrection {
+            high_water_ms,
+            corrected_at_ms,
+            seen_created_max_ms: seen.unwrap_or(u64::MAX),
+        }),
+        _ => None,
+    };
+    Ok(super::time::History {
+        correction,
+        seen_created_max_ms,
     })
 }
 

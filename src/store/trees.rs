@@ -36,6 +36,12 @@ pub const T_LANE_DUE: Tree = 18;
 pub const META_SCHEMA: &[u8] = b"schema_version";
 pub const META_NEXT_SEQ: &[u8] = b"next_seq";
 pub const META_TIME_FLOOR: &[u8] = b"time_floor_ms";
+/// The last time correction (`time::TimeCorrection`): both keys written together.
+pub const META_TIME_HIGH_WATER: &[u8] = b"time_high_water_ms";
+pub const META_TIME_CORRECTED_AT: &[u8] = b"time_corrected_at_ms";
+pub const META_TIME_SEEN_AT_CORRECTION: &[u8] = b"time_seen_created_max_at_correction_ms";
+/// `time::TimeKeeper::note_seen_created`, kept up to date by the writer.
+pub const META_SEEN_CREATED_MAX: &[u8] = b"seen_created_max_ms";
 pub const META_BYTES: &[u8] = b"total_bytes";
 pub const META_AUDIT_LEN: &[u8] = b"audit_len";
 

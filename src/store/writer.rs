@@ -18,7 +18,9 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::blobs::Blobs;
-use super::codec::{parse_u64, u64_val, META_NEXT_SEQ, META_TIME_FLOOR, T_BLOBREF, T_META};
+use super::codec::{
+    parse_u64, u64_val, META_NEXT_SEQ, META_SEEN_CREATED_MAX, META_TIME_FLOOR, T_BLOBREF, T_META,
+};
 use super::engine::Engine;
 use super::error::StoreError;
 use super::ops::{self, OpOutcome, WriteOp};
@@ -59,6 +61,9 @@ pub struct Writer {
     pub opts: StoreOptions,
     pub time: Arc<TimeKeeper>,
     pub next_seq: u64,
+    /// `time::TimeKeeper::seen_created_max` as last committed: written again only when
+    /// it moved, so a commit without inbound envelopes costs nothing more.
+    pub seen_written: u64,
     /// The writer's own channel, for the sync thread's [`Msg::Synced`].
     pub wake: mpsc::Sender<Msg>,
 }
@@ -71,7 +76,8 @@ struct Committed {
     answers: Vec<Answer>,
     /// Requests whose writes the commit holds (0: nothing was written, nothing to sync).
     ok: u64,
-    now_ms: u64,
+    /// The time floor the commit persisted.
+    floor_ms: u64,
     /// Blob files to delete once the commit is durable.
     unreferenced: Vec<[u8; 32]>,
 }
@@ -106,7 +112,7 @@ impl Settler {
         for g in groups {
             if g.ok > 0 && synced.is_ok() {
                 use std::sync::atomic::Ordering::Relaxed;
-                self.time.persisted(g.now_ms);
+                self.time.persisted(g.floor_ms);
                 self.stats.commits.fetch_add(1, Relaxed);
                 self.stats.requests.fetch_add(g.ok, Relaxed);
             }
@@ -255,6 +261,11 @@ impl Writer {
         feed: &mut Feed<'_>,
     ) -> Committed {
         let now_ms = self.time.now_ms();
+        // What the group persists as the floor: read once every request of the group
+        // is taken, so a request submitted after a time correction never commits with a
+        // floor read before it (the floor can go down: `time::TimeKeeper::correct_back`).
+        let mut floor_ms = now_ms;
+        let mut seen_ms = self.seen_written;
         let mut answers: Vec<Answer> = Vec::new();
         let mut unreferenced = Vec::new();
         let mut first = Some(first);
@@ -312,7 +323,18 @@ impl Writer {
                 return Vec::new();
             }
             // Advance the persisted time floor with every commit (see `time`).
-            group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(now_ms)));
+            floor_ms = self.time.now_ms();
+            group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(floor_ms)));
+            // Read after the group's last request, like the floor: an envelope noted
+            // before its enqueue was submitted is covered by the commit that stores it.
+            seen_ms = self.time.seen_created_max();
+            if seen_ms != self.seen_written {
+                group.set(
+                    T_META,
+                    META_SEEN_CREATED_MAX.to_vec(),
+                    Some(u64_val(seen_ms)),
+                );
+            }
             group.into_batch()
         });
         if let Err(e) = &result {
@@ -330,10 +352,13 @@ impl Writer {
             }
         }
         let ok = answers.iter().filter(|(_, r)| r.is_ok()).count() as u64;
+        if ok > 0 {
+            self.seen_written = seen_ms;
+        }
         Committed {
             answers,
             ok,
-            now_ms,
+            floor_ms,
             unreferenced,
         }
     }

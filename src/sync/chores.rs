@@ -83,6 +83,10 @@ impl Worker {
                 // them (a batch of one that is still too slow is counted below).
                 return failed(&e);
             }
+            // About the node's clock, not these messages: no attempt is counted, and no
+            // retry time is set from a time that may be about to go back a week (it
+            // would hold the queue head until real time got there).
+            Err(e @ SyncError::ClockSkew { .. }) => return failed(&e),
             Err(e) => {
                 let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
                 for (peer, ids) in group(&batch, |_| true) {

@@ -11,16 +11,19 @@
 //!    synced when due, and otherwise the node sits in a long-poll.
 //!
 //! Any failure drops to `Offline` and retries on the PROTOCOL §14 schedule (5, 10, 20 … 300 s
-//! ±10 %); a success resets it.
+//! ±10 %); a success resets it. One failure is different: the gateway refused the
+//! node's timestamp and stated its own time, signed (`ClockSkew`). The machine asks for
+//! a time correction (`CorrectTime`); if time moved back, every deadline it computed
+//! from the wrong time is void and it reconnects at once; if not, it backs off as for
+//! any failure (RELIABILITY F2).
 //!
 //! A slow link (a request sent whose answer did not come within the timeout: a weak
 //! cellular link, an overloaded gateway) halves every batch the node asks for or sends
 //! — pull `max`, outbox uploads, audit uploads, each on its own — down to one, and the
 //! smaller request goes at once (halving is the back-off; once the batch is one, the
 //! schedule applies); each full batch that gets through doubles its kind back up to
-//! the configured size. Without it a
-//! batch too large for the link's speed would time out on every retry, and nothing
-//! would ever get through.
+//! the configured size. Without it a batch too large for the link's speed would time
+//! out on every retry, and nothing would ever get through.
 
 use crate::store::backoff::delay_ms;
 
@@ -111,6 +114,17 @@ pub enum Event {
         jitter: f64,
         slow: bool,
     },
+    /// The gateway refused the request's timestamp and stated its time, `gateway_ms`
+    /// (verified: signed by the gateway, for this request).
+    ClockSkew {
+        error: String,
+        gateway_ms: u64,
+    },
+    /// The answer to [`Action::CorrectTime`]: whether the node's time moved back.
+    TimeCorrected {
+        moved: bool,
+        jitter: f64,
+    },
     Shutdown,
 }
 
@@ -130,6 +144,10 @@ pub enum Action {
     /// Sleep until `until_ms` (or a wake-up / shutdown).
     Wait {
         until_ms: u64,
+    },
+    /// Move the node's time back to `gateway_ms` if its clock agrees (`store::time`).
+    CorrectTime {
+        gateway_ms: u64,
     },
     Stop,
 }
@@ -255,6 +273,34 @@ impl Machine {
         }
     }
 
+    /// A failed attempt: offline, next attempt on the backoff schedule.
+    /// A failed request: back off on the schedule, or — an answer too slow for a batch
+    /// that can still be halved — halve it and go again at once.
+    fn failed(&mut self, now: u64, jitter: f64, slow: bool) -> Action {
+        self.phase = Phase::Offline;
+        let shrinks = match self.in_flight {
+            Some(k) if slow && self.can_shrink(k) => Some(k),
+            _ => None,
+        };
+        if let Some(k) = shrinks {
+            // The gateway was reached; the batch was too large for the link. Halving it
+            // is the back-off: the smaller request goes at once.
+            self.shrink[k as usize] += 1;
+            self.retry_at_ms = now;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            // Failure n is followed by attempt n+1 of the schedule (5 s first).
+            self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
+        }
+        // Everything is due again once we are back.
+        self.outbox_dirty = true;
+        self.audit_due_ms = 0;
+        self.revocations_due_ms = 0;
+        Action::Wait {
+            until_ms: self.retry_at_ms,
+        }
+    }
+
     fn ok(&mut self, now: u64) {
         self.failures = 0;
         self.last_ok_ms = Some(now);
@@ -280,29 +326,28 @@ impl Machine {
                 jitter,
                 slow,
             } => {
+                self.last_error = Some(error);
+                return self.failed(now, jitter, slow);
+            }
+            Event::ClockSkew { error, gateway_ms } => {
                 self.phase = Phase::Offline;
                 self.last_error = Some(error);
-                let shrinks = match self.in_flight {
-                    Some(k) if slow && self.can_shrink(k) => Some(k),
-                    _ => None,
-                };
-                if let Some(k) = shrinks {
-                    // The gateway was reached; the batch was too large for the link.
-                    // Halving it is the back-off: the smaller request goes at once.
-                    self.shrink[k as usize] += 1;
-                    self.retry_at_ms = now;
-                } else {
-                    self.failures = self.failures.saturating_add(1);
-                    // Failure n is followed by attempt n+1 of the schedule (5 s first).
-                    self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
-                }
-                // Everything is due again once we are back.
+                return Action::CorrectTime { gateway_ms };
+            }
+            Event::TimeCorrected {
+                moved: false,
+                jitter,
+            } => return self.failed(now, jitter, false),
+            Event::TimeCorrected { moved: true, .. } => {
+                // Every deadline was computed from a time that turned out a week (say)
+                // ahead: waiting for any of them would wait that long.
+                self.retry_at_ms = 0;
+                self.pull_due_ms = 0;
                 self.outbox_dirty = true;
+                self.outbox_due_ms = 0;
                 self.audit_due_ms = 0;
                 self.revocations_due_ms = 0;
-                return Action::Wait {
-                    until_ms: self.retry_at_ms,
-                };
+                return self.handshake();
             }
             Event::Timer | Event::Woken if self.phase == Phase::Offline => {
                 if matches!(ev, Event::Woken) {

@@ -10,7 +10,8 @@
 //!   record the inbox and tasks queues keep.
 //!
 //! The node daemon plugs in through [`NodeLink`] (the one seam: how a pulled envelope
-//! enters the node's receive pipeline, and how the node signs an audit checkpoint) and
+//! enters the node's receive pipeline, how the node signs an audit checkpoint, which
+//! key it pins for its gateway) and
 //! gets a [`SyncHandle`] for `/v1/status`, metrics and wake-ups.
 //!
 //! Store conventions the loop relies on: the node's outgoing envelopes sit in queue
@@ -82,6 +83,9 @@ pub trait NodeLink: Send + Sync + 'static {
         message_id: &'a str,
         reason: &'a str,
     ) -> BoxFuture<'a, ()>;
+    /// The signing key the node's trust store pins for `peer` (its gateway's signed
+    /// time statements are verified with it), if it has one.
+    fn pinned_key(&self, peer: &str) -> Option<ed25519_dalek::VerifyingKey>;
 }
 
 /// What `/v1/status` shows under `upstream`.

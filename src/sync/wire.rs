@@ -159,6 +159,9 @@ pub struct ErrorAnswer {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ErrorCode {
     pub code: String,
+    /// With `clock_skew`: the gateway's signed time (PROTOCOL §5).
+    #[serde(default)]
+    pub time: Option<crate::envelope::TimeStatement>,
 }
 
 /// `TASK_REQUEST` payload: a tool call to run on the recipient. The gateway always sets

@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::machine::{Action, Event, Machine, MachineConfig};
-use super::transport::{SyncError, Transport};
+use super::transport::{PinnedKey, SyncError, Transport};
 use super::wire::{AckAnswer, AckRejected, AckRequest, PullAnswer};
 use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
 use crate::config::Config;
 use crate::envelope::Keys;
 use crate::store::Store;
-use crate::telemetry::{Metrics, UpstreamState};
+use crate::telemetry::{Metrics, TimeMovedBack, UpstreamState};
 use serde_json::value::RawValue;
 
 pub struct SyncDeps {
@@ -37,7 +37,9 @@ pub fn spawn(
     let Some(up) = deps.cfg.upstream.clone() else {
         return Ok(None);
     };
-    let transport = Transport::new(&up, &deps.cfg.node_id, deps.keys.clone())?;
+    let node = deps.node.clone();
+    let pinned: PinnedKey = Arc::new(move |id: &str| node.pinned_key(id));
+    let transport = Transport::new(&up, &deps.cfg.node_id, deps.keys.clone(), pinned)?;
     let shared = Arc::new(Shared::default());
     let handle = SyncHandle {
         shared: shared.clone(),
@@ -54,6 +56,7 @@ pub fn spawn(
         shared,
         shutdown,
         confirmed_audit: None,
+        refused_time: None,
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -66,14 +69,34 @@ pub(super) struct Worker {
     shutdown: CancellationToken,
     /// The gateway's confirmed audit size, asked once per connection.
     pub(super) confirmed_audit: Option<u64>,
+    /// The gateway's signed time the node could not take because its clock did not
+    /// agree, and when it came. While the node waits for its next attempt, that time
+    /// (advanced by the monotonic clock) is checked against the wall clock once a
+    /// second, so a clock that NTP sets right is noticed at once rather than at the
+    /// next attempt of the backoff schedule (meanwhile the node keeps sealing messages
+    /// with the wrong time, which its gateway will refuse).
+    refused_time: Option<(u64, tokio::time::Instant)>,
 }
 
+/// How long a refused gateway time is extrapolated with the monotonic clock.
+const REFUSED_TIME_KEPT: Duration = Duration::from_secs(600);
+
 pub(super) fn failed(e: &SyncError) -> Event {
+    if let SyncError::ClockSkew { gateway_ms, .. } = e {
+        return Event::ClockSkew {
+            error: e.to_string(),
+            gateway_ms: *gateway_ms,
+        };
+    }
     Event::Failed {
         error: e.to_string(),
-        jitter: rand::thread_rng().gen_range(-1.0..=1.0),
+        jitter: jitter(),
         slow: matches!(e, SyncError::Slow(_)),
     }
+}
+
+fn jitter() -> f64 {
+    rand::thread_rng().gen_range(-1.0..=1.0)
 }
 
 impl Worker {
@@ -91,6 +114,9 @@ impl Worker {
             let now = self.now();
             let action = m.handle(ev, now);
             self.publish(&m, &mut was_connected);
+            if m.connected() {
+                self.refused_time = None;
+            }
             tracing::trace!(event = "sync_action", ?action);
             ev = match action {
                 Action::Stop => return,
@@ -99,8 +125,9 @@ impl Worker {
                 Action::Push { max } => self.push(max).await,
                 Action::SyncAudit { max_entries } => self.sync_audit(max_entries as usize).await,
                 Action::FetchRevocations => self.revocations().await,
+                Action::CorrectTime { gateway_ms } => self.correct_time(gateway_ms).await,
             };
-            if matches!(ev, Event::Failed { .. }) {
+            if matches!(ev, Event::Failed { .. } | Event::ClockSkew { .. }) {
                 self.confirmed_audit = None;
             }
         }
@@ -132,12 +159,91 @@ impl Worker {
         }
     }
 
-    async fn wait(&self, until_ms: u64) -> Event {
+    /// The gateway stated its time, signed, in answer to a request it refused as too
+    /// far off: take it if the clock agrees (`Store::correct_time`).
+    async fn correct_time(&mut self, gateway_ms: u64) -> Event {
+        let moved = self.take_time(gateway_ms).await;
+        if moved {
+            self.refused_time = None;
+        } else {
+            tracing::warn!(
+                event = "time_not_corrected",
+                node_ms = self.now(),
+                gateway_ms,
+                detail = "the gateway refused our timestamp, but our clock does not agree with its time; fix the clock (NTP) or the gateway's"
+            );
+            self.refused_time = Some((gateway_ms, tokio::time::Instant::now()));
+        }
+        Event::TimeCorrected {
+            moved,
+            jitter: jitter(),
+        }
+    }
+
+    /// Move the store's time back to `trusted_ms` if the clock agrees with it. The
+    /// tolerance is half the skew, so the next request is well inside the gateway's
+    /// window.
+    async fn take_time(&self, trusted_ms: u64) -> bool {
+        let store = &self.deps.store;
+        let from_ms = store.now_ms();
+        let tolerance_ms = self.deps.cfg.max_clock_skew_s * 1000 / 2;
+        let Some((fix, durable)) = store.correct_time(trusted_ms, tolerance_ms) else {
+            return false;
+        };
+        TimeMovedBack {
+            from_ms,
+            to_ms: fix.corrected_at_ms,
+            source: self.t.gateway_id(),
+        }
+        .emit(&self.deps.metrics);
+        if let Err(e) = durable.await {
+            // Time did move (in memory); the floor follows with the next commit.
+            tracing::warn!(event = "time_correction_not_persisted", error = %e);
+        }
+        true
+    }
+
+    /// A refused gateway time, as it is now: whether the clock agrees with it yet.
+    async fn retry_refused_time(&mut self) -> Option<Event> {
+        let (gateway_ms, at) = self.refused_time?;
+        let elapsed = at.elapsed();
+        if elapsed > REFUSED_TIME_KEPT {
+            self.refused_time = None;
+            return None;
+        }
+        if !self
+            .take_time(gateway_ms + elapsed.as_millis() as u64)
+            .await
+        {
+            return None;
+        }
+        self.refused_time = None;
+        Some(Event::TimeCorrected {
+            moved: true,
+            jitter: jitter(),
+        })
+    }
+
+    async fn wait(&mut self, until_ms: u64) -> Event {
         let d = Duration::from_millis(until_ms.saturating_sub(self.now()));
-        tokio::select! {
-            _ = self.shutdown.cancelled() => Event::Shutdown,
-            _ = self.shared.wake.notified() => Event::Woken,
-            _ = tokio::time::sleep(d) => Event::Timer,
+        let deadline = tokio::time::Instant::now() + d;
+        loop {
+            // On every entry too: outbox wake-ups may come more often than the tick.
+            if let Some(ev) = self.retry_refused_time().await {
+                return ev;
+            }
+            let tick = match self.refused_time {
+                Some(_) => deadline.min(tokio::time::Instant::now() + Duration::from_secs(1)),
+                None => deadline,
+            };
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Event::Shutdown,
+                _ = self.shared.wake.notified() => return Event::Woken,
+                _ = tokio::time::sleep_until(tick) => {}
+            }
+            if tick >= deadline {
+                return Event::Timer;
+            }
         }
     }
 

@@ -244,6 +244,8 @@ families! {
         "HTTP requests answered, by status class.";
     upstream_connected: "gauge" "outpost_upstream_connected" [] node
         "1 while the node reaches its gateway, else 0.";
+    time_corrections_total: "counter" "outpost_time_corrections_total" [] node
+        "Times the node's time was moved back to its gateway's signed time.";
     audit_size: "gauge" "outpost_audit_size" [] node
         "Entries in the local audit log.";
     audit_unsynced_entries: "gauge" "outpost_audit_unsynced_entries" [] node
@@ -325,6 +327,7 @@ mod tests {
         let text = Metrics::gateway().render();
         for name in [
             "outpost_upstream_connected",
+            "outpost_time_corrections_total",
             "outpost_audit_size",
             "outpost_tool_call",
         ] {

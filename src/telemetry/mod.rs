@@ -51,6 +51,28 @@ impl MessageEvent<'_> {
     }
 }
 
+/// The node's time was moved back to its gateway's signed time (RELIABILITY F2): it
+/// had run ahead (`from_ms`) after its clock jumped forward and was set right.
+pub struct TimeMovedBack<'a> {
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub source: &'a str,
+}
+
+impl TimeMovedBack<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        m.time_corrections_total.inc(&[]);
+        tracing::warn!(
+            event = "time_moved_back",
+            from_ms = self.from_ms,
+            to_ms = self.to_ms,
+            by_ms = self.from_ms.saturating_sub(self.to_ms),
+            source = self.source,
+            detail = "the node's time was ahead of its gateway's signed time, and its clock agrees with the gateway"
+        );
+    }
+}
+
 /// A tool finished (or was refused) with an outcome.
 pub struct ToolCallFinished<'a> {
     pub tool: &'a str,

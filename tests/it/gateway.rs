@@ -232,6 +232,58 @@ async fn unsigned_wrongly_signed_stale_and_replayed_node_requests_are_401() {
     assert_eq!(resp.status().as_u16(), 401);
 }
 
+/// RELIABILITY F2: a node whose time ran a week ahead could never learn it from its
+/// gateway, whose answer was the same 401 as for a forgery. A request whose signature
+/// verifies but whose timestamp is outside the skew now gets 401 `clock_skew` with the
+/// gateway's time, signed and bound to that request; anything unauthenticated still
+/// gets the bare `unauthorized`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signed_request_from_a_week_ahead_gets_the_gateways_signed_time() {
+    let f = start();
+    let pq = pull_path();
+    let week_ahead = now() + 7 * 86_400_000;
+    let sig = sign_request(&f.keys, NODE, "GET", &pq, week_ahead, b"");
+    let before = now();
+    let (st, v) = f
+        .send_raw(
+            "GET",
+            &pq,
+            vec![],
+            Some((sig.clone(), week_ahead.to_string())),
+        )
+        .await;
+    assert_eq!(st, 401, "{v}");
+    assert_eq!(v["error"]["code"], "clock_skew", "{v}");
+    let statement: outpost::envelope::TimeStatement =
+        serde_json::from_value(v["error"]["time"].clone()).unwrap();
+    let gw_key = f.gw_doc.verify().unwrap().sign;
+    let gw_ms =
+        outpost::envelope::verify_time_statement(&statement, "gateway:main", &gw_key, NODE, &sig)
+            .unwrap();
+    assert!(
+        (before..=now()).contains(&gw_ms),
+        "{gw_ms} is not the gateway's time"
+    );
+    // Bound to that request: it does not answer another one.
+    let other = sign_request(&f.keys, NODE, "GET", &pq, week_ahead + 1, b"");
+    assert!(outpost::envelope::verify_time_statement(
+        &statement,
+        "gateway:main",
+        &gw_key,
+        NODE,
+        &other
+    )
+    .is_err());
+    // A forged request a week ahead learns nothing.
+    let forged = sign_request(&Keys::generate(), NODE, "GET", &pq, week_ahead, b"");
+    let (st, v) = f
+        .send_raw("GET", &pq, vec![], Some((forged, week_ahead.to_string())))
+        .await;
+    assert_eq!(st, 401, "{v}");
+    assert_eq!(v["error"]["code"], "unauthorized", "{v}");
+    assert!(v["error"].get("time").is_none(), "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pull_returns_stored_messages_fifo_and_ack_removes_them() {
     let f = start();

@@ -284,3 +284,116 @@ async fn after_a_boot_in_1970_the_node_takes_real_time_from_its_gateway() {
         n.log_text()
     );
 }
+
+/// RELIABILITY F2: a node whose clock jumped a week ahead and was then set right stayed
+/// a week ahead (its time floor never goes back), so its gateway refused every signed
+/// request (`Outpost-Timestamp` outside the skew) and nothing flowed either way until
+/// real time caught up. The gateway now answers such a request, once its signature
+/// verifies, with `clock_skew` and its signed time; the node lowers its time to it when
+/// its own clock agrees, and syncs at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_clock_went_a_week_ahead_and_back_talks_to_its_gateway_again() {
+    let Some(lib) = faketime_lib() else {
+        eprintln!("SKIPPED: libfaketime missing (apt-get install faketime)");
+        return;
+    };
+    let (gw, node) = pair_on("", "");
+    let gw_admin = gw.token("gateway:main", &["admin"], "1h");
+    let node_admin = node.token("node:b1", &["admin"], "1h");
+    let g = gw.start();
+    // libfaketime reads the offset file again on every clock reading (no cache), so
+    // rewriting it steps the node's clock the way a bad NTP answer and its fix would.
+    let offset = node.dir.path().join("faketime.rc");
+    let set_clock = |spec: &str| {
+        let tmp = offset.with_extension("tmp");
+        std::fs::write(&tmp, format!("{spec}\n")).unwrap();
+        std::fs::rename(&tmp, &offset).unwrap();
+    };
+    set_clock("+0");
+    let n = node.start_with_env(&[
+        ("LD_PRELOAD", lib),
+        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]);
+    let inbox_ids = || async {
+        let inbox = get_json(&n, "/v1/inbox", &node_admin).await;
+        let got: Vec<i64> = inbox["messages"]
+            .as_array()
+            .map(|ms| {
+                ms.iter()
+                    .filter_map(|m| m["payload"]["i"].as_i64())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (got, inbox)
+    };
+    crate::sim::command(&g, &gw_admin, "node:b1", 0, 3600).await;
+    wait_until(
+        "the first command in the node's inbox",
+        Duration::from_secs(20),
+        || async {
+            let (got, inbox) = inbox_ids().await;
+            (got == vec![0]).then_some(()).ok_or(format!("{inbox}"))
+        },
+    )
+    .await;
+    // A bad NTP answer: a week ahead. The gateway refuses the node's requests and says
+    // its time; the node's clock does not agree with it yet, so its time stays.
+    set_clock("+7d");
+    wait_until(
+        "the node refused to take the gateway's time while its clock is ahead",
+        Duration::from_secs(20),
+        || async {
+            // (A node without the fix says nothing; its second refused request shows it
+            // kept its time.)
+            let kept = n.log_text().contains("time_not_corrected")
+                || g.log_text().matches("node_request_refused").count() >= 2;
+            kept.then_some(()).ok_or(n.log_text())
+        },
+    )
+    .await;
+    // NTP sets the clock right; two commands wait at the gateway, one for an hour, one
+    // for a week. Both were created after everything the node had remembered, so
+    // neither can be one whose id it forgot while it was ahead (PROTOCOL §6).
+    set_clock("+0");
+    crate::sim::command(&g, &gw_admin, "node:b1", 1, 3600).await;
+    crate::sim::command(&g, &gw_admin, "node:b1", 2, 7 * 86_400).await;
+    // Noticed within a second or so, not at the next attempt of the backoff schedule.
+    wait_until(
+        "both commands in the node's inbox",
+        Duration::from_secs(5),
+        || async {
+            let (got, inbox) = inbox_ids().await;
+            // The first, an hour long, may have been swept as expired while the node
+            // was a week ahead (by design: a clock ahead expires things early).
+            got.ends_with(&[1, 2]).then_some(()).ok_or(format!(
+                "{inbox}\n{}",
+                get_json(&n, "/v1/status", "").await["upstream"]
+            ))
+        },
+    )
+    .await;
+    // And the other way: a message the node queues now reaches the gateway.
+    let r = http()
+        .post(n.url("/v1/outbox"))
+        .bearer_auth(&node_admin)
+        .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"up": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+    wait_until(
+        "the node's message in the gateway inbox",
+        Duration::from_secs(30),
+        || async {
+            let inbox = get_json(&g, "/v1/inbox", &gw_admin).await;
+            let got = inbox["messages"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|m| m["payload"]["up"] == 1));
+            got.then_some(()).ok_or(format!("{inbox}"))
+        },
+    )
+    .await;
+    assert!(n.log_text().contains("time_moved_back"), "{}", n.log_text());
+}

@@ -5,7 +5,11 @@
 //!   scope the route needs.
 //! - Node side: every request signed by the node (PROTOCOL §5 headers), within the clock
 //!   skew, never seen before, from a trusted node with `send`, and for its own path.
-//!   Anything else is 401 — one code, so a prober learns nothing about which check failed.
+//!   Anything else is 401 `unauthorized` — one code, so a prober learns nothing about
+//!   which check failed — except a request that passes every check but the time window:
+//!   its signature proves the node, so it gets 401 `clock_skew` with the gateway's
+//!   signed time (PROTOCOL §5), which lets a node whose time ran ahead correct it
+//!   (RELIABILITY F2).
 
 use std::sync::Arc;
 
@@ -15,7 +19,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 
 use crate::api::ApiError;
 use crate::envelope::{
-    verify_request, RequestSigError, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+    sign_time_statement, verify_request, RequestSigError, HEADER_NODE, HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
 };
 use crate::gateway::Gateway;
 use crate::token::{check_cached, Decision, Need, Request as TokenRequest};
@@ -79,6 +84,32 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
             ))
         }
     }
+}
+
+/// The answer to a request whose signature verified but whose timestamp `ts` is outside
+/// the skew: the gateway's time, signed, bound to that request by its signature. The
+/// same for every gateway engine (the state is not consulted). A node without `send`
+/// gets the plain refusal.
+fn clock_skew(gw: &Gateway, node_id: &str, ts: &str, sig: &str) -> ApiError {
+    let now_ms = gw.now_ms();
+    let may_send = gw.trust().get(node_id).is_some_and(|p| p.rights.send);
+    tracing::warn!(
+        event = "node_request_refused",
+        reason = "request timestamp outside the allowed clock skew",
+        node = %node_id,
+        timestamp = %ts,
+        gateway_ms = now_ms,
+    );
+    if !may_send {
+        return ApiError::unauthorized("request signature missing or invalid");
+    }
+    ApiError::clock_skew(sign_time_statement(
+        &gw.keys,
+        &gw.cfg.node_id,
+        node_id,
+        now_ms,
+        sig,
+    ))
 }
 
 /// A node-side request that passed signature verification. `body` is exactly the bytes
@@ -146,7 +177,11 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             gw.reload_trust_if_stale();
             r = verify(&gw.trust());
         }
-        let v = r.map_err(|e| unauthorized(&e.to_string()))?;
+        let v = match r {
+            Ok(v) => v,
+            Err(RequestSigError::Stale) => return Err(clock_skew(gw, &node_id, &ts, &sig)),
+            Err(e) => return Err(unauthorized(&e.to_string())),
+        };
         if !v.rights.send {
             return Err(unauthorized("peer lacks the send right"));
         }

@@ -288,6 +288,7 @@ fn file_envelopes_open_with_file_keys() {
             skew_ms: 0,
             max_bytes: 1 << 20,
             max_ttl_ms: 7 * 86_400_000,
+            pruned_ahead: None,
         };
         let opened = open(&bytes, &ctx, &|_, _| false).unwrap();
         assert_eq!(

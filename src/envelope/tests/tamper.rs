@@ -2,8 +2,8 @@
 //! right code, and the pipeline's order (cheapest first, replay after signature) holds.
 
 use crate::envelope::{
-    open, seal, Envelope, IdentityDocument, Keys, OpenContext, OpenError, Opened, Rights,
-    SealError, SealParams, TrustStore,
+    open, seal, Envelope, IdentityDocument, Keys, OpenContext, OpenError, Opened, PrunedAhead,
+    Rights, SealError, SealParams, TrustStore,
 };
 
 pub(crate) struct World {
@@ -95,6 +95,7 @@ pub(crate) fn ctx(w: &World, now_ms: u64) -> OpenContext<'_> {
         skew_ms: SKEW,
         max_bytes: 1 << 20,
         max_ttl_ms: 7 * 86_400_000,
+        pruned_ahead: None,
     }
 }
 
@@ -251,6 +252,50 @@ fn time_window_edges() {
     assert_eq!(code(open_at(&w, &env, T0 - SKEW)), "ok");
     assert_eq!(code(open_at(&w, &env, T0 - SKEW - 1)), "not_yet_valid");
     assert_eq!(code(open_at(&w, &env, 0)), "not_yet_valid");
+}
+
+/// RELIABILITY F2: a node whose time ran a week ahead pruned the ids of envelopes that
+/// had expired by its time but not by real time; after its time was moved back, one of
+/// those replayed would be "new". Envelopes created before the correction, no later
+/// than the newest one it had remembered, that expired (with the skew) by the high water
+/// are refused as expired; the others are not.
+#[test]
+fn after_a_time_correction_what_the_replay_memory_may_have_lost_is_expired() {
+    let w = world();
+    let env = sealed(&w); // created T0, expires T0 + 1 h
+    let now = T0 + 60_000;
+    let pruned_seen = |corrected_at_ms: u64, high_water_ms: u64, seen_created_max_ms: u64| {
+        let mut c = ctx(&w, now);
+        c.pruned_ahead = Some(PrunedAhead {
+            corrected_at_ms,
+            high_water_ms,
+            seen_created_max_ms,
+        });
+        code(open(&env.to_json(), &c, &never_seen))
+    };
+    // The receiver had remembered an envelope created as late as this one.
+    let pruned =
+        |corrected_at_ms: u64, high_water_ms: u64| pruned_seen(corrected_at_ms, high_water_ms, T0);
+    let week = 7 * 86_400_000;
+    assert_eq!(code(open_at(&w, &env, now)), "ok", "without a correction");
+    assert_eq!(pruned(T0 + 30_000, T0 + week), "expired");
+    let exp = env.expires_at_ms;
+    assert_eq!(pruned(T0 + 30_000, exp + SKEW), "expired", "the edge");
+    assert_eq!(
+        pruned(T0 + 30_000, exp + SKEW - 1),
+        "ok",
+        "its id was never pruned: time never reached its expiry plus the skew"
+    );
+    assert_eq!(
+        pruned(T0, T0 + week),
+        "ok",
+        "created at (not before) the correction"
+    );
+    assert_eq!(
+        pruned_seen(T0 + 30_000, T0 + week, T0 - 1),
+        "ok",
+        "created after every envelope the receiver had remembered: never pruned"
+    );
 }
 
 #[test]

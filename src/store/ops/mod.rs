@@ -102,6 +102,13 @@ pub enum WriteOp {
     },
     /// Writes nothing but the time floor.
     Touch,
+    /// Remembers a correction of the store's time (`time::TimeCorrection`); the group
+    /// also writes the lowered floor.
+    TimeCorrected {
+        high_water_ms: u64,
+        corrected_at_ms: u64,
+        seen_created_max_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -253,5 +260,27 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             Ok(OpOutcome::Done)
         }
         WriteOp::Touch => Ok(OpOutcome::Done),
+        WriteOp::TimeCorrected {
+            high_water_ms,
+            corrected_at_ms,
+            seen_created_max_ms,
+        } => {
+            tx.put(
+                T_META,
+                META_TIME_SEEN_AT_CORRECTION.to_vec(),
+                u64_val(seen_created_max_ms),
+            );
+            tx.put(
+                T_META,
+                META_TIME_HIGH_WATER.to_vec(),
+                u64_val(high_water_ms),
+            );
+            tx.put(
+                T_META,
+                META_TIME_CORRECTED_AT.to_vec(),
+                u64_val(corrected_at_ms),
+            );
+            Ok(OpOutcome::Done)
+        }
     }
 }

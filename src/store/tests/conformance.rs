@@ -21,6 +21,7 @@ for_each_engine!(
     everything_survives_reopen,
     list_pages_peers_stats_and_next_expiry,
     time_floor_survives_a_1970_boot,
+    a_time_correction_lowers_the_persisted_floor_and_survives_reopen,
     newer_schema_is_refused_older_is_migrated,
     v2_tombstones_move_into_the_id_tree,
     v3_uuid_ids_are_packed_on_open,
@@ -578,6 +579,67 @@ fn time_floor_survives_a_1970_boot(kind: EngineKind) {
     assert_eq!(now, T0 + 60_000);
     assert!(s.next_batch("outbox", "gw", 10, now).unwrap().is_empty());
     assert_eq!(s.sweep_expired(now).wait().unwrap().len(), 1);
+}
+
+/// RELIABILITY F2: the floor is written with every commit and used to keep a clock
+/// that went a week ahead and came back a week ahead forever. A correction must lower
+/// the persisted floor too, or the next start would resume from a week ahead.
+fn a_time_correction_lowers_the_persisted_floor_and_survives_reopen(kind: EngineKind) {
+    const WEEK: u64 = 7 * 86_400_000;
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0 + WEEK);
+    {
+        let s = open(kind, d.path(), &c);
+        // An envelope remembered before: its created_at is persisted by its commit.
+        s.note_seen_created(T0 - 10);
+        let mut m = msg("gw", "seen", 0, b"x");
+        m.expires_at_ms = T0 + 2 * WEEK;
+        s.enqueue(m).wait().unwrap();
+        // NTP sets the clock right; without a trusted time the floor holds.
+        c.set(T0);
+        assert_eq!(s.now_ms(), T0 + WEEK);
+        s.touch_time().wait().unwrap();
+        assert!(
+            s.correct_time(T0 + WEEK, 150_000).is_none(),
+            "a trusted time that agrees with the floor changes nothing"
+        );
+        let (fix, durable) = s.correct_time(T0 + 100, 150_000).expect("corrected");
+        durable.wait().unwrap();
+        assert_eq!(fix.high_water_ms, T0 + WEEK);
+        assert_eq!(fix.corrected_at_ms, T0 + 100);
+        assert_eq!(fix.seen_created_max_ms, T0 - 10);
+        assert_eq!(s.now_ms(), T0 + 100);
+    }
+    // Reopened (even with the clock in 1970): time resumes from the lowered floor, and
+    // the correction is remembered.
+    let c2 = ManualClock::new(10_000);
+    let s = open(kind, d.path(), &c2);
+    assert_eq!(s.now_ms(), T0 + 100);
+    let fix = s.time_correction().unwrap();
+    assert_eq!(
+        (
+            fix.high_water_ms,
+            fix.corrected_at_ms,
+            fix.seen_created_max_ms
+        ),
+        (T0 + WEEK, T0 + 100, T0 - 10)
+    );
+    assert_eq!(s.inner.time.seen_created_max(), T0 - 10);
+    // A store from before the newest-created_at key: bounded by its floor plus the
+    // largest skew a configuration allows.
+    s.inner
+        .engine
+        .apply(&[engine::BatchOp::Delete {
+            tree: codec::T_META,
+            key: codec::META_SEEN_CREATED_MAX.to_vec(),
+        }])
+        .unwrap();
+    drop(s);
+    let s = open(kind, d.path(), &c2);
+    assert_eq!(
+        s.inner.time.seen_created_max(),
+        T0 + 100 + time::MAX_SKEW_MS
+    );
 }
 
 fn newer_schema_is_refused_older_is_migrated(kind: EngineKind) {

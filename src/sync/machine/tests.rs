@@ -404,3 +404,96 @@ fn a_slow_link_halves_the_batch_that_timed_out_and_full_batches_restore_it() {
     assert_eq!(s.handle(Event::Woken, 5_017), Action::Push { max: 1 });
     assert_eq!(slow(&mut s, 5_018), Action::Wait { until_ms: 10_018 });
 }
+
+/// RELIABILITY F2: the gateway said (signed) the node's time is a week ahead. The
+/// machine asks for a correction; once time moved back it reconnects at once, whatever
+/// it had scheduled with the week-ahead time.
+#[test]
+fn a_corrected_clock_reconnects_at_once_and_forgets_deadlines_from_the_wrong_time() {
+    const WEEK: u64 = 7 * 86_400_000;
+    let real = 1_780_000_000_000;
+    let mut s = m();
+    s.handle(Event::Start, real + WEEK);
+    // Failures while a week ahead schedule the retry a week ahead of real time.
+    let wait = s.handle(
+        Event::Failed {
+            error: "401".into(),
+            jitter: 0.0,
+            slow: false,
+        },
+        real + WEEK,
+    );
+    assert_eq!(
+        wait,
+        Action::Wait {
+            until_ms: real + WEEK + 5_000
+        }
+    );
+    assert_eq!(
+        s.handle(
+            Event::ClockSkew {
+                error: "clock_skew".into(),
+                gateway_ms: real
+            },
+            real + WEEK
+        ),
+        Action::CorrectTime { gateway_ms: real }
+    );
+    assert_eq!(s.phase(), Phase::Offline);
+    assert_eq!(
+        s.handle(
+            Event::TimeCorrected {
+                moved: true,
+                jitter: 0.0
+            },
+            real
+        ),
+        Action::Pull {
+            wait_s: 0,
+            max: 400
+        },
+        "reconnects now, not a week from now"
+    );
+    assert_eq!(s.phase(), Phase::Handshake);
+    // Then live traffic as usual: the outbox first.
+    s.handle(
+        Event::Pulled {
+            pending_count: 0,
+            received: 0,
+            stalled: false,
+        },
+        real + 1,
+    );
+    assert_eq!(s.retry_at_ms(), 0);
+}
+
+/// A correction that was refused (the node's clock is still ahead): an ordinary
+/// failure, on the backoff schedule, so a node with a wrong clock does not hammer its
+/// gateway.
+#[test]
+fn a_refused_correction_backs_off_like_any_failure() {
+    let mut s = m();
+    s.handle(Event::Start, 0);
+    assert_eq!(
+        s.handle(
+            Event::ClockSkew {
+                error: "clock_skew".into(),
+                gateway_ms: 1
+            },
+            100
+        ),
+        Action::CorrectTime { gateway_ms: 1 }
+    );
+    assert_eq!(
+        s.handle(
+            Event::TimeCorrected {
+                moved: false,
+                jitter: 0.0
+            },
+            100
+        ),
+        Action::Wait { until_ms: 5_100 }
+    );
+    assert_eq!(s.failures(), 1);
+    assert_eq!(s.last_error(), Some("clock_skew"));
+}
