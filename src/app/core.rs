@@ -40,6 +40,9 @@ pub trait Upstream: Send + Sync {
     fn status_json(&self) -> Value;
     /// New outbox work: flush soon.
     fn wake(&self);
+    /// The gateway said (signed) that this node's time is ahead of its own and the
+    /// node's clock does not agree yet: what the node sealed now would be refused.
+    fn clock_ahead(&self) -> bool;
 }
 
 impl NodeCore {

@@ -169,6 +169,13 @@ impl Outbox {
         message_id: Option<&str>,
         extra: Batch,
     ) -> Result<String, NodeError> {
+        if self.upstream().is_some_and(|u| u.clock_ahead()) {
+            // Sealed now, it would carry a time the gateway refuses (`not_yet_valid`):
+            // a clear "not now" beats a 202 for a message that cannot be delivered.
+            return Err(NodeError::NotReady(
+                "this node's clock is ahead of its gateway's (the gateway's signed time says so): fix the clock (NTP), then retry",
+            ));
+        }
         let sealed = seal_for(
             &self.base.cfg,
             &self.base.keys,

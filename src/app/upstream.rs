@@ -119,6 +119,9 @@ impl Upstream for SyncHandle {
     fn wake(&self) {
         SyncHandle::wake(self)
     }
+    fn clock_ahead(&self) -> bool {
+        SyncHandle::clock_ahead(self)
+    }
 }
 
 pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: CancellationToken) {

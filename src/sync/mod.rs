@@ -106,6 +106,9 @@ pub struct SyncStatus {
 pub(crate) struct Shared {
     pub status: Mutex<SyncStatus>,
     pub wake: Notify,
+    /// The gateway said (signed) that this node's time is ahead of its own, and the
+    /// node's clock does not agree with the gateway's yet (RELIABILITY F2).
+    pub clock_ahead: std::sync::atomic::AtomicBool,
 }
 
 /// Handle the daemon keeps: status for the API, `wake()` after queueing outbox work.
@@ -116,6 +119,15 @@ pub struct SyncHandle {
 }
 
 impl SyncHandle {
+    /// Whether the node knows its time is ahead of its gateway's (signed word from the
+    /// gateway, a clock that does not agree yet): an envelope sealed now would carry
+    /// that time and be refused upstream as `not_yet_valid`.
+    pub fn clock_ahead(&self) -> bool {
+        self.shared
+            .clock_ahead
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// The node queued something for upstream: interrupt the long-poll and push now.
     pub fn wake(&self) {
         self.shared.wake.notify_one();

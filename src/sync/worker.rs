@@ -115,7 +115,7 @@ impl Worker {
             let action = m.handle(ev, now);
             self.publish(&m, &mut was_connected);
             if m.connected() {
-                self.refused_time = None;
+                self.set_refused_time(None);
             }
             tracing::trace!(event = "sync_action", ?action);
             ev = match action {
@@ -164,7 +164,7 @@ impl Worker {
     async fn correct_time(&mut self, gateway_ms: u64) -> Event {
         let moved = self.take_time(gateway_ms).await;
         if moved {
-            self.refused_time = None;
+            self.set_refused_time(None);
         } else {
             tracing::warn!(
                 event = "time_not_corrected",
@@ -172,7 +172,7 @@ impl Worker {
                 gateway_ms,
                 detail = "the gateway refused our timestamp, but our clock does not agree with its time; fix the clock (NTP) or the gateway's"
             );
-            self.refused_time = Some((gateway_ms, tokio::time::Instant::now()));
+            self.set_refused_time(Some((gateway_ms, tokio::time::Instant::now())));
         }
         Event::TimeCorrected {
             moved,
@@ -203,12 +203,22 @@ impl Worker {
         true
     }
 
+    /// Keep (or drop) a gateway time the node could not take; while one is kept the node
+    /// knows its clock is ahead of its gateway's, and says so to the outbox
+    /// ([`super::SyncHandle::clock_ahead`]): what it sealed now would be refused.
+    fn set_refused_time(&mut self, t: Option<(u64, tokio::time::Instant)>) {
+        self.refused_time = t;
+        self.shared
+            .clock_ahead
+            .store(t.is_some(), std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// A refused gateway time, as it is now: whether the clock agrees with it yet.
     async fn retry_refused_time(&mut self) -> Option<Event> {
         let (gateway_ms, at) = self.refused_time?;
         let elapsed = at.elapsed();
         if elapsed > REFUSED_TIME_KEPT {
-            self.refused_time = None;
+            self.set_refused_time(None);
             return None;
         }
         if !self
@@ -217,7 +227,7 @@ impl Worker {
         {
             return None;
         }
-        self.refused_time = None;
+        self.set_refused_time(None);
         Some(Event::TimeCorrected {
             moved: true,
             jitter: jitter(),

@@ -353,6 +353,32 @@ async fn a_node_whose_clock_went_a_week_ahead_and_back_talks_to_its_gateway_agai
         },
     )
     .await;
+    // Meanwhile the node refuses what it would seal with a time the gateway refuses: a
+    // 503 now, not a 202 for a message the gateway answers `not_yet_valid` later (the
+    // short clock-fwd chaos run lost 90 such messages before this).
+    wait_until(
+        "the node kept the gateway's time it could not take",
+        Duration::from_secs(20),
+        || async {
+            n.log_text()
+                .contains("time_not_corrected")
+                .then_some(())
+                .ok_or(n.log_text())
+        },
+    )
+    .await;
+    // (A month-long token: the hour-long one has expired by the node's clock.)
+    let long_admin = node.token("node:b1", &["admin"], "30d");
+    let r = http()
+        .post(n.url("/v1/outbox"))
+        .bearer_auth(&long_admin)
+        .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"up": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503, "outbox while a week ahead");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "not_ready", "{v}");
     // NTP sets the clock right; two commands wait at the gateway, one for an hour, one
     // for a week. Both were created after everything the node had remembered, so
     // neither can be one whose id it forgot while it was ahead (PROTOCOL §6).
