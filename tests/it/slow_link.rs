@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
+use crate::harness::{free_port, http, listen_on, pair, Home};
+use crate::sync_batches::{get_json, queue_depth};
 
 /// Bytes a second the relay passes in each direction.
 const RATE: u64 = 24 * 1024;
@@ -68,30 +69,6 @@ async fn slow_link(to: SocketAddr) -> Link {
         }
     });
     Link { addr, up }
-}
-
-async fn get_json(d: &Daemon, path: &str, token: &str) -> Value {
-    http()
-        .get(d.url(path))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-fn depth(status: &Value, queue: &str) -> u64 {
-    status["queues"]
-        .as_array()
-        .map(|qs| {
-            qs.iter()
-                .filter(|q| q["queue"] == queue)
-                .map(|q| q["depth"].as_u64().unwrap_or(0))
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// 200 commands queued at the gateway and 200 messages in the node's outbox, each
@@ -150,8 +127,8 @@ async fn a_backlog_gets_through_a_link_slower_than_the_request_timeout() {
         let gw_queue = nodes["nodes"][0]["queue_depth"]
             .as_u64()
             .unwrap_or(u64::MAX);
-        let inbox = depth(&st, "inbox");
-        let outbox = depth(&st, "outbox");
+        let inbox = queue_depth(&st, "inbox");
+        let outbox = queue_depth(&st, "outbox");
         let gw_inbox = get_json(&g, "/v1/inbox?from=node:slow", &gw_admin).await["messages"]
             .as_array()
             .map_or(0, |m| m.len() as u64);

@@ -25,7 +25,8 @@ fn pair_on(gw_extra: &str, node_extra: &str) -> (Home, Home) {
     (gw, node)
 }
 
-async fn get_json(d: &Daemon, path: &str, token: &str) -> Value {
+/// `GET path` with a bearer token, as JSON (also used by `slow_link`).
+pub(crate) async fn get_json(d: &Daemon, path: &str, token: &str) -> Value {
     http()
         .get(d.url(path))
         .bearer_auth(token)
@@ -71,11 +72,16 @@ async fn requests(g: &Daemon) -> u64 {
 }
 
 fn outbox_depth(status: &Value) -> u64 {
+    queue_depth(status, "outbox")
+}
+
+/// Messages in a node's `queue`, all peers, from its `/v1/status`.
+pub(crate) fn queue_depth(status: &Value, queue: &str) -> u64 {
     status["queues"]
         .as_array()
         .map(|qs| {
             qs.iter()
-                .filter(|q| q["queue"] == "outbox")
+                .filter(|q| q["queue"] == queue)
                 .map(|q| q["depth"].as_u64().unwrap_or(0))
                 .sum()
         })
