@@ -34,6 +34,10 @@ pub async fn worker(core: Arc<NodeCore>, shutdown: CancellationToken) {
     }
 }
 
+/// Run the tasks that are due; how many were finished (their result queued, or
+/// dropped as undeliverable). A task whose result could not be queued yet is not
+/// counted: the worker then waits for new work or its 5 s tick instead of running the
+/// same task again at once, in a loop, for as long as the outbox or disk stays full.
 async fn run_ready_tasks(core: &NodeCore, shutdown: &CancellationToken) -> usize {
     let now = core.now_ms();
     let store = &core.base().store;
@@ -57,14 +61,16 @@ async fn run_ready_tasks(core: &NodeCore, shutdown: &CancellationToken) -> usize
             if shutdown.is_cancelled() {
                 return done;
             }
-            run_one(core, &peer, &m.message_id, &m.body).await;
-            done += 1;
+            if run_one(core, &peer, &m.message_id, &m.body).await {
+                done += 1;
+            }
         }
     }
     done
 }
 
-async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]) {
+/// Run one task; false when it stays queued for a later pass.
+async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]) -> bool {
     // An unreadable record (storage damage) is answered like an unreadable request:
     // with an error result, so the requester is not left waiting.
     let payload = match InboxRecord::from_bytes(body) {
@@ -92,7 +98,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
             r.job_id.get_or_insert_with(|| job_id.clone());
             match core.calls.tool_call(r, requester).await {
                 Ok(body) => task_result_ok(&job_id, message_id, &body),
-                Err(NodeError::NotReady(_)) => return, // shutting down: leave it queued
+                Err(NodeError::NotReady(_)) => return false, // shutting down: leave it queued
                 Err(e) => task_result_err(&job_id, message_id, &e),
             }
         }
@@ -105,6 +111,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
     match core.outbox.queue_task_result(requester, result).await {
         Ok(_) => {
             ack_task(core, requester, message_id).await;
+            true
         }
         Err(e) if e.is_transient() => {
             // Outbox full, disk full, shutting down: keep the task; it is retried on the
@@ -114,6 +121,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
                 message_id,
                 code = e.code()
             );
+            false
         }
         Err(e) => {
             // The result can never be sealed (e.g. the requester is not in the trust
@@ -129,6 +137,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
                 )
                 .await;
             ack_task(core, requester, message_id).await;
+            true
         }
     }
 }

@@ -41,3 +41,4 @@ mod store_cli;
 mod sync_batches;
 mod sync_wire;
 mod systemd;
+mod tasks;
