@@ -208,9 +208,14 @@ impl Worker {
     /// ([`super::SyncHandle::clock_ahead`]): what it sealed now would be refused.
     fn set_refused_time(&mut self, t: Option<(u64, tokio::time::Instant)>) {
         self.refused_time = t;
+        // Only ahead: what a node *behind* its gateway seals carries an earlier time,
+        // which its gateway accepts once the link works again.
+        let skew_ms = self.deps.cfg.max_clock_skew_s * 1000;
+        let ahead =
+            t.is_some_and(|(gateway_ms, _)| gateway_ms.saturating_add(skew_ms) < self.now());
         self.shared
             .clock_ahead
-            .store(t.is_some(), std::sync::atomic::Ordering::SeqCst);
+            .store(ahead, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// A refused gateway time, as it is now: whether the clock agrees with it yet.
