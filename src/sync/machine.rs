@@ -184,7 +184,8 @@ pub enum Kind {
     Audit = 2,
 }
 
-/// More halvings than this leave every batch at 1 anyway (the sizes are `u32`).
+/// A bound on the halvings (a shift of 32 or more would overflow); [`Machine::can_shrink`]
+/// stops sooner, once the batch is 1.
 const MAX_SHRINK: u32 = 16;
 
 impl Machine {
