@@ -55,7 +55,7 @@ impl Authorizer {
             ..
         } = decision
         {
-            self.base.reload_trust_if_stale();
+            self.base.recheck_trust();
             decision = self.decide(token, &req, skew, &revoked);
         }
         match decision {

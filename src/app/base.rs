@@ -49,12 +49,13 @@ impl Base {
     }
 
     pub fn trust(&self) -> Arc<TrustStore> {
-        self.trust.get()
+        self.trust.get(self.now_ms())
     }
 
-    /// An unknown peer: re-read the trust store (at most once a second) before refusing.
-    pub fn reload_trust_if_stale(&self) {
-        self.trust.reload_if_stale(self.now_ms());
+    /// An unknown peer (or one known with other keys): read the trust store again
+    /// before refusing (`outpost trust add` may have written it since).
+    pub fn recheck_trust(&self) {
+        self.trust.recheck(self.now_ms());
     }
 
     pub fn is_revoked(&self, jti: &str) -> bool {

@@ -60,7 +60,7 @@ impl NodeCore {
             );
         }
         let store = super::open_store(&cfg, clock.clone())?;
-        let trust = crate::daemon::trust::TrustCache::load(&store, &identity)?;
+        let trust = crate::daemon::trust::TrustCache::load(&store, &identity, store.now_ms())?;
         let tools = super::build_registry(&cfg)?;
         let base = Arc::new(Base::new(cfg, store, keys, trust, clock));
         let recorder = Arc::new(Recorder::open(base.clone())?);

@@ -357,7 +357,7 @@ pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenErr
     };
     let opened = match attempt(&base.trust()) {
         Err(OpenError::UnknownSender) => {
-            base.reload_trust_if_stale();
+            base.recheck_trust();
             attempt(&base.trust())
         }
         other => other,

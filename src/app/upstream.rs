@@ -74,7 +74,7 @@ impl NodeLink for Link {
 
     fn pinned_key(&self, peer: &str) -> Option<ed25519_dalek::VerifyingKey> {
         self.pinned(peer).or_else(|| {
-            self.0.base().reload_trust_if_stale();
+            self.0.base().recheck_trust();
             self.pinned(peer)
         })
     }

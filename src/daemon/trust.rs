@@ -27,21 +27,61 @@ pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustSt
 
 /// The trust store a running role verifies with, shared by its handlers.
 ///
-/// `outpost trust add` writes the store while the daemon runs, so a lookup that misses
-/// (unknown sender or issuer) calls [`TrustCache::reload_if_stale`], which re-reads the
-/// record at most once a second before the caller refuses.
+/// `outpost trust add` and `trust rm` write the peers while the daemon runs (from
+/// another process, or through another gateway replica). Two ways keep the copy true:
+/// - every lookup more than [`RECHECK_MS`] after the last check asks the source again
+///   (without waiting if another caller is already asking), so a removed peer is refused
+///   within about a second;
+/// - a lookup that misses (unknown sender or issuer, or known with other keys) calls
+///   [`TrustCache::recheck`], which asks the source at once; callers that miss meanwhile
+///   wait for that one answer instead of each asking.
+///
+/// Asking is cheap when nothing changed: the source answers "unchanged" from a
+/// fingerprint (a hash of the stored record; a database-backed gateway's version
+/// counter), and only a change is parsed.
 pub struct TrustCache {
     load: Loader,
     me: IdentityDocument,
     current: std::sync::RwLock<std::sync::Arc<TrustStore>>,
-    last_reload_ms: std::sync::atomic::AtomicU64,
-    /// Held while reloading: callers that arrive meanwhile wait for the fresh copy
-    /// instead of answering from the stale one.
-    reloading: std::sync::Mutex<()>,
+    /// The source's fingerprint of `current` (0: none yet).
+    fingerprint: std::sync::atomic::AtomicU64,
+    checked_at_ms: std::sync::atomic::AtomicU64,
+    /// How many checks have begun: a caller that missed skips its own check when one
+    /// began after it missed.
+    checks_begun: std::sync::atomic::AtomicU64,
+    /// Held while asking the source.
+    checking: std::sync::Mutex<()>,
 }
 
-/// Reads the persisted peers (the store's record, or a gateway's database).
-pub type Loader = Box<dyn Fn() -> anyhow::Result<TrustStore> + Send + Sync>;
+/// How stale the copy may get before a lookup asks the source again.
+pub const RECHECK_MS: u64 = 1_000;
+
+/// Reads the persisted peers (the store's record, or a gateway's database): given the
+/// fingerprint of the copy held, `None` when it is still current, else the peers and
+/// their fingerprint (never 0).
+pub type Loader = Box<dyn Fn(u64) -> anyhow::Result<Option<(u64, TrustStore)>> + Send + Sync>;
+
+/// A fingerprint of stored bytes, for a [`Loader`] (never 0, which means "none").
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish().max(1)
+}
+
+/// The store's trust record when its fingerprint differs from `known`.
+pub fn load_since(store: &Store, known: u64) -> anyhow::Result<Option<(u64, TrustStore)>> {
+    let bytes = store.kv_get(KV_TRUST, KEY)?;
+    let fp = bytes.as_deref().map_or(1, fingerprint);
+    if fp == known {
+        return Ok(None);
+    }
+    let t = match bytes {
+        Some(b) => TrustStore::from_bytes(&b)?,
+        None => TrustStore::new(),
+    };
+    Ok(Some((fp, t)))
+}
 
 /// The peers plus `me` as an issuer (see [`effective`]).
 fn with_me(mut t: TrustStore, me: &IdentityDocument) -> anyhow::Result<TrustStore> {
@@ -59,48 +99,226 @@ fn with_me(mut t: TrustStore, me: &IdentityDocument) -> anyhow::Result<TrustStor
 
 impl TrustCache {
     /// The cache over the store's trust record.
-    pub fn load(store: &Store, me: &IdentityDocument) -> anyhow::Result<Self> {
+    pub fn load(store: &Store, me: &IdentityDocument, now_ms: u64) -> anyhow::Result<Self> {
         let store = store.clone();
-        Self::with_loader(Box::new(move || load(&store)), me)
+        Self::with_loader(Box::new(move |known| load_since(&store, known)), me, now_ms)
     }
 
     /// The cache over any source of peers.
-    pub fn with_loader(load: Loader, me: &IdentityDocument) -> anyhow::Result<Self> {
-        let t = with_me(load()?, me)?;
+    pub fn with_loader(load: Loader, me: &IdentityDocument, now_ms: u64) -> anyhow::Result<Self> {
+        let (fp, t) = load(0)?.ok_or_else(|| anyhow::anyhow!("the trust store did not load"))?;
+        let t = with_me(t, me)?;
         Ok(Self {
             load,
             me: me.clone(),
             current: std::sync::RwLock::new(std::sync::Arc::new(t)),
-            last_reload_ms: std::sync::atomic::AtomicU64::new(0),
-            reloading: std::sync::Mutex::new(()),
+            fingerprint: std::sync::atomic::AtomicU64::new(fp),
+            checked_at_ms: std::sync::atomic::AtomicU64::new(now_ms),
+            checks_begun: std::sync::atomic::AtomicU64::new(0),
+            checking: std::sync::Mutex::new(()),
         })
     }
 
-    pub fn get(&self) -> std::sync::Arc<TrustStore> {
+    /// The peers to verify with: asks the source first when the copy is older than
+    /// [`RECHECK_MS`] and no other caller is asking.
+    pub fn get(&self, now_ms: u64) -> std::sync::Arc<TrustStore> {
+        use std::sync::atomic::Ordering;
+        if now_ms.saturating_sub(self.checked_at_ms.load(Ordering::Relaxed)) >= RECHECK_MS {
+            if let Ok(_one) = self.checking.try_lock() {
+                self.check(now_ms);
+            }
+        }
+        self.current()
+    }
+
+    fn current(&self) -> std::sync::Arc<TrustStore> {
         self.current
             .read()
             .map(|g| g.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Re-read the peers, at most once a second. A caller that finds a reload under
-    /// way waits for it and uses its result (before: it answered from the old copy, so
-    /// of 100 nodes enrolled together and connecting at once, 99 were refused).
-    pub fn reload_if_stale(&self, now_ms: u64) {
+    /// A lookup missed: ask the source now. A caller that finds a check under way waits
+    /// for it; when a check began after this caller missed, its answer is used.
+    ///
+    /// Before, a miss re-read the peers at most once a second: a node enrolled within a
+    /// second of any earlier miss was refused until that second passed, and on a
+    /// database-backed gateway the copy read could predate the enrolment's `NOTIFY`.
+    pub fn recheck(&self, now_ms: u64) {
         use std::sync::atomic::Ordering;
-        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
-        let last = self.last_reload_ms.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) < 1_000 {
+        let asked = self.checks_begun.load(Ordering::Acquire);
+        let _one_at_a_time = self.checking.lock().unwrap_or_else(|p| p.into_inner());
+        if self.checks_begun.load(Ordering::Acquire) != asked {
             return;
         }
-        self.last_reload_ms.store(now_ms, Ordering::Relaxed);
-        match (self.load)().and_then(|t| with_me(t, &self.me)) {
-            Ok(t) => {
+        self.check(now_ms);
+    }
+
+    /// Ask the source (the caller holds `checking`).
+    fn check(&self, now_ms: u64) {
+        use std::sync::atomic::Ordering;
+        self.checks_begun.fetch_add(1, Ordering::AcqRel);
+        self.checked_at_ms.store(now_ms, Ordering::Relaxed);
+        let known = self.fingerprint.load(Ordering::Acquire);
+        match (self.load)(known).and_then(|r| {
+            r.map(|(fp, t)| with_me(t, &self.me).map(|t| (fp, t)))
+                .transpose()
+        }) {
+            Ok(None) => {}
+            Ok(Some((fp, t))) => {
                 if let Ok(mut g) = self.current.write() {
                     *g = std::sync::Arc::new(t);
                 }
+                self.fingerprint.store(fp, Ordering::Release);
             }
             Err(e) => tracing::warn!(event = "trust_reload_failed", error = %e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Keys;
+    use std::sync::{Arc, Mutex};
+
+    fn doc(id: &str) -> IdentityDocument {
+        IdentityDocument::new(id, "node", &Keys::generate(), "2026-01-01T00:00:00Z")
+    }
+
+    const RIGHTS: Rights = Rights {
+        send: true,
+        issue: false,
+    };
+
+    /// A source the test writes, as `trust add` in another process would, counting
+    /// how often the cache parsed a copy.
+    struct Source {
+        peers: Mutex<(u64, TrustStore)>,
+        copies: Mutex<u64>,
+    }
+
+    fn cache(src: &Arc<Source>, now_ms: u64) -> TrustCache {
+        let s = src.clone();
+        let load: Loader = Box::new(move |known| {
+            let g = s.peers.lock().unwrap();
+            if g.0 == known {
+                return Ok(None);
+            }
+            *s.copies.lock().unwrap() += 1;
+            Ok(Some((g.0, g.1.clone())))
+        });
+        TrustCache::with_loader(load, &doc("gateway:me"), now_ms).unwrap()
+    }
+
+    fn write(src: &Source, edit: impl FnOnce(&mut TrustStore)) {
+        let mut g = src.peers.lock().unwrap();
+        edit(&mut g.1);
+        g.0 += 1;
+    }
+
+    fn source() -> Arc<Source> {
+        Arc::new(Source {
+            peers: Mutex::new((1, TrustStore::new())),
+            copies: Mutex::new(0),
+        })
+    }
+
+    #[test]
+    fn nodes_enrolled_one_after_another_are_each_found_on_their_first_miss() {
+        let src = source();
+        let c = cache(&src, 10_000);
+        // Before: a miss re-read at most once a second, so the second node, enrolled
+        // 100 ms after the first one's miss, was refused until that second passed.
+        for (i, at) in [10_000u64, 10_100, 10_200].into_iter().enumerate() {
+            let id = format!("node:n{i}");
+            write(&src, |t| {
+                t.add(doc(&id), RIGHTS).unwrap();
+            });
+            assert!(c.get(at).get(&id).is_none(), "a fresh copy is not re-read");
+            c.recheck(at);
+            assert!(c.get(at).get(&id).is_some(), "{id} missing after its miss");
+        }
+    }
+
+    #[test]
+    fn a_removed_peer_is_refused_once_the_copy_is_a_second_old() {
+        let src = source();
+        write(&src, |t| {
+            t.add(doc("node:a"), RIGHTS).unwrap();
+        });
+        let c = cache(&src, 0);
+        assert!(c.get(0).get("node:a").is_some());
+        write(&src, |t| {
+            t.remove("node:a");
+        });
+        // Known peers never miss: only the age of the copy brings the removal in.
+        assert!(c.get(RECHECK_MS - 1).get("node:a").is_some());
+        assert!(c.get(RECHECK_MS).get("node:a").is_none());
+        // The role's own identity is always an issuer.
+        assert!(c.get(RECHECK_MS).get("gateway:me").unwrap().rights.issue);
+    }
+
+    #[test]
+    fn an_unchanged_source_is_not_copied_again() {
+        let src = source();
+        let c = cache(&src, 0);
+        for t in 1..50u64 {
+            c.recheck(t * 10);
+            c.get(t * RECHECK_MS);
+        }
+        assert_eq!(*src.copies.lock().unwrap(), 1, "only the first load copies");
+    }
+
+    #[test]
+    fn misses_during_a_check_share_its_answer() {
+        // Callers that miss while a check is under way wait for it and do not each ask.
+        let src = source();
+        let c = Arc::new(cache(&src, 0));
+        write(&src, |t| {
+            t.add(doc("node:b"), RIGHTS).unwrap();
+        });
+        let held = c.checking.lock().unwrap();
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    c.recheck(5);
+                    c.get(5).get("node:b").is_some()
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // A check that begins now (after every waiter missed) answers them all.
+        c.check(5);
+        drop(held);
+        for w in waiters {
+            assert!(w.join().unwrap());
+        }
+        assert_eq!(
+            *src.copies.lock().unwrap(),
+            2,
+            "one initial load, one check"
+        );
+    }
+
+    #[test]
+    fn the_store_record_is_parsed_only_when_its_bytes_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(
+            dir.path(),
+            crate::store::StoreOptions::default(),
+            crate::clock::system(),
+        )
+        .unwrap();
+        let mut t = TrustStore::new();
+        t.add(doc("node:c"), RIGHTS).unwrap();
+        save(&store, &t).unwrap();
+        let (fp, loaded) = load_since(&store, 0).unwrap().unwrap();
+        assert_eq!(loaded, t);
+        assert!(load_since(&store, fp).unwrap().is_none());
+        t.remove("node:c");
+        save(&store, &t).unwrap();
+        assert_eq!(load_since(&store, fp).unwrap().unwrap().1, t);
     }
 }

@@ -56,8 +56,9 @@ pub struct Command {
 }
 
 /// The enrolled node `node_id`, or `UnknownNode`.
-pub fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
+pub async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
     gw.enrolled(node_id)
+        .await
         .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))
 }
 
@@ -215,7 +216,7 @@ pub async fn tool_call(
             "tool_name must match [a-z][a-z0-9_]{0,63}".into(),
         ));
     }
-    let doc = target(gw, &call.node_id)?;
+    let doc = target(gw, &call.node_id).await?;
     let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
     let job_id = call
         .job_id
@@ -320,7 +321,7 @@ pub async fn tool_call(
 
 /// Queue a command; returns its message id and expiry.
 pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayError> {
-    let doc = target(gw, &c.node_id)?;
+    let doc = target(gw, &c.node_id).await?;
     if c.command_type.is_empty() || c.command_type.len() > 64 {
         return Err(GatewayError::BadRequest(
             "command_type must be 1..=64 characters".into(),

@@ -135,9 +135,11 @@ fn assemble(
         "1970-01-01T00:00:00Z",
     );
     let source = state.clone();
+    let now_ms = state.now_ms();
     let trust = crate::daemon::trust::TrustCache::with_loader(
-        Box::new(move || source.load_trust().map_err(anyhow::Error::from)),
+        Box::new(move |known| source.load_trust_since(known).map_err(anyhow::Error::from)),
         &me,
+        now_ms,
     )
     .map_err(|e| StartError::Trust(e.to_string()))?;
     Ok(Gateway::new(cfg, state, keys, trust, shutdown))

@@ -161,26 +161,37 @@ impl Gateway {
     }
 
     pub fn trust(&self) -> Arc<TrustStore> {
-        self.trust.get()
+        self.trust.get(self.now_ms())
     }
 
-    /// `outpost trust add` writes the store while we run: on an unknown peer, re-read
-    /// (at most once a second) before refusing.
-    pub fn reload_trust_if_stale(&self) {
-        self.trust.reload_if_stale(self.now_ms());
+    /// A lookup of `node_id` missed (unknown, or known with other keys): `outpost trust
+    /// add` may have written the peers since they were read (in another process, or
+    /// through another replica). Read them again before refusing.
+    pub async fn recheck_trust(&self, node_id: &str) {
+        if let Err(e) = self.state.refresh_peer(node_id).await {
+            tracing::warn!(event = "trust_reload_failed", node = %node_id, error = %e);
+        }
+        self.trust.recheck(self.now_ms());
+    }
+
+    /// A token's issuer was unknown: read the peers again (this replica's copy; a
+    /// database-backed gateway's copy follows the database's `NOTIFY`).
+    pub fn recheck_issuers(&self) {
+        self.trust.recheck(self.now_ms());
     }
 
     /// An enrolled node: in the trust store with role `node`.
-    pub fn enrolled(&self, node_id: &str) -> Option<IdentityDocument> {
+    pub async fn enrolled(&self, node_id: &str) -> Option<IdentityDocument> {
         let find = |t: &TrustStore| {
             t.get(node_id)
                 .filter(|p| p.doc.role == "node")
                 .map(|p| p.doc.clone())
         };
-        find(&self.trust()).or_else(|| {
-            self.reload_trust_if_stale();
-            find(&self.trust())
-        })
+        if let Some(doc) = find(&self.trust()) {
+            return Some(doc);
+        }
+        self.recheck_trust(node_id).await;
+        find(&self.trust())
     }
 
     pub fn waker(&self, node_id: &str) -> Arc<NodeWake> {

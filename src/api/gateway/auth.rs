@@ -65,7 +65,7 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
     let mut d = decide(&gw.trust());
     if let Decision::Deny { reason, .. } = &d {
         if reason.as_str() == "unknown_issuer" {
-            gw.reload_trust_if_stale();
+            gw.recheck_issuers();
             d = decide(&gw.trust());
         }
     }
@@ -174,7 +174,7 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             r,
             Err(RequestSigError::UnknownNode | RequestSigError::BadSignature)
         ) {
-            gw.reload_trust_if_stale();
+            gw.recheck_trust(&node_id).await;
             r = verify(&gw.trust());
         }
         let v = match r {

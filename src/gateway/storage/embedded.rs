@@ -409,6 +409,11 @@ impl GatewayState for Embedded {
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
     }
 
+    fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError> {
+        crate::daemon::trust::load_since(&self.store, known)
+            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
+    }
+
     fn durable(&self) -> bool {
         !self.store.sync_failed()
     }

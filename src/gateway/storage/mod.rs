@@ -325,9 +325,17 @@ pub trait GatewayState: Send + Sync {
     /// Store a verified extension and its checkpoint in one transaction.
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()>;
 
-    /// The trust store (peers `outpost trust add` enrolled), read synchronously: the
-    /// trust cache calls it at most once a second.
+    /// The trust store (peers `outpost trust add` enrolled), read synchronously.
     fn load_trust(&self) -> Result<TrustStore, StateError>;
+    /// The trust store when it changed since the copy with fingerprint `known` (0: none
+    /// held), with its fingerprint (never 0); `None` when unchanged. The trust cache
+    /// asks on every miss and about once a second, so "unchanged" must be cheap.
+    fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError>;
+    /// A lookup of `node_id` missed: where this state's trust store is a copy that may
+    /// lag (a database other processes write), bring that peer's entry up to date.
+    fn refresh_peer<'a>(&'a self, _node_id: &'a str) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
     /// False once the state can no longer make writes durable (a failed fsync): the
     /// watchdog stops pinging so systemd restarts the gateway.
     fn durable(&self) -> bool;

@@ -69,8 +69,11 @@ pub struct Postgres {
     /// The revocation list, kept current by the listener (the token check asks
     /// synchronously, on every call).
     revoked: RwLock<peers::Revocations>,
-    /// The trust store as last read (refreshed on `NOTIFY` and by the listener's tick).
-    trust: RwLock<Option<TrustStore>>,
+    /// The trust store as last read (refreshed on `NOTIFY`, by the listener's tick and
+    /// by [`Postgres::refresh_peer_now`]), with a version that moves on every change.
+    trust: RwLock<Option<(u64, TrustStore)>>,
+    /// Bounds [`Postgres::refresh_peer_now`].
+    peer_lookups: tokio::sync::Semaphore,
     notices: broadcast::Sender<Notice>,
     /// Notifications to send after a commit ([`listen::send_notifications`]).
     outbox: tokio::sync::mpsc::UnboundedSender<(&'static str, String)>,
@@ -144,6 +147,7 @@ impl Postgres {
             clock,
             revoked: RwLock::new(peers::Revocations::default()),
             trust: RwLock::new(None),
+            peer_lookups: tokio::sync::Semaphore::new(peers::PEER_LOOKUPS),
             notices,
             outbox,
             outbox_rx: std::sync::Mutex::new(Some(outbox_rx)),
@@ -305,8 +309,21 @@ impl GatewayState for Postgres {
         self.trust
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(_, t)| t.clone())
             .ok_or_else(|| StateError::Unavailable("trust store not loaded yet".into()))
+    }
+
+    fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError> {
+        match &*self.trust.read().unwrap_or_else(|p| p.into_inner()) {
+            Some((v, _)) if *v == known => Ok(None),
+            Some((v, t)) => Ok(Some((*v, t.clone()))),
+            None => Err(StateError::Unavailable("trust store not loaded yet".into())),
+        }
+    }
+
+    fn refresh_peer<'a>(&'a self, node_id: &'a str) -> Fut<'a, ()> {
+        Box::pin(async move { self.refresh_peer_now(node_id).await })
     }
 
     fn durable(&self) -> bool {

@@ -19,6 +19,9 @@ pub(super) struct Revocations {
 /// the database answers again, rather than honouring one revoked meanwhile.
 const REVOCATIONS_STALE_MS: u64 = 15_000;
 
+/// Database reads of one peer's enrolment ([`Postgres::refresh_peer_now`]) at once.
+pub(super) const PEER_LOOKUPS: usize = 4;
+
 impl Postgres {
     pub(super) async fn refresh_revocations(&self) -> Result<(), StateError> {
         let since = self.read_revocations().version;
@@ -55,8 +58,67 @@ impl Postgres {
             t.add(doc, rights)
                 .map_err(|e| StateError::Corrupt(format!("peers: {e}")))?;
         }
-        *self.trust.write().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        self.replace_trust(|copy| *copy = t);
         Ok(())
+    }
+
+    /// Edit the replica's copy of the peers; its version moves when the edit changed it.
+    fn replace_trust(&self, edit: impl FnOnce(&mut TrustStore)) {
+        let mut g = self.trust.write().unwrap_or_else(|p| p.into_inner());
+        let (version, copy) = g.get_or_insert_with(|| (0, TrustStore::new()));
+        let before = copy.clone();
+        edit(copy);
+        if *version == 0 || *copy != before {
+            *version += 1;
+        }
+    }
+
+    /// Read `node_id`'s enrolment from the database into the replica's copy: a lookup
+    /// that missed may be ahead of this replica's `NOTIFY` (`trust add` on another host,
+    /// or a moment ago). One indexed read; at most [`PEER_LOOKUPS`] at once, so a flood
+    /// of requests naming unknown nodes cannot load the database.
+    pub(super) async fn refresh_peer_now(&self, node_id: &str) -> Result<(), StateError> {
+        let _permit = self
+            .peer_lookups
+            .acquire()
+            .await
+            .map_err(|_| StateError::Unavailable("shutting down".into()))?;
+        let c = self.pool.get().await?;
+        let row = c
+            .query_opt(
+                "SELECT document, may_send, may_issue FROM peers WHERE node_id = $1",
+                &[&node_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let found = match row {
+            Some(r) => Some((
+                serde_json::from_str::<IdentityDocument>(r.get::<_, &str>(0))
+                    .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?,
+                Rights {
+                    send: r.get(1),
+                    issue: r.get(2),
+                },
+            )),
+            None => None,
+        };
+        let mut bad = None;
+        self.replace_trust(|copy| match found {
+            Some((doc, rights)) => {
+                let same = copy
+                    .get(node_id)
+                    .is_some_and(|p| p.doc == doc && p.rights == rights);
+                if !same {
+                    if let Err(e) = copy.add(doc, rights) {
+                        bad = Some(StateError::Corrupt(format!("peers: {e}")));
+                    }
+                }
+            }
+            None => {
+                copy.remove(node_id);
+            }
+        });
+        bad.map_or(Ok(()), Err)
     }
 
     /// Replace the enrolled peers with `t` (what `outpost trust add/remove` edits), and
