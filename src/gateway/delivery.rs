@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{NodeAck, PullBatch, RevocationList, QUEUE_TO_NODE};
+use super::storage::{NodeAck, PullBatch, RevocationList, Take, QUEUE_TO_NODE};
 use crate::telemetry::MessageEvent;
 
 /// Upper bound of a long-poll, whatever the node asks for.
@@ -43,6 +43,7 @@ pub async fn pull(
     node: &str,
     wait_s: Option<u64>,
     max: Option<usize>,
+    after: Option<&str>,
 ) -> Result<Pulled, GatewayError> {
     let wait = Duration::from_secs(wait_s.unwrap_or(0).min(MAX_WAIT_S));
     let max = max
@@ -74,7 +75,15 @@ pub async fn pull(
         queued.as_mut().enable();
         let batch = gw
             .state
-            .take_batch(node, pull, max, PULL_BUDGET_BYTES)
+            .take_batch(
+                node,
+                Take {
+                    pull,
+                    max,
+                    max_bytes: PULL_BUDGET_BYTES,
+                    after,
+                },
+            )
             .await?;
         if !batch.deliveries.is_empty()
             || batch.superseded

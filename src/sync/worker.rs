@@ -52,11 +52,12 @@ pub fn spawn(
     };
     let w = Worker {
         deps,
-        t: transport,
+        t: Arc::new(transport),
         shared,
         shutdown,
         confirmed_audit: None,
         refused_time: None,
+        prefetch: None,
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -64,7 +65,7 @@ pub fn spawn(
 
 pub(super) struct Worker {
     pub(super) deps: SyncDeps,
-    pub(super) t: Transport,
+    pub(super) t: Arc<Transport>,
     pub(super) shared: Arc<Shared>,
     shutdown: CancellationToken,
     /// The gateway's confirmed audit size, asked once per connection.
@@ -76,6 +77,16 @@ pub(super) struct Worker {
     /// next attempt of the backoff schedule (meanwhile the node keeps sealing messages
     /// with the wrong time, which its gateway will refuse).
     refused_time: Option<(u64, tokio::time::Instant)>,
+    /// The next batch of a backlog, asked for while the previous one is stored and
+    /// acknowledged (PROTOCOL §12.2, pipelining): the next flush pull takes its answer.
+    prefetch: Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>,
+}
+
+/// Aborts a prefetch nobody will take (a stall, a failure, another action).
+fn drop_prefetch(p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>) {
+    if let Some(h) = p.take() {
+        h.abort();
+    }
 }
 
 /// How long a refused gateway time is extrapolated with the monotonic clock.
@@ -118,6 +129,10 @@ impl Worker {
                 self.set_refused_time(None);
             }
             tracing::trace!(event = "sync_action", ?action);
+            // A prefetched batch is only the answer to the flush pull that follows.
+            if !matches!(action, Action::Pull { wait_s: 0, .. }) {
+                drop_prefetch(&mut self.prefetch);
+            }
             ev = match action {
                 Action::Stop => return,
                 Action::Wait { until_ms } => self.wait(until_ms).await,
@@ -262,27 +277,55 @@ impl Worker {
         }
     }
 
-    async fn pull(&self, wait_s: u64, max: u32) -> Event {
-        let pq = format!("{}?wait_s={wait_s}&max={max}", self.t.node_path("pull"));
-        let call = self
-            .t
-            .get::<PullAnswer>(&pq, self.now(), Duration::from_secs(wait_s));
-        let resp = if wait_s > 0 {
-            tokio::select! {
-                r = call => r,
-                _ = self.shared.wake.notified() => return Event::Woken,
+    async fn pull(&mut self, wait_s: u64, max: u32) -> Event {
+        let resp = match self.prefetch.take() {
+            // Asked for while the previous batch was stored (see below).
+            Some(next) => tokio::select! {
+                r = next => r.unwrap_or_else(|e| Err(SyncError::Setup(format!("prefetched pull: {e}")))),
                 _ = self.shutdown.cancelled() => return Event::Shutdown,
-            }
-        } else {
-            tokio::select! {
-                r = call => r,
-                _ = self.shutdown.cancelled() => return Event::Shutdown,
+            },
+            None => {
+                let pq = format!("{}?wait_s={wait_s}&max={max}", self.t.node_path("pull"));
+                let call = self
+                    .t
+                    .get::<PullAnswer>(&pq, self.now(), Duration::from_secs(wait_s));
+                if wait_s > 0 {
+                    tokio::select! {
+                        r = call => r,
+                        _ = self.shared.wake.notified() => return Event::Woken,
+                        _ = self.shutdown.cancelled() => return Event::Shutdown,
+                    }
+                } else {
+                    tokio::select! {
+                        r = call => r,
+                        _ = self.shutdown.cancelled() => return Event::Shutdown,
+                    }
+                }
             }
         };
         let answer = match resp {
             Ok(a) => a,
             Err(e) => return failed(&e),
         };
+        // A full batch of a longer backlog: ask for the next one now, after this batch's
+        // last message, so the gateway reads and sends it while this one is opened,
+        // stored and acknowledged. Only this batch's outcome decides whether it is used:
+        // a stall or a failed ack drops it, and the next pull starts at the head.
+        let full = answer.envelopes.len() >= max as usize;
+        if wait_s == 0 && full && answer.pending_count > answer.envelopes.len() as u64 {
+            let last = answer.envelopes.last().map(|e| message_id(e));
+            if let Some(last) = last.filter(|id| !id.is_empty()) {
+                let pq = format!(
+                    "{}?wait_s=0&max={max}&after={}",
+                    self.t.node_path("pull"),
+                    query_escape(&last)
+                );
+                let (t, now) = (self.t.clone(), self.now());
+                self.prefetch = Some(tokio::spawn(async move {
+                    t.get::<PullAnswer>(&pq, now, Duration::ZERO).await
+                }));
+            }
+        }
         let mut ack = Vec::new();
         let mut rejected = Vec::new();
         // The id is the envelope's business; the pipeline refuses one without it.
@@ -304,6 +347,7 @@ impl Worker {
                 // Nothing after it was stored: leave it and the rest queued upstream.
                 InboundOutcome::Retry => {
                     stalled = true;
+                    drop_prefetch(&mut self.prefetch);
                     break;
                 }
             }
@@ -317,6 +361,7 @@ impl Worker {
             let pq = self.t.node_path("ack");
             if let Err(e) = self.t.post::<_, AckAnswer>(&pq, &body, self.now()).await {
                 // Stored locally already; the gateway resends and we answer duplicate.
+                drop_prefetch(&mut self.prefetch);
                 return failed(&e);
             }
             self.shared
@@ -331,6 +376,20 @@ impl Worker {
             stalled,
         }
     }
+}
+
+/// `s` as a query-string value: everything but RFC 3986's unreserved characters
+/// percent-encoded (the signature covers the path and query exactly as sent).
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The `message_id` of a pulled envelope, read without building its JSON tree; empty

@@ -54,6 +54,8 @@ mod netns;
 mod openapi;
 #[path = "../it/pg.rs"]
 mod pg;
+#[path = "../it/pipeline.rs"]
+mod pipeline;
 #[path = "../it/replicas.rs"]
 mod replicas;
 #[path = "../it/replicas_faults.rs"]

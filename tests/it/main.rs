@@ -26,6 +26,7 @@ mod newcomer;
 mod node;
 mod openapi;
 mod pg;
+mod pipeline;
 mod powercut;
 /// The power-cut shim's Rust side, shared with the store's own power-cut test (which
 /// uses parts of it these tests do not).

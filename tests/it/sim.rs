@@ -110,7 +110,20 @@ impl SimNode {
     /// Pull (through `gw`) and return the envelopes' message ids and `pending_count`.
     pub async fn pull(&self, gw: &Daemon, wait_s: u64, max: usize) -> (Vec<String>, u64) {
         let pq = format!("/v1/nodes/{}/pull?wait_s={wait_s}&max={max}", self.id);
-        let (st, v) = self.signed(gw, "GET", &pq, None).await;
+        self.pull_pq(gw, &pq).await
+    }
+
+    /// A flush pull of `max` beginning after `after` (a pipelining node).
+    pub async fn pull_after(&self, gw: &Daemon, max: usize, after: &str) -> Vec<String> {
+        let pq = format!(
+            "/v1/nodes/{}/pull?wait_s=0&max={max}&after={after}",
+            self.id
+        );
+        self.pull_pq(gw, &pq).await.0
+    }
+
+    async fn pull_pq(&self, gw: &Daemon, pq: &str) -> (Vec<String>, u64) {
+        let (st, v) = self.signed(gw, "GET", pq, None).await;
         assert_eq!(st, 200, "{v}");
         let ids = v["envelopes"]
             .as_array()

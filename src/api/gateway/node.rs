@@ -21,17 +21,19 @@ use crate::sync::wire::{
 pub struct PullQuery {
     pub wait_s: Option<u64>,
     pub max: Option<u64>,
+    /// The last message id of the node's previous batch (PROTOCOL §12.2: pipelining).
+    pub after: Option<String>,
 }
 
-/// `GET /v1/nodes/{id}/pull?wait_s=&max=`: `{"pending_count","envelopes":[…]}` in queue
-/// order, waiting up to `wait_s` for the first.
+/// `GET /v1/nodes/{id}/pull?wait_s=&max=&after=`: `{"pending_count","envelopes":[…]}`
+/// in queue order, waiting up to `wait_s` for the first.
 pub async fn pull(
     State(gw): State<Arc<Gateway>>,
     QueryParams(q): QueryParams<PullQuery>,
     signed: SignedNode,
 ) -> ApiResult<Json<PullAnswer>> {
     let max = q.max.map(|m| m.min(delivery::MAX_BATCH as u64) as usize);
-    let p = delivery::pull(&gw, &signed.node_id, q.wait_s, max).await?;
+    let p = delivery::pull(&gw, &signed.node_id, q.wait_s, max, q.after.as_deref()).await?;
     Ok(Json(PullAnswer {
         envelopes: p.envelopes,
         pending_count: p.pending,

@@ -4,10 +4,12 @@
 
 use super::{
     AuditExtension, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
-    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Upload,
+    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
 };
 use crate::envelope::TrustStore;
-use crate::store::{Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store};
+use crate::store::{
+    Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store, StoredMessage,
+};
 
 use crate::store::names::{
     KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS as KV_JOBS,
@@ -32,6 +34,9 @@ pub struct Embedded {
     revoking: tokio::sync::Mutex<()>,
     /// The newest pull number per node (see `begin_pull`).
     pulls: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// The last message handed out per node (body left out): where a pull with
+    /// `after` naming it continues.
+    handed_out: std::sync::Mutex<std::collections::HashMap<String, StoredMessage>>,
 }
 
 impl Embedded {
@@ -40,6 +45,7 @@ impl Embedded {
             store,
             revoking: tokio::sync::Mutex::new(()),
             pulls: std::sync::Mutex::new(std::collections::HashMap::new()),
+            handed_out: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -219,13 +225,13 @@ impl GatewayState for Embedded {
         })
     }
 
-    fn take_batch<'a>(
-        &'a self,
-        node: &'a str,
-        pull: u64,
-        max: usize,
-        max_bytes: usize,
-    ) -> Fut<'a, PullBatch> {
+    fn take_batch<'a>(&'a self, node: &'a str, take: Take<'a>) -> Fut<'a, PullBatch> {
+        let Take {
+            pull,
+            max,
+            max_bytes,
+            after,
+        } = take;
         Box::pin(async move {
             let newest = self
                 .pulls
@@ -240,7 +246,20 @@ impl GatewayState for Embedded {
                     ..PullBatch::default()
                 });
             }
-            let mut batch = self.store.next_batch(Q_NODE, node, max, self.now_ms())?;
+            // Continue after the node's previous batch only when `after` is the last
+            // message handed out to it; anything else starts at the head (what is not
+            // acknowledged is handed out again, and the node deduplicates).
+            let from = after.and_then(|id| {
+                self.handed_out
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(node)
+                    .filter(|m| m.message_id == id)
+                    .cloned()
+            });
+            let mut batch =
+                self.store
+                    .next_batch_after(Q_NODE, node, from.as_ref(), max, self.now_ms())?;
             let mut bytes = 0usize;
             let fits = batch
                 .iter()
@@ -252,6 +271,18 @@ impl GatewayState for Embedded {
                 .max(1);
             batch.truncate(fits);
             let pending = self.store.pending(Q_NODE, node)? as u64;
+            if let Some(last) = batch.last() {
+                self.handed_out
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        node.to_string(),
+                        StoredMessage {
+                            body: Vec::new(),
+                            ..last.clone()
+                        },
+                    );
+            }
             if !batch.is_empty() {
                 let ids = batch.iter().map(|m| m.message_id.clone()).collect();
                 self.store.mark_delivering(Q_NODE, node, ids).await?;

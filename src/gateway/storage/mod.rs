@@ -115,6 +115,17 @@ pub struct Delivery {
     pub envelope: Vec<u8>,
 }
 
+/// What one look of a pull asks for ([`GatewayState::take_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Take<'a> {
+    /// The pull's number ([`GatewayState::begin_pull`]).
+    pub pull: u64,
+    pub max: usize,
+    pub max_bytes: usize,
+    /// The last message of the node's previous batch, when the node pipelines.
+    pub after: Option<&'a str>,
+}
+
 /// A pull's batch and how many messages were waiting when it was taken.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PullBatch {
@@ -264,16 +275,12 @@ pub trait GatewayState: Send + Sync {
     /// pull of the node (their next [`Self::take_batch`] is `superseded`), and wakes
     /// them so they answer at once.
     fn begin_pull<'a>(&'a self, node: &'a str) -> Fut<'a, u64>;
-    /// Up to `max` messages for `node` and about `max_bytes` of envelopes (always at
-    /// least one), marked as being delivered — unless pull number `pull` was
-    /// superseded.
-    fn take_batch<'a>(
-        &'a self,
-        node: &'a str,
-        pull: u64,
-        max: usize,
-        max_bytes: usize,
-    ) -> Fut<'a, PullBatch>;
+    /// Up to `take.max` messages for `node` and about `take.max_bytes` of envelopes
+    /// (always at least one), marked as being delivered — unless pull number
+    /// `take.pull` was superseded. With `take.after`, the batch begins after that
+    /// message when it is still queued (a node asks for its next batch while it stores
+    /// the previous one, whose ack is still to come); otherwise at the queue's head.
+    fn take_batch<'a>(&'a self, node: &'a str, take: Take<'a>) -> Fut<'a, PullBatch>;
     /// Remove what the node acknowledged; returns the ids that were removed (an id
     /// acknowledged twice is removed once).
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>>;

@@ -1,7 +1,7 @@
 //! Delivery from the PostgreSQL queues: one pull per node at a time (a newer pull
 //! supersedes older ones at any replica), a pull's look at the queue's head, and acks.
 
-use super::super::{Delivery, GatewayState, NodeAck, PullBatch, StateError};
+use super::super::{Delivery, GatewayState, NodeAck, PullBatch, StateError, Take};
 use super::queue::Q_NODE;
 use super::{i, listen, u, unavailable, Postgres, LEASE_MS, STATUS_KEEP_MS};
 
@@ -33,18 +33,25 @@ pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
 /// recipient's queue depth. No lock: a `begin_pull` committed just after this look
 /// finds the same head for the newer pull, which is what the protocol does anyway (a
 /// pull hands out what is not acknowledged; the node deduplicates by id), and an older
-/// pull's answer goes to a connection the node gave up on. Committed without waiting
+/// pull's answer goes to a connection the node gave up on. With `$8` (a pipelining
+/// node's `after`), what is at or before that message, while it is still queued, is
+/// skipped: the node has it and its ack is on the way. Committed without waiting
 /// for the WAL flush ([`super::pool::Conn::query_relaxed`]): what it writes is the
 /// delivery counter.
 const TAKE_BATCH: &str = "
 WITH p AS (
     SELECT pull FROM node_pulls WHERE node_id = $2),
+a AS (
+    SELECT priority, seq FROM messages
+    WHERE message_id = $8 AND queue = $1 AND peer = $2),
 head AS (
     SELECT m.seq, m.message_id, m.body, m.priority,
            sum(octet_length(m.body)) OVER w AS run, row_number() OVER w AS rn
-    FROM (SELECT seq, message_id, body, priority FROM messages
+    FROM (SELECT seq, message_id, body, priority FROM messages q
           WHERE queue = $1 AND peer = $2 AND expires_at_ms > $3
             AND NOT EXISTS (SELECT 1 FROM p WHERE pull > $5)
+            AND NOT EXISTS (SELECT 1 FROM a WHERE a.priority > q.priority
+                            OR (a.priority = q.priority AND a.seq >= q.seq))
           ORDER BY priority DESC, seq LIMIT $4) m
     WINDOW w AS (ORDER BY m.priority DESC, m.seq)),
 take AS (
@@ -61,10 +68,14 @@ ORDER BY t.priority DESC, t.seq";
 pub async fn take_batch(
     pg: &Postgres,
     node: &str,
-    pull: u64,
-    max: usize,
-    max_bytes: usize,
+    take: Take<'_>,
 ) -> Result<PullBatch, StateError> {
+    let Take {
+        pull,
+        max,
+        max_bytes,
+        after,
+    } = take;
     let now = pg.now_ms();
     let mut c = pg.pool.get().await?;
     let st = c.prep(TAKE_BATCH).await?;
@@ -79,6 +90,7 @@ pub async fn take_batch(
                 &i(pull),
                 &(max_bytes.min(i64::MAX as usize) as i64),
                 &i(now + LEASE_MS),
+                &after,
             ],
         )
         .await?;

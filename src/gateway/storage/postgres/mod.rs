@@ -46,7 +46,7 @@ use tokio_postgres::error::SqlState;
 use super::Notice;
 use super::{
     AuditExtension, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord, NewJob,
-    NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Upload,
+    NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
 };
 use crate::config::PostgresConfig;
 use crate::envelope::TrustStore;
@@ -229,14 +229,8 @@ impl GatewayState for Postgres {
         Box::pin(async move { delivery::begin_pull(self, node).await })
     }
 
-    fn take_batch<'a>(
-        &'a self,
-        node: &'a str,
-        pull: u64,
-        max: usize,
-        max_bytes: usize,
-    ) -> Fut<'a, PullBatch> {
-        Box::pin(async move { delivery::take_batch(self, node, pull, max, max_bytes).await })
+    fn take_batch<'a>(&'a self, node: &'a str, take: Take<'a>) -> Fut<'a, PullBatch> {
+        Box::pin(async move { delivery::take_batch(self, node, take).await })
     }
 
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>> {
