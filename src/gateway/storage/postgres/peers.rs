@@ -49,12 +49,7 @@ impl Postgres {
             .map_err(unavailable)?;
         let mut t = TrustStore::new();
         for r in rows {
-            let doc: IdentityDocument = serde_json::from_str(r.get::<_, &str>(0))
-                .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?;
-            let rights = Rights {
-                send: r.get(1),
-                issue: r.get(2),
-            };
+            let (doc, rights) = peer_row(&r)?;
             t.add(doc, rights)
                 .map_err(|e| StateError::Corrupt(format!("peers: {e}")))?;
         }
@@ -91,17 +86,7 @@ impl Postgres {
             )
             .await
             .map_err(unavailable)?;
-        let found = match row {
-            Some(r) => Some((
-                serde_json::from_str::<IdentityDocument>(r.get::<_, &str>(0))
-                    .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?,
-                Rights {
-                    send: r.get(1),
-                    issue: r.get(2),
-                },
-            )),
-            None => None,
-        };
+        let found = row.as_ref().map(peer_row).transpose()?;
         let mut bad = None;
         self.replace_trust(|copy| match found {
             Some((doc, rights)) => {
@@ -252,4 +237,15 @@ pub(super) async fn revocations(pg: &Postgres, since: u64) -> Result<RevocationL
         revoked: rows.iter().map(|r| r.get(1)).collect(),
         version: u(newest),
     })
+}
+
+/// A `peers` row read as `SELECT document, may_send, may_issue`.
+fn peer_row(r: &tokio_postgres::Row) -> Result<(IdentityDocument, Rights), StateError> {
+    let doc = serde_json::from_str(r.get::<_, &str>(0))
+        .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?;
+    let rights = Rights {
+        send: r.get(1),
+        issue: r.get(2),
+    };
+    Ok((doc, rights))
 }
