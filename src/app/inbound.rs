@@ -274,65 +274,21 @@ fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static 
 /// Below this many envelopes a batch is opened on the calling thread.
 const PARALLEL_FROM: usize = 8;
 
-/// Open every envelope (signature, recipient, expiry, replay, decrypt) on all cores;
-/// results in the input's order, each with its bytes. `None` marks an envelope that was
-/// not processed (its thread failed): the caller must not go past it.
-///
-/// Each worker takes the next unopened envelope until none is left (before: each took
-/// a fixed half, so the batch waited for whichever core the gateway or the store's
-/// writer had been using; on this 2-core VM that cost ~40 % of the ideal open time).
+/// Open every envelope (signature, recipient, expiry, replay, decrypt) on all cores
+/// ([`crate::daemon::spread`]); results in the input's order, each with its bytes.
+/// `None` marks an envelope that was not processed (its worker failed): the caller must
+/// not go past it.
 async fn open_all(
     base: &Arc<Base>,
     envelopes: Vec<Vec<u8>>,
 ) -> Vec<(Vec<u8>, Option<Result<Opened, OpenError>>)> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    if envelopes.len() < PARALLEL_FROM || cores == 1 {
-        return envelopes
-            .into_iter()
-            .map(|b| {
-                let r = open_envelope(base, &b);
-                (b, Some(r))
-            })
-            .collect();
-    }
-    let n = envelopes.len();
-    let envelopes = Arc::new(envelopes);
-    let next = Arc::new(AtomicUsize::new(0));
-    let jobs: Vec<_> = (0..cores.min(n))
-        .map(|_| {
-            let (base, envelopes, next) = (base.clone(), envelopes.clone(), next.clone());
-            tokio::task::spawn_blocking(move || {
-                let mut mine = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(b) = envelopes.get(i) else {
-                        return mine;
-                    };
-                    mine.push((i, open_envelope(&base, b)));
-                }
-            })
+    let base = base.clone();
+    let (bytes, opened) =
+        crate::daemon::spread::on_all_cores(envelopes, PARALLEL_FROM, move |b: &Vec<u8>| {
+            open_envelope(&base, b)
         })
-        .collect();
-    let mut results: Vec<Option<Result<Opened, OpenError>>> = (0..n).map(|_| None).collect();
-    for j in jobs {
-        match j.await {
-            Ok(part) => {
-                for (i, r) in part {
-                    results[i] = Some(r);
-                }
-            }
-            // A panicking open is a bug: what that worker had taken counts as not
-            // processed (`None`).
-            Err(e) => tracing::error!(event = "internal_error", detail = %e),
-        }
-    }
-    // Every worker has ended, so the bytes are ours again.
-    let bytes = Arc::try_unwrap(envelopes).unwrap_or_else(|shared| (*shared).clone());
-    bytes.into_iter().zip(results).collect()
+        .await;
+    bytes.into_iter().zip(opened).collect()
 }
 
 /// The security pipeline for one envelope (pure CPU plus dedup reads): callable from

@@ -1,10 +1,12 @@
 //! What both roles' daemons share: the API socket's address file ([`listen`]), the
-//! trust store as the running daemon sees it ([`trust`]), and the store opened with the
+//! trust store as the running daemon sees it ([`trust`]), batch work on all cores
+//! ([`spread`]), and the store opened with the
 //! config's limits ([`open_store`]). The serve loop is [`crate::http_server`]. The node
 //! role (`app`) and the gateway role (`gateway`) build on this; neither imports the
 //! other's wiring.
 
 pub mod listen;
+pub mod spread;
 pub mod trust;
 
 use crate::config::Config;

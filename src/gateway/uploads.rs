@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::GatewayError;
@@ -23,7 +24,7 @@ use crate::envelope::{
     check_relay, open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError, Opened,
 };
 use crate::store::StoreError;
-use crate::sync::wire::{InboxRecord, TaskResult, UploadAnswer, UploadRejected};
+use crate::sync::wire::{raw_message_id, InboxRecord, TaskResult, UploadAnswer, UploadRejected};
 use crate::telemetry::EnvelopeReceived;
 
 enum Verdict {
@@ -52,7 +53,7 @@ struct Keep {
 pub async fn upload(
     gw: &Arc<Gateway>,
     uploader: &str,
-    envelopes: Vec<Value>,
+    envelopes: Vec<Box<RawValue>>,
 ) -> Result<UploadAnswer, GatewayError> {
     if envelopes.len() > super::delivery::MAX_BATCH {
         return Err(GatewayError::BadRequest(
@@ -62,8 +63,7 @@ pub async fn upload(
     let ids: Vec<String> = envelopes
         .iter()
         .map(|v| {
-            v.get("message_id")
-                .and_then(|x| x.as_str())
+            raw_message_id(v)
                 .map(|s| s.chars().take(100).collect::<String>())
                 .unwrap_or_default()
         })
@@ -73,7 +73,8 @@ pub async fn upload(
     let mut mine = Vec::new();
     let mut parsed = Vec::new();
     for (slot, v) in envelopes.iter().enumerate() {
-        let bytes = serde_json::to_vec(v).unwrap_or_default();
+        // As the node stored it: parsed once, here, and never serialised again.
+        let bytes = v.get().as_bytes().to_vec();
         if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
             verdicts[slot] = Some(Verdict::Rejected("payload_too_large".into()));
             continue;
@@ -205,47 +206,23 @@ fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
     open_parsed(&m.env, &ctx, &seen)
 }
 
-/// Open each envelope; `(slot, outcome)` in input order. A chunk whose thread failed
-/// is refused as `internal` (the node gets a verdict for every envelope).
+/// Open each envelope on all cores ([`crate::daemon::spread`]); `(slot, outcome)` in
+/// input order. One whose worker failed is refused as `internal` (the node gets a
+/// verdict for every envelope).
 async fn open_all(gw: &Arc<Gateway>, mine: Vec<ForMe>) -> Vec<(usize, Result<Opened, OpenError>)> {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    if mine.len() < PARALLEL_FROM || cores == 1 {
-        return mine.iter().map(|m| (m.slot, open_one(gw, m))).collect();
-    }
-    let per = mine.len().div_ceil(cores);
-    let mut rest = mine;
-    let mut jobs = Vec::new();
-    while !rest.is_empty() {
-        let tail = rest.split_off(per.min(rest.len()));
-        let chunk = std::mem::replace(&mut rest, tail);
-        let slots: Vec<usize> = chunk.iter().map(|m| m.slot).collect();
-        let gw = gw.clone();
-        let job = tokio::task::spawn_blocking(move || {
-            chunk
-                .iter()
-                .map(|m| (m.slot, open_one(&gw, m)))
-                .collect::<Vec<_>>()
-        });
-        jobs.push((slots, job));
-    }
-    let mut out = Vec::new();
-    for (slots, job) in jobs {
-        match job.await {
-            Ok(part) => out.extend(part),
-            Err(e) => {
-                tracing::error!(event = "internal_error", detail = %e);
-                out.extend(
-                    slots
-                        .into_iter()
-                        .map(|s| (s, Err(OpenError::BadRequest("internal error".into())))),
-                );
-            }
-        }
-    }
-    out
+    let g = gw.clone();
+    let (mine, opened) =
+        crate::daemon::spread::on_all_cores(mine, PARALLEL_FROM, move |m: &ForMe| open_one(&g, m))
+            .await;
+    mine.iter()
+        .zip(opened)
+        .map(|(m, r)| {
+            (
+                m.slot,
+                r.unwrap_or_else(|| Err(OpenError::BadRequest("internal error".into()))),
+            )
+        })
+        .collect()
 }
 
 /// What an opened envelope becomes: a filed result or an inbox message; `Err(code)`

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rand::Rng;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::machine::Event;
 use super::transport::SyncError;
@@ -35,7 +35,9 @@ impl Worker {
             Ok(p) => p,
             Err(e) => return failed(&SyncError::Setup(e.to_string())),
         };
-        let mut batch: Vec<(String, String, Value)> = Vec::new();
+        // (recipient, message id) of each envelope in `raws`, in the same order.
+        let mut batch: Vec<(String, String)> = Vec::new();
+        let mut raws: Vec<Box<RawValue>> = Vec::new();
         let mut bytes = 0usize;
         let mut full = false;
         'peers: for peer in peers {
@@ -54,8 +56,15 @@ impl Worker {
                     break 'peers;
                 }
                 bytes += m.body.len();
-                match serde_json::from_slice::<Value>(&m.body) {
-                    Ok(v) => batch.push((peer.clone(), m.message_id, v)),
+                // Checked to be JSON, sent as stored (no tree built, nothing re-serialised).
+                let raw = String::from_utf8(m.body)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| RawValue::from_string(t).map_err(|e| e.to_string()));
+                match raw {
+                    Ok(v) => {
+                        batch.push((peer.clone(), m.message_id));
+                        raws.push(v);
+                    }
                     // Sealed by this node, so only storage damage gets here; it stays
                     // queued (and counted) for an operator to look at.
                     Err(e) => tracing::error!(
@@ -71,9 +80,7 @@ impl Worker {
             return Event::Pushed { more: false };
         }
         let more = full || batch.len() >= max as usize;
-        let body = UploadRequest {
-            envelopes: batch.iter().map(|b| b.2.clone()).collect(),
-        };
+        let body = UploadRequest { envelopes: raws };
         let pq = self.t.node_path("upload");
         let answer = match self.t.post::<_, UploadAnswer>(&pq, &body, now).await {
             Ok(a) => a,
@@ -127,10 +134,11 @@ impl Worker {
         let rejected: Vec<(String, String)> =
             rejected.into_iter().map(|r| (r.id, r.code)).collect();
         let mut settle = Batch::new();
-        for (peer, ids) in group(&batch, |id| done.iter().any(|d| d == id)) {
+        let done_ids: std::collections::HashSet<&str> = done.iter().map(String::as_str).collect();
+        for (peer, ids) in group(&batch, |id| done_ids.contains(id)) {
             settle.ack(Q_OUTBOX, &peer, ids, now);
         }
-        for (peer, id, _) in &batch {
+        for (peer, id) in &batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
                 tracing::warn!(event = "upload_rejected", message_id = %id, code = %code);
                 settle.reject(Q_OUTBOX, peer, id, code, now);
@@ -139,7 +147,7 @@ impl Worker {
         if let Err(e) = store.commit(settle).await {
             return failed(&store_failed(e));
         }
-        for (peer, id, _) in &batch {
+        for (peer, id) in &batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
                 self.deps
                     .node
@@ -269,12 +277,9 @@ fn store_failed(e: crate::store::StoreError) -> SyncError {
 }
 
 /// Ids of `batch` that pass `keep`, grouped by recipient.
-fn group(
-    batch: &[(String, String, Value)],
-    keep: impl Fn(&str) -> bool,
-) -> Vec<(String, Vec<String>)> {
+fn group(batch: &[(String, String)], keep: impl Fn(&str) -> bool) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    for (peer, id, _) in batch.iter().filter(|b| keep(&b.1)) {
+    for (peer, id) in batch.iter().filter(|b| keep(&b.1)) {
         match out.iter_mut().find(|(p, _)| p == peer) {
             Some((_, ids)) => ids.push(id.clone()),
             None => out.push((peer.clone(), vec![id.clone()])),

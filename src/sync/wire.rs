@@ -66,10 +66,25 @@ pub struct AckAnswer {
 }
 
 /// `POST /v1/nodes/{id}/upload` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UploadRequest {
-    pub envelopes: Vec<Value>,
+    /// Each exactly as the node stored it (never built into a JSON tree on either side).
+    pub envelopes: Vec<Box<RawValue>>,
+}
+
+/// The `message_id` of an envelope in transit, read without building its JSON tree;
+/// `None` when it has none (or is not an object): the receive pipeline then refuses it
+/// and says why.
+pub fn raw_message_id(envelope: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        message_id: Option<String>,
+    }
+    serde_json::from_str::<Id>(envelope.get())
+        .ok()
+        .and_then(|i| i.message_id)
 }
 
 /// `POST /v1/nodes/{id}/upload` answer: each envelope's id in one of the three lists.

@@ -392,16 +392,7 @@ fn query_escape(s: &str) -> String {
     out
 }
 
-/// The `message_id` of a pulled envelope, read without building its JSON tree; empty
-/// when it has none (the pipeline then refuses the envelope and says why).
+/// The `message_id` of a pulled envelope; empty when it has none.
 fn message_id(envelope: &RawValue) -> String {
-    #[derive(serde::Deserialize)]
-    struct Id {
-        #[serde(default)]
-        message_id: Option<String>,
-    }
-    serde_json::from_str::<Id>(envelope.get())
-        .ok()
-        .and_then(|i| i.message_id)
-        .unwrap_or_default()
+    super::wire::raw_message_id(envelope).unwrap_or_default()
 }
