@@ -58,6 +58,7 @@ pub fn spawn(
         confirmed_audit: None,
         refused_time: None,
         prefetch: None,
+        acking: None,
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -80,6 +81,9 @@ pub(super) struct Worker {
     /// The next batch of a backlog, asked for while the previous one is stored and
     /// acknowledged (PROTOCOL §12.2, pipelining): the next flush pull takes its answer.
     prefetch: Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>,
+    /// The ack of a backlog batch (stored here already), travelling while the next
+    /// batch is opened; settled before the next ack and before any other step.
+    acking: Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
@@ -129,9 +133,24 @@ impl Worker {
                 self.set_refused_time(None);
             }
             tracing::trace!(event = "sync_action", ?action);
-            // A prefetched batch is only the answer to the flush pull that follows.
+            if let Action::Stop = action {
+                drop_prefetch(&mut self.prefetch);
+                if let Some(h) = self.acking.take() {
+                    // Stored here already: unacked, the gateway sends them again and
+                    // the node answers duplicate.
+                    h.abort();
+                }
+                return;
+            }
+            // A prefetched batch is only the answer to the flush pull that follows; an
+            // ack on its way is settled first, and its failure is the link's.
             if !matches!(action, Action::Pull { wait_s: 0, .. }) {
                 drop_prefetch(&mut self.prefetch);
+                if let Err(e) = self.settle_ack().await {
+                    ev = failed(&e);
+                    self.confirmed_audit = None;
+                    continue;
+                }
             }
             ev = match action {
                 Action::Stop => return,
@@ -353,27 +372,52 @@ impl Worker {
             }
         }
         let received = (ack.len() + rejected.len()) as u64;
+        // The previous batch's ack, if it is still on its way: its failure is this
+        // pull's (nothing is lost: what it acked is stored here; the gateway resends
+        // it and the node answers duplicate).
+        if let Err(e) = self.settle_ack().await {
+            drop_prefetch(&mut self.prefetch);
+            return failed(&e);
+        }
         if received > 0 {
             let body = AckRequest {
                 message_ids: ack,
                 rejected,
             };
             let pq = self.t.node_path("ack");
-            if let Err(e) = self.t.post::<_, AckAnswer>(&pq, &body, self.now()).await {
-                // Stored locally already; the gateway resends and we answer duplicate.
-                drop_prefetch(&mut self.prefetch);
+            let (t, now, shared) = (self.t.clone(), self.now(), self.shared.clone());
+            let send = async move {
+                t.post::<_, AckAnswer>(&pq, &body, now).await?;
+                shared
+                    .status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pulled += received;
+                Ok(())
+            };
+            if self.prefetch.is_some() {
+                // Mid-backlog: the ack travels while the next batch is opened.
+                self.acking = Some(tokio::spawn(send));
+            } else if let Err(e) = send.await {
                 return failed(&e);
             }
-            self.shared
-                .status
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pulled += received;
         }
         Event::Pulled {
             pending_count: answer.pending_count,
             received,
             stalled,
+        }
+    }
+}
+
+impl Worker {
+    /// Wait for the ack on its way, if any.
+    async fn settle_ack(&mut self) -> Result<(), SyncError> {
+        match self.acking.take() {
+            Some(h) => h
+                .await
+                .unwrap_or_else(|e| Err(SyncError::Setup(format!("ack: {e}")))),
+            None => Ok(()),
         }
     }
 }
