@@ -43,6 +43,9 @@ pub enum KeyFileError {
 pub struct Keys {
     sign: SigningKey,
     kex: StaticSecret,
+    /// `kex`'s public key, computed once (a scalar multiplication each time otherwise;
+    /// every HPKE open needs it).
+    kex_pk: KexPublicKey,
 }
 
 impl fmt::Debug for Keys {
@@ -80,14 +83,17 @@ impl Keys {
     pub fn generate_with<R: RngCore + CryptoRng>(rng: &mut R) -> Self {
         let sign = SigningKey::generate(rng);
         let kex = StaticSecret::random_from_rng(rng);
-        Self { sign, kex }
+        let kex_pk = KexPublicKey::from(&kex);
+        Self { sign, kex, kex_pk }
     }
 
     /// Build from raw secrets (Ed25519 seed, X25519 scalar); used for known-answer vectors.
     pub fn from_secret_bytes(sign_seed: &[u8; 32], kex_sk: &[u8; 32]) -> Self {
+        let kex = StaticSecret::from(*kex_sk);
         Self {
             sign: SigningKey::from_bytes(sign_seed),
-            kex: StaticSecret::from(*kex_sk),
+            kex_pk: KexPublicKey::from(&kex),
+            kex,
         }
     }
 
@@ -96,7 +102,12 @@ impl Keys {
     }
 
     pub fn kex_pk(&self) -> KexPublicKey {
-        KexPublicKey::from(&self.kex)
+        self.kex_pk
+    }
+
+    /// X25519 of our key-exchange secret with `their` public key (HPKE's `DH(skR, pkE)`).
+    pub(crate) fn kex_diffie_hellman(&self, their: &KexPublicKey) -> x25519_dalek::SharedSecret {
+        self.kex.diffie_hellman(their)
     }
 
     /// Ed25519 signature (deterministic, RFC 8032).

@@ -10,10 +10,6 @@
 //! id durably is the caller's job, done together with storing the message.
 
 use ed25519_dalek::Signature;
-use hpke::aead::ChaCha20Poly1305;
-use hpke::kdf::HkdfSha256;
-use hpke::kem::X25519HkdfSha256;
-use hpke::{Deserializable as _, OpModeR};
 
 use super::keys::Keys;
 use super::seal::is_json_object;
@@ -269,7 +265,7 @@ pub fn replay_keep_until_ms(expires_at_ms: u64, skew_ms: u64) -> u64 {
     expires_at_ms.saturating_add(skew_ms)
 }
 
-/// Single-shot HPKE base-mode open with outpost's suite.
+/// Single-shot HPKE base-mode open with outpost's suite ([`super::hpke_base`]).
 pub fn hpke_open(
     keys: &Keys,
     enc: &[u8],
@@ -277,17 +273,6 @@ pub fn hpke_open(
     ciphertext: &[u8],
     aad: &[u8],
 ) -> Result<Vec<u8>, OpenError> {
-    let sk = <X25519HkdfSha256 as hpke::Kem>::PrivateKey::from_bytes(&keys.kex_secret_bytes()[..])
-        .map_err(|_| OpenError::DecryptFailed)?;
-    let enc = <X25519HkdfSha256 as hpke::Kem>::EncappedKey::from_bytes(enc)
-        .map_err(|_| OpenError::DecryptFailed)?;
-    hpke::single_shot_open::<ChaCha20Poly1305, HkdfSha256, X25519HkdfSha256>(
-        &OpModeR::Base,
-        &sk,
-        &enc,
-        info,
-        ciphertext,
-        aad,
-    )
-    .map_err(|_| OpenError::DecryptFailed)
+    let enc: &[u8; 32] = enc.try_into().map_err(|_| OpenError::DecryptFailed)?;
+    super::hpke_base::open(keys, enc, info, ciphertext, aad).map_err(|_| OpenError::DecryptFailed)
 }

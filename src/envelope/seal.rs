@@ -4,10 +4,6 @@
 //! (which names the sender) is also the AEAD `aad`, so a third party who strips the
 //! signature and re-signs with its own key changes `sender_node_id` and decryption fails.
 
-use hpke::aead::ChaCha20Poly1305;
-use hpke::kdf::HkdfSha256;
-use hpke::kem::X25519HkdfSha256;
-use hpke::{Deserializable as _, Kem as _, OpModeS, Serializable as _};
 use rand_core::{CryptoRng, RngCore};
 
 use super::identity::IdentityDocument;
@@ -113,7 +109,8 @@ pub fn seal<R: RngCore + CryptoRng>(
     })
 }
 
-/// Single-shot HPKE base-mode seal with outpost's suite. Returns (`enc`, ciphertext‖tag).
+/// Single-shot HPKE base-mode seal with outpost's suite ([`super::hpke_base`]).
+/// Returns (`enc`, ciphertext‖tag).
 pub fn hpke_seal<R: RngCore + CryptoRng>(
     recipient_kex_pk: &[u8; 32],
     info: &[u8],
@@ -121,28 +118,16 @@ pub fn hpke_seal<R: RngCore + CryptoRng>(
     aad: &[u8],
     rng: &mut R,
 ) -> Result<(Vec<u8>, Vec<u8>), SealError> {
-    let pk = <X25519HkdfSha256 as hpke::Kem>::PublicKey::from_bytes(recipient_kex_pk)
+    // With a 32-byte key the only failure is the all-zero shared secret (a small-order
+    // recipient key).
+    let (enc, ct) = super::hpke_base::seal(recipient_kex_pk, info, plaintext, aad, rng)
         .map_err(|_| SealError::RecipientKey)?;
-    let mut adapter = RngAdapter(rng);
-    let (enc, ct) = hpke::single_shot_seal::<ChaCha20Poly1305, HkdfSha256, X25519HkdfSha256, _>(
-        &OpModeS::Base,
-        &pk,
-        info,
-        plaintext,
-        aad,
-        &mut adapter,
-    )
-    // With a valid 32-byte key the only HPKE seal failure is the all-zero shared secret.
-    .map_err(|_| SealError::RecipientKey)?;
-    Ok((enc.to_bytes().to_vec(), ct))
+    Ok((enc.to_vec(), ct))
 }
 
 /// The HPKE ephemeral public key `DeriveKeyPair(ikm)` yields (for vector tooling).
 pub fn hpke_derive_public(ikm: &[u8]) -> [u8; 32] {
-    let (_, pk) = X25519HkdfSha256::derive_keypair(ikm);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&pk.to_bytes());
-    out
+    super::hpke_base::derive_key_pair(ikm).1.to_bytes()
 }
 
 /// Valid JSON whose top-level value is an object, validated without building a tree
@@ -153,24 +138,6 @@ pub(crate) fn is_json_object(bytes: &[u8]) -> bool {
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
     first == Some(&b'{') && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
 }
-
-/// Bridges rand_core 0.6 (what outpost and the dalek crates use) to the rand_core 0.9
-/// traits `hpke` 0.13 expects, so callers deal with one RNG world.
-struct RngAdapter<'a, R>(&'a mut R);
-
-impl<R: RngCore + CryptoRng> hpke::rand_core::RngCore for RngAdapter<'_, R> {
-    fn next_u32(&mut self) -> u32 {
-        self.0.next_u32()
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    fn fill_bytes(&mut self, dst: &mut [u8]) {
-        self.0.fill_bytes(dst)
-    }
-}
-
-impl<R: RngCore + CryptoRng> hpke::rand_core::CryptoRng for RngAdapter<'_, R> {}
 
 /// An "RNG" that replays fixed bytes: for known-answer vectors only.
 ///

@@ -1,6 +1,7 @@
 //! Cross-cutting tests of the envelope module: public vectors, outpost's own known-answer
 //! vectors, the tamper matrix and parser robustness.
 
+mod hpke_reference;
 pub(crate) mod kat;
 pub(crate) mod props;
 mod public_vectors;
