@@ -112,8 +112,8 @@ proptest! {
 #[test]
 fn a_small_order_enc_or_recipient_key_is_refused_like_the_hpke_crate_does() {
     let keys = Keys::from_secret_bytes(&[1u8; 32], &[2u8; 32]);
-    // The identity point and a point of order 8 (RFC 7748 §6.1 / Wycheproof): the DH
-    // output would be all zeros.
+    // u = 0 and u = 1, small-order points (RFC 7748 §6.1, Wycheproof): the DH output
+    // is all zeros.
     let small: [[u8; 32]; 2] = [[0u8; 32], {
         let mut p = [0u8; 32];
         p[0] = 1;
