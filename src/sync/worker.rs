@@ -79,7 +79,8 @@ pub(super) struct Worker {
     /// with the wrong time, which its gateway will refuse).
     refused_time: Option<(u64, tokio::time::Instant)>,
     /// The next batch of a backlog, asked for while the previous one is stored and
-    /// acknowledged (PROTOCOL §12.2, pipelining): the next flush pull takes its answer.
+    /// acknowledged (PROTOCOL §12.1 `after`, §12.6 pipelining): the next flush pull takes
+    /// its answer.
     prefetch: Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>,
     /// The ack of a backlog batch (stored here already), travelling while the next
     /// batch is opened; settled before the next ack and before any other step.

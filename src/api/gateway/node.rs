@@ -21,7 +21,7 @@ use crate::sync::wire::{
 pub struct PullQuery {
     pub wait_s: Option<u64>,
     pub max: Option<u64>,
-    /// The last message id of the node's previous batch (PROTOCOL §12.2: pipelining).
+    /// The last message id of the node's previous batch (PROTOCOL §12.1, §12.6: pipelining).
     pub after: Option<String>,
 }
 
