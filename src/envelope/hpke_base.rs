@@ -7,8 +7,9 @@
 //! its `Encap` derives the ephemeral public key a second time after generating the pair.
 //! Each is a fixed-base scalar multiplication plus an inversion, about a seventh of an
 //! open or a seal (docs/BENCHMARKS.md, session 15). The steps below are RFC 9180's, named
-//! as there; `tests/public_vectors.rs` checks them against the RFC's A.2.1 vector and
-//! against the `hpke` crate on random inputs.
+//! as there; `envelope::tests::public_vectors` checks them against the RFC's A.2.1
+//! vector and `envelope::tests::hpke_reference` against the `hpke` crate on random
+//! inputs (DECISIONS D12).
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
