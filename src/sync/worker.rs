@@ -134,18 +134,10 @@ impl Worker {
                 self.set_refused_time(None);
             }
             tracing::trace!(event = "sync_action", ?action);
-            if let Action::Stop = action {
-                drop_prefetch(&mut self.prefetch);
-                if let Some(h) = self.acking.take() {
-                    // Stored here already: unacked, the gateway sends them again and
-                    // the node answers duplicate.
-                    h.abort();
-                }
-                return;
-            }
             // A prefetched batch is only the answer to the flush pull that follows; an
-            // ack on its way is settled first, and its failure is the link's.
-            if !matches!(action, Action::Pull { wait_s: 0, .. }) {
+            // ack on its way is settled first, and its failure is the link's (at a
+            // stop it is dropped below instead of waited for).
+            if !matches!(action, Action::Pull { wait_s: 0, .. } | Action::Stop) {
                 drop_prefetch(&mut self.prefetch);
                 if let Err(e) = self.settle_ack().await {
                     ev = failed(&e);
@@ -154,7 +146,15 @@ impl Worker {
                 }
             }
             ev = match action {
-                Action::Stop => return,
+                Action::Stop => {
+                    drop_prefetch(&mut self.prefetch);
+                    if let Some(h) = self.acking.take() {
+                        // Stored here already: unacked, the gateway sends them again
+                        // and the node answers duplicate.
+                        h.abort();
+                    }
+                    return;
+                }
                 Action::Wait { until_ms } => self.wait(until_ms).await,
                 Action::Pull { wait_s, max } => self.pull(wait_s, max).await,
                 Action::Push { max } => self.push(max).await,

@@ -35,14 +35,7 @@ async fn wait_for_inbox(n: &Daemon, token: &str, want: &[i64]) {
             .json()
             .await
             .unwrap();
-        let got: Vec<i64> = inbox["messages"]
-            .as_array()
-            .map(|ms| {
-                ms.iter()
-                    .filter_map(|m| m["payload"]["i"].as_i64())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let got = crate::sim::inbox_ints(&inbox);
         if got == want {
             return;
         }

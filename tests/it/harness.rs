@@ -346,3 +346,15 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every `.rs` file under `dir`, recursively (the suites that read the source).
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::harness::{http, Home};
+use crate::harness::{http, rust_files, Home};
 
 const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
 
@@ -35,17 +35,6 @@ fn error_codes(doc: &Value) -> BTreeSet<String> {
         .iter()
         .map(|c| c.as_str().unwrap().to_string())
         .collect()
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 fn sources() -> Vec<(std::path::PathBuf, String)> {

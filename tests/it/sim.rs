@@ -183,3 +183,15 @@ pub async fn wait_polling(gw: &Daemon, token: &str, node: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The `payload.i` of each message of a `GET /v1/inbox` answer, in its order.
+pub fn inbox_ints(inbox: &Value) -> Vec<i64> {
+    inbox["messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .filter_map(|m| m["payload"]["i"].as_i64())
+                .collect()
+        })
+        .unwrap_or_default()
+}
