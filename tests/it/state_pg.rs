@@ -4,7 +4,7 @@
 
 use outpost::clock::ManualClock;
 use outpost::gateway::storage::postgres::Postgres;
-use outpost::gateway::storage::{GatewayState, InboxMessage, Queued};
+use outpost::gateway::storage::{ForNode, GatewayState, InboxMessage, Queued};
 
 use crate::pg::PgCluster;
 
@@ -70,4 +70,106 @@ async fn the_inbox_never_lists_a_message_past_its_expiry_even_before_the_sweep()
         "1",
         "the test is about the listing, not the sweep"
     );
+}
+
+fn command(id: &str, payload_type: &str, expires_at_ms: u64) -> ForNode {
+    ForNode {
+        node_id: "node:a".into(),
+        message_id: id.into(),
+        payload_type: payload_type.into(),
+        priority: 0,
+        created_at_ms: T0,
+        expires_at_ms,
+        envelope: format!("{{\"id\":\"{id}\"}}").into_bytes(),
+        max_attempts: 0,
+        event: None,
+    }
+}
+
+/// Enqueues that arrive together are committed in groups (`postgres::group`), and a
+/// group answers each caller as if it had been alone: one `Queued` per id and
+/// `Duplicate` for the rest, also within one group; an expired message refused; and a
+/// message the database rejects fails only its own caller, not the others of its group.
+#[tokio::test(flavor = "multi_thread")]
+async fn enqueues_that_arrive_together_commit_in_groups_and_each_gets_its_own_answer() {
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    let url = pg.create_database();
+    let cfg = outpost::config::from_str(&format!(
+        "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n"
+    ))
+    .unwrap();
+    let state = Postgres::open(
+        cfg.gateway_db.as_ref().unwrap(),
+        &cfg.queue,
+        std::sync::Arc::new(ManualClock::new(T0)),
+    )
+    .await
+    .unwrap();
+    // 150 ids, 40 of them sent twice, and one already expired, all at once.
+    let mut msgs: Vec<ForNode> = (0..150)
+        .map(|i| command(&format!("m{i}"), "T", T0 + 60_000))
+        .collect();
+    msgs.extend((0..40).map(|i| command(&format!("m{}", i * 3), "T", T0 + 60_000)));
+    msgs.push(command("old", "T", T0));
+    let answers = futures_util::future::join_all(msgs.into_iter().map(|m| {
+        let state = state.clone();
+        async move {
+            let id = m.message_id.clone();
+            (id, state.queue_command(m, None).await)
+        }
+    }))
+    .await;
+    let mut queued = std::collections::HashMap::<String, usize>::new();
+    let mut duplicates = 0;
+    for (id, answer) in answers {
+        match answer {
+            Ok(Queued::Queued) => *queued.entry(id).or_default() += 1,
+            Ok(Queued::Duplicate) => duplicates += 1,
+            Err(e) => assert_eq!(id, "old", "{e}"),
+        }
+    }
+    assert_eq!(queued.len(), 150);
+    assert!(queued.values().all(|n| *n == 1), "{queued:?}");
+    assert_eq!(duplicates, 40);
+    assert_eq!(
+        pg.psql(&url, "SELECT count(*) FROM messages"),
+        "150",
+        "one row per id"
+    );
+    assert_eq!(
+        pg.psql(&url, "SELECT sum(n) FROM queue_depth"),
+        "150",
+        "the depth counts each once"
+    );
+    // Rows written by one transaction share its id (xmin): far fewer transactions than
+    // messages shows the grouping (one per message before it).
+    let transactions: usize = pg
+        .psql(&url, "SELECT count(DISTINCT xmin::text) FROM messages")
+        .parse()
+        .unwrap();
+    assert!(transactions <= 50, "{transactions} transactions for 150");
+
+    // A message PostgreSQL refuses (a NUL in a text column) among 60 good ones.
+    let mut msgs: Vec<ForNode> = (0..60)
+        .map(|i| command(&format!("n{i}"), "T", T0 + 60_000))
+        .collect();
+    msgs.insert(30, command("bad", "T\u{0}", T0 + 60_000));
+    let answers = futures_util::future::join_all(msgs.into_iter().map(|m| {
+        let state = state.clone();
+        async move {
+            let id = m.message_id.clone();
+            (id, state.queue_command(m, None).await)
+        }
+    }))
+    .await;
+    for (id, answer) in answers {
+        if id == "bad" {
+            assert!(answer.is_err(), "{answer:?}");
+        } else {
+            assert_eq!(answer.unwrap(), Queued::Queued, "{id}");
+        }
+    }
+    assert_eq!(pg.psql(&url, "SELECT count(*) FROM messages"), "210");
 }

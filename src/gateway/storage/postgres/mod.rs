@@ -26,6 +26,7 @@
 mod audit;
 mod delivery;
 mod events;
+mod group;
 pub mod import;
 mod inbox;
 mod jobs;
@@ -75,6 +76,10 @@ pub struct Postgres {
     /// Bounds [`Postgres::refresh_peer_now`].
     peer_lookups: tokio::sync::Semaphore,
     notices: broadcast::Sender<Notice>,
+    /// Enqueues waiting for a group commit ([`group`]).
+    enqueues: group::Enqueues,
+    /// This state itself, for the tasks that commit groups of enqueues.
+    me: std::sync::Weak<Postgres>,
     /// Notifications to send after a commit ([`listen::send_notifications`]).
     outbox: tokio::sync::mpsc::UnboundedSender<(&'static str, String)>,
     outbox_rx:
@@ -137,7 +142,7 @@ impl Postgres {
         }
         let (notices, _) = broadcast::channel(4096);
         let (outbox, outbox_rx) = tokio::sync::mpsc::unbounded_channel();
-        let me = Arc::new(Self {
+        let me = Arc::new_cyclic(|me| Self {
             pool,
             opts: Limits {
                 max_per_recipient: queue.max_messages_per_recipient,
@@ -149,6 +154,8 @@ impl Postgres {
             trust: RwLock::new(None),
             peer_lookups: tokio::sync::Semaphore::new(peers::PEER_LOOKUPS),
             notices,
+            enqueues: group::Enqueues::default(),
+            me: me.clone(),
             outbox,
             outbox_rx: std::sync::Mutex::new(Some(outbox_rx)),
         });
@@ -184,11 +191,16 @@ impl GatewayState for Postgres {
     }
 
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
-        Box::pin(async move { queue::queue_command(self, msg, job).await })
+        Box::pin(async move {
+            match (&job, self.me.upgrade()) {
+                (None, Some(me)) => group::enqueue(&me, msg).await,
+                _ => queue::queue_command(self, msg, job).await,
+            }
+        })
     }
 
     fn forward(&self, msg: ForNode) -> Fut<'_, Queued> {
-        Box::pin(async move { queue::queue_command(self, msg, None).await })
+        self.queue_command(msg, None)
     }
 
     fn job<'a>(&'a self, key: &'a str) -> Fut<'a, Option<JobRecord>> {

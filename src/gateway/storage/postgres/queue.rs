@@ -5,6 +5,7 @@
 use tokio_postgres::Transaction;
 
 use super::super::{ForNode, GatewayState, InboxMessage, NewJob, Queued, StateError, Upload};
+use super::group::Failed;
 use super::{i, listen, u, unavailable, Postgres};
 use crate::store::StoreError;
 
@@ -64,15 +65,8 @@ struct Row<'a> {
     event: Option<(u64, &'a str)>,
 }
 
-/// Insert one message with the prepared [`ENQUEUE`] on `c` (a client: its own commit;
-/// a transaction: with the rest of it).
-async fn insert<C: tokio_postgres::GenericClient>(
-    pg: &Postgres,
-    c: &C,
-    enqueue: &tokio_postgres::Statement,
-    m: Row<'_>,
-    shard: i16,
-) -> Result<Queued, StateError> {
+/// What is refused before the database is asked: too large, or already expired.
+fn check(pg: &Postgres, m: &Row<'_>) -> Result<(), StateError> {
     if m.body.len() as u64 > pg.opts.max_message_bytes {
         return Err(StoreError::TooLarge {
             size: m.body.len() as u64,
@@ -83,6 +77,18 @@ async fn insert<C: tokio_postgres::GenericClient>(
     if m.expires_at_ms <= pg.now_ms() {
         return Err(StoreError::Expired.into());
     }
+    Ok(())
+}
+
+/// Run the prepared [`ENQUEUE`] for one checked message on `c` (a client: its own
+/// commit; a transaction: with the rest of it). The outer error is the database's.
+async fn execute<C: tokio_postgres::GenericClient>(
+    pg: &Postgres,
+    c: &C,
+    enqueue: &tokio_postgres::Statement,
+    m: Row<'_>,
+    shard: i16,
+) -> Result<Result<Queued, StateError>, tokio_postgres::Error> {
     let row = c
         .query_one(
             enqueue,
@@ -102,10 +108,9 @@ async fn insert<C: tokio_postgres::GenericClient>(
                 &m.event.map(|(_, e)| e),
             ],
         )
-        .await
-        .map_err(unavailable)?;
+        .await?;
     let (inserted, known, depth): (i64, bool, i64) = (row.get(0), row.get(1), row.get(2));
-    if inserted == 1 {
+    Ok(if inserted == 1 {
         Ok(Queued::Queued)
     } else if known || u(depth) < pg.opts.max_per_recipient {
         // Known, or inserted by a concurrent request with the same id.
@@ -115,6 +120,81 @@ async fn insert<C: tokio_postgres::GenericClient>(
             retry_after_s: pg.opts.queue_full_retry_after_s,
         }
         .into())
+    })
+}
+
+/// Insert one message with the prepared [`ENQUEUE`] on `c` (a client: its own commit;
+/// a transaction: with the rest of it).
+async fn insert<C: tokio_postgres::GenericClient>(
+    pg: &Postgres,
+    c: &C,
+    enqueue: &tokio_postgres::Statement,
+    m: Row<'_>,
+    shard: i16,
+) -> Result<Queued, StateError> {
+    check(pg, &m)?;
+    execute(pg, c, enqueue, m, shard)
+        .await
+        .map_err(unavailable)?
+}
+
+/// One message in its own transaction (the statement's own commit).
+pub(super) async fn insert_alone(pg: &Postgres, msg: &ForNode) -> Result<Queued, StateError> {
+    let mut c = pg.pool.get().await?;
+    let enqueue = c.prep(ENQUEUE).await?;
+    insert(pg, &*c, &enqueue, row(msg), c.shard()).await
+}
+
+/// A group of messages in one transaction on one connection, the statements pipelined
+/// (sent without waiting for each answer) in the group's order: an answer per message
+/// once the group is committed. See [`group`](super::group).
+pub(super) async fn insert_group(
+    pg: &Postgres,
+    msgs: &[ForNode],
+) -> Result<Vec<Result<Queued, StateError>>, Failed> {
+    if let [msg] = msgs {
+        return Ok(vec![insert_alone(pg, msg).await]);
+    }
+    let mut c = pg.pool.get().await.map_err(Failed::Connection)?;
+    let enqueue = c.prep(ENQUEUE).await.map_err(Failed::Connection)?;
+    let shard = c.shard();
+    let checked: Vec<Result<(), StateError>> = msgs.iter().map(|m| check(pg, &row(m))).collect();
+    let tx = c
+        .transaction()
+        .await
+        .map_err(|e| Failed::Connection(unavailable(e)))?;
+    let runs = futures_util::future::join_all(
+        msgs.iter()
+            .zip(&checked)
+            .filter(|(_, ok)| ok.is_ok())
+            .map(|(m, _)| execute(pg, &tx, &enqueue, row(m), shard)),
+    )
+    .await;
+    let mut ran = Vec::with_capacity(runs.len());
+    for run in runs {
+        ran.push(run.map_err(failed)?);
+    }
+    tx.commit()
+        .await
+        .map_err(|e| Failed::Connection(unavailable(e)))?;
+    let mut ran = ran.into_iter();
+    Ok(checked
+        .into_iter()
+        .map(|c| match c {
+            Ok(()) => ran.next().unwrap_or(Err(StateError::Unavailable(
+                "an enqueue of the group has no answer".into(),
+            ))),
+            Err(e) => Err(e),
+        })
+        .collect())
+}
+
+/// A statement's error fails the group's transaction; the connection's fails the group.
+fn failed(e: tokio_postgres::Error) -> Failed {
+    match e.as_db_error().map(|db| &db.code().code()[..2]) {
+        // 08 connection, 53 resources, 57 operator intervention (shutdown).
+        Some("08" | "53" | "57") | None => Failed::Connection(unavailable(e)),
+        Some(_) => Failed::Statement,
     }
 }
 
@@ -138,16 +218,16 @@ pub async fn queue_command(
     msg: ForNode,
     job: Option<NewJob>,
 ) -> Result<Queued, StateError> {
-    let mut c = pg.pool.get().await?;
-    let enqueue = c.prep(ENQUEUE).await?;
     let Some(job) = job else {
-        // One statement, its own commit.
-        let q = insert(pg, &*c, &enqueue, row(&msg), c.shard()).await?;
+        // One statement, its own commit (without a group: see `group.rs`).
+        let q = insert_alone(pg, &msg).await?;
         if q == Queued::Queued {
             pg.notify(listen::CH_QUEUED, msg.node_id);
         }
         return Ok(q);
     };
+    let mut c = pg.pool.get().await?;
+    let enqueue = c.prep(ENQUEUE).await?;
     let bind = c
         .prep(
             "INSERT INTO jobs (job_key, message_id, tool_name, args_sha256, node_id)
