@@ -119,12 +119,14 @@ pub fn seal<R: RngCore + CryptoRng>(
     let mut ikm = Zeroizing::new([0u8; 32]);
     rng.fill_bytes(&mut ikm[..]);
     let (sk_e, pk_e) = derive_key_pair(&ikm[..]);
-    let dh = sk_e.diffie_hellman(&PublicKey::from(*pk_r));
-    if !dh.was_contributory() {
+    // The ladder, or the recipient's table when it is sealed to often (`fixed_base`).
+    let dh = super::fixed_base::agree(&Zeroizing::new(sk_e.to_bytes()), pk_r);
+    // Not contributory: all zeros (checked without an early exit).
+    if dh.iter().fold(0u8, |acc, b| acc | b) == 0 {
         return Err(HpkeError::NotContributory);
     }
     let enc = pk_e.to_bytes();
-    let shared = shared_secret(dh.as_bytes(), &enc, pk_r);
+    let shared = shared_secret(&dh, &enc, pk_r);
     let (key, nonce) = key_schedule(&shared, info);
     let ct = ChaCha20Poly1305::new(Key::from_slice(&key[..]))
         .encrypt(

@@ -36,6 +36,7 @@
 //! `unknown_sender` 401 · `bad_signature` 401 · `forbidden` 403 · `duplicate` 200
 //! `{"duplicate":true}` · `decrypt_failed` 400.
 
+mod fixed_base;
 mod hpke_base;
 mod identity;
 mod keys;
