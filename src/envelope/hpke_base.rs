@@ -119,8 +119,8 @@ pub fn seal<R: RngCore + CryptoRng>(
     let mut ikm = Zeroizing::new([0u8; 32]);
     rng.fill_bytes(&mut ikm[..]);
     let (sk_e, pk_e) = derive_key_pair(&ikm[..]);
-    // The ladder, or the recipient's table when it is sealed to often (`fixed_base`).
-    let dh = super::fixed_base::agree(&Zeroizing::new(sk_e.to_bytes()), pk_r);
+    // The ladder, or the recipient's table when it is sealed to often (`x25519`).
+    let dh = super::x25519::agree_to(&Zeroizing::new(sk_e.to_bytes()), pk_r);
     // Not contributory: all zeros (checked without an early exit).
     if dh.iter().fold(0u8, |acc, b| acc | b) == 0 {
         return Err(HpkeError::NotContributory);
@@ -149,11 +149,11 @@ pub fn open(
     ciphertext: &[u8],
     aad: &[u8],
 ) -> Result<Vec<u8>, HpkeError> {
-    let dh = keys.kex_diffie_hellman(&PublicKey::from(*enc));
-    if !dh.was_contributory() {
+    let dh = keys.kex_diffie_hellman(enc);
+    if dh.iter().fold(0u8, |acc, b| acc | b) == 0 {
         return Err(HpkeError::NotContributory);
     }
-    let shared = shared_secret(dh.as_bytes(), enc, keys.kex_pk().as_bytes());
+    let shared = shared_secret(&dh, enc, keys.kex_pk().as_bytes());
     let (key, nonce) = key_schedule(&shared, info);
     ChaCha20Poly1305::new(Key::from_slice(&key[..]))
         .decrypt(

@@ -106,8 +106,8 @@ impl Keys {
     }
 
     /// X25519 of our key-exchange secret with `their` public key (HPKE's `DH(skR, pkE)`).
-    pub(crate) fn kex_diffie_hellman(&self, their: &KexPublicKey) -> x25519_dalek::SharedSecret {
-        self.kex.diffie_hellman(their)
+    pub(crate) fn kex_diffie_hellman(&self, their: &[u8; 32]) -> zeroize::Zeroizing<[u8; 32]> {
+        super::x25519::agree_once(&zeroize::Zeroizing::new(self.kex.to_bytes()), their)
     }
 
     /// Ed25519 signature (deterministic, RFC 8032).

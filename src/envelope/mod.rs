@@ -36,7 +36,6 @@
 //! `unknown_sender` 401 · `bad_signature` 401 · `forbidden` 403 · `duplicate` 200
 //! `{"duplicate":true}` · `decrypt_failed` 400.
 
-mod fixed_base;
 mod hpke_base;
 mod identity;
 mod keys;
@@ -48,6 +47,7 @@ mod seal;
 mod time_statement;
 mod trust;
 mod wire;
+mod x25519;
 
 #[cfg(test)]
 pub(crate) mod tests;
