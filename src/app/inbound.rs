@@ -159,7 +159,7 @@ impl Inbound {
         let opened = open_all(&self.base, envelopes).await;
         let mut out: Vec<Option<Result<Received, NodeError>>> = Vec::with_capacity(opened.len());
         let mut batch = Batch::new();
-        let mut pending: Vec<(usize, Opened, NewMessage, &'static str)> = Vec::new();
+        let mut pending: Vec<(usize, Opened, &'static str)> = Vec::new();
         for (i, (bytes, r)) in opened.into_iter().enumerate() {
             let Some(r) = r else {
                 // Not processed: no later envelope may be stored before it.
@@ -167,20 +167,18 @@ impl Inbound {
             };
             match r.map_err(|e| (bytes, e)) {
                 Err((bytes, e)) => out.push(Some(self.refused(&bytes, e).await)),
-                Ok(o) => match stored_message(&self.base, &o) {
-                    Err(e) => out.push(Some(Err(e))),
-                    Ok((msg, queue)) => {
-                        batch.enqueue(msg.clone());
-                        pending.push((i, o, msg, queue));
-                        out.push(None);
-                    }
-                },
+                Ok((_, Err(e))) => out.push(Some(Err(e))),
+                Ok((o, Ok((msg, queue)))) => {
+                    batch.enqueue(msg);
+                    pending.push((i, o, queue));
+                    out.push(None);
+                }
             }
         }
         match self.base.store.commit(batch).await {
             Ok(done) => {
                 let mut accepted = Vec::new();
-                for ((i, o, _, queue), outcome) in pending.iter().zip(&done.enqueued) {
+                for ((i, o, queue), outcome) in pending.iter().zip(&done.enqueued) {
                     out[*i] = Some(if matches!(outcome, EnqueueOutcome::Duplicate) {
                         Ok(Received::Duplicate {
                             message_id: o.message_id.clone(),
@@ -200,20 +198,24 @@ impl Inbound {
                 self.recorder.audit_accepted(&accepted).await;
                 // After the audit entries, so a task's entry never precedes its
                 // envelope's.
-                if pending.iter().any(|(_, _, _, q)| *q == Q_TASKS) {
+                if pending.iter().any(|(_, _, q)| *q == Q_TASKS) {
                     self.tasks_waiting.notify_one();
                 }
             }
             Err(_) => {
                 // One by one, in order; the first failure ends the batch.
                 let mut stop = false;
-                for (i, o, msg, queue) in pending {
+                for (i, o, queue) in pending {
                     out[i] = Some(if stop {
                         Err(NodeError::NotReady(
                             "an earlier envelope of the batch could not be stored",
                         ))
                     } else {
-                        let r = self.store_one(o, msg, queue).await;
+                        // Made again (the batch took the first): rare, and cheap.
+                        let r = match stored_message(&self.base, &o) {
+                            Ok((msg, _)) => self.store_one(o, msg, queue).await,
+                            Err(e) => Err(e),
+                        };
                         stop = r.is_err();
                         r
                     });
@@ -248,14 +250,13 @@ impl Inbound {
 /// What the inbox or tasks queue keeps for an opened envelope: the decrypted payload
 /// plus who sent it, deduplicated until its expiry (plus the skew on both sides).
 fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static str), NodeError> {
-    let payload: Value = serde_json::from_slice(&opened.plaintext)
-        .map_err(|_| NodeError::bad_request("payload is not JSON"))?;
+    let body = InboxRecord::bytes_for(opened, &opened.plaintext, base.now_ms())
+        .ok_or_else(|| NodeError::bad_request("payload is not JSON"))?;
     let queue = if opened.payload_type == "TASK_REQUEST" {
         Q_TASKS
     } else {
         Q_INBOX
     };
-    let record = InboxRecord::new(opened, payload, base.now_ms());
     let msg = NewMessage {
         queue: queue.to_string(),
         peer: opened.sender_node_id.clone(),
@@ -264,7 +265,7 @@ fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static 
         priority: opened.priority.min(255) as u8,
         created_at_ms: opened.created_at_ms,
         expires_at_ms: opened.expires_at_ms,
-        body: record.to_bytes(),
+        body,
         max_attempts: None,
         dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * base.skew_ms())),
     };
@@ -274,18 +275,21 @@ fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static 
 /// Below this many envelopes a batch is opened on the calling thread.
 const PARALLEL_FROM: usize = 8;
 
-/// Open every envelope (signature, recipient, expiry, replay, decrypt) on all cores
-/// ([`crate::daemon::spread`]); results in the input's order, each with its bytes.
-/// `None` marks an envelope that was not processed (its worker failed): the caller must
-/// not go past it.
-async fn open_all(
-    base: &Arc<Base>,
-    envelopes: Vec<Vec<u8>>,
-) -> Vec<(Vec<u8>, Option<Result<Opened, OpenError>>)> {
+/// What a worker makes of one envelope: opened, with the record the store keeps for it.
+type Prepared = Result<(Opened, Result<(NewMessage, &'static str), NodeError>), OpenError>;
+
+/// Open every envelope (signature, recipient, expiry, replay, decrypt) and make its
+/// stored record, on all cores ([`crate::daemon::spread`]); results in the input's
+/// order, each with its bytes. `None` marks an envelope that was not processed (its
+/// worker failed): the caller must not go past it.
+async fn open_all(base: &Arc<Base>, envelopes: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<Prepared>)> {
     let base = base.clone();
     let (bytes, opened) =
         crate::daemon::spread::on_all_cores(envelopes, PARALLEL_FROM, move |b: &Vec<u8>| {
-            open_envelope(&base, b)
+            open_envelope(&base, b).map(|o| {
+                let stored = stored_message(&base, &o);
+                (o, stored)
+            })
         })
         .await;
     bytes.into_iter().zip(opened).collect()

@@ -288,3 +288,41 @@ fn malformed_answers_are_errors() {
     assert!(serde_json::from_str::<Revocations>(r#"{"revoked":[1],"version":1}"#).is_err());
     assert!(serde_json::from_str::<AckAnswer>(r#"{"acked":null}"#).is_err());
 }
+
+/// The node writes an opened envelope's record without parsing the payload into a tree
+/// (`InboxRecord::bytes_for`): the bytes read back as the record `InboxRecord::new`
+/// makes, byte for byte when the payload is compact with its keys in order, and a
+/// payload that is not JSON gives no record.
+#[test]
+fn inbox_record_bytes_for_an_opened_envelope_read_back_as_the_record() {
+    let o = crate::envelope::Opened {
+        message_id: "m1".into(),
+        sender_node_id: "gateway:main".into(),
+        recipient_node_id: "node:a".into(),
+        created_at_ms: 1,
+        expires_at_ms: 9,
+        payload_type: "COMMAND".into(),
+        priority: 0,
+        plaintext: Vec::new(),
+    };
+    for payload in [
+        r#"{"a":1,"b":[true,null,"x\"y"]}"#,
+        r#"{ "z": {"k": 2.5}, "a": "\u00e9\n" }"#,
+        r#"[1,2]"#,
+        r#""text""#,
+    ] {
+        let made = InboxRecord::bytes_for(&o, payload.as_bytes(), 5).unwrap();
+        let value: Value = serde_json::from_str(payload).unwrap();
+        let want = InboxRecord::new(&o, value, 5);
+        assert_eq!(InboxRecord::from_bytes(&made).unwrap(), want, "{payload}");
+        if !payload.contains(' ') && payload.starts_with("{\"a\"") {
+            assert_eq!(made, want.to_bytes(), "{payload}");
+        }
+    }
+    for bad in ["", "{", "{\"a\":1} x", "nope"] {
+        assert!(
+            InboxRecord::bytes_for(&o, bad.as_bytes(), 5).is_none(),
+            "{bad}"
+        );
+    }
+}
