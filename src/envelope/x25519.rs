@@ -32,7 +32,9 @@
 //!
 //! When to build: a table costs about as much as a few dozen ladders, so it is built
 //! only for a key sealed to [`BUILD_AFTER`] times since the counts were last cleared,
-//! and [`KEEP`] tables are kept (least recently used go first). A fleet's gateway
+//! and [`KEEP`] tables are kept; one is replaced only after [`IDLE`] agreements without
+//! use (so more recipients than tables, sealed to in turn, cannot make every seal pay
+//! for a table that is evicted before it pays off). A fleet's gateway
 //! sealing one command each to many nodes builds none; a backlog for one node, or a
 //! node's uploads, build one. `tests::agrees_with_the_ladder` checks every path
 //! against `x25519-dalek` on random keys, small-order keys and twist points.
@@ -50,6 +52,8 @@ use zeroize::{Zeroize, Zeroizing};
 pub const BUILD_AFTER: u32 = 32;
 /// Tables kept (30 KiB each).
 pub const KEEP: usize = 8;
+/// Agreements after which an unused table may be replaced.
+pub const IDLE: u64 = 4096;
 /// Keys counted at most; beyond, the counts start again.
 const COUNTED: usize = 1024;
 
@@ -117,8 +121,8 @@ impl Tables {
             self.counts.clear();
         }
         let n = self.counts.entry(*u).or_insert(0);
-        *n += 1;
-        if *n >= BUILD_AFTER {
+        *n = n.saturating_add(1);
+        if *n >= BUILD_AFTER && self.slot().is_some() {
             self.counts.remove(u);
             Plan::Build
         } else {
@@ -126,16 +130,28 @@ impl Tables {
         }
     }
 
+    /// Where a new table may go: a free place, or the least recently used table if it
+    /// has been idle for [`IDLE`] agreements. Never a table in use, so recipients
+    /// sealed to in turn (more of them than [`KEEP`]) do not evict each other's tables
+    /// over and over: the first ones keep theirs, the rest use the ladder.
+    fn slot(&self) -> Option<usize> {
+        if self.tables.len() < KEEP {
+            return Some(self.tables.len());
+        }
+        let oldest = (0..self.tables.len()).min_by_key(|&i| self.tables[i].1)?;
+        (self.tick.saturating_sub(self.tables[oldest].1) > IDLE).then_some(oldest)
+    }
+
     fn keep(&mut self, u: [u8; 32], table: Arc<RecipientTable>) {
         if self.tables.iter().any(|t| t.0 == u) {
             return;
         }
-        if self.tables.len() >= KEEP {
-            if let Some(oldest) = (0..self.tables.len()).min_by_key(|&i| self.tables[i].1) {
-                self.tables.swap_remove(oldest);
-            }
+        // Built outside the lock: the place may have been taken meanwhile.
+        match self.slot() {
+            Some(i) if i == self.tables.len() => self.tables.push((u, self.tick, table)),
+            Some(i) => self.tables[i] = (u, self.tick, table),
+            None => {}
         }
-        self.tables.push((u, self.tick, table));
     }
 }
 
@@ -273,24 +289,61 @@ mod tests {
         }
     }
 
-    #[test]
-    fn at_most_keep_tables_and_the_least_recently_used_goes() {
-        let mut tables = Tables::default();
-        let keys: Vec<[u8; 32]> = (0..=KEEP as u8)
-            .map(|i| PublicKey::from(&StaticSecret::from([i + 1; 32])).to_bytes())
-            .collect();
-        for u in &keys[..KEEP] {
+    fn keys(n: usize) -> Vec<[u8; 32]> {
+        (0..n)
+            .map(|i| PublicKey::from(&StaticSecret::from([i as u8 + 1; 32])).to_bytes())
+            .collect()
+    }
+
+    /// Applies a plan as `agree_to` does (a table built is kept), without the crypto.
+    fn run(tables: &mut Tables, u: &[u8; 32], built: &mut usize) {
+        if let Plan::Build = tables.plan(u) {
+            *built += 1;
             tables.keep(*u, Arc::new(RecipientTable::new(u).unwrap()));
         }
-        // The first is used again, so the second is the oldest when one more comes.
-        assert!(matches!(tables.plan(&keys[0]), Plan::Table(_)));
-        tables.keep(
-            keys[KEEP],
-            Arc::new(RecipientTable::new(&keys[KEEP]).unwrap()),
+    }
+
+    #[test]
+    fn more_recipients_than_tables_in_turn_build_each_table_once() {
+        let keys = keys(3 * KEEP);
+        let mut tables = Tables::default();
+        let mut built = 0;
+        for _ in 0..(4 * BUILD_AFTER) {
+            for u in &keys {
+                run(&mut tables, u, &mut built);
+            }
+        }
+        assert_eq!(
+            built, KEEP,
+            "the first {KEEP} keep theirs; the rest use the ladder"
         );
         assert_eq!(tables.tables.len(), KEEP);
-        assert!(matches!(tables.plan(&keys[0]), Plan::Table(_)));
-        assert!(!matches!(tables.plan(&keys[1]), Plan::Table(_)));
+    }
+
+    #[test]
+    fn a_table_idle_long_enough_makes_room_for_a_new_busy_recipient() {
+        let keys = keys(KEEP + 1);
+        let mut tables = Tables::default();
+        let mut built = 0;
+        for u in &keys[..KEEP] {
+            for _ in 0..BUILD_AFTER {
+                run(&mut tables, u, &mut built);
+            }
+        }
+        assert_eq!(built, KEEP);
+        // The first stays busy; the others go quiet while a new one is sealed to.
+        let (first, new) = (keys[0], keys[KEEP]);
+        for _ in 0..IDLE {
+            run(&mut tables, &first, &mut built);
+            run(&mut tables, &new, &mut built);
+        }
+        assert_eq!(built, KEEP + 1);
+        assert!(matches!(tables.plan(&new), Plan::Table(_)));
+        assert!(matches!(tables.plan(&first), Plan::Table(_)));
+        assert!(
+            !matches!(tables.plan(&keys[1]), Plan::Table(_)),
+            "the least recent went"
+        );
     }
 
     proptest! {
