@@ -4,11 +4,26 @@
 
 use outpost::clock::ManualClock;
 use outpost::gateway::storage::postgres::Postgres;
-use outpost::gateway::storage::{ForNode, GatewayState, InboxMessage, Queued};
+use outpost::gateway::storage::{ForNode, GatewayState, InboxMessage, Queued, StateError};
 
 use crate::pg::PgCluster;
 
 const T0: u64 = 1_780_000_000_000;
+
+/// A gateway state on the database at `url`, on `clock`.
+async fn open(url: &str, clock: &ManualClock) -> std::sync::Arc<Postgres> {
+    let cfg = outpost::config::from_str(&format!(
+        "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n"
+    ))
+    .unwrap();
+    Postgres::open(
+        cfg.gateway_db.as_ref().unwrap(),
+        &cfg.queue,
+        std::sync::Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap()
+}
 
 /// RELIABILITY F1 on PostgreSQL: a message that expired between two sweeps must not be
 /// listed (no sweeper runs here; the listing alone must leave it out).
@@ -18,18 +33,8 @@ async fn the_inbox_never_lists_a_message_past_its_expiry_even_before_the_sweep()
         return;
     };
     let url = pg.create_database();
-    let cfg = outpost::config::from_str(&format!(
-        "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n"
-    ))
-    .unwrap();
     let clock = ManualClock::new(T0);
-    let state = Postgres::open(
-        cfg.gateway_db.as_ref().unwrap(),
-        &cfg.queue,
-        std::sync::Arc::new(clock.clone()),
-    )
-    .await
-    .unwrap();
+    let state = open(&url, &clock).await;
     for (id, ttl_ms) in [("short", 4_000), ("long", 86_400_000)] {
         let q = state
             .inbox_put(InboxMessage {
@@ -72,6 +77,21 @@ async fn the_inbox_never_lists_a_message_past_its_expiry_even_before_the_sweep()
     );
 }
 
+/// Every message queued at once; the answers by message id, in the messages' order.
+async fn all_at_once(
+    state: &std::sync::Arc<Postgres>,
+    msgs: Vec<ForNode>,
+) -> Vec<(String, Result<Queued, StateError>)> {
+    futures_util::future::join_all(msgs.into_iter().map(|m| {
+        let state = state.clone();
+        async move {
+            let id = m.message_id.clone();
+            (id, state.queue_command(m, None).await)
+        }
+    }))
+    .await
+}
+
 fn command(id: &str, payload_type: &str, expires_at_ms: u64) -> ForNode {
     ForNode {
         node_id: "node:a".into(),
@@ -96,31 +116,14 @@ async fn enqueues_that_arrive_together_commit_in_groups_and_each_gets_its_own_an
         return;
     };
     let url = pg.create_database();
-    let cfg = outpost::config::from_str(&format!(
-        "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\npostgres_url = \"{url}\"\n"
-    ))
-    .unwrap();
-    let state = Postgres::open(
-        cfg.gateway_db.as_ref().unwrap(),
-        &cfg.queue,
-        std::sync::Arc::new(ManualClock::new(T0)),
-    )
-    .await
-    .unwrap();
+    let state = open(&url, &ManualClock::new(T0)).await;
     // 150 ids, 40 of them sent twice, and one already expired, all at once.
     let mut msgs: Vec<ForNode> = (0..150)
         .map(|i| command(&format!("m{i}"), "T", T0 + 60_000))
         .collect();
     msgs.extend((0..40).map(|i| command(&format!("m{}", i * 3), "T", T0 + 60_000)));
     msgs.push(command("old", "T", T0));
-    let answers = futures_util::future::join_all(msgs.into_iter().map(|m| {
-        let state = state.clone();
-        async move {
-            let id = m.message_id.clone();
-            (id, state.queue_command(m, None).await)
-        }
-    }))
-    .await;
+    let answers = all_at_once(&state, msgs).await;
     let mut queued = std::collections::HashMap::<String, usize>::new();
     let mut duplicates = 0;
     for (id, answer) in answers {
@@ -156,14 +159,7 @@ async fn enqueues_that_arrive_together_commit_in_groups_and_each_gets_its_own_an
         .map(|i| command(&format!("n{i}"), "T", T0 + 60_000))
         .collect();
     msgs.insert(30, command("bad", "T\u{0}", T0 + 60_000));
-    let answers = futures_util::future::join_all(msgs.into_iter().map(|m| {
-        let state = state.clone();
-        async move {
-            let id = m.message_id.clone();
-            (id, state.queue_command(m, None).await)
-        }
-    }))
-    .await;
+    let answers = all_at_once(&state, msgs).await;
     for (id, answer) in answers {
         if id == "bad" {
             assert!(answer.is_err(), "{answer:?}");
