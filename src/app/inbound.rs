@@ -61,7 +61,7 @@ impl Inbound {
             Ok(o) => o,
             Err(e) => return self.refused(bytes, e).await,
         };
-        let (msg, queue) = stored_message(&self.base, &opened)?;
+        let (msg, queue) = stored_message(&self.base, &opened, self.base.now_ms())?;
         self.store_one(opened, msg, queue).await
     }
 
@@ -160,6 +160,8 @@ impl Inbound {
         let mut out: Vec<Option<Result<Received, NodeError>>> = Vec::with_capacity(opened.len());
         let mut batch = Batch::new();
         let mut pending: Vec<(usize, Opened, &'static str)> = Vec::new();
+        // One time for the batch: the inbox lists by it, so the batch keeps its order.
+        let received_at_ms = self.base.now_ms();
         for (i, (bytes, r)) in opened.into_iter().enumerate() {
             let Some(r) = r else {
                 // Not processed: no later envelope may be stored before it.
@@ -167,12 +169,14 @@ impl Inbound {
             };
             match r.map_err(|e| (bytes, e)) {
                 Err((bytes, e)) => out.push(Some(self.refused(&bytes, e).await)),
-                Ok((_, Err(e))) => out.push(Some(Err(e))),
-                Ok((o, Ok((msg, queue)))) => {
-                    batch.enqueue(msg);
-                    pending.push((i, o, queue));
-                    out.push(None);
-                }
+                Ok(o) => match stored_message(&self.base, &o, received_at_ms) {
+                    Err(e) => out.push(Some(Err(e))),
+                    Ok((msg, queue)) => {
+                        batch.enqueue(msg);
+                        pending.push((i, o, queue));
+                        out.push(None);
+                    }
+                },
             }
         }
         match self.base.store.commit(batch).await {
@@ -212,7 +216,7 @@ impl Inbound {
                         ))
                     } else {
                         // Made again (the batch took the first): rare, and cheap.
-                        let r = match stored_message(&self.base, &o) {
+                        let r = match stored_message(&self.base, &o, received_at_ms) {
                             Ok((msg, _)) => self.store_one(o, msg, queue).await,
                             Err(e) => Err(e),
                         };
@@ -249,8 +253,13 @@ impl Inbound {
 
 /// What the inbox or tasks queue keeps for an opened envelope: the decrypted payload
 /// plus who sent it, deduplicated until its expiry (plus the skew on both sides).
-fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static str), NodeError> {
-    let body = InboxRecord::bytes_for(opened, &opened.plaintext, base.now_ms())
+/// `received_at_ms` orders the inbox's listing (`Inbox::list`): one value per batch.
+fn stored_message(
+    base: &Base,
+    opened: &Opened,
+    received_at_ms: u64,
+) -> Result<(NewMessage, &'static str), NodeError> {
+    let body = InboxRecord::bytes_for(opened, &opened.plaintext, received_at_ms)
         .ok_or_else(|| NodeError::bad_request("payload is not JSON"))?;
     let queue = if opened.payload_type == "TASK_REQUEST" {
         Q_TASKS
@@ -275,21 +284,18 @@ fn stored_message(base: &Base, opened: &Opened) -> Result<(NewMessage, &'static 
 /// Below this many envelopes a batch is opened on the calling thread.
 const PARALLEL_FROM: usize = 8;
 
-/// What a worker makes of one envelope: opened, with the record the store keeps for it.
-type Prepared = Result<(Opened, Result<(NewMessage, &'static str), NodeError>), OpenError>;
-
-/// Open every envelope (signature, recipient, expiry, replay, decrypt) and make its
-/// stored record, on all cores ([`crate::daemon::spread`]); results in the input's
-/// order, each with its bytes. `None` marks an envelope that was not processed (its
-/// worker failed): the caller must not go past it.
-async fn open_all(base: &Arc<Base>, envelopes: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<Prepared>)> {
+/// Open every envelope (signature, recipient, expiry, replay, decrypt) on all cores
+/// ([`crate::daemon::spread`]); results in the input's order, each with its bytes.
+/// `None` marks an envelope that was not processed (its worker failed): the caller must
+/// not go past it.
+async fn open_all(
+    base: &Arc<Base>,
+    envelopes: Vec<Vec<u8>>,
+) -> Vec<(Vec<u8>, Option<Result<Opened, OpenError>>)> {
     let base = base.clone();
     let (bytes, opened) =
         crate::daemon::spread::on_all_cores(envelopes, PARALLEL_FROM, move |b: &Vec<u8>| {
-            open_envelope(&base, b).map(|o| {
-                let stored = stored_message(&base, &o);
-                (o, stored)
-            })
+            open_envelope(&base, b)
         })
         .await;
     bytes.into_iter().zip(opened).collect()

@@ -132,6 +132,53 @@ async fn large_outbox_messages_reach_the_gateway_in_uploads_under_its_body_limit
     );
 }
 
+/// A backlog arrives in batches opened on all cores, and the node's inbox lists it in
+/// the order it was queued. (The inbox lists by the time a message was received; when
+/// each opening worker stamped its own envelopes, one finishing a later envelope a
+/// moment before another finished an earlier one listed them out of order.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_opened_on_all_cores_is_listed_in_the_order_it_was_queued() {
+    // The most one inbox page lists.
+    const N: i64 = 1_000;
+    let (gw, node) = pair_on("", "");
+    let gw_admin = gw.token("gateway:main", &["admin"], "1h");
+    let node_admin = node.token("node:b1", &["admin"], "1h");
+    let g = gw.start();
+    for i in 0..N {
+        let r = http()
+            .post(g.url("/v1/commands"))
+            .bearer_auth(&gw_admin)
+            .json(&json!({"target": {"node_id": "node:b1"}, "command_type": "bench", "body": {"i": i}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+    }
+    let n = node.start();
+    wait_until(
+        "the whole backlog in the inbox",
+        Duration::from_secs(60),
+        || async {
+            let inbox = get_json(&n, &format!("/v1/inbox?limit={N}"), &node_admin).await;
+            let len = inbox["messages"].as_array().map_or(0, |m| m.len());
+            (len == N as usize)
+                .then_some(())
+                .ok_or(format!("{len} in the inbox"))
+        },
+    )
+    .await;
+    let inbox = get_json(&n, &format!("/v1/inbox?limit={N}"), &node_admin).await;
+    let listed: Vec<i64> = inbox["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["payload"]["i"].as_i64().unwrap())
+        .collect();
+    let out_of_order = listed.windows(2).filter(|w| w[0] > w[1]).count();
+    assert_eq!(out_of_order, 0, "{out_of_order} inversions");
+    assert_eq!(listed, (0..N).collect::<Vec<_>>());
+}
+
 /// 30 commands wait at the gateway for a node whose inbox takes 10 per sender: the
 /// node stores the first 10 (a batch of 30 cannot be stored whole, so it is stored
 /// one by one until the cap), leaves the rest queued upstream, and takes them in order
