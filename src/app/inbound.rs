@@ -259,8 +259,12 @@ fn stored_message(
     opened: &Opened,
     received_at_ms: u64,
 ) -> Result<(NewMessage, &'static str), NodeError> {
-    let body = InboxRecord::bytes_for(opened, &opened.plaintext, received_at_ms)
-        .ok_or_else(|| NodeError::bad_request("payload is not JSON"))?;
+    // Parsed, not only checked: what is stored must read back (`InboxRecord::from_bytes`
+    // refuses what a syntax check lets through: a lone surrogate escape, a number out of
+    // range).
+    let payload: Value = serde_json::from_slice(&opened.plaintext)
+        .map_err(|_| NodeError::bad_request("payload is not JSON"))?;
+    let body = InboxRecord::new(opened, payload, received_at_ms).to_bytes();
     let queue = if opened.payload_type == "TASK_REQUEST" {
         Q_TASKS
     } else {

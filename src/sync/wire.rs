@@ -269,34 +269,6 @@ impl InboxRecord {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// The stored bytes of [`InboxRecord::new`]`(o, payload, received_at_ms)` for a
-    /// payload that is JSON text, without parsing it into a tree first: the same fields
-    /// in the same order, the payload as it came (readers parse the record anyway).
-    /// `None` when `payload` is not JSON.
-    pub fn bytes_for(o: &Opened, payload: &[u8], received_at_ms: u64) -> Option<Vec<u8>> {
-        #[derive(Serialize)]
-        struct Raw<'a> {
-            created_at_ms: u64,
-            expires_at_ms: u64,
-            from: &'a str,
-            message_id: &'a str,
-            payload: &'a RawValue,
-            payload_type: &'a str,
-            received_at_ms: u64,
-        }
-        let payload: &RawValue = serde_json::from_slice(payload).ok()?;
-        serde_json::to_vec(&Raw {
-            created_at_ms: o.created_at_ms,
-            expires_at_ms: o.expires_at_ms,
-            from: &o.sender_node_id,
-            message_id: &o.message_id,
-            payload,
-            payload_type: &o.payload_type,
-            received_at_ms,
-        })
-        .ok()
-    }
-
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(bytes)
     }
