@@ -139,20 +139,13 @@ async fn large_outbox_messages_reach_the_gateway_in_uploads_under_its_body_limit
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backlog_opened_on_all_cores_is_listed_in_the_order_it_was_queued() {
     // The most one inbox page lists.
-    const N: i64 = 1_000;
+    const N: usize = 1_000;
     let (gw, node) = pair_on("", "");
     let gw_admin = gw.token("gateway:main", &["admin"], "1h");
     let node_admin = node.token("node:b1", &["admin"], "1h");
     let g = gw.start();
     for i in 0..N {
-        let r = http()
-            .post(g.url("/v1/commands"))
-            .bearer_auth(&gw_admin)
-            .json(&json!({"target": {"node_id": "node:b1"}, "command_type": "bench", "body": {"i": i}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+        crate::sim::command(&g, &gw_admin, "node:b1", i, 3600).await;
     }
     let n = node.start();
     wait_until(
@@ -161,7 +154,7 @@ async fn a_backlog_opened_on_all_cores_is_listed_in_the_order_it_was_queued() {
         || async {
             let inbox = get_json(&n, &format!("/v1/inbox?limit={N}"), &node_admin).await;
             let len = inbox["messages"].as_array().map_or(0, |m| m.len());
-            (len == N as usize)
+            (len == N)
                 .then_some(())
                 .ok_or(format!("{len} in the inbox"))
         },
@@ -176,7 +169,7 @@ async fn a_backlog_opened_on_all_cores_is_listed_in_the_order_it_was_queued() {
         .collect();
     let out_of_order = listed.windows(2).filter(|w| w[0] > w[1]).count();
     assert_eq!(out_of_order, 0, "{out_of_order} inversions");
-    assert_eq!(listed, (0..N).collect::<Vec<_>>());
+    assert_eq!(listed, (0..N as i64).collect::<Vec<_>>());
 }
 
 /// 30 commands wait at the gateway for a node whose inbox takes 10 per sender: the
@@ -190,14 +183,7 @@ async fn a_backlog_beyond_the_inbox_cap_arrives_in_order_as_room_frees() {
     let node_admin = node.token("node:b1", &["admin"], "1h");
     let g = gw.start();
     for i in 0..30 {
-        let r = http()
-            .post(g.url("/v1/commands"))
-            .bearer_auth(&gw_admin)
-            .json(&json!({"target": {"node_id": "node:b1"}, "command_type": "bench", "body": {"i": i}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+        crate::sim::command(&g, &gw_admin, "node:b1", i, 3600).await;
     }
     let n = node.start();
     let mut seen = Vec::new();
