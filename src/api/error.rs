@@ -145,6 +145,7 @@ fn status_of(e: &NodeError) -> StatusCode {
         NodeError::Denied { code, .. } => deny_status(*code),
         NodeError::UnknownTool(_) | NodeError::NotFound(_) => StatusCode::NOT_FOUND,
         NodeError::JobConflict(_) | NodeError::IdempotencyConflict(_) => StatusCode::CONFLICT,
+        NodeError::NoRoom(_) | NodeError::ResultTooLarge { .. } => StatusCode::INSUFFICIENT_STORAGE,
         NodeError::Tool(t) => match t {
             ToolError::UnknownTool(_) => StatusCode::NOT_FOUND,
             ToolError::BadRequest(_) => StatusCode::BAD_REQUEST,

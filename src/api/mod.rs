@@ -10,6 +10,19 @@ pub mod openapi;
 
 pub use error::{store_error, ApiError, ApiResult};
 
+/// The bearer token of a request (`Authorization: Bearer <token>`), for both roles. The
+/// scheme is matched without regard to case (RFC 7235 §2.1: `bearer`, `BEARER`), any
+/// run of spaces may separate it from the token, and an empty token is no token.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Counts an answered request in `outpost_http_requests_total` by status class (both
 /// roles).
 pub fn count_response(metrics: &crate::telemetry::Metrics, resp: &axum::response::Response) {
@@ -20,4 +33,37 @@ pub fn count_response(metrics: &crate::telemetry::Metrics, resp: &axum::response
         _ => "other",
     };
     metrics.http_requests_total.inc(&[class]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer;
+    use axum::http::{header::AUTHORIZATION, HeaderMap, HeaderValue};
+
+    fn with(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        for v in ["Bearer t.k", "bearer t.k", "BEARER t.k", "bEaReR   t.k "] {
+            assert_eq!(bearer(&with(v)), Some("t.k"), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn other_schemes_and_empty_tokens_are_no_token() {
+        for v in [
+            "Basic dXNlcg==",
+            "Bearer",
+            "Bearer   ",
+            "Bearertoken",
+            "Token t.k",
+        ] {
+            assert_eq!(bearer(&with(v)), None, "{v:?}");
+        }
+        assert_eq!(bearer(&HeaderMap::new()), None);
+    }
 }

@@ -222,19 +222,58 @@ impl ToolCalls {
             }
         }
 
-        // 4. Run.
+        // 4. Room: refused before it runs if what it would write cannot be kept.
+        if let Err(e) = self.room_for_call(!minted) {
+            self.recorder
+                .audit_call_outcome(
+                    &job_id,
+                    &req.tool_name,
+                    &actor,
+                    &args_sha,
+                    AuditOutcome::Refused,
+                    "storage_full",
+                )
+                .await;
+            return Err(e);
+        }
+
+        // 5. Run.
         let started = tokio::time::Instant::now();
         let outcome = self.tools.call(&req.tool_name, req.tool_args).await;
         let elapsed: Duration = started.elapsed();
 
         match outcome {
             Ok(result) => {
-                let result_sha = sha256_hex(&serde_json::to_vec(&result).unwrap_or_default());
+                let result_bytes = serde_json::to_vec(&result).unwrap_or_default();
+                if let Err(e) = self.result_fits(result_bytes.len()) {
+                    self.recorder
+                        .audit_call_outcome(
+                            &job_id,
+                            &req.tool_name,
+                            &actor,
+                            &args_sha,
+                            AuditOutcome::Failed,
+                            e.code(),
+                        )
+                        .await;
+                    ToolCallFinished {
+                        tool: label,
+                        outcome: "failed",
+                        job_id: &job_id,
+                        duration: Some(elapsed),
+                    }
+                    .emit(&self.base.metrics);
+                    return Err(e);
+                }
+                let result_sha = sha256_hex(&result_bytes);
                 let tool = req.tool_name.clone();
+                // A job id we minted cannot be repeated by anyone (the caller learns it
+                // from this answer): its result is not kept.
+                let keep = (!minted).then_some(key.as_str());
                 let (_, _, body) = self
                     .recorder
                     .record_tool_success(
-                        &key,
+                        keep,
                         &job_id,
                         &req.tool_name,
                         &actor,
@@ -275,6 +314,50 @@ impl ToolCalls {
                 Err(NodeError::Tool(err))
             }
         }
+    }
+}
+
+impl ToolCalls {
+    /// Whether a call may run now: the disk keeps `queue.reserve_free_bytes` free for
+    /// inbound envelopes and the audit log, and (when its result is to be kept) the
+    /// results' budget has room for one more of the largest.
+    fn room_for_call(&self, keeps_result: bool) -> Result<(), NodeError> {
+        let q = &self.base.cfg.queue;
+        let store = &self.base.store;
+        if let Some(free) = store.free_bytes() {
+            if free < q.reserve_free_bytes {
+                return Err(NodeError::NoRoom(format!(
+                    "the data directory's disk has {free} bytes free, below \
+                     queue.reserve_free_bytes ({}), which are kept for inbound envelopes \
+                     and the audit log; nothing was run",
+                    q.reserve_free_bytes
+                )));
+            }
+        }
+        if keeps_result {
+            let held = store.result_bytes().map_err(NodeError::Store)?;
+            if held.saturating_add(q.max_result_bytes) > q.max_result_store_bytes {
+                return Err(NodeError::NoRoom(format!(
+                    "stored tool results take {held} bytes of queue.max_result_store_bytes \
+                     ({}); retry once older results expire (or call without job_id: its \
+                     result is not kept); nothing was run",
+                    q.max_result_store_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A result (`len` bytes of JSON) the node may keep and answer.
+    fn result_fits(&self, len: usize) -> Result<(), NodeError> {
+        let max = self.base.cfg.queue.max_result_bytes;
+        if len as u64 > max {
+            return Err(NodeError::ResultTooLarge {
+                size: len as u64,
+                max,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -158,9 +158,10 @@ impl NodeCore {
         metrics
             .audit_unsynced_entries
             .set(&[], size.saturating_sub(self.recorder.synced_size()) as f64);
+        metrics.store_bytes.set(&[], store.held_bytes() as f64);
         metrics
-            .store_bytes
-            .set(&[], store.bytes_used().unwrap_or(0) as f64);
+            .store_result_bytes
+            .set(&[], store.result_bytes().unwrap_or(0) as f64);
     }
 
     /// `GET /v1/status`.

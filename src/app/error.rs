@@ -37,6 +37,16 @@ pub enum NodeError {
     /// The caller reused an outbox message id / idempotency key for another request.
     #[error("{0}")]
     IdempotencyConflict(String),
+    /// Refused before anything ran or was written: storing it would take room another
+    /// writer needs (the tool results' budget is spent, or the disk is nearly full).
+    #[error("{0}")]
+    NoRoom(String),
+    /// The tool ran, but its result is larger than the node keeps
+    /// (`queue.max_result_bytes`): it was neither stored nor answered.
+    #[error(
+        "the tool's result is {size} bytes, above queue.max_result_bytes ({max}); it was not kept"
+    )]
+    ResultTooLarge { size: u64, max: u64 },
     #[error(transparent)]
     Ttl(#[from] TtlError),
     #[error(transparent)]
@@ -64,6 +74,8 @@ impl NodeError {
             Self::NotFound(_) => "not_found",
             Self::JobConflict(_) => "job_id_conflict",
             Self::IdempotencyConflict(_) => "idempotency_conflict",
+            Self::NoRoom(_) => "storage_full",
+            Self::ResultTooLarge { .. } => "result_too_large",
             Self::Ttl(TtlError::Zero) => "bad_request",
             Self::Ttl(TtlError::TooLong { .. }) => "ttl_too_long",
             Self::Tool(e) => e.code(),
@@ -104,7 +116,7 @@ impl NodeError {
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
             Self::Store(StoreError::QueueFull { retry_after_s }) => Some((*retry_after_s).max(1)),
-            Self::Store(StoreError::StorageFull) => Some(30),
+            Self::Store(StoreError::StorageFull) | Self::NoRoom(_) => Some(30),
             _ => None,
         }
     }
@@ -114,7 +126,7 @@ impl NodeError {
     /// is kept and retried rather than dropped.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::NotReady(_) => true,
+            Self::NotReady(_) | Self::NoRoom(_) => true,
             Self::Store(StoreError::TooLarge { .. } | StoreError::Expired) => false,
             Self::Store(_) => true,
             Self::Tool(e) => !matches!(e, ToolError::UnknownTool(_) | ToolError::BadRequest(_)),

@@ -13,7 +13,7 @@ use super::error::NodeError;
 use super::recorder::Recorder;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::envelope::{open, OpenContext, OpenError, Opened, PrunedAhead};
-use crate::store::{Batch, EnqueueOutcome, NewMessage};
+use crate::store::{Batch, EnqueueOutcome, NewMessage, StoreError};
 use crate::sync::wire::InboxRecord;
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
 
@@ -31,6 +31,11 @@ pub struct Inbound {
     recorder: Arc<Recorder>,
     /// Woken when a `TASK_REQUEST` lands in the tasks queue.
     tasks_waiting: Notify,
+    /// One lock per message id being stored: the replay check and the commit of an
+    /// envelope with its audit entry happen under it, so the same envelope arriving
+    /// twice at once (pushed and pulled, or twice in one batch) is stored and audited
+    /// once.
+    storing: crate::keyed_lock::KeyedLocks,
 }
 
 impl Inbound {
@@ -39,6 +44,7 @@ impl Inbound {
             base,
             recorder,
             tasks_waiting: Notify::new(),
+            storing: crate::keyed_lock::KeyedLocks::new(),
         }
     }
 
@@ -65,42 +71,106 @@ impl Inbound {
         self.store_one(opened, msg, queue).await
     }
 
-    /// Store one opened envelope (its own commit), then count and audit it.
+    /// Store one opened envelope with its audit entry (its own commit), then count it.
     async fn store_one(
         &self,
         opened: Opened,
         msg: NewMessage,
         queue: &'static str,
     ) -> Result<Received, NodeError> {
-        match self.base.store.enqueue(msg).await {
-            Ok(EnqueueOutcome::Duplicate) => Ok(Received::Duplicate {
-                message_id: opened.message_id,
-            }),
-            Ok(_) => {
-                self.stored(&opened, queue);
+        let mut out = self.store_with_entries(vec![(opened, msg, queue)]).await;
+        match out.pop() {
+            Some((o, Err(e))) => {
                 self.recorder
-                    .audit_event(
-                        Event::EnvelopeAccepted,
-                        Outcome::Ok,
-                        &opened.message_id,
-                        Some(&opened.sender_node_id),
-                        Some(&opened.payload_type),
-                    )
-                    .await;
-                if queue == Q_TASKS {
-                    self.tasks_waiting.notify_one();
-                }
-                Ok(Received::Accepted {
-                    message_id: opened.message_id,
-                })
-            }
-            Err(e) => {
-                self.recorder
-                    .audit_overflow(&e, &opened.message_id, &opened.sender_node_id)
+                    .audit_overflow(&e, &o.message_id, &o.sender_node_id)
                     .await;
                 Err(NodeError::Store(e))
             }
+            Some((_, Ok(r))) => Ok(r),
+            None => Err(NodeError::NotReady("envelope not processed")),
         }
+    }
+
+    /// Store opened envelopes and their `envelope_accepted` entries in one commit
+    /// ([`Recorder::commit_accepted`]): every envelope stored has its entry, whatever
+    /// fails. Under each id's lock, an id already known (or twice in `items`) is a
+    /// duplicate and writes nothing. One outcome per item, in order; on an error every
+    /// new envelope of the commit gets it (nothing of it was stored).
+    async fn store_with_entries(
+        &self,
+        items: Vec<(Opened, NewMessage, &'static str)>,
+    ) -> Vec<(Opened, Result<Received, StoreError>)> {
+        let mut ids: Vec<String> = items.iter().map(|(o, _, _)| o.message_id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        let mut held = Vec::with_capacity(ids.len());
+        for id in &ids {
+            held.push(self.storing.lock(id).await);
+        }
+        let mut fresh = std::collections::HashSet::new();
+        let mut batch = Batch::new();
+        let mut new_ones = Vec::new();
+        for (i, (o, msg, _)) in items.iter().enumerate() {
+            let known = [Q_INBOX, Q_TASKS]
+                .iter()
+                .any(|q| self.base.store.seen(q, &o.message_id).unwrap_or(false));
+            if !known && fresh.insert(o.message_id.as_str()) {
+                batch.enqueue(msg.clone());
+                new_ones.push(i);
+            }
+        }
+        let accepted: Vec<(&str, &str, &str)> = new_ones
+            .iter()
+            .map(|&i| {
+                let o = &items[i].0;
+                (
+                    o.message_id.as_str(),
+                    o.sender_node_id.as_str(),
+                    o.payload_type.as_str(),
+                )
+            })
+            .collect();
+        let committed = self.recorder.commit_accepted(batch, &accepted).await;
+        drop(held);
+        let mut outcome: Vec<Result<Received, StoreError>> = items
+            .iter()
+            .map(|(o, _, _)| {
+                Ok(Received::Duplicate {
+                    message_id: o.message_id.clone(),
+                })
+            })
+            .collect();
+        match committed {
+            Ok(done) => {
+                for (&i, e) in new_ones.iter().zip(&done.enqueued) {
+                    let (o, _, queue) = &items[i];
+                    if matches!(e, EnqueueOutcome::Duplicate) {
+                        // Not reachable while every inbound write takes the id's lock:
+                        // say so loudly if it ever is (the entry then vouches for a copy
+                        // stored earlier).
+                        tracing::error!(event = "audit_duplicate_entry", message_id = %o.message_id, "an envelope found stored at commit has an envelope_accepted entry twice");
+                        continue;
+                    }
+                    self.stored(o, queue);
+                    outcome[i] = Ok(Received::Accepted {
+                        message_id: o.message_id.clone(),
+                    });
+                }
+                if new_ones.iter().any(|&i| items[i].2 == Q_TASKS) {
+                    self.tasks_waiting.notify_one();
+                }
+            }
+            Err(e) => {
+                for &i in &new_ones {
+                    outcome[i] = Err(e.clone());
+                }
+            }
+        }
+        items
+            .into_iter()
+            .zip(outcome)
+            .map(|((o, _, _), r)| (o, r))
+            .collect()
     }
 
     /// An envelope the pipeline refused: a replay is a duplicate (counted), anything
@@ -138,7 +208,7 @@ impl Inbound {
 
     /// A batch of envelopes (a pull from the gateway), each through the same pipeline
     /// as [`Inbound::receive_envelope`], with the same outcome per envelope, in order —
-    /// but opened on all cores, stored in one commit and audited in one append.
+    /// but opened on all cores and stored with their audit entries in one commit.
     ///
     /// If the commit fails (queue or disk full), the envelopes are stored one by one as
     /// before, and the first that cannot be stored ends the batch: it and every later
@@ -158,8 +228,7 @@ impl Inbound {
         let n = envelopes.len();
         let opened = open_all(&self.base, envelopes).await;
         let mut out: Vec<Option<Result<Received, NodeError>>> = Vec::with_capacity(opened.len());
-        let mut batch = Batch::new();
-        let mut pending: Vec<(usize, Opened, &'static str)> = Vec::new();
+        let mut pending: Vec<(usize, Opened, NewMessage, &'static str)> = Vec::new();
         // One time for the batch: the inbox lists by it, so the batch keeps its order.
         let received_at_ms = self.base.now_ms();
         for (i, (bytes, r)) in opened.into_iter().enumerate() {
@@ -172,58 +241,40 @@ impl Inbound {
                 Ok(o) => match stored_message(&self.base, &o, received_at_ms) {
                     Err(e) => out.push(Some(Err(e))),
                     Ok((msg, queue)) => {
-                        batch.enqueue(msg);
-                        pending.push((i, o, queue));
+                        pending.push((i, o, msg, queue));
                         out.push(None);
                     }
                 },
             }
         }
-        match self.base.store.commit(batch).await {
-            Ok(done) => {
-                let mut accepted = Vec::new();
-                for ((i, o, queue), outcome) in pending.iter().zip(&done.enqueued) {
-                    out[*i] = Some(if matches!(outcome, EnqueueOutcome::Duplicate) {
-                        Ok(Received::Duplicate {
-                            message_id: o.message_id.clone(),
-                        })
-                    } else {
-                        self.stored(o, queue);
-                        accepted.push((
-                            o.message_id.as_str(),
-                            o.sender_node_id.as_str(),
-                            o.payload_type.as_str(),
-                        ));
-                        Ok(Received::Accepted {
-                            message_id: o.message_id.clone(),
-                        })
-                    });
-                }
-                self.recorder.audit_accepted(&accepted).await;
-                // After the audit entries, so a task's entry never precedes its
-                // envelope's.
-                if pending.iter().any(|(_, _, q)| *q == Q_TASKS) {
-                    self.tasks_waiting.notify_one();
-                }
+        let slots: Vec<usize> = pending.iter().map(|(i, _, _, _)| *i).collect();
+        let items: Vec<(Opened, NewMessage, &'static str)> = pending
+            .into_iter()
+            .map(|(_, o, msg, q)| (o, msg, q))
+            .collect();
+        let stored = self.store_with_entries(items).await;
+        if stored.iter().all(|(_, r)| r.is_ok()) {
+            for (i, (_, r)) in slots.iter().zip(stored) {
+                out[*i] = Some(r.map_err(NodeError::Store));
             }
-            Err(_) => {
-                // One by one, in order; the first failure ends the batch.
-                let mut stop = false;
-                for (i, o, queue) in pending {
-                    out[i] = Some(if stop {
-                        Err(NodeError::NotReady(
-                            "an earlier envelope of the batch could not be stored",
-                        ))
-                    } else {
-                        // Made again (the batch took the first): rare, and cheap.
-                        let r = match stored_message(&self.base, &o, received_at_ms) {
-                            Ok((msg, _)) => self.store_one(o, msg, queue).await,
-                            Err(e) => Err(e),
-                        };
-                        stop = r.is_err();
-                        r
-                    });
-                }
+        } else {
+            // The commit failed (queue or disk full): one by one, in order; the first
+            // failure ends the batch.
+            let mut stop = false;
+            for (i, (o, _)) in slots.into_iter().zip(stored) {
+                out[i] = Some(if stop {
+                    Err(NodeError::NotReady(
+                        "an earlier envelope of the batch could not be stored",
+                    ))
+                } else {
+                    // Made again (the batch took the first): rare, and cheap.
+                    let r = match stored_message(&self.base, &o, received_at_ms) {
+                        Ok((msg, queue)) => self.store_one(o, msg, queue).await,
+                        Err(e) => Err(e),
+                    };
+                    stop = r.is_err();
+                    r
+                });
             }
         }
         out.resize_with(n, || None);

@@ -9,7 +9,7 @@ use super::error::NodeError;
 use super::refusals::RefusalBudget;
 use super::store_audit::StoreAudit;
 use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditLog, AuditOutcome, AuditRecord};
-use crate::store::{Batch, StoreError};
+use crate::store::{Batch, Committed, StoreError};
 
 use super::calls::{StoredResult, RESULT_KEEP_MS};
 
@@ -87,16 +87,18 @@ impl Recorder {
         record: AuditRecord,
         extra: impl FnOnce(u64, &str, &mut Batch),
     ) -> Result<(u64, String), StoreError> {
-        self.append_all(vec![record], extra).await
+        self.append_all(vec![record], extra)
+            .await
+            .map(|(first, _)| first)
     }
 
     /// Append `records` (in order, one batch) plus what `extra` adds; returns the first
-    /// entry's `(index, leaf_hash_hex)`.
+    /// entry's `(index, leaf_hash_hex)` and what the batch did.
     async fn append_all(
         &self,
         records: Vec<AuditRecord>,
         extra: impl FnOnce(u64, &str, &mut Batch),
-    ) -> Result<(u64, String), StoreError> {
+    ) -> Result<((u64, String), Committed), StoreError> {
         let now = self.base.now_ms();
         let store = &self.base.store;
         let submitted = self.log.append_submit(records, now, |first, entries| {
@@ -129,20 +131,21 @@ impl Recorder {
         let out = settled.await;
         self.note_append(out.as_ref().map(|r| r.is_ok()).unwrap_or(false));
         match out {
-            Ok(Ok(_)) => {
+            Ok(Ok(done)) => {
                 let (index, leaf) = hashes[0];
-                Ok((index, to_hex(&leaf)))
+                Ok(((index, to_hex(&leaf)), done))
             }
             Ok(Err(e)) => Err(e),
             Err(e) => Err(StoreError::Engine(format!("audit append task: {e}"))),
         }
     }
 
-    /// A successful tool call: audit entry and stored result in one durable batch.
+    /// A successful tool call: audit entry and (under `result_key`, when it is kept for
+    /// `job_id` idempotency) the stored result in one durable batch.
     #[allow(clippy::too_many_arguments)]
     pub async fn record_tool_success(
         &self,
-        result_key: &str,
+        result_key: Option<&str>,
         job_id: &str,
         tool: &str,
         actor: &str,
@@ -163,6 +166,9 @@ impl Recorder {
         let (index, leaf) = self
             .append_durable(rec, |index, leaf, batch| {
                 body = body_for(index, leaf);
+                let Some(result_key) = result_key else {
+                    return;
+                };
                 let stored = StoredResult {
                     subject: actor.to_string(),
                     tool_name: tool.to_string(),
@@ -201,7 +207,7 @@ impl Recorder {
         if outcome == AuditOutcome::Refused && !self.admit_refusal(detail) {
             return;
         }
-        let _ = self.append_durable(rec, |_, _, _| {}).await;
+        self.append_answered_anyway(rec).await;
     }
 
     /// A write refused for lack of room (queue cap or byte budget / full disk). On a full
@@ -240,14 +246,22 @@ impl Recorder {
         if refusal && !self.admit_refusal(&format!("{}:{}", event.as_str(), detail.unwrap_or(""))) {
             return;
         }
-        let _ = self.append_durable(rec, |_, _, _| {}).await;
+        self.append_answered_anyway(rec).await;
     }
 
-    /// Envelopes accepted in one batch: one entry each, appended together (one
-    /// commit for the lot).
-    pub async fn audit_accepted(&self, accepted: &[(&str, &str, &str)]) {
+    /// Envelopes to store (`enqueues`, one [`Batch::enqueue`] each) and their
+    /// `envelope_accepted` entries (`accepted`: message id, sender, payload type, in the
+    /// same order), committed together: the envelopes and their entries are durable
+    /// together or not at all, so no envelope is ever acknowledged without its entry —
+    /// not on a full disk, not across a crash. The caller makes sure no enqueue of the
+    /// batch is a duplicate (an entry would then vouch for an envelope not stored).
+    pub async fn commit_accepted(
+        &self,
+        enqueues: Batch,
+        accepted: &[(&str, &str, &str)],
+    ) -> Result<Committed, StoreError> {
         if accepted.is_empty() {
-            return;
+            return self.base.store.commit(enqueues).await;
         }
         let records = accepted
             .iter()
@@ -259,7 +273,21 @@ impl Recorder {
                 rec
             })
             .collect();
-        let _ = self.append_all(records, |_, _, _| {}).await;
+        self.append_all(records, |_, _, batch| {
+            batch.append(enqueues);
+        })
+        .await
+        .map(|(_, done)| done)
+    }
+
+    /// An entry for something that already happened or is answered whatever becomes of
+    /// the entry (a refusal, an expiry, a failed call). If it cannot be stored it is not
+    /// dropped silently: the failure is logged (once an episode, [`Self::note_append`])
+    /// and counted in `outpost_audit_append_failures_total`.
+    async fn append_answered_anyway(&self, rec: AuditRecord) {
+        if self.append_durable(rec, |_, _, _| {}).await.is_err() {
+            self.base.metrics.audit_append_failures_total.inc(&[]);
+        }
     }
 
     fn admit_refusal(&self, reason: &str) -> bool {

@@ -48,6 +48,13 @@ pub fn open_store(cfg: &Config) -> anyhow::Result<Store> {
         .with_context(|| format!("opening the store in {}", cfg.data_dir.display()))
 }
 
+/// Take the data directory's lock for a command that must not run beside a daemon
+/// (`run`, `gateway migrate`); held until the returned guard is dropped.
+pub fn own_data_dir(cfg: &Config) -> Result<crate::daemon::lock::DataDirLock, Exit> {
+    crate::daemon::lock::DataDirLock::acquire(&cfg.data_dir)
+        .map_err(|e| Exit::failed(e.to_string()))
+}
+
 pub fn load_keys(cfg: &Config) -> anyhow::Result<Keys> {
     let p = app::keyfile::keys_path(&cfg.data_dir);
     Keys::load(&p).with_context(|| format!("loading keys from {}", p.display()))

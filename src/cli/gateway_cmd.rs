@@ -29,19 +29,9 @@ fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
     if !(to.starts_with("postgres://") || to.starts_with("postgresql://")) {
         return Err(Exit::usage("--to must be a postgres:// URL").into());
     }
-    // A running gateway would go on changing what is being copied.
-    let addr_file = cfg.data_dir.join("api.addr");
-    if let Some(addr) = std::fs::read_to_string(&addr_file)
-        .ok()
-        .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
-    {
-        if std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).is_ok() {
-            return Err(Exit::failed(format!(
-                "the gateway is running (it answers on {addr}): stop it first"
-            ))
-            .into());
-        }
-    }
+    // A running gateway would go on changing what is being copied: the data directory's
+    // lock, held by `outpost run` for its whole life, says whether one runs.
+    let _owner = super::common::own_data_dir(&cfg)?;
     let store = open_store(&cfg)?;
     let snap = Snapshot::read(&store);
     store.close();

@@ -10,6 +10,8 @@ pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
     // A config naming another identity cannot start, however often systemd retries.
     super::common::check_identity_matches(&cfg)?;
+    // One daemon per data directory: a second one would serve the same store twice.
+    let _owner = super::common::own_data_dir(&cfg)?;
     crate::service::init_logging();
     tracing::info!(
         event = "starting",

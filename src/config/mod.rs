@@ -327,6 +327,14 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     if max_message_bytes == 0 || max_message_bytes > max_store_bytes {
         errs.push("queue.max_message_bytes must be 1..=queue.max_store_bytes".into());
     }
+    let max_result_bytes = q.max_result_bytes.unwrap_or(256 * 1024);
+    let max_result_store_bytes = q.max_result_store_bytes.unwrap_or(max_store_bytes / 8);
+    if max_result_bytes == 0 || max_result_bytes > max_result_store_bytes {
+        errs.push("queue.max_result_bytes must be 1..=queue.max_result_store_bytes".into());
+    }
+    let reserve_free_bytes = q
+        .reserve_free_bytes
+        .unwrap_or(2 * max_message_bytes.max(max_result_bytes));
     let flush_batch = q.flush_batch.unwrap_or(500);
     if flush_batch == 0 || flush_batch > 1000 {
         errs.push("queue.flush_batch must be 1..=1000".into());
@@ -335,6 +343,9 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         max_messages_per_recipient,
         max_store_bytes,
         max_message_bytes,
+        max_result_bytes,
+        max_result_store_bytes,
+        reserve_free_bytes,
         default_ttl_s,
         max_ttl_s,
         max_attempts: q.max_attempts.unwrap_or(100),

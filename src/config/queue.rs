@@ -7,6 +7,15 @@ pub struct QueueConfig {
     pub max_messages_per_recipient: u64,
     pub max_store_bytes: u64,
     pub max_message_bytes: u64,
+    /// Largest tool result the node keeps for `job_id` idempotency; a larger one fails
+    /// the call with `result_too_large`.
+    pub max_result_bytes: u64,
+    /// Budget for all stored tool results, apart from `max_store_bytes`.
+    pub max_result_store_bytes: u64,
+    /// Free space on the data directory's filesystem below which tool calls are refused
+    /// before they run (507), so callers cannot take the last of it from inbound
+    /// envelopes and the audit log.
+    pub reserve_free_bytes: u64,
     pub default_ttl_s: u64,
     pub max_ttl_s: u64,
     pub max_attempts: u32,

@@ -1,4 +1,5 @@
-//! What both roles' daemons share: the API socket's address file ([`listen`]), the
+//! What both roles' daemons share: the data directory's lock ([`lock`]), the API
+//! socket's address file ([`listen`]), the
 //! trust store as the running daemon sees it ([`trust`]), batch work on all cores
 //! ([`spread`]), and the store opened with the
 //! config's limits ([`open_store`]). The serve loop is [`crate::http_server`]. The node
@@ -6,6 +7,7 @@
 //! other's wiring.
 
 pub mod listen;
+pub mod lock;
 pub mod spread;
 pub mod trust;
 
@@ -19,6 +21,7 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
         max_messages_per_recipient: cfg.queue.max_messages_per_recipient,
         max_store_bytes: cfg.queue.max_store_bytes,
         max_message_bytes: cfg.queue.max_message_bytes,
+        max_result_store_bytes: cfg.queue.max_result_store_bytes,
         max_attempts: cfg.queue.max_attempts,
         ..StoreOptions::default()
     }

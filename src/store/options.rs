@@ -11,6 +11,9 @@ pub struct StoreOptions {
     /// Global budget for queued + dead messages (records and blobs).
     pub max_store_bytes: u64,
     pub max_message_bytes: u64,
+    /// Budget for stored tool results (job-id idempotency), apart from the messages':
+    /// a tool caller can never take room from queued messages.
+    pub max_result_store_bytes: u64,
     /// Bodies larger than this go to blob files.
     pub blob_threshold_bytes: u64,
     /// Default `max_attempts` for messages that do not set one (0 = until expiry).
@@ -32,6 +35,7 @@ impl Default for StoreOptions {
             max_messages_per_recipient: 10_000,
             max_store_bytes: 256 * 1024 * 1024,
             max_message_bytes: 1024 * 1024,
+            max_result_store_bytes: 32 * 1024 * 1024,
             blob_threshold_bytes: 64 * 1024,
             max_attempts: 100,
             status_retention_ms: 7 * 24 * 3600 * 1000,

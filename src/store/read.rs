@@ -364,6 +364,46 @@ impl Store {
             .unwrap_or(0))
     }
 
+    /// Bytes the stored tool results take against their budget
+    /// (`StoreOptions::max_result_store_bytes`).
+    pub fn result_bytes(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .inner
+            .engine
+            .get(T_META, META_RESULT_BYTES)?
+            .as_deref()
+            .and_then(parse_u64)
+            .unwrap_or(0))
+    }
+
+    /// Bytes an unprivileged writer may still take on the filesystem holding the store
+    /// (`statvfs(2)` `f_bavail`); `None` if it cannot be read.
+    pub fn free_bytes(&self) -> Option<u64> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.inner.dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs(3) writes into the zeroed struct we own; the path is a valid
+        // NUL-terminated string that outlives the call.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+        (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    }
+
+    /// Bytes the store holds on disk: the engine's files and the blob files.
+    pub fn held_bytes(&self) -> u64 {
+        let blobs = self
+            .inner
+            .blobs
+            .list()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|h| std::fs::metadata(self.inner.blobs.path(h)).ok())
+                    .map(|m| m.len())
+                    .sum::<u64>()
+            })
+            .unwrap_or(0);
+        self.disk_bytes() + blobs
+    }
+
     /// Bytes the engine files occupy on disk (not counting blobs).
     /// Frees the engine's caches (they refill from disk on demand).
     pub fn release_memory(&self) {

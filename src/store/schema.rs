@@ -129,6 +129,9 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
             value: u64_val(SCHEMA_VERSION),
         }])?;
     }
+    if meta(engine, META_RESULT_BYTES)?.is_none() {
+        count_result_bytes(engine)?;
+    }
     collect_orphan_blobs(engine, blobs);
     Ok(Opened {
         next_seq: meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(1),
@@ -390,6 +393,22 @@ pub fn rebuild_counters(
         value: u64_val(SCHEMA_VERSION),
     });
     engine.apply(&batch)?;
+    Ok(())
+}
+
+/// Sets the results' byte count from the stored results (a store written before the
+/// count was kept, or whose count was lost).
+fn count_result_bytes(engine: &dyn Engine) -> Result<(), StoreError> {
+    let mut total = 0u64;
+    engine.scan(T_RESULT, &[], None, &mut |k, v| {
+        total = total.saturating_add(result_cost(k.len(), v.len()));
+        true
+    })?;
+    engine.apply(&[BatchOp::Put {
+        tree: T_META,
+        key: META_RESULT_BYTES.to_vec(),
+        value: u64_val(total),
+    }])?;
     Ok(())
 }
 

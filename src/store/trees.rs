@@ -44,6 +44,15 @@ pub const META_TIME_SEEN_AT_CORRECTION: &[u8] = b"time_seen_created_max_at_corre
 pub const META_SEEN_CREATED_MAX: &[u8] = b"seen_created_max_ms";
 pub const META_BYTES: &[u8] = b"total_bytes";
 pub const META_AUDIT_LEN: &[u8] = b"audit_len";
+/// Bytes the stored tool results take ([`result_cost`] each), kept by the writer and
+/// bounded by `StoreOptions::max_result_store_bytes`.
+pub const META_RESULT_BYTES: &[u8] = b"result_bytes";
+
+/// What one stored result costs against the results budget: its key and value plus the
+/// same per-record overhead a message is charged.
+pub fn result_cost(key_len: usize, value_len: usize) -> u64 {
+    (key_len + value_len) as u64 + 64
+}
 
 /// A meta counter's stored form (little-endian).
 pub fn u64_val(v: u64) -> Vec<u8> {

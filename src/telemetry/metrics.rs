@@ -248,10 +248,14 @@ families! {
         "Times the node's time was moved back to its gateway's signed time.";
     audit_size: "gauge" "outpost_audit_size" [] node
         "Entries in the local audit log.";
+    audit_append_failures_total: "counter" "outpost_audit_append_failures_total" [] node
+        "Audit entries that could not be stored (disk full or failing) for work answered without them: refusals, expiries, failed calls.";
     audit_unsynced_entries: "gauge" "outpost_audit_unsynced_entries" [] node
         "Audit entries not yet confirmed by the gateway.";
     store_bytes: "gauge" "outpost_store_bytes" [] both
-        "Bytes used by queued messages and blobs.";
+        "Bytes the store holds: a node's store files on disk (engine and blobs, everything it keeps); a gateway's queued messages.";
+    store_result_bytes: "gauge" "outpost_store_result_bytes" [] node
+        "Bytes of stored tool results, against queue.max_result_store_bytes.";
     store_quarantined_records: "gauge" "outpost_store_quarantined_records" [] both
         "Corrupt records moved to quarantine since the store was created.";
 }

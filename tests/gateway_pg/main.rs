@@ -6,7 +6,7 @@
 //! store and `pg` prints `SKIPPED:` (CI sets `OUTPOST_TEST_PG_REQUIRE=1`, which fails
 //! instead).
 //!
-//! Only here: `replicas`, `replicas_faults`, `migrate_pg` (replicas, faults of the
+//! Only here: `readiness_pg`, `replicas`, `replicas_faults`, `migrate_pg` (replicas, faults of the
 //! database, migrations) and `state_pg` (the PostgreSQL state with a clock the test
 //! moves: the counterparts of the embedded state's unit tests).
 //!
@@ -56,6 +56,8 @@ mod openapi;
 mod pg;
 #[path = "../it/pipeline.rs"]
 mod pipeline;
+#[path = "../it/readiness_pg.rs"]
+mod readiness_pg;
 #[path = "../it/replicas.rs"]
 mod replicas;
 #[path = "../it/replicas_faults.rs"]

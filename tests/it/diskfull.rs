@@ -185,3 +185,121 @@ async fn a_full_disk_never_breaks_the_audit_log() {
         assert_eq!(e["job_id"], job.as_str(), "entry {index}: {e}");
     }
 }
+
+/// Issue 25 (2): commands synced into a node whose disk fills up mid-sync. Every
+/// envelope the node stored has exactly one `envelope_accepted` entry: the envelopes
+/// of a pulled batch and their entries are one commit. Before, they were two, and the
+/// second one's failure was discarded: a batch stored and acknowledged just as the
+/// disk filled kept no entry (2,999 entries for 3,000 envelopes, `audit verify` happy).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_envelope_synced_into_a_filling_disk_has_its_audit_entry() {
+    const COMMANDS: usize = 3_000;
+    let port = crate::harness::free_port();
+    let gw = Home::init("gateway", "gateway:main", "");
+    crate::harness::listen_on(&gw, port);
+    let node = Home::init(
+        "node",
+        "node:fill",
+        &format!(
+            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"
+        ),
+    );
+    crate::harness::pair(&gw, &node);
+    let Some(_mount) = Tmpfs::over(&node.data(), "12m") else {
+        return;
+    };
+    let g = gw.start();
+    let admin = gw.token("gateway:main", &["admin"], "1h");
+    let pad = "p".repeat(1_500);
+    let mut queued = std::collections::BTreeSet::new();
+    for i in 0..COMMANDS {
+        let r = http()
+            .post(g.url("/v1/commands"))
+            .bearer_auth(&admin)
+            .json(
+                &json!({"target": {"node_id": "node:fill"}, "command_type": "note",
+                          "body": {"i": i, "pad": pad}, "ttl_s": 3600}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        let v: Value = r.json().await.unwrap();
+        queued.insert(v["message_id"].as_str().unwrap().to_string());
+    }
+    // Leave the node room for part of the backlog only: the disk fills mid-sync.
+    let room = node.data().join("room");
+    std::fs::write(&room, vec![0u8; 3 << 20]).unwrap();
+    let filler = node.data().join("filler");
+    fill(&filler);
+    std::fs::remove_file(&room).unwrap();
+    let n = node.start();
+    let depth = |v: &Value| -> u64 {
+        v["nodes"]
+            .as_array()
+            .and_then(|ns| ns.iter().find(|x| x["node_id"] == "node:fill"))
+            .and_then(|x| x["queue_depth"].as_u64())
+            .unwrap_or(u64::MAX)
+    };
+    let nodes = || async {
+        http()
+            .get(g.url("/v1/nodes"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    // Until the sync stalls on the full disk (the depth stops moving for 3 s).
+    let mut last = u64::MAX;
+    let mut still = 0;
+    while still < 30 {
+        let d = depth(&nodes().await);
+        assert!(d > 0, "the whole backlog fitted: make the room smaller");
+        if d == last {
+            still += 1;
+        } else {
+            still = 0;
+            last = d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while depth(&nodes().await) != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the backlog did not drain once the disk had room: {}",
+            n.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(n.stop().success());
+    let o = node.cli(&["audit", "verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = node.cli(&["audit", "export", "--jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut entries: BTreeMap<String, usize> = BTreeMap::new();
+    for line in String::from_utf8(o.stdout).unwrap().lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        if e["event"] == "envelope_accepted" {
+            *entries
+                .entry(e["message_id"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    let missing: Vec<&String> = queued
+        .iter()
+        .filter(|id| !entries.contains_key(*id))
+        .collect();
+    let twice: Vec<(&String, &usize)> = entries.iter().filter(|(_, c)| **c != 1).collect();
+    assert!(
+        missing.is_empty() && twice.is_empty(),
+        "{} of {COMMANDS} envelopes stored without an envelope_accepted entry ({missing:?}); \
+         entries more than once: {twice:?}",
+        missing.len()
+    );
+    assert_eq!(entries.len(), COMMANDS);
+}

@@ -843,3 +843,27 @@ async fn a_pull_answer_is_bounded_in_bytes_not_only_in_count() {
     assert_eq!(second["pending_count"], 6 - got as u64, "{second}");
     assert!(!second["envelopes"].as_array().unwrap().is_empty());
 }
+
+/// Issue 25 (7): auth schemes are case-insensitive (RFC 7235 §2.1); the gateway refused
+/// `Authorization: bearer …` with 401 while the node took it. Both roles parse the
+/// header with one function now.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateway_takes_the_bearer_scheme_in_any_case() {
+    let f = start();
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let resp = http()
+            .get(f.gw.url("/v1/nodes"))
+            .header("Authorization", format!("{scheme} {}", f.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "scheme {scheme:?}");
+    }
+    let resp = http()
+        .get(f.gw.url("/v1/nodes"))
+        .header("Authorization", format!("Basic {}", f.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401, "another scheme is no token");
+}

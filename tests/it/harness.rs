@@ -8,8 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The `outpost` binary under test: this build's, or `$OUTPOST_TEST_BIN` (another build
+/// of the same version, e.g. to run the suites against a copy taken before a shared
+/// target directory was rebuilt).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+    std::env::var_os("OUTPOST_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_outpost")))
 }
 
 /// Run `outpost ARGS` to completion.

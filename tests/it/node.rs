@@ -493,3 +493,117 @@ async fn outbox_retries_with_an_idempotency_key_queue_one_message() {
     );
     assert!(d.stop().success());
 }
+
+/// Bytes of every file under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    total
+}
+
+/// The `outpost_store_*` gauges from `/metrics`.
+async fn gauge(d: &crate::harness::Daemon, name: &str) -> f64 {
+    let text = http()
+        .get(d.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Issue 25 (3): a caller holding only a `tool:*` token called `echo` with 64 KiB
+/// arguments, and every result was kept for a day outside every budget: the store
+/// grew ~66 KiB a call until the disk was full and the node refused inbound envelopes
+/// and audit entries. Stored results now have a budget of their own
+/// (`queue.max_result_store_bytes`), one result is capped (`queue.max_result_bytes`),
+/// results of calls without a `job_id` are not kept at all, and `outpost_store_bytes`
+/// shows what the store holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_call_spam_stays_inside_the_results_budget() {
+    const BUDGET: u64 = 2 << 20;
+    let gw = Home::init("gateway", "gateway:main", "");
+    let home = Home::init(
+        "node",
+        "node:spam",
+        &format!("[queue]\nmax_result_store_bytes = {BUDGET}\nmax_result_bytes = 131072\n"),
+    );
+    crate::harness::pair(&gw, &home);
+    let d = home.start();
+    let tok = home.token("node:spam", &["tool:echo"], "10m");
+    let before = dir_bytes(&home.data());
+    let pad = "x".repeat(64 * 1024);
+    let mut kept = 0;
+    let mut full = 0;
+    for i in 0..600 {
+        // Every other call names a job id (its result is kept), the rest do not.
+        let mut body = json!({"tool_name": "echo", "tool_args": {"pad": pad, "i": i}});
+        if i % 2 == 0 {
+            body["job_id"] = json!(format!("spam-{i}"));
+        }
+        let (st, v) = call(&d, body, Some(&tok)).await;
+        match st {
+            200 => kept += 1,
+            507 => {
+                assert_eq!(v["error"]["code"], "storage_full", "{v}");
+                full += 1;
+            }
+            _ => panic!("{st} {v}"),
+        }
+    }
+    assert!(full > 0, "the results budget never filled");
+    assert!(kept >= 300, "calls without a job id keep working: {kept}");
+    // One result above the cap fails the call and is not kept.
+    let (st, v) = call(
+        &d,
+        json!({"tool_name": "echo", "tool_args": {"pad": "y".repeat(200 * 1024)}}),
+        Some(&tok),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (507, Some("result_too_large")),
+        "{v}"
+    );
+    let results = gauge(&d, "outpost_store_result_bytes").await as u64;
+    assert!(results > 0 && results <= BUDGET, "results: {results}");
+    let held = gauge(&d, "outpost_store_bytes").await as u64;
+    let grown = dir_bytes(&home.data()).saturating_sub(before);
+    // The slack (OPERATIONS "Disk budget"): the WAL (at most 16 MiB after a burst,
+    // `journal_size_limit`), the audit entries of 600 calls, B-tree pages.
+    let slack = (16 << 20) + (2 << 20);
+    assert!(
+        grown <= BUDGET + slack,
+        "the data directory grew {grown} bytes for ~{BUDGET} of results"
+    );
+    assert!(
+        held > 0,
+        "outpost_store_bytes reads what the store holds: {held}"
+    );
+
+    // Inbound envelopes still have room.
+    let sealed = gw.cli_stdin(
+        &["envelope", "seal", "--to", "node:spam", "--type", "DATA"],
+        json!({"after": "spam"}).to_string().as_bytes(),
+    );
+    assert!(sealed.status.success(), "{}", text(&sealed));
+    let r = http()
+        .post(d.url("/v1/envelopes"))
+        .header("Content-Type", "application/json")
+        .body(sealed.stdout)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+}

@@ -510,6 +510,113 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
     assert!(answered.len() >= CUTS, "only {} answered", answered.len());
 }
 
+/// Issue 25 (2): commands pulled by a node that is cut while it stores them. Every
+/// envelope the node stored has exactly one `envelope_accepted` entry. Before, a pulled
+/// batch was stored in one commit and its entries appended in a second one: a cut
+/// between the two left envelopes stored without entries (and the redelivery after
+/// restart was a duplicate, which writes none), with `audit verify` content.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_envelope_pulled_across_power_cuts_keeps_its_audit_entry() {
+    const RUNS: usize = 10;
+    const PER_RUN: usize = 600;
+    let Some(cut) = shim_for("inbound power-cut test") else {
+        return;
+    };
+    let gw = Home::init("gateway", "gateway:main", "");
+    let node = Home::init("node", "node:in", "");
+    pair(&gw, &node);
+    let admin = gw.token("gateway:main", &["admin"], "1h");
+    let g = gw.start();
+    let dropin = node.dir.path().join("outpost.d");
+    std::fs::create_dir_all(&dropin).unwrap();
+    std::fs::write(
+        dropin.join("10-upstream.toml"),
+        format!(
+            "[upstream]\nurl = \"http://{}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n",
+            g.addr
+        ),
+    )
+    .unwrap();
+    let queue = |from: usize| {
+        let (g, admin) = (&g, &admin);
+        async move {
+            let mut ids = Vec::new();
+            for i in from..from + PER_RUN {
+                ids.push(crate::sim::command(g, admin, "node:in", i, 3600).await);
+            }
+            ids
+        }
+    };
+    let arm = node.dir.path().join("arm");
+    let mut queued: BTreeSet<String> = BTreeSet::new();
+    for run in 0..RUNS {
+        queued.extend(queue(run * PER_RUN).await);
+        // The backlog is a few hundred WAL frames of envelopes and their entries; the
+        // count starts once the daemon is up (the arm file).
+        let Some(mut d) = start_under_cut(&cut, &node, 100, &arm, run, "inbound power-cut test")
+        else {
+            return;
+        };
+        std::fs::write(&arm, b"").unwrap();
+        wait_for_cut(&mut d, run, "node");
+        drop(d);
+        std::fs::remove_file(&arm).unwrap();
+        cut.roll_back(run);
+    }
+
+    // A node without the shim takes the rest.
+    let d = node.start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let v: Value = http()
+            .get(g.url("/v1/nodes"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["nodes"][0]["queue_depth"] == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the backlog did not drain: {v}\n{}",
+            tail(&d.log_text(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(d.stop().success());
+    let o = node.cli(&["audit", "verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = node.cli(&["audit", "export", "--jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut entries: BTreeMap<String, usize> = BTreeMap::new();
+    for line in String::from_utf8(o.stdout).unwrap().lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        if e["event"] == "envelope_accepted" {
+            *entries
+                .entry(e["message_id"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    let missing = queued
+        .iter()
+        .filter(|id| !entries.contains_key(*id))
+        .count();
+    let twice = entries.values().filter(|c| **c != 1).count();
+    let (cuts, writes) = cut.totals();
+    eprintln!("inbound power cuts: {cuts} cuts, {writes} unsynced writes rolled back");
+    assert_eq!(
+        (missing, twice),
+        (0, 0),
+        "of {} envelopes stored, {missing} have no envelope_accepted entry and {twice} more than one",
+        queued.len()
+    );
+    assert_eq!(entries.len(), queued.len());
+}
+
 /// The last `n` lines of a log.
 fn tail(log: &str, n: usize) -> String {
     let lines: Vec<&str> = log.lines().collect();

@@ -188,3 +188,56 @@ fn a_node_config_naming_postgres_is_refused_with_exit_64() {
         );
     }
 }
+
+/// Issue 25 (6): a second daemon on a data directory another one serves is refused with
+/// one line (before, it served the same store beside the first); the lock is the
+/// kernel's, so it is free again as soon as the first process is gone, however it ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_daemon_on_the_same_data_directory_is_refused() {
+    let home = Home::init("node", "node:twice", "");
+    let first = home.start();
+    // Spawned, not waited for blindly: a second daemon that is not refused serves on.
+    let mut second = Command::new(bin())
+        .args(["run", "--config", home.config().to_str().unwrap()])
+        .env_remove("OUTPOST_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while second.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            second.kill().unwrap();
+            let o = second.wait_with_output().unwrap();
+            panic!(
+                "a second daemon on the same data directory kept running: {}",
+                text(&o)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = second.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains(&format!("(pid {})", first.pid())) && lines[0].contains("stop it first"),
+        "{err}"
+    );
+    // The first one was not disturbed.
+    let r = http().get(first.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    first.signal(libc::SIGKILL);
+    let _ = first.stop();
+    let again = home.start();
+    assert!(http()
+        .get(again.url("/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+}

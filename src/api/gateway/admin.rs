@@ -97,10 +97,18 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
-    if gw.is_ready() {
-        Ok(Json(json!({"status": "ready"})))
-    } else {
-        Err(ApiError::not_ready())
+    if !gw.is_ready() {
+        return Err(ApiError::not_ready());
+    }
+    // Ready means writes can be taken now: a gateway whose database is away answers
+    // every write 503, so it must not be in a load balancer's rotation either.
+    match gw.state.ready().await {
+        Ok(()) => Ok(Json(json!({"status": "ready"}))),
+        Err(e) => Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            format!("the store cannot take writes now: {e}"),
+        )),
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 
 use crate::api::ApiError;
 use crate::envelope::{
@@ -25,15 +25,7 @@ use crate::envelope::{
 use crate::gateway::Gateway;
 use crate::token::{check_cached, Decision, Need, Request as TokenRequest};
 
-/// The bearer token of a request, if any.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-}
+pub use crate::api::bearer;
 
 /// Check the caller's bearer token for `need`; returns the token subject.
 pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<String, ApiError> {

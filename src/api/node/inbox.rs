@@ -4,7 +4,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{bearer, Core};
+use super::Core;
+use crate::api::bearer;
 use crate::api::json::QueryParams;
 use crate::api::ApiResult;
 
@@ -20,7 +21,7 @@ pub async fn list(
     headers: HeaderMap,
     QueryParams(q): QueryParams<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
-    core.auth.authorize_admin(bearer(&headers).as_deref())?;
+    core.auth.authorize_admin(bearer(&headers))?;
     let messages = core
         .inbox
         .list(q.from.as_deref(), q.limit.unwrap_or(100).min(1000) as usize)?;
@@ -32,7 +33,7 @@ pub async fn ack(
     headers: HeaderMap,
     Path(message_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    core.auth.authorize_admin(bearer(&headers).as_deref())?;
+    core.auth.authorize_admin(bearer(&headers))?;
     core.inbox.ack(&message_id).await?;
     Ok(Json(json!({"ok": true, "message_id": message_id})))
 }

@@ -61,16 +61,3 @@ async fn count_requests(State(core): State<Core>, req: Request, next: Next) -> R
     core.note_served();
     resp
 }
-
-/// The bearer token from `Authorization: Bearer …`, if any.
-pub fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
-    let v = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, tok) = v.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| tok.trim().to_string())
-        .filter(|t| !t.is_empty())
-}

@@ -4,7 +4,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{bearer, Core};
+use super::Core;
+use crate::api::bearer;
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::app::outbox::message_id_for_key;
@@ -26,7 +27,7 @@ pub async fn queue(
     headers: HeaderMap,
     JsonBody(req): JsonBody<OutboxRequest>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    core.auth.authorize_admin(bearer(&headers).as_deref())?;
+    core.auth.authorize_admin(bearer(&headers))?;
     // `Idempotency-Key: …` (any client string) or `message_id` (a UUID) in the body.
     let from_key = match headers.get("idempotency-key") {
         Some(v) => {

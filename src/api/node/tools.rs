@@ -3,7 +3,8 @@ use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{bearer, Core};
+use super::Core;
+use crate::api::bearer;
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::app::calls::ToolCallRequest;
@@ -23,7 +24,7 @@ pub async fn call(
                 "token in the body and in Authorization differ",
             ));
         }
-        req.token = Some(b);
+        req.token = Some(b.to_string());
     }
     Ok(core.calls.tool_call(req, "local").await.map(Json)?)
 }

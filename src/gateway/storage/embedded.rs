@@ -449,6 +449,17 @@ impl GatewayState for Embedded {
         !self.store.sync_failed()
     }
 
+    fn ready(&self) -> Fut<'_, ()> {
+        Box::pin(async move {
+            if self.store.sync_failed() {
+                return Err(StateError::Unavailable(
+                    "the store can no longer make writes durable (a failed fsync)".into(),
+                ));
+            }
+            Ok(())
+        })
+    }
+
     fn close(&self) -> Fut<'_, ()> {
         Box::pin(async move {
             let store = self.store.clone();

@@ -346,6 +346,10 @@ pub trait GatewayState: Send + Sync {
     /// False once the state can no longer make writes durable (a failed fsync): the
     /// watchdog stops pinging so systemd restarts the gateway.
     fn durable(&self) -> bool;
+    /// Whether the state can take a write now (`/readyz`): `Err` says why not (the
+    /// database cannot be reached, or takes no writes). Bounded in time: a database that
+    /// does not answer is "not ready" within about a second, not a hung probe.
+    fn ready(&self) -> Fut<'_, ()>;
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
 

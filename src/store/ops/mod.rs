@@ -224,13 +224,22 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             keep_until_ms,
         } => {
             check_name("job_id", &job_id)?;
+            let mut freed = 0;
             if let Some(old) = tx.get(T_RESULT, job_id.as_bytes())? {
                 if let Some(t) = old.get(..8).and_then(parse_u64) {
                     tx.delete(T_RESULT_EXP, time_key(t, job_id.as_bytes()));
                 }
+                freed = result_cost(job_id.len(), old.len());
             }
             let mut v = u64_val(keep_until_ms);
             v.extend_from_slice(&result);
+            // Results have a budget of their own: refused before it is passed.
+            let held = get_u64(tx, T_META, META_RESULT_BYTES)?.saturating_sub(freed);
+            let total = held.saturating_add(result_cost(job_id.len(), v.len()));
+            if total > tx.opts.max_result_store_bytes {
+                return Err(StoreError::StorageFull);
+            }
+            tx.put(T_META, META_RESULT_BYTES.to_vec(), u64_val(total));
             tx.put(T_RESULT, job_id.as_bytes().to_vec(), v);
             tx.put(
                 T_RESULT_EXP,

@@ -152,6 +152,17 @@ pub(super) fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize,
                     (_, None) => false,
                 };
                 if still_same {
+                    if main_tree == T_RESULT {
+                        if let Some(v) = tx.get(T_RESULT, &main_key)? {
+                            let cost = result_cost(main_key.len(), v.len());
+                            let held = get_u64(tx, T_META, META_RESULT_BYTES)?;
+                            tx.put(
+                                T_META,
+                                META_RESULT_BYTES.to_vec(),
+                                u64_val(held.saturating_sub(cost)),
+                            );
+                        }
+                    }
                     tx.delete(main_tree, main_key);
                 }
             }

@@ -115,6 +115,9 @@ pub(crate) fn unavailable(e: tokio_postgres::Error) -> StateError {
     StateError::Unavailable(format!("postgres: {e}"))
 }
 
+/// How long `/readyz` waits for the database before it answers "not ready".
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) fn i(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
 }
@@ -123,6 +126,25 @@ pub(crate) fn u(v: i64) -> u64 {
 }
 
 impl Postgres {
+    /// A connection answers, and its server takes writes (a standby, or a primary that
+    /// was made read-only, would refuse every one).
+    async fn ready_now(&self) -> Result<(), StateError> {
+        let conn = self.pool.get().await?;
+        let row = conn
+            .query_one(
+                "SELECT current_setting('transaction_read_only') = 'on'",
+                &[],
+            )
+            .await
+            .map_err(unavailable)?;
+        if row.get::<_, bool>(0) {
+            return Err(StateError::Unavailable(
+                "the database takes no writes (a standby, or default_transaction_read_only)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Connect, migrate the schema and load what is answered synchronously. Fails
     /// when the database cannot be reached: the caller (the daemon's start) says so.
     pub async fn open(
@@ -336,6 +358,19 @@ impl GatewayState for Postgres {
         // Durability is the database's: a replica that cannot reach it answers 503 and
         // reconnects by itself; restarting it would not help.
         true
+    }
+
+    fn ready(&self) -> Fut<'_, ()> {
+        Box::pin(async move {
+            tokio::time::timeout(READY_TIMEOUT, self.ready_now())
+                .await
+                .map_err(|_| {
+                    StateError::Unavailable(format!(
+                        "PostgreSQL did not answer within {} ms",
+                        READY_TIMEOUT.as_millis()
+                    ))
+                })?
+        })
     }
 
     fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
