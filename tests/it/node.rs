@@ -532,13 +532,10 @@ async fn gauge(d: &crate::harness::Daemon, name: &str) -> f64 {
 /// shows what the store holds.
 #[tokio::test(flavor = "multi_thread")]
 async fn tool_call_spam_stays_inside_the_results_budget() {
+    // 16 MiB for messages: the results' budget is an eighth of it by default.
     const BUDGET: u64 = 2 << 20;
     let gw = Home::init("gateway", "gateway:main", "");
-    let home = Home::init(
-        "node",
-        "node:spam",
-        &format!("[queue]\nmax_result_store_bytes = {BUDGET}\nmax_result_bytes = 131072\n"),
-    );
+    let home = Home::init("node", "node:spam", "[queue]\nmax_store_bytes = 16777216\n");
     crate::harness::pair(&gw, &home);
     let d = home.start();
     let tok = home.token("node:spam", &["tool:echo"], "10m");
@@ -567,7 +564,7 @@ async fn tool_call_spam_stays_inside_the_results_budget() {
     // One result above the cap fails the call and is not kept.
     let (st, v) = call(
         &d,
-        json!({"tool_name": "echo", "tool_args": {"pad": "y".repeat(200 * 1024)}}),
+        json!({"tool_name": "echo", "tool_args": {"pad": "y".repeat(300 * 1024)}}),
         Some(&tok),
     )
     .await;

@@ -515,10 +515,12 @@ async fn outbox_messages_reach_the_gateway_once_across_node_power_cuts() {
 /// batch was stored in one commit and its entries appended in a second one: a cut
 /// between the two left envelopes stored without entries (and the redelivery after
 /// restart was a duplicate, which writes none), with `audit verify` content.
+/// (Commands are queued while the node runs, so most are pulled one or a few at a
+/// time: two small commits each on the old code, and a cut between them is likely.)
 #[tokio::test(flavor = "multi_thread")]
 async fn every_envelope_pulled_across_power_cuts_keeps_its_audit_entry() {
     const RUNS: usize = 10;
-    const PER_RUN: usize = 600;
+    const MAX_PER_RUN: usize = 3_000;
     let Some(cut) = shim_for("inbound power-cut test") else {
         return;
     };
@@ -537,27 +539,24 @@ async fn every_envelope_pulled_across_power_cuts_keeps_its_audit_entry() {
         ),
     )
     .unwrap();
-    let queue = |from: usize| {
-        let (g, admin) = (&g, &admin);
-        async move {
-            let mut ids = Vec::new();
-            for i in from..from + PER_RUN {
-                ids.push(crate::sim::command(g, admin, "node:in", i, 3600).await);
-            }
-            ids
-        }
-    };
     let arm = node.dir.path().join("arm");
     let mut queued: BTreeSet<String> = BTreeSet::new();
+    let mut next = 0;
     for run in 0..RUNS {
-        queued.extend(queue(run * PER_RUN).await);
-        // The backlog is a few hundred WAL frames of envelopes and their entries; the
-        // count starts once the daemon is up (the arm file).
-        let Some(mut d) = start_under_cut(&cut, &node, 100, &arm, run, "inbound power-cut test")
+        // The count starts once the daemon is up (the arm file); the commands are queued
+        // after that, while the node long-polls, so its writes are the inbound path's.
+        let Some(mut d) = start_under_cut(&cut, &node, 60, &arm, run, "inbound power-cut test")
         else {
             return;
         };
         std::fs::write(&arm, b"").unwrap();
+        for _ in 0..MAX_PER_RUN {
+            if !d.is_running() {
+                break;
+            }
+            queued.insert(crate::sim::command(&g, &admin, "node:in", next, 3600).await);
+            next += 1;
+        }
         wait_for_cut(&mut d, run, "node");
         drop(d);
         std::fs::remove_file(&arm).unwrap();
