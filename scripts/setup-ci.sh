@@ -37,7 +37,7 @@ apt_update() {
 APT_INSTALL=(apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends)
 
 need_apt=()
-for pair in cc:gcc shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount nft:nftables faketime:faketime ethtool:ethtool; do
+for pair in cc:gcc openssl:openssl shellcheck:shellcheck file:file ar:binutils dpkg-shlibdeps:dpkg-dev systemd-analyze:systemd ip:iproute2 curl:curl mount:mount nft:nftables faketime:faketime ethtool:ethtool; do
   command -v "${pair%%:*}" >/dev/null || need_apt+=("${pair#*:}")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

@@ -37,12 +37,15 @@ impl Tmpfs {
         match o {
             Ok(o) if o.status.success() => {}
             other => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs here ({}); the disk-full test needs root",
-                    match other {
-                        Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                        Err(e) => e.to_string(),
-                    }
+                crate::harness::skipped(
+                    "disk-full tests",
+                    &format!(
+                        "cannot mount a tmpfs here ({}); they need root",
+                        match other {
+                            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                            Err(e) => e.to_string(),
+                        }
+                    ),
                 );
                 std::fs::remove_dir(dir).unwrap();
                 std::fs::rename(&keep, dir).unwrap();

@@ -691,7 +691,10 @@ async fn gateway_metrics_need_read_off_loopback_and_count_requests() {
     if crate::GATEWAY_ENGINE == "postgres" {
         // What it checks is the HTTP edge, not the state; and the gateway runs in a
         // namespace of its own, where the test's database on loopback is out of reach.
-        eprintln!("SKIPPED: off-loopback metrics run on the embedded engine only");
+        crate::harness::skipped(
+            "off-loopback /metrics on PostgreSQL",
+            "runs on the embedded engine only (the namespace cannot reach the test database)",
+        );
         return;
     }
     let Some(net) = NetPair::new() else { return };

@@ -17,6 +17,15 @@ pub fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_outpost")))
 }
 
+/// Says that a test did not run, and why, where a plain `cargo test` shows it: libtest
+/// keeps a passing test's `eprintln!` to itself, so a machine without PostgreSQL,
+/// libfaketime or root used to see all green. This writes one line,
+/// `SKIPPED <what>: <why>`, to the process's own stderr, past the capture.
+pub fn skipped(what: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {what}: {why}");
+}
+
 /// Run `outpost ARGS` to completion.
 pub fn outpost(args: &[&str]) -> Output {
     Command::new(bin())

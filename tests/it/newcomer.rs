@@ -337,3 +337,27 @@ fn the_readme_quick_start_waits_for_readiness_and_shows_errors() {
         );
     }
 }
+
+/// Issue 29 (8): a newcomer without root, PostgreSQL or libfaketime ran `cargo test` and
+/// saw all green: the suites that could not run said `SKIPPED: …` with `eprintln!`,
+/// which libtest keeps to itself for a passing test. The line now reaches the plain
+/// output. (The test binary runs itself on one test whose namespaces are turned off.)
+#[test]
+fn a_suite_that_cannot_run_says_so_in_a_plain_run() {
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "gateway::gateway_metrics_need_read_off_loopback_and_count_requests",
+            "--exact",
+        ])
+        .env("OUTPOST_TEST_NETNS", "off")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(all.contains("1 passed"), "{all}");
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with("SKIPPED network-namespace tests: OUTPOST_TEST_NETNS=off")),
+        "no SKIPPED line in the plain output:\n{all}"
+    );
+}

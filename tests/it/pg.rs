@@ -63,7 +63,7 @@ impl PgCluster {
         match started {
             Ok(pg) => Some(pg),
             Err(why) => {
-                eprintln!("SKIPPED: {why}");
+                crate::harness::skipped("PostgreSQL suites", &why);
                 None
             }
         }
@@ -75,7 +75,7 @@ impl PgCluster {
         match find_bin() {
             Ok(bin) => Some(PgCluster::boot(bin)),
             Err(why) => {
-                eprintln!("SKIPPED: {why}");
+                crate::harness::skipped("PostgreSQL suites", &why);
                 None
             }
         }

@@ -39,7 +39,7 @@ const MAX_CALLS: usize = 2000;
 /// The shim; `None` (said on stderr) without a C compiler here.
 fn shim_for(test: &str) -> Option<PowerCut> {
     PowerCut::build()
-        .map_err(|why| eprintln!("SKIPPED {test}: {why}"))
+        .map_err(|why| crate::harness::skipped(test, &why))
         .ok()
 }
 
@@ -63,8 +63,9 @@ fn start_under_cut(
     let d = home.start_with_env(&env);
     if !cut.shim_ran() {
         assert_eq!(run, 0, "the shim stopped loading");
-        eprintln!(
-            "SKIPPED {test}: the LD_PRELOAD shim does not load into outpost (emulated target?)"
+        crate::harness::skipped(
+            test,
+            "the LD_PRELOAD shim does not load into outpost (emulated target?)",
         );
         return None;
     }

@@ -257,7 +257,10 @@ fn faketime_lib() -> Option<String> {
             std::env::var_os("OUTPOST_TEST_FAKETIME_REQUIRE").is_none(),
             "libfaketime missing but OUTPOST_TEST_FAKETIME_REQUIRE is set"
         );
-        eprintln!("SKIPPED: libfaketime missing (apt-get install faketime)");
+        crate::harness::skipped(
+            "clock-jump tests",
+            "libfaketime missing (apt-get install faketime)",
+        );
     }
     found
 }

@@ -53,7 +53,7 @@ fn storage_full_on_a_full_tmpfs_then_resume(kind: EngineKind) {
     let mount = match mount_tmpfs(d.path(), "8m") {
         Ok(m) => m,
         Err(why) => {
-            eprintln!("SKIPPED disk-full test ({}): {why}", kind.name());
+            super::skipped(&format!("disk-full test ({})", kind.name()), &why);
             return;
         }
     };

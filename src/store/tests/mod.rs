@@ -143,3 +143,11 @@ macro_rules! pass_through_engine_methods {
     };
 }
 pub(crate) use pass_through_engine_methods;
+
+/// A test that did not run says so where a plain `cargo test` shows it (libtest keeps a
+/// passing test's `eprintln!` to itself): one `SKIPPED <what>: <why>` line on the
+/// process's own stderr.
+pub(crate) fn skipped(what: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {what}: {why}");
+}

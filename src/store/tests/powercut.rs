@@ -48,12 +48,15 @@ fn shim_for(test: &str) -> Option<PowerCut> {
     let cut = match PowerCut::build() {
         Ok(c) => c,
         Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
+            super::skipped(test, &why);
             return None;
         }
     };
     if !loads(&cut) {
-        eprintln!("SKIPPED {test}: the LD_PRELOAD shim does not load into this test binary (emulated target?)");
+        super::skipped(
+            test,
+            "the LD_PRELOAD shim does not load into this test binary (emulated target?)",
+        );
         return None;
     }
     Some(cut)
