@@ -19,7 +19,7 @@ fn main() {
                 std::process::exit(x.code);
             }
             None => {
-                eprintln!("outpost: {e:#}");
+                eprintln!("outpost: {}", outpost::cli::error_line(&e));
                 std::process::exit(1);
             }
         }

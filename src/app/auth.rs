@@ -61,13 +61,7 @@ impl Authorizer {
         match decision {
             Decision::Allow { claims } => Ok(claims),
             Decision::Deny { code, reason } => {
-                let message = match reason {
-                    DenyReason::Missing => {
-                        "a capability token is required (body \"token\" or Authorization: Bearer)"
-                            .to_string()
-                    }
-                    r => format!("token refused: {}", r.as_str()),
-                };
+                let message = crate::token::explain(reason, &req);
                 Err(NodeError::Denied {
                     code,
                     reason,

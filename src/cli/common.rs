@@ -38,6 +38,18 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
     config::load(&path).map_err(|e| Exit::usage(e.to_string()).into())
 }
 
+/// [`load_config`] for commands that only look at a daemon (`status`, `wait-ready`):
+/// with `--dev` they never create the dev node, they say there is none yet.
+pub fn load_existing_config(arg: &ConfigArg) -> anyhow::Result<Config> {
+    if arg.dev && arg.config.is_none() && !dev_config_path()?.exists() {
+        return Err(Exit::usage(format!(
+            "no dev node in ./{DEV_DIR} yet: start one with `outpost run --dev`"
+        ))
+        .into());
+    }
+    load_config(arg)
+}
+
 /// `./outpost-dev/outpost.toml`, the `--dev` config.
 pub fn dev_config_path() -> anyhow::Result<PathBuf> {
     Ok(std::env::current_dir()?.join(DEV_DIR).join("outpost.toml"))

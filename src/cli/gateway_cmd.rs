@@ -70,9 +70,11 @@ fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
         report.audit_entries,
         report.audit_nodes
     );
+    // The URL as given, password included: a masked one pasted into the config could
+    // never connect. It is the operator's own command line, shown on their terminal.
     eprintln!(
-        "next: add to the gateway's config\n  [store]\n  engine = \"postgres\"\n  postgres_url = \"{}\"\nand start it (and any replicas, with a copy of {}/keys.json and identity)",
-        redact_url(to),
+        "next: add to the gateway's config (it holds the database password: keep the file \
+         readable by root and the service user only)\n  [store]\n  engine = \"postgres\"\n  postgres_url = \"{to}\"\nand start it (and any replicas, with a copy of {}/keys.json and identity)",
         cfg.data_dir.display()
     );
     Ok(())

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::load_config;
+use super::common::load_existing_config;
 use super::{ConfigArg, Exit};
 
 pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
-    let cfg = load_config(arg)?;
+    let cfg = load_existing_config(arg)?;
     let addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
     let body = match http_get(addr, "/v1/status") {
         Ok((200, body)) => body,
@@ -59,7 +59,7 @@ pub fn wait_ready(arg: &ConfigArg, timeout: &str) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let cfg = load_config(arg)?;
+    let cfg = load_existing_config(arg)?;
     let mut last;
     loop {
         // The daemon writes api.addr once it listens (port 0 included); until then the

@@ -92,10 +92,20 @@ pub struct Config {
     pub sources: Vec<PathBuf>,
 }
 
+/// For a config that does not exist: how to get one.
+fn missing_hint(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        "; create one with `outpost init --node-id <kind:name> --config <path>` (or try \
+         everything in ./outpost-dev with `--dev`), or point --config / $OUTPOST_CONFIG at yours"
+    } else {
+        ""
+    }
+}
+
 /// Everything wrong with a config, all at once, so an operator fixes it in one pass.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {source}{}", missing_hint(source))]
     Read {
         path: PathBuf,
         source: std::io::Error,

@@ -112,6 +112,58 @@ impl DenyReason {
     }
 }
 
+impl Request<'_> {
+    /// What would allow this request, in words: the scopes that cover it.
+    fn covered_by(&self) -> String {
+        match self.need {
+            Need::Tool(name) => format!("`tool:{name}`, `tool:*` or `admin`"),
+            Need::Scope("admin") => "`admin`".to_string(),
+            Need::Scope(s) if s.starts_with("tool:") => format!("`{s}`, `tool:*` or `admin`"),
+            Need::Scope(s) => format!("`{s}` or `admin`"),
+        }
+    }
+}
+
+/// The refusal's message for the caller: the reason's code, then what was needed and
+/// how to get it. Names only this daemon's id and the scopes the request needs, never
+/// anything about keys.
+pub fn explain(reason: DenyReason, req: &Request<'_>) -> String {
+    let why = match reason {
+        DenyReason::Missing => {
+            return "a capability token is required (body \"token\" or Authorization: Bearer)"
+                .to_string()
+        }
+        DenyReason::Malformed => "not a PASETO v4.public token".to_string(),
+        DenyReason::UnknownIssuer => format!(
+            "its issuer is not trusted here: issue it with the key of {} (or of a peer added \
+             with `outpost trust add <identity> --issue`)",
+            req.node_id
+        ),
+        DenyReason::BadSignature => {
+            "its signature does not verify under its issuer's key".to_string()
+        }
+        DenyReason::Expired => "it expired: issue a new one (and check the clocks)".to_string(),
+        DenyReason::NotYetValid => {
+            "it is not valid yet: the issuer's clock is ahead of this one".to_string()
+        }
+        DenyReason::IssuerNotAllowed => {
+            "its issuer is trusted without the `issue` right (`outpost trust add <identity> \
+             --issue`)"
+                .to_string()
+        }
+        DenyReason::WrongAudience => format!(
+            "its audience must be {} (this daemon) or `*` (`outpost token issue --aud {}`)",
+            req.node_id, req.node_id
+        ),
+        DenyReason::MissingScope => format!(
+            "it lacks the scope this needs: {} (`outpost token issue --scope …`)",
+            req.covered_by()
+        ),
+        DenyReason::Revoked => "it was revoked".to_string(),
+    };
+    format!("token refused: {}: {why}", reason.as_str())
+}
+
 /// The outcome of [`check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -297,5 +349,31 @@ pub fn scopes_cover(scopes: &[String], need: Need<'_>) -> bool {
             has("tool:*") || scopes.iter().any(|s| s.strip_prefix("tool:") == Some(name))
         }
         Need::Scope(s) => has(s) || (s.starts_with("tool:") && has("tool:*")),
+    }
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_what_was_needed() {
+        let tool = Request::tool("node:p1", "echo");
+        let m = explain(DenyReason::MissingScope, &tool);
+        assert!(m.starts_with("token refused: missing_scope: "), "{m}");
+        assert!(m.contains("`tool:echo`, `tool:*` or `admin`"), "{m}");
+        let m = explain(
+            DenyReason::WrongAudience,
+            &Request::scope("gateway:main", "read"),
+        );
+        assert!(m.contains("gateway:main") && m.contains("`*`"), "{m}");
+        let m = explain(
+            DenyReason::MissingScope,
+            &Request::scope("gateway:main", "read"),
+        );
+        assert!(m.contains("`read` or `admin`"), "{m}");
+        let m = explain(DenyReason::UnknownIssuer, &tool);
+        assert!(m.contains("node:p1") && m.contains("--issue"), "{m}");
+        assert!(explain(DenyReason::Missing, &tool).contains("Authorization: Bearer"));
     }
 }

@@ -29,7 +29,8 @@ pub mod paseto;
 mod tests;
 
 pub use check::{
-    check, check_cached, scopes_cover, Decision, DenyCode, DenyReason, Need, Request, VerifyCache,
+    check, check_cached, explain, scopes_cover, Decision, DenyCode, DenyReason, Need, Request,
+    VerifyCache,
 };
 pub use claims::{format_rfc3339_ms, parse_rfc3339_ms, ClaimTimes, Claims, ClaimsError, Footer};
 pub use issue::{inspect, issue, TokenError};

@@ -89,12 +89,21 @@ async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and
     );
     drop(gw);
 
-    let o = home.cli(&["gateway", "migrate", "--to", &url]);
+    // With a password in the URL (the test cluster trusts loopback and ignores it): the
+    // config the "next:" block prints must work as printed, so it carries the URL as
+    // given. (Issue 29, 9: it printed the password masked, a URL that cannot connect.)
+    let with_password = url.replacen("postgres://outpost@", "postgres://outpost:s3cret@", 1);
+    let o = home.cli(&["gateway", "migrate", "--to", &with_password]);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("7 message(s)") && out.contains("audit roots match"),
         "{out}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("postgres_url = \"{with_password}\"")),
+        "{err}"
     );
     // Never into a database that already holds a gateway's state.
     let again = home.cli(&["gateway", "migrate", "--to", &url]);

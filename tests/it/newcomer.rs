@@ -361,3 +361,81 @@ fn a_suite_that_cannot_run_says_so_in_a_plain_run() {
         "no SKIPPED line in the plain output:\n{all}"
     );
 }
+
+/// Issue 29 (9): a token refusal said only `token refused: missing_scope`; it now names
+/// the scopes that would do and the audience this daemon expects.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_refusal_names_the_scope_and_the_audience_it_needed() {
+    let home = Home::init("node", "node:msg", "");
+    let d = home.start();
+    let call = |tok: String| {
+        let url = d.url("/v1/tool_call");
+        async move {
+            let r = http()
+                .post(url)
+                .bearer_auth(tok)
+                .json(&json!({"tool_name": "echo", "tool_args": {}}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (st, v) = call(home.token("node:msg", &["tool:other"], "5m")).await;
+    assert_eq!(st, 403, "{v}");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("`tool:echo`, `tool:*` or `admin`"), "{m}");
+    let (st, v) = call(home.token("node:elsewhere", &["tool:echo"], "5m")).await;
+    assert_eq!(st, 403, "{v}");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("node:msg") && m.contains("`*`"), "{m}");
+}
+
+/// Issue 29 (9): with no config at all, every command said only "cannot read
+/// /etc/outpost/outpost.toml: No such file or directory"; it now says how to make one.
+#[test]
+fn a_missing_config_says_how_to_make_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    for cmd in [&["status"][..], &["config", "check"], &["run"]] {
+        let mut args: Vec<&str> = cmd.to_vec();
+        args.extend(["--config", missing.to_str().unwrap()]);
+        let o = outpost(&args);
+        assert_eq!(o.status.code(), Some(64), "{cmd:?}: {}", text(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("outpost init") && e.contains("--dev"),
+            "{cmd:?}: {e}"
+        );
+    }
+}
+
+/// Issue 29 (9): `outpost status --dev` in a directory without a dev node created one
+/// (keys, identity, store) just to report that nothing was running.
+#[test]
+fn status_dev_does_not_create_a_node() {
+    let cwd = tempfile::tempdir().unwrap();
+    // `wait-ready --dev` waits for the dev node `run --dev` makes (exit 1 when it does
+    // not come); `status --dev` has nothing to wait for (64).
+    for (cmd, code) in [
+        (&["status", "--dev"][..], 64),
+        (&["wait-ready", "--dev", "--timeout", "1s"], 1),
+    ] {
+        let o = Command::new(bin())
+            .args(cmd)
+            .current_dir(cwd.path())
+            .env_remove("OUTPOST_CONFIG")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{cmd:?}: {}", text(&o));
+        assert!(
+            stderr(&o).contains("outpost run --dev"),
+            "{cmd:?}: {}",
+            text(&o)
+        );
+        assert!(
+            !cwd.path().join("outpost-dev").exists(),
+            "{cmd:?} created ./outpost-dev"
+        );
+    }
+}

@@ -72,7 +72,7 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
             Err(ApiError::new(
                 status,
                 code.as_str(),
-                format!("token refused: {}", reason.as_str()),
+                crate::token::explain(reason, &req),
             ))
         }
     }
