@@ -63,7 +63,7 @@ impl PgCluster {
         match started {
             Ok(pg) => Some(pg),
             Err(why) => {
-                crate::harness::skipped("PostgreSQL suites", &why);
+                crate::harness::skipped("PostgreSQL suites", why);
                 None
             }
         }
