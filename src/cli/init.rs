@@ -37,9 +37,9 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         a.data_dir
             .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR)),
     )?;
-    let cfg_path = a
-        .config
-        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG_PATH));
+    // Resolved the way every other command resolves it: --config, then $OUTPOST_CONFIG,
+    // then the default.
+    let cfg_path = config::resolve_path(a.config.as_deref());
     let keys_path = keyfile::keys_path(&data_dir);
     if keys_path.exists() {
         return Err(Exit::failed(format!(
@@ -92,7 +92,13 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         eprintln!("  config   {}", cfg_path.display());
         eprintln!("  keys     {} (0600)", keys_path.display());
         eprintln!("  identity {}", keyfile::identity_path(&data_dir).display());
-        eprintln!("next: share the identity document with peers (`outpost identity --json`) and add theirs with `outpost trust add`.");
+        // The hints work as printed: they name the config unless it is the default.
+        let with = if cfg_path == Path::new(config::DEFAULT_CONFIG_PATH) {
+            String::new()
+        } else {
+            format!(" --config {}", cfg_path.display())
+        };
+        eprintln!("next: share the identity document with peers (`outpost identity --json{with}`) and add theirs with `outpost trust add FILE --send{with}`.");
     }
     Ok(())
 }

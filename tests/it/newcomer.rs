@@ -439,3 +439,28 @@ fn status_dev_does_not_create_a_node() {
         );
     }
 }
+
+/// Issue 29 (2): `outpost init` ignored `$OUTPOST_CONFIG` (its `--help` says it uses it;
+/// as root it wrote /etc/outpost/outpost.toml instead), and its hints named no config.
+#[test]
+fn init_writes_the_config_outpost_config_names_and_its_hints_carry_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("etc/node.toml");
+    let o = Command::new(bin())
+        .args(["init", "--node-id", "node:envcfg", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("OUTPOST_CONFIG", &cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(cfg.is_file(), "no config at $OUTPOST_CONFIG: {}", text(&o));
+    let hint = format!("--config {}", cfg.display());
+    assert!(stderr(&o).contains(&hint), "{}", text(&o));
+    // And the other commands find it the same way.
+    let o = Command::new(bin())
+        .args(["config", "check"])
+        .env("OUTPOST_CONFIG", &cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
