@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod json;
 pub mod node;
 pub mod openapi;
+pub mod starting;
 
 pub use error::{store_error, ApiError, ApiResult};
 

@@ -180,6 +180,7 @@ impl NodeCore {
             "node_id": cfg.node_id,
             "role": cfg.role.as_str(),
             "version": env!("CARGO_PKG_VERSION"),
+            "store": self.base.cfg.store_description(),
             "uptime_s": now.saturating_sub(self.base.life.started_ms) / 1000,
             "upstream": self.upstream_status(),
             "queues": queues,

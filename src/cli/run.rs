@@ -19,6 +19,7 @@ pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
         role = %cfg.role,
         version = env!("CARGO_PKG_VERSION"),
         config = ?cfg.sources,
+        store = %cfg.store_description(),
     );
     crate::roles::run_blocking(cfg).map_err(|e| match startup_refusal(&e) {
         Some(exit) => exit.into(),

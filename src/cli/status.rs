@@ -115,6 +115,9 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
         s(&v["version"]),
         duration(v["uptime_s"].as_u64().unwrap_or(0))
     );
+    if let Some(store) = v["store"].as_str() {
+        let _ = writeln!(out, "store: {store}");
+    }
     let up = &v["upstream"];
     let mut line = match up["state"].as_str() {
         Some("none") | None => match up["detail"].as_str() {

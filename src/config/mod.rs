@@ -117,6 +117,21 @@ pub enum ConfigError {
 }
 
 /// Where to look for the config: `--config`, then `$OUTPOST_CONFIG`, then the default.
+impl Config {
+    /// The store as logs and `/v1/status` name it: the engine, and for a gateway on
+    /// PostgreSQL the database (password masked).
+    pub fn store_description(&self) -> String {
+        match &self.gateway_db {
+            Some(db) => format!("postgres {}", redact_url(&db.url)),
+            None => format!(
+                "{} in {}",
+                self.store_engine.name(),
+                self.data_dir.display()
+            ),
+        }
+    }
+}
+
 pub fn resolve_path(cli: Option<&Path>) -> PathBuf {
     if let Some(p) = cli {
         return p.to_path_buf();

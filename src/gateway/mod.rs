@@ -76,15 +76,21 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartEr
 /// Open the gateway on whichever state its config names: the embedded store (on a
 /// blocking thread) or PostgreSQL (retrying until the database answers, so a gateway
 /// started before its database does not restart-loop; it is not ready meanwhile).
-pub async fn open_any(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartError> {
+/// `starting` learns why it is not open yet (what the daemon answers meanwhile).
+pub async fn open_any(
+    cfg: Config,
+    shutdown: CancellationToken,
+    starting: &crate::api::starting::Starting,
+) -> Result<Gateway, StartError> {
     #[cfg(feature = "postgres")]
     if let Some(db) = cfg.gateway_db.clone() {
-        let pg = open_postgres(&cfg, &db, &shutdown).await?;
+        let pg = open_postgres(&cfg, &db, &shutdown, starting).await?;
         let state: Arc<dyn GatewayState> = pg.clone();
         let gw = assemble(cfg, state, shutdown.clone())?;
         pg.spawn_listener(shutdown);
         return Ok(gw);
     }
+    let _ = starting;
     tokio::task::spawn_blocking(move || open(cfg, shutdown))
         .await
         .map_err(|e| StartError::Io(std::io::Error::other(e.to_string())))?
@@ -95,12 +101,18 @@ async fn open_postgres(
     cfg: &Config,
     db: &crate::config::PostgresConfig,
     shutdown: &CancellationToken,
+    starting: &crate::api::starting::Starting,
 ) -> Result<Arc<storage::postgres::Postgres>, StartError> {
     let mut delay = std::time::Duration::from_millis(500);
     loop {
         match storage::postgres::Postgres::open(db, &cfg.queue, crate::clock::system()).await {
             Ok(pg) => return Ok(pg),
             Err(storage::StateError::Unavailable(why)) => {
+                starting.set(format!(
+                    "waiting for PostgreSQL at {}: {why}; next try in {} ms",
+                    crate::config::redact_url(&db.url),
+                    delay.as_millis()
+                ));
                 tracing::warn!(
                     event = "database_unavailable",
                     url = %crate::config::redact_url(&db.url),

@@ -28,7 +28,30 @@ pub async fn run(
         Some((cert, key)) => Some(tls::acceptor(cert, key)?),
         None => None,
     };
-    let gw = Arc::new(open_any(cfg, sd).await?);
+    // Listen at once: until the state is open (a database that does not answer yet),
+    // `/healthz` is 200 and everything else 503 `not_ready` with the reason, so probes
+    // and `outpost status` say why instead of "connection refused". The real router
+    // then serves the same socket.
+    let starting = crate::api::starting::Starting::new(format!(
+        "opening the gateway's state ({})",
+        cfg.store_description()
+    ));
+    let early = listener.into_std()?;
+    let listener = tokio::net::TcpListener::from_std(early.try_clone()?)?;
+    let stop_early = shutdown.child_token();
+    let early_server = tokio::spawn(crate::http_server::serve(
+        tokio::net::TcpListener::from_std(early)?,
+        acceptor.clone(),
+        crate::api::starting::router(starting.clone()),
+        cfg.http,
+        stop_early.clone(),
+    ));
+    let opened = open_any(cfg, sd, &starting).await;
+    stop_early.cancel();
+    if let Ok(Err(e)) = early_server.await {
+        tracing::warn!(event = "early_server_failed", error = %e);
+    }
+    let gw = Arc::new(opened?);
     let tracker = TaskTracker::new();
     tracker.spawn(sweeper::run(gw.clone()));
     tracker.spawn(sweeper::watchdog(gw.clone()));

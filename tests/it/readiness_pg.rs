@@ -56,3 +56,87 @@ async fn readyz_is_503_while_postgres_is_away_and_200_once_it_is_back() {
     pg.start();
     until(&gw, 200, Duration::from_secs(30)).await;
 }
+
+/// Issue 29 (6): a gateway started while its database is down did not listen at all, so
+/// `outpost status` said "is `outpost run` active?". It listens at once now: `/healthz`
+/// 200, `/readyz` and the rest 503 `not_ready` saying what it waits for, and `status`
+/// shows that; once the database answers it serves as usual on the same socket.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_waiting_for_postgres_listens_and_says_why_it_is_not_ready() {
+    let Some(pg) = PgCluster::start_private() else {
+        return;
+    };
+    let home = Home::init("gateway", "gateway:main", "");
+    Home::use_database(home.dir.path(), &pg.create_database());
+    let port = crate::harness::free_port();
+    crate::harness::listen_on(&home, port);
+    pg.stop_fast();
+    let log = std::fs::File::create(home.dir.path().join("early.log")).unwrap();
+    let mut child = std::process::Command::new(crate::harness::bin())
+        .args(["run", "--config", home.config().to_str().unwrap()])
+        .env_remove("OUTPOST_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move {
+            let r = http().get(url).send().await.ok()?;
+            let st = r.status().as_u16();
+            Some((st, r.json::<Value>().await.unwrap_or(Value::Null)))
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let health = loop {
+        if let Some(x) = get("/healthz").await {
+            break x;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(health.0, 200);
+    let (st, v) = get("/readyz").await.unwrap();
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("not_ready")),
+        "{v}"
+    );
+    let (st, v) = get("/v1/status").await.unwrap();
+    assert_eq!(st, 503, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
+    assert!(msg.contains("PostgreSQL") || msg.contains("state"), "{v}");
+    let o = home.cli(&["status"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not_ready") || err.contains("starting"),
+        "{err}"
+    );
+    assert!(!err.contains("is `outpost run` active"), "{err}");
+
+    pg.start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while get("/readyz").await.map(|x| x.0) != Some(200) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ready after the database came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (st, v) = get("/v1/status").await.unwrap();
+    assert_eq!(st, 200, "{v}");
+    assert!(
+        v["store"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("postgres postgres://"),
+        "{v}"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}

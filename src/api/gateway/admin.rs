@@ -158,6 +158,7 @@ pub async fn status(
         "node_id": gw.cfg.node_id,
         "role": "gateway",
         "version": env!("CARGO_PKG_VERSION"),
+        "store": gw.cfg.store_description(),
         "uptime_s": now.saturating_sub(gw.started_ms) / 1000,
         "upstream": {"state": "none", "detail": "this is the gateway"},
         "audit": {"size": 0, "synced_size": 0},
