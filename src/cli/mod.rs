@@ -201,6 +201,10 @@ pub enum Command {
         /// How long to wait, e.g. 30s, 2m.
         #[arg(long, default_value = "30s")]
         timeout: String,
+        /// A node: also wait until it is connected to its gateway (else say why not and
+        /// what to do).
+        #[arg(long)]
+        upstream: bool,
     },
     /// Inspect and repair queues.
     Queue {
@@ -419,7 +423,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             ttl,
         } => envelope::send(&cfg, &to, &payload_type, ttl.as_deref()),
         Command::Status { cfg, json } => status::status(&cfg, json),
-        Command::WaitReady { cfg, timeout } => status::wait_ready(&cfg, &timeout),
+        Command::WaitReady {
+            cfg,
+            timeout,
+            upstream,
+        } => status::wait_ready(&cfg, &timeout, upstream),
         Command::Queue { cfg, cmd } => queue::queue_cmd(&cfg, cmd),
         Command::Audit { cfg, cmd } => audit::audit_cmd(&cfg, cmd),
         Command::Config {

@@ -40,7 +40,7 @@ pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
 
 /// `outpost wait-ready`: poll `/readyz` until 200 or the deadline, saying on failure
 /// what the last attempt saw (so a quick start pasted in one go shows its errors).
-pub fn wait_ready(arg: &ConfigArg, timeout: &str) -> anyhow::Result<()> {
+pub fn wait_ready(arg: &ConfigArg, timeout: &str, upstream: bool) -> anyhow::Result<()> {
     let timeout_ms = super::common::parse_duration_ms("--timeout", timeout)?;
     let clock = crate::clock::system();
     let deadline = clock.now_ms() + timeout_ms;
@@ -68,6 +68,9 @@ pub fn wait_ready(arg: &ConfigArg, timeout: &str) -> anyhow::Result<()> {
         last = match http_get(addr, "/readyz") {
             Ok((200, _)) => {
                 eprintln!("ready: {} on http://{addr}", cfg.node_id);
+                if upstream && cfg.upstream.is_some() {
+                    wait_upstream(addr, timeout, deadline)?;
+                }
                 println!("http://{addr}");
                 return Ok(());
             }
@@ -80,6 +83,41 @@ pub fn wait_ready(arg: &ConfigArg, timeout: &str) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     Err(Exit::failed(format!("not ready after {timeout}: {last}")).into())
+}
+
+/// `wait-ready --upstream`: until the node's `/v1/status` says it is connected to its
+/// gateway, or the deadline; on failure, the last error and what to do.
+fn wait_upstream(addr: std::net::SocketAddr, timeout: &str, deadline: u64) -> anyhow::Result<()> {
+    let clock = crate::clock::system();
+    let mut last = "no status yet".to_string();
+    loop {
+        if let Ok((200, body)) = http_get(addr, "/v1/status") {
+            let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let up = &v["upstream"];
+            if up["connected"] == true {
+                eprintln!(
+                    "connected to the gateway at {}",
+                    up["url"].as_str().unwrap_or("?")
+                );
+                return Ok(());
+            }
+            last = match (up["last_error"].as_str(), up["hint"].as_str()) {
+                (Some(e), Some(h)) => format!("{e}\n  what to do: {h}"),
+                (Some(e), None) => e.to_string(),
+                _ => format!(
+                    "{} (no answer yet)",
+                    up["state"].as_str().unwrap_or("connecting")
+                ),
+            };
+        }
+        if clock.now_ms() >= deadline {
+            return Err(Exit::failed(format!(
+                "not connected to the gateway after {timeout}: {last}"
+            ))
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The `message` of an error body, else the body itself (shortened).
@@ -141,6 +179,9 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
     }
     if let Some(e) = up["last_error"].as_str() {
         let _ = write!(line, ", last error: {e}");
+        if let Some(h) = up["hint"].as_str() {
+            let _ = write!(line, "\n  what to do: {h}");
+        }
     }
     let _ = writeln!(out, "upstream: {line}");
     if v["role"] == "node" {

@@ -13,7 +13,7 @@ use super::machine::Event;
 use super::transport::SyncError;
 use super::wire::{AuditAnswer, AuditEntryText, AuditStatus, AuditUpload, Revocations};
 use super::wire::{UploadAnswer, UploadRequest};
-use super::worker::{failed, Worker};
+use super::worker::Worker;
 use super::{KEY_AUDIT_SYNCED, KEY_REVOCATIONS_VERSION, KV_META, KV_REVOKED, KV_SYNC, Q_OUTBOX};
 use crate::store::Batch;
 use crate::telemetry::DeliveryAttempt;
@@ -33,7 +33,7 @@ impl Worker {
         let now = self.now();
         let peers = match store.peers(Q_OUTBOX) {
             Ok(p) => p,
-            Err(e) => return failed(&SyncError::Setup(e.to_string())),
+            Err(e) => return self.fail(&SyncError::Setup(e.to_string())),
         };
         // (recipient, message id) of each envelope in `raws`, in the same order.
         let mut batch: Vec<(String, String)> = Vec::new();
@@ -47,7 +47,7 @@ impl Worker {
             }
             let msgs = match store.next_batch(Q_OUTBOX, &peer, room, now) {
                 Ok(m) => m,
-                Err(e) => return failed(&store_failed(e)),
+                Err(e) => return self.fail(&store_failed(e)),
             };
             for m in msgs {
                 if !batch.is_empty() && bytes + m.body.len() > PUSH_BUDGET_BYTES {
@@ -88,12 +88,12 @@ impl Worker {
                 // Too large for the link, not a failed delivery: the machine halves the
                 // batch and these go again at once, without an attempt counted against
                 // them (a batch of one that is still too slow is counted below).
-                return failed(&e);
+                return self.fail(&e);
             }
             // About the node's clock, not these messages: no attempt is counted, and no
             // retry time is set from a time that may be about to go back a week (it
             // would hold the queue head until real time got there).
-            Err(e @ SyncError::ClockSkew { .. }) => return failed(&e),
+            Err(e @ SyncError::ClockSkew { .. }) => return self.fail(&e),
             Err(e) => {
                 let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
                 for (peer, ids) in group(&batch, |_| true) {
@@ -122,7 +122,7 @@ impl Worker {
                     count: batch.len(),
                 }
                 .emit(&self.deps.metrics);
-                return failed(&e);
+                return self.fail(&e);
             }
         };
         let UploadAnswer {
@@ -145,7 +145,7 @@ impl Worker {
             }
         }
         if let Err(e) = store.commit(settle).await {
-            return failed(&store_failed(e));
+            return self.fail(&store_failed(e));
         }
         for (peer, id) in &batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
@@ -182,7 +182,7 @@ impl Worker {
                     .await
                 {
                     Ok(a) => a.size,
-                    Err(e) => return failed(&e),
+                    Err(e) => return self.fail(&e),
                 }
             }
         };
@@ -211,7 +211,7 @@ impl Worker {
                     .kv_put(KV_META, KEY_AUDIT_SYNCED, s.to_string().into_bytes())
                     .await
                 {
-                    return failed(&store_failed(e));
+                    return self.fail(&store_failed(e));
                 }
                 tracing::info!(event = "audit_synced", size = s);
                 Event::AuditSynced
@@ -223,7 +223,7 @@ impl Worker {
                 self.confirmed_audit = None;
                 Event::AuditSynced
             }
-            Err(e) => failed(&e),
+            Err(e) => self.fail(&e),
         }
     }
 
@@ -231,7 +231,7 @@ impl Worker {
         let store = &self.deps.store;
         let stored = match store.kv_get(KV_SYNC, KEY_REVOCATIONS_VERSION) {
             Ok(v) => v,
-            Err(e) => return failed(&store_failed(e)),
+            Err(e) => return self.fail(&store_failed(e)),
         };
         let since: u64 = match stored {
             None => 0,
@@ -251,7 +251,7 @@ impl Worker {
             .await
         {
             Ok(r) => r,
-            Err(e) => return failed(&e),
+            Err(e) => return self.fail(&e),
         };
         if revoked.is_empty() && version == since {
             return Event::RevocationsFetched;
@@ -267,7 +267,7 @@ impl Worker {
         );
         match store.commit(batch).await {
             Ok(_) => Event::RevocationsFetched,
-            Err(e) => failed(&store_failed(e)),
+            Err(e) => self.fail(&store_failed(e)),
         }
     }
 }

@@ -19,6 +19,7 @@
 //! in KV namespaces [`KV_SYNC`] and [`KV_META`]; revoked token ids in KV namespace [`KV_REVOKED`]
 //! (key = jti), which the node's token check consults.
 
+pub mod advice;
 mod chores;
 pub mod machine;
 pub mod transport;
@@ -97,6 +98,8 @@ pub struct SyncStatus {
     pub connected: bool,
     pub last_ok_ms: Option<u64>,
     pub last_error: Option<String>,
+    /// What to do about `last_error` ([`advice`]).
+    pub hint: Option<String>,
     pub audit_synced_size: u64,
     pub pulled: u64,
     pub pushed: u64,
@@ -154,6 +157,7 @@ impl SyncHandle {
             "connected": s.connected,
             "last_ok_ms": s.last_ok_ms,
             "last_error": s.last_error,
+            "hint": s.hint,
             "audit_synced_size": s.audit_synced_size,
             "envelopes_pulled": s.pulled,
             "envelopes_pushed": s.pushed,

@@ -59,6 +59,8 @@ pub fn spawn(
         refused_time: None,
         prefetch: None,
         acking: None,
+        failure: std::sync::Mutex::new(None),
+        reporter: super::advice::Reporter::default(),
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -85,6 +87,10 @@ pub(super) struct Worker {
     /// The ack of a backlog batch (stored here already), travelling while the next
     /// batch is opened; settled before the next ack and before any other step.
     acking: Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+    /// What the last failure means ([`Worker::fail`]), for its log line.
+    failure: std::sync::Mutex<Option<super::advice::Advice>>,
+    /// When a failure is worth a log line.
+    reporter: super::advice::Reporter,
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
@@ -93,6 +99,9 @@ fn drop_prefetch(p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncE
         h.abort();
     }
 }
+
+/// While the same failure lasts, its log line is repeated this often.
+const REPORT_AGAIN_MS: u64 = 10 * 60 * 1000;
 
 /// How long a refused gateway time is extrapolated with the monotonic clock.
 const REFUSED_TIME_KEPT: Duration = Duration::from_secs(600);
@@ -132,6 +141,7 @@ impl Worker {
             self.publish(&m, &mut was_connected);
             if m.connected() {
                 self.set_refused_time(None);
+                self.reporter.ok();
             }
             tracing::trace!(event = "sync_action", ?action);
             // A prefetched batch is only the answer to the flush pull that follows; an
@@ -140,7 +150,8 @@ impl Worker {
             if !matches!(action, Action::Pull { wait_s: 0, .. } | Action::Stop) {
                 drop_prefetch(&mut self.prefetch);
                 if let Err(e) = self.settle_ack().await {
-                    ev = failed(&e);
+                    ev = self.fail(&e);
+                    self.report(&ev);
                     self.confirmed_audit = None;
                     continue;
                 }
@@ -163,8 +174,54 @@ impl Worker {
                 Action::CorrectTime { gateway_ms } => self.correct_time(gateway_ms).await,
             };
             if matches!(ev, Event::Failed { .. } | Event::ClockSkew { .. }) {
+                self.report(&ev);
                 self.confirmed_audit = None;
             }
+        }
+    }
+
+    /// The event for failure `e`, remembering what it means for its log line.
+    pub(super) fn fail(&self, e: &SyncError) -> Event {
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(super::advice::advise(e));
+        failed(e)
+    }
+
+    /// A failed step: one log line for the first failure and each change of reason
+    /// (with what to do), a reminder every [`REPORT_AGAIN_MS`] while it lasts — not a
+    /// line per retry. Also kept for `/v1/status`.
+    fn report(&mut self, ev: &Event) {
+        let error = match ev {
+            Event::Failed { error, .. } | Event::ClockSkew { error, .. } => error,
+            _ => return,
+        };
+        let Some(advice) = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .hint = Some(advice.hint.to_string());
+        if self
+            .reporter
+            .failed(advice.class, self.now(), REPORT_AGAIN_MS)
+        {
+            let url = self.t.current_url();
+            tracing::warn!(
+                event = "upstream_unreachable",
+                url,
+                reason = advice.class,
+                error = %error,
+                hint = advice.hint,
+                "cannot reach the gateway at {url} ({}): {error}; {}",
+                advice.class,
+                advice.hint
+            );
         }
     }
 
@@ -179,6 +236,9 @@ impl Worker {
             s.connected = connected;
             s.last_ok_ms = m.last_ok_ms();
             s.last_error = m.last_error().map(str::to_string);
+            if s.last_error.is_none() {
+                s.hint = None;
+            }
             if let Some(c) = self.confirmed_audit {
                 s.audit_synced_size = c;
             }
@@ -325,7 +385,7 @@ impl Worker {
         };
         let answer = match resp {
             Ok(a) => a,
-            Err(e) => return failed(&e),
+            Err(e) => return self.fail(&e),
         };
         // A full batch of a longer backlog: ask for the next one now, after this batch's
         // last message, so the gateway reads and sends it while this one is opened,
@@ -378,7 +438,7 @@ impl Worker {
         // it and the node answers duplicate).
         if let Err(e) = self.settle_ack().await {
             drop_prefetch(&mut self.prefetch);
-            return failed(&e);
+            return self.fail(&e);
         }
         if received > 0 {
             let body = AckRequest {
@@ -400,7 +460,7 @@ impl Worker {
                 // Mid-backlog: the ack travels while the next batch is opened.
                 self.acking = Some(tokio::spawn(send));
             } else if let Err(e) = send.await {
-                return failed(&e);
+                return self.fail(&e);
             }
         }
         Event::Pulled {

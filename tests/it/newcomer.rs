@@ -464,3 +464,45 @@ fn init_writes_the_config_outpost_config_names_and_its_hints_carry_it() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// Issue 29 (4): a node that never reached its gateway logged `node ready` and then
+/// nothing (`upstream_disconnected` fires only on connected → disconnected). It now logs
+/// the first failure, and each change of reason, once, with what to do; `wait-ready
+/// --upstream` waits for the connection and says why it did not come.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_cannot_reach_its_gateway_says_why_and_what_to_do() {
+    let port = crate::harness::free_port();
+    let gw = Home::init("gateway", "gateway:main", "");
+    crate::harness::listen_on(&gw, port);
+    let node = Home::init(
+        "node",
+        "node:lonely",
+        &format!(
+            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"
+        ),
+    );
+    crate::harness::pair(&gw, &node);
+    let n = node.start();
+    let o = node.cli(&["wait-ready", "--upstream", "--timeout", "3s"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = stderr(&o);
+    assert!(err.contains("not connected to the gateway"), "{err}");
+    assert!(err.contains("what to do: nothing listens there"), "{err}");
+    // Retried meanwhile (5 s, then more): still one line for the one reason.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let log = n.log_text();
+    assert_eq!(log.matches("upstream_unreachable").count(), 1, "{log}");
+    assert!(
+        log.contains("reason=\"refused\"") || log.contains("reason=refused"),
+        "{log}"
+    );
+    // The gateway comes: connected, and wait-ready --upstream says so.
+    let _g = gw.start();
+    let o = node.cli(&["wait-ready", "--upstream", "--timeout", "40s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("connected to the gateway"),
+        "{}",
+        text(&o)
+    );
+}
