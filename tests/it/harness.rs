@@ -8,8 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The `outpost` binary cargo built with the tests, or `OUTPOST_TEST_BIN` (to run the
+/// suites against another build, e.g. one from before a fix).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+    std::env::var_os("OUTPOST_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_outpost")))
 }
 
 /// Run `outpost ARGS` to completion.

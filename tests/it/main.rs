@@ -19,6 +19,7 @@ mod gateway_caps;
 mod gateway_forward;
 mod gateway_tls;
 mod harness;
+mod idle;
 mod layers;
 mod malformed;
 mod netns;
