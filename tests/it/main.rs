@@ -18,6 +18,7 @@ mod gateway_audit;
 mod gateway_caps;
 mod gateway_forward;
 mod gateway_tls;
+mod gone_node;
 mod harness;
 mod idle;
 mod layers;
