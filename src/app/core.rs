@@ -116,7 +116,7 @@ impl NodeCore {
     }
 
     pub fn close(&self) {
-        self.base.store.close();
+        self.base.store.close_keeping_time();
     }
 
     pub fn upstream_status(&self) -> Value {

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::core::NodeCore;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
 use crate::service::Notifier;
+use crate::store::FLOOR_EVERY_MS;
 use crate::telemetry::MessageEvent;
 
 /// Longest the sweeper sleeps. It also wakes at the next known expiry, so a message is
@@ -16,13 +17,9 @@ use crate::telemetry::MessageEvent;
 /// watchdog's heartbeat. Idle, that is one wakeup every 4 s; no busy polling.
 const SWEEP_MAX_SLEEP: Duration = Duration::from_secs(4);
 
-/// How often the sweeper advances the persisted time floor (one small fsync).
-const TOUCH_EVERY_MS: u64 = 10_000;
-
 pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
     let (base, recorder) = (core.base(), &core.recorder);
     let life = &base.life;
-    let mut last_touch_ms = 0u64;
     let mut last_checkpoint_ms = 0u64;
     let mut idle = crate::service::memory::IdleTrim::default();
     loop {
@@ -51,11 +48,13 @@ pub async fn sweeper(core: Arc<NodeCore>, shutdown: CancellationToken) {
             }
             Err(e) => tracing::warn!(event = "sweep_failed", error = %e),
         }
-        // Keep the time floor moving (and learn whether the store is still writable).
-        if now.saturating_sub(last_touch_ms) >= TOUCH_EVERY_MS || !life.store_writable() {
+        // Keep the persisted time floor from getting stale, coarsely: every commit
+        // carries it anyway, so an idle node writes one small commit every
+        // FLOOR_EVERY_MS (10 min) and nothing in between. While the store refuses
+        // writes, try every pass to learn when it takes them again.
+        if base.store.time_floor_lag_ms() >= FLOOR_EVERY_MS || !life.store_writable() {
             let ok = base.store.touch_time().await.is_ok();
             life.set_store_ok(ok);
-            last_touch_ms = now;
         }
         // A signed checkpoint when the audit log grew (`audit.checkpoint_interval_s`).
         // Entries after the newest checkpoint are protected only by their index field,

@@ -327,13 +327,18 @@ pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayE
             "command_type must be 1..=64 characters".into(),
         ));
     }
-    if !gw.cfg.queue.is_queueable(&c.command_type) && !gw.reachable(&doc.node_id).await {
+    let queueable = gw.cfg.queue.is_queueable(&c.command_type);
+    if !queueable && !gw.reachable(&doc.node_id).await {
         return Err(GatewayError::RecipientOffline(format!(
             "{} holds no long-poll now and {:?} commands are not queued",
             doc.node_id, c.command_type
         )));
     }
-    let ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
+    let mut ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
+    if !queueable {
+        // Delivered now or never (PROTOCOL §11.2).
+        ttl_s = ttl_s.min(super::liveness::NOT_QUEUEABLE_TTL_S);
+    }
     let mut payload = match c.body {
         Value::Object(m) => Value::Object(m),
         Value::Null => json!({}),

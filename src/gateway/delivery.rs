@@ -2,6 +2,7 @@
 //! them, and the revocation list nodes fetch.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -20,12 +21,22 @@ pub const MAX_BATCH: usize = 1000;
 /// node asks for hundreds of envelopes, and messages may be up to 1 MiB each.
 pub const PULL_BUDGET_BYTES: usize = 4 * 1024 * 1024;
 
-/// Decrements the long-poll count however the pull ends (answer, disconnect,
-/// shutdown).
-struct PollGuard<'a>(&'a Gateway, &'a str);
+/// Decrements the long-poll count however the pull ends. Dropped before it was
+/// answered, the pull's connection closed (the HTTP edge drops a request's handler when
+/// its client hangs up): the node went away, so it is not "between two polls" either.
+struct PollGuard<'a> {
+    gw: &'a Arc<Gateway>,
+    node: &'a str,
+    claimed_until_ms: Option<u64>,
+    answered: bool,
+}
 impl Drop for PollGuard<'_> {
     fn drop(&mut self) {
-        self.0.poll_ended(self.1);
+        if self.answered {
+            self.gw.poll_ended(self.node);
+        } else {
+            self.gw.poll_abandoned(self.node, self.claimed_until_ms);
+        }
     }
 }
 
@@ -39,7 +50,7 @@ pub struct Pulled {
 /// Up to `max` messages for `node`, waiting up to `wait` for the first (woken by the
 /// node's `Notify` when something is queued, or by shutdown).
 pub async fn pull(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     node: &str,
     wait_s: Option<u64>,
     max: Option<usize>,
@@ -53,12 +64,17 @@ pub async fn pull(
     // is held goes out at once (`was_stored: false`). The handshake and flush pulls
     // (`wait_s = 0`) answer immediately, and the node does its chores before it
     // long-polls again, so counting them would call a message that then waits "live".
-    let _guard = (!wait.is_zero()).then(|| {
+    let mut guard = (!wait.is_zero()).then(|| {
         gw.poll_started(node);
-        PollGuard(gw, node)
+        PollGuard {
+            gw,
+            node,
+            claimed_until_ms: None,
+            answered: false,
+        }
     });
-    if !wait.is_zero() {
-        gw.share_polling(node, wait.as_millis() as u64).await;
+    if let Some(g) = guard.as_mut() {
+        g.claimed_until_ms = gw.share_polling(node, wait.as_millis() as u64).await;
     }
     let deadline = tokio::time::Instant::now() + wait;
     let waker = gw.waker(node);
@@ -112,6 +128,9 @@ pub async fn pull(
             }
         }
     };
+    if let Some(g) = guard.as_mut() {
+        g.answered = true;
+    }
     let envelopes = batch
         .deliveries
         .into_iter()

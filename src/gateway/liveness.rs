@@ -10,11 +10,20 @@ pub const DEAD_MS: u64 = 300_000;
 /// after its last request ended without a new one, it is not listening any more.
 pub const REPOLL_GRACE_MS: u64 = 3_000;
 
+/// How long a `not_queueable` command accepted for a listening node lives at most: it
+/// goes out at once on a held long-poll, or on the poll that follows within
+/// [`REPOLL_GRACE_MS`]. Not delivered by then, it expires rather than reach the node
+/// late, whatever the gateway believed about the node when it accepted it.
+pub const NOT_QUEUEABLE_TTL_S: u64 = 10;
+
 /// Can a message sent now reach the node now? Only while it holds a long-poll, or within
-/// [`REPOLL_GRACE_MS`] of its last request (between two polls). `not_queueable`
-/// commands are refused otherwise: queued, they would be delivered later.
-pub fn reachable_now(last_seen_ms: Option<u64>, polling: bool, now_ms: u64) -> bool {
-    polling || last_seen_ms.is_some_and(|seen| now_ms.saturating_sub(seen) < REPOLL_GRACE_MS)
+/// [`REPOLL_GRACE_MS`] of its last request (between two polls) unless its last poll
+/// ended because it closed the connection (`left`: it went away, it is not between two
+/// polls). `not_queueable` commands are refused otherwise: queued, they would be
+/// delivered later.
+pub fn reachable_now(last_seen_ms: Option<u64>, polling: bool, left: bool, now_ms: u64) -> bool {
+    polling
+        || (!left && last_seen_ms.is_some_and(|seen| now_ms.saturating_sub(seen) < REPOLL_GRACE_MS))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,17 +72,31 @@ mod tests {
 
     #[test]
     fn reachable_only_while_polling_or_between_polls() {
-        assert!(reachable_now(None, true, 10));
-        assert!(!reachable_now(None, false, 10));
+        assert!(reachable_now(None, true, false, 10));
+        assert!(!reachable_now(None, false, false, 10));
         assert!(reachable_now(
             Some(1_000),
             false,
+            false,
             1_000 + REPOLL_GRACE_MS - 1
         ));
-        assert!(!reachable_now(Some(1_000), false, 1_000 + REPOLL_GRACE_MS));
+        assert!(!reachable_now(
+            Some(1_000),
+            false,
+            false,
+            1_000 + REPOLL_GRACE_MS
+        ));
         // Online for liveness purposes, but not listening: not reachable now.
         assert_eq!(classify(Some(1_000), false, 10_000), Liveness::Online);
-        assert!(!reachable_now(Some(1_000), false, 10_000));
+        assert!(!reachable_now(Some(1_000), false, false, 10_000));
+    }
+
+    /// A node whose poll ended with its connection closed is not between two polls.
+    #[test]
+    fn a_node_that_hung_up_gets_no_grace() {
+        assert!(!reachable_now(Some(1_000), false, true, 1_001));
+        // Holding a poll again (here or at another replica) is listening.
+        assert!(reachable_now(Some(1_000), true, true, 1_001));
     }
 
     #[test]

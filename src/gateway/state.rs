@@ -23,6 +23,9 @@ pub struct NodeLive {
     pub last_seen_ms: Option<u64>,
     pub polling: u32,
     pub online: bool,
+    /// Its last long-poll here ended with the connection closed (the node went away),
+    /// and it has not called since: not between two polls.
+    pub left: bool,
 }
 
 /// A node nobody has heard from: offline, never seen, not polling.
@@ -230,6 +233,7 @@ impl Gateway {
             let mut g = lock(&self.live);
             let e = g.entry(node_id.to_string()).or_default();
             e.last_seen_ms = Some(now);
+            e.left = false;
             let was = e.online;
             e.online = true;
             !was
@@ -270,22 +274,24 @@ impl Gateway {
     }
 
     /// Shared state: tell the other replicas that this one holds a long-poll of `node`
-    /// for up to `wait_ms` (at the pull's start).
-    pub async fn share_polling(&self, node: &str, wait_ms: u64) {
+    /// for up to `wait_ms` (at the pull's start). Returns the claim written, for
+    /// [`Gateway::poll_abandoned`].
+    pub async fn share_polling(&self, node: &str, wait_ms: u64) -> Option<u64> {
         if !self.state.is_shared() {
-            return;
+            return None;
         }
         let now = self.now_ms();
-        if let Err(e) = self
+        let until = now + wait_ms + POLLING_GRACE_MS;
+        match self
             .state
-            .nodes_polling(
-                vec![node.to_string()],
-                now,
-                now + wait_ms + POLLING_GRACE_MS,
-            )
+            .nodes_polling(vec![node.to_string()], now, until)
             .await
         {
-            tracing::warn!(event = "liveness_not_written", error = %e);
+            Ok(()) => Some(until),
+            Err(e) => {
+                tracing::warn!(event = "liveness_not_written", error = %e);
+                None
+            }
         }
     }
 
@@ -328,7 +334,8 @@ impl Gateway {
             .get(node_id)
             .copied()
             .unwrap_or(NOT_SEEN);
-        super::liveness::reachable_now(last, polling, now)
+        let left = lock(&self.live).get(node_id).is_some_and(|e| e.left);
+        super::liveness::reachable_now(last, polling, left, now)
     }
 
     /// Is `node` online at any replica?
@@ -341,18 +348,45 @@ impl Gateway {
     }
 
     pub fn poll_started(&self, node_id: &str) {
-        lock(&self.live)
-            .entry(node_id.to_string())
-            .or_default()
-            .polling += 1;
+        let mut g = lock(&self.live);
+        let e = g.entry(node_id.to_string()).or_default();
+        e.polling += 1;
+        e.left = false;
     }
 
+    /// A long-poll was answered: the node is between two polls.
     pub fn poll_ended(&self, node_id: &str) {
         let now = self.now_ms();
         let mut g = lock(&self.live);
         let e = g.entry(node_id.to_string()).or_default();
         e.polling = e.polling.saturating_sub(1);
         e.last_seen_ms = Some(now);
+    }
+
+    /// A long-poll ended unanswered because its connection closed (the node went away,
+    /// or gave up on it): not polling, and not between two polls either. A shared
+    /// state's claim `claimed_until_ms` (from [`Gateway::share_polling`]) is withdrawn
+    /// unless a newer poll replaced it.
+    pub fn poll_abandoned(self: &Arc<Self>, node_id: &str, claimed_until_ms: Option<u64>) {
+        {
+            let mut g = lock(&self.live);
+            let e = g.entry(node_id.to_string()).or_default();
+            e.polling = e.polling.saturating_sub(1);
+            e.left = e.polling == 0;
+        }
+        let (Some(until), Ok(rt)) = (claimed_until_ms, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        // Called from a drop, so the one small write runs on its own; it is bookkeeping
+        // (a lost one leaves the claim to run out, as before).
+        let (gw, node) = (self.clone(), node_id.to_string());
+        rt.spawn(async move {
+            let now = gw.now_ms();
+            if let Err(e) = gw.state.poll_abandoned(&node, until, now).await {
+                tracing::warn!(event = "liveness_not_written", error = %e);
+            }
+        });
     }
 
     /// Holding a long-poll right now: a message queued now goes out at once.

@@ -104,7 +104,7 @@ pub use ops::{REASON_MAX_ATTEMPTS, REASON_TIMEOUT};
 pub use options::StoreOptions;
 pub use schema::SCHEMA_VERSION;
 pub use submitted::Submitted;
-pub use time::TimeCorrection;
+pub use time::{TimeCorrection, FLOOR_EVERY_MS};
 pub use types::{
     AckOutcome, DoctorReport, EnqueueOutcome, ExpiredMessage, MessageState, MessageStatus,
     NewMessage, Page, QueueStat, StoredMessage,
@@ -261,6 +261,23 @@ impl Store {
     /// fail with [`StoreError::Closed`]. Dropping the last handle does the same.
     pub fn close(&self) {
         self.inner.shutdown();
+    }
+
+    /// [`Store::close`] for a daemon: first persists the time floor if time moved past
+    /// it since the last commit, so a clean restart resumes exactly where it stopped (an
+    /// idle daemon persists the floor only every [`time::FLOOR_EVERY_MS`]).
+    pub fn close_keeping_time(&self) {
+        if self.time_floor_lag_ms() > 0 {
+            // Queued before the writer's stop message: committed and synced first.
+            self.submit_detached(vec![WriteOp::Touch]);
+        }
+        self.close();
+    }
+
+    /// How far the store's time is past the persisted time floor; the daemons call
+    /// [`Store::touch_time`] once it reaches [`time::FLOOR_EVERY_MS`].
+    pub fn time_floor_lag_ms(&self) -> u64 {
+        self.inner.time.floor_lag_ms()
     }
 
     pub fn dir(&self) -> &Path {

@@ -5,8 +5,10 @@
 //! expire everything at once. The store therefore keeps a *virtual now*:
 //!
 //! - it starts at `max(clock, persisted floor)`; the floor is the virtual now of the
-//!   last committed write batch (every group commit persists it, and
-//!   [`super::Store::touch_time`] forces one);
+//!   last committed write batch (every group commit that writes anything persists it;
+//!   [`super::Store::touch_time`] forces one, which the daemons do when the persisted
+//!   floor is [`FLOOR_EVERY_MS`] old and on shutdown: a store with nothing to do writes
+//!   nothing in between, see "Idle" below);
 //! - each reading adds the clock's forward step since the previous reading when that
 //!   step is small (≤ [`MAX_STEP_MS`]), so time keeps flowing at the clock's rate even
 //!   while the clock is stuck in 1970;
@@ -26,10 +28,25 @@
 //! `corrected_at_ms`) because replay memory may have been pruned while time was ahead,
 //! and so is the newest `created_at` of any envelope whose id went into replay memory
 //! ([`TimeKeeper::note_seen_created`]): only those ids can have been pruned.
+//!
+//! ## Idle
+//!
+//! The floor is a lower bound, so it may lag: persisting it coarsely costs only how far
+//! time can resume behind real time after a power cut with the clock in 1970 (the
+//! downtime plus at most [`FLOOR_EVERY_MS`], until NTP or the gateway's signed time
+//! moves it on, RELIABILITY F6). What it protects is kept exactly, because the writes
+//! that matter carry the floor with them: a sweep that expires a message or prunes a
+//! replay entry commits, and with it a floor at or past that message's expiry, so
+//! nothing that was removed as expired comes back. Everything else that commits (an
+//! enqueue, an ack, an audit entry) piggy-backs the floor too.
 
 use std::sync::Mutex;
 
 use crate::clock::SharedClock;
+
+/// How stale the persisted floor may get before the daemon persists it on its own
+/// (`touch_time`): at most one small commit every 10 minutes on an idle store.
+pub const FLOOR_EVERY_MS: u64 = 10 * 60 * 1000;
 
 /// The largest clock skew a configuration may allow (`security.max_clock_skew_s` is
 /// capped at 3600): an envelope accepted at store time `t` was created by `t` plus this.
@@ -165,6 +182,13 @@ impl TimeKeeper {
     /// The latest correction, if time was ever moved back.
     pub fn correction(&self) -> Option<TimeCorrection> {
         self.lock().correction
+    }
+
+    /// How far the store's time is past the durable floor (0 after a correction back,
+    /// until the lowered floor is committed).
+    pub fn floor_lag_ms(&self) -> u64 {
+        let now = self.now_ms();
+        now.saturating_sub(self.lock().persisted_ms)
     }
 
     /// Records that `ms` is now the durable floor (the latest commit's, which after a
@@ -342,6 +366,20 @@ mod tests {
                 None => proptest::prop_assert_eq!(now, was),
             }
         }
+    }
+
+    #[test]
+    fn the_floor_lag_grows_with_time_and_resets_when_persisted() {
+        let c = ManualClock::new(Y2026);
+        let t = TimeKeeper::new(Arc::new(c.clone()), Y2026, History::default());
+        assert_eq!(t.floor_lag_ms(), 0);
+        c.advance_ms(FLOOR_EVERY_MS);
+        assert_eq!(t.floor_lag_ms(), FLOOR_EVERY_MS);
+        t.persisted(t.now_ms());
+        assert_eq!(t.floor_lag_ms(), 0);
+        // A persisted floor ahead of time (a correction not yet committed) is no lag.
+        t.persisted(Y2026 + WEEK);
+        assert_eq!(t.floor_lag_ms(), 0);
     }
 
     #[test]

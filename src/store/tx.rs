@@ -52,6 +52,10 @@ impl Overlay {
             }
         }
     }
+    /// No write pending (a request's writes that were rolled back leave none).
+    pub(super) fn is_empty(&self) -> bool {
+        self.trees.iter().all(BTreeMap::is_empty)
+    }
     pub(super) fn into_batch(self) -> Vec<BatchOp> {
         let mut out = Vec::with_capacity(self.trees.iter().map(BTreeMap::len).sum());
         for (tree, m) in self.trees.into_iter().enumerate() {

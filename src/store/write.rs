@@ -204,8 +204,10 @@ impl Store {
         self.submit(vec![WriteOp::CheckpointPut { size, note }], |_| Ok(()))
     }
 
-    /// Durably advances the time floor to `now_ms()` (call periodically, e.g. from the
-    /// sweeper, so an idle store still remembers how late it has been).
+    /// Durably advances the time floor to `now_ms()`. Every commit carries the floor
+    /// anyway; the daemons call this only once the floor is
+    /// [`super::FLOOR_EVERY_MS`] stale ([`super::Store::time_floor_lag_ms`]), so an
+    /// idle store still remembers roughly how late it has been.
     pub fn touch_time(&self) -> Submitted<()> {
         self.submit(vec![WriteOp::Touch], |_| Ok(()))
     }

@@ -74,8 +74,11 @@ type Answer = (Option<Reply>, Result<Vec<OpOutcome>, StoreError>);
 /// durable before anyone is answered.
 struct Committed {
     answers: Vec<Answer>,
-    /// Requests whose writes the commit holds (0: nothing was written, nothing to sync).
+    /// Requests answered `Ok` (their writes, if any, are in the commit).
     ok: u64,
+    /// Whether the commit wrote anything: a group whose requests changed nothing (a
+    /// sweep that found nothing due) commits nothing and costs no sync.
+    wrote: bool,
     /// The time floor the commit persisted.
     floor_ms: u64,
     /// Blob files to delete once the commit is durable.
@@ -95,7 +98,7 @@ impl Settler {
     /// One sync for all of `groups` (each committed before this is called), then
     /// `durable` if it succeeded, then the answers.
     fn settle(&self, groups: Vec<Committed>, durable: &mut dyn FnMut()) {
-        let synced = if groups.iter().any(|g| g.ok > 0) {
+        let synced = if groups.iter().any(|g| g.wrote) {
             let r = self.engine.sync();
             if r.is_ok() {
                 self.stats
@@ -110,10 +113,12 @@ impl Settler {
             durable();
         }
         for g in groups {
-            if g.ok > 0 && synced.is_ok() {
+            if synced.is_ok() {
                 use std::sync::atomic::Ordering::Relaxed;
-                self.time.persisted(g.floor_ms);
-                self.stats.commits.fetch_add(1, Relaxed);
+                if g.wrote {
+                    self.time.persisted(g.floor_ms);
+                    self.stats.commits.fetch_add(1, Relaxed);
+                }
                 self.stats.requests.fetch_add(g.ok, Relaxed);
             }
             for (reply, answer) in g.answers {
@@ -219,10 +224,16 @@ impl Writer {
                 Ok(Msg::Shutdown) | Err(_) => break,
             };
             feed.taken = 1;
-            let group = self.commit_group(first, &mut feed);
+            let mut group = self.commit_group(first, &mut feed);
             // Blob files may only go once the commit that dropped them is durable, and
             // only the writer may delete them (it also writes them): settle inline.
-            let hand_off = group.ok > 0
+            if !group.wrote && feed.in_flight {
+                // The feed stopped waiting for the sync in flight (shutdown): answers
+                // that wrote nothing may still rest on that commit, so they wait for
+                // a sync too.
+                group.wrote = true;
+            }
+            let hand_off = group.wrote
                 && group.unreferenced.is_empty()
                 && syncer.is_some()
                 && !feed.shutdown
@@ -266,6 +277,7 @@ impl Writer {
         // floor read before it (the floor can go down: `time::TimeKeeper::correct_back`).
         let mut floor_ms = now_ms;
         let mut seen_ms = self.seen_written;
+        let mut wrote = false;
         let mut answers: Vec<Answer> = Vec::new();
         let mut unreferenced = Vec::new();
         let mut first = Some(first);
@@ -319,10 +331,13 @@ impl Writer {
                     }
                 }
             }
-            if !answers.iter().any(|(_, r)| r.is_ok()) {
+            if !answers.iter().any(|(_, r)| r.is_ok()) || group.is_empty() {
+                // Nothing changed (failed requests, or a sweep that found nothing due):
+                // nothing is written, not even the floor, so an idle store stays still.
                 return Vec::new();
             }
-            // Advance the persisted time floor with every commit (see `time`).
+            // Piggy-back the time floor on every commit (see `time`).
+            wrote = true;
             floor_ms = self.time.now_ms();
             group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(floor_ms)));
             // Read after the group's last request, like the floor: an envelope noted
@@ -346,18 +361,20 @@ impl Writer {
                 }
             }
             unreferenced.clear();
+            wrote = false;
             if let Some((_, reply)) = first.take() {
                 // The engine failed before the group was evaluated.
                 answers.push((reply, Err(StoreError::from(e.clone()))));
             }
         }
         let ok = answers.iter().filter(|(_, r)| r.is_ok()).count() as u64;
-        if ok > 0 {
+        if wrote {
             self.seen_written = seen_ms;
         }
         Committed {
             answers,
             ok,
+            wrote,
             floor_ms,
             unreferenced,
         }

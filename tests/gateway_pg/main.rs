@@ -44,6 +44,8 @@ mod gateway_caps;
 mod gateway_forward;
 #[path = "../it/gateway_tls.rs"]
 mod gateway_tls;
+#[path = "../it/gone_node.rs"]
+mod gone_node;
 #[path = "../it/harness.rs"]
 mod harness;
 #[path = "../it/migrate_pg.rs"]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// The `outpost` binary under test: this build's, or `$OUTPOST_TEST_BIN` (another build
 /// of the same version, e.g. to run the suites against a copy taken before a shared
-/// target directory was rebuilt).
+/// target directory was rebuilt, or one from before a fix).
 pub fn bin() -> PathBuf {
     std::env::var_os("OUTPOST_TEST_BIN")
         .map(PathBuf::from)

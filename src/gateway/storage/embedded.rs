@@ -364,7 +364,18 @@ impl GatewayState for Embedded {
     }
 
     fn sweep_expired(&self) -> Fut<'_, Vec<ExpiredMessage>> {
-        Box::pin(async move { Ok(self.store.sweep_expired(self.now_ms()).await?) })
+        Box::pin(async move {
+            let expired = self.store.sweep_expired(self.now_ms()).await?;
+            // A pass that changed nothing wrote nothing; the time floor is persisted
+            // coarsely instead (see `store::time`, "Idle").
+            if self.store.time_floor_lag_ms() >= crate::store::FLOOR_EVERY_MS {
+                // Not the sweep's failure: what it expired is reported all the same.
+                if let Err(e) = self.store.touch_time().await {
+                    tracing::warn!(event = "time_floor_not_written", error = %e);
+                }
+            }
+            Ok(expired)
+        })
     }
 
     fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
@@ -463,7 +474,7 @@ impl GatewayState for Embedded {
     fn close(&self) -> Fut<'_, ()> {
         Box::pin(async move {
             let store = self.store.clone();
-            tokio::task::spawn_blocking(move || store.close())
+            tokio::task::spawn_blocking(move || store.close_keeping_time())
                 .await
                 .map_err(|e| StateError::Unavailable(format!("close: {e}")))
         })

@@ -391,6 +391,13 @@ pub trait GatewayState: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// Shared state: the long-poll of `node` this replica claimed until `until_ms`
+    /// ended because its connection closed: the claim ends at `now_ms`, unless a newer
+    /// poll (any replica's) has claimed a later time since.
+    fn poll_abandoned<'a>(&'a self, _node: &'a str, _until_ms: u64, _now_ms: u64) -> Fut<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Shared state: mark offline the nodes online but not heard from since `silent_since_ms`
     /// and polled nowhere at `now_ms`; returns them (each transition to exactly one replica).
     fn sweep_offline(&self, _silent_since_ms: u64, _now_ms: u64) -> Fut<'_, Vec<String>> {

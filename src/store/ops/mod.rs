@@ -268,7 +268,11 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             quarantine(tx, tree, key, &reason)?;
             Ok(OpOutcome::Done)
         }
-        WriteOp::Touch => Ok(OpOutcome::Done),
+        WriteOp::Touch => {
+            // A write, so the group commits (and the writer sets the floor it persists).
+            tx.put(T_META, META_TIME_FLOOR.to_vec(), u64_val(tx.now_ms));
+            Ok(OpOutcome::Done)
+        }
         WriteOp::TimeCorrected {
             high_water_ms,
             corrected_at_ms,

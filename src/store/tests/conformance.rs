@@ -21,6 +21,8 @@ for_each_engine!(
     everything_survives_reopen,
     list_pages_peers_stats_and_next_expiry,
     time_floor_survives_a_1970_boot,
+    a_sweep_with_nothing_due_writes_nothing,
+    a_clean_close_persists_the_time_floor,
     a_time_correction_lowers_the_persisted_floor_and_survives_reopen,
     newer_schema_is_refused_older_is_migrated,
     v2_tombstones_move_into_the_id_tree,
@@ -579,6 +581,55 @@ fn time_floor_survives_a_1970_boot(kind: EngineKind) {
     assert_eq!(now, T0 + 60_000);
     assert!(s.next_batch("outbox", "gw", 10, now).unwrap().is_empty());
     assert_eq!(s.sweep_expired(now).wait().unwrap().len(), 1);
+}
+
+/// An idle store stays still: a sweep pass that finds nothing due commits nothing (no
+/// floor, no fsync); it used to commit the time floor on every pass, one fsync every
+/// 4 s on an idle node and every second on a gateway.
+fn a_sweep_with_nothing_due_writes_nothing(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    let s = open(kind, d.path(), &c);
+    let mut m = msg("gw", "later", 0, b"x");
+    m.expires_at_ms = T0 + 60_000;
+    s.enqueue(m).wait().unwrap();
+    let c0 = s.commit_stats();
+    for _ in 0..5 {
+        c.advance_ms(4_000);
+        assert!(s.sweep_expired(s.now_ms()).wait().unwrap().is_empty());
+    }
+    let c1 = s.commit_stats();
+    assert_eq!(
+        (c1.commits, c1.syncs),
+        (c0.commits, c0.syncs),
+        "{c0:?} → {c1:?}"
+    );
+    assert_eq!(c1.requests, c0.requests + 5, "each pass still answered");
+    // One that expires something commits, and carries the floor with it.
+    c.set(T0 + 60_000);
+    assert_eq!(s.sweep_expired(s.now_ms()).wait().unwrap().len(), 1);
+    assert_eq!(s.commit_stats().commits, c0.commits + 1);
+    assert_eq!(s.time_floor_lag_ms(), 0);
+    // The floor then lags until the next commit or touch.
+    c.advance_ms(5_000);
+    assert_eq!(s.time_floor_lag_ms(), 5_000);
+    s.touch_time().wait().unwrap();
+    assert_eq!(s.time_floor_lag_ms(), 0);
+    assert_eq!(s.commit_stats().commits, c0.commits + 2);
+}
+
+/// The floor is persisted coarsely while running, and exactly on a clean stop.
+fn a_clean_close_persists_the_time_floor(kind: EngineKind) {
+    let d = tempfile::tempdir().unwrap();
+    let c = ManualClock::new(T0);
+    {
+        let s = open(kind, d.path(), &c);
+        s.touch_time().wait().unwrap();
+        c.advance_ms(90_000);
+        s.close_keeping_time();
+    }
+    let s = open(kind, d.path(), &ManualClock::new(10_000));
+    assert_eq!(s.now_ms(), T0 + 90_000);
 }
 
 /// RELIABILITY F2: the floor is written with every commit and used to keep a clock

@@ -62,6 +62,27 @@ pub async fn polling(
     Ok(())
 }
 
+/// Ends this replica's claim on `node`'s long-poll (`polling_until_ms = until_ms`, as
+/// [`polling`] wrote it) at `now_ms`; a later claim (greater) is someone else's newer
+/// poll and stays.
+pub async fn poll_abandoned(
+    pg: &Postgres,
+    node: &str,
+    until_ms: u64,
+    now_ms: u64,
+) -> Result<(), StateError> {
+    let mut c = pg.pool.get().await?;
+    let st = c
+        .prep(
+            "UPDATE nodes SET polling_until_ms = $3
+             WHERE node_id = $1 AND polling_until_ms = $2",
+        )
+        .await?;
+    c.query_relaxed(&st, &[&node, &i(until_ms), &i(now_ms)])
+        .await?;
+    Ok(())
+}
+
 pub async fn sweep_offline(
     pg: &Postgres,
     silent_since_ms: u64,

@@ -393,6 +393,10 @@ impl GatewayState for Postgres {
         Box::pin(async move { live::polling(self, nodes, now_ms, until_ms).await })
     }
 
+    fn poll_abandoned<'a>(&'a self, node: &'a str, until_ms: u64, now_ms: u64) -> Fut<'a, ()> {
+        Box::pin(async move { live::poll_abandoned(self, node, until_ms, now_ms).await })
+    }
+
     fn sweep_offline(&self, silent_since_ms: u64, now_ms: u64) -> Fut<'_, Vec<String>> {
         Box::pin(async move { live::sweep_offline(self, silent_since_ms, now_ms).await })
     }
