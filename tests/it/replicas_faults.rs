@@ -515,8 +515,13 @@ async fn postgres_crashing_mid_stream_delivers_every_idempotency_key_exactly_onc
         received.extend(got);
     }
     let refusals = refusals.lock().unwrap().clone();
+    let lost: usize = gws
+        .iter()
+        .map(|g| g.log_text().matches("enqueue_outcome_unknown").count())
+        .sum();
     eprintln!(
-        "{} keys accepted, {} messages delivered; refused on the way: {refusals:?}",
+        "{} keys accepted, {} messages delivered; refused on the way: {refusals:?}; \
+         {lost} commits lost and settled by the replicas",
         answered.len(),
         received.len()
     );
