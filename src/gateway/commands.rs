@@ -11,7 +11,8 @@ use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::{
-    job_key, ForNode, JobRecord, MessageStatus, NewJob, QueueStat, Queued, QUEUE_TO_NODE as TO_NODE,
+    job_key, CommandKey, ForNode, JobRecord, MessageStatus, NewJob, QueueStat, Queued, StateError,
+    QUEUE_TO_NODE as TO_NODE,
 };
 use crate::envelope::{seal, IdentityDocument, SealParams};
 use crate::sync::wire::TaskRequest;
@@ -53,6 +54,38 @@ pub struct Command {
     pub command_type: String,
     pub body: Value,
     pub ttl_s: Option<u64>,
+    /// The caller's own message id (from its idempotency key, [`message_id_for_key`],
+    /// or given as is): a repeat of the same request is answered as the first was.
+    pub message_id: Option<String>,
+}
+
+/// A command's idempotency key is kept this long after the command's expiry (as the
+/// node's outbox keeps its keys): a retry within the command's life always finds it.
+pub const KEY_KEEP_AFTER_EXPIRY_MS: u64 = 25 * 3600 * 1000;
+
+/// The message id a caller's `Idempotency-Key` stands for: a UUID (version 8) from the
+/// caller's token subject and the key, so a retry names the same message and two
+/// callers' keys never meet.
+pub fn message_id_for_key(subject: &str, key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("outpost command key\n{subject}\n{key}"));
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
+
+/// What a message is stored with besides itself, in the same transaction.
+enum Binding {
+    None,
+    /// A tool call's job.
+    Job(NewJob),
+    /// A command's idempotency key: the caller and the request's hash.
+    Key {
+        subject: String,
+        request_sha256: String,
+    },
 }
 
 /// The enrolled node `node_id`, or `UnknownNode`.
@@ -71,7 +104,7 @@ async fn seal_and_queue(
     ttl_s: u64,
     plaintext: &impl serde::Serialize,
     message_id: &str,
-    job: Option<NewJob>,
+    binding: Binding,
 ) -> Result<u64, GatewayError> {
     let now = gw.now_ms();
     let params = SealParams {
@@ -111,7 +144,24 @@ async fn seal_and_queue(
         max_attempts: gw.cfg.queue.max_attempts,
         event: staged,
     };
-    if gw.state.queue_command(msg, job).await? == Queued::Duplicate {
+    let outcome = match binding {
+        Binding::None => gw.state.queue_command(msg, None).await?,
+        Binding::Job(job) => gw.state.queue_command(msg, Some(job)).await?,
+        Binding::Key {
+            subject,
+            request_sha256,
+        } => {
+            let key = CommandKey {
+                message_id: message_id.to_string(),
+                subject,
+                request_sha256,
+                expires_at_ms: params.expires_at_ms,
+                keep_until_ms: params.expires_at_ms + KEY_KEEP_AFTER_EXPIRY_MS,
+            };
+            gw.state.queue_keyed_command(msg, key).await?
+        }
+    };
+    if outcome == Queued::Duplicate {
         return Err(GatewayError::Duplicate);
     }
     if live {
@@ -278,7 +328,7 @@ pub async fn tool_call(
         ttl_s,
         &request,
         &message_id,
-        Some(job),
+        Binding::Job(job),
     )
     .await
     {
@@ -319,8 +369,15 @@ pub async fn tool_call(
     Ok(ToolCallOutcome::Queued { message_id, job_id })
 }
 
-/// Queue a command; returns its message id and expiry.
-pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayError> {
+/// Queue a command from `subject` (the caller's token subject); returns its message id
+/// and expiry. With the caller's own message id, the request is bound to it: a repeat
+/// by the same caller with the same request is answered as the first was and queues
+/// nothing; another request is [`GatewayError::IdempotencyConflict`].
+pub async fn command(
+    gw: &Gateway,
+    subject: &str,
+    c: Command,
+) -> Result<(String, u64), GatewayError> {
     let doc = target(gw, &c.node_id).await?;
     if c.command_type.is_empty() || c.command_type.len() > 64 {
         return Err(GatewayError::BadRequest(
@@ -328,13 +385,29 @@ pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayE
         ));
     }
     let queueable = gw.cfg.queue.is_queueable(&c.command_type);
+    let mut ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
+    let request_sha256 = crate::audit::sha256_hex(
+        &serde_json::to_vec(&json!([doc.node_id, c.command_type, c.body, c.ttl_s]))
+            .map_err(|e| GatewayError::Internal(format!("request: {e}")))?,
+    );
+    // Concurrent repeats on this replica queue one command (other replicas race at the
+    // database: the key's row decides).
+    let (message_id, _held) = match &c.message_id {
+        Some(id) => {
+            let held = gw.job_locks.lock(&format!("command/{id}")).await;
+            if let Some(k) = gw.state.command_key(id).await? {
+                return repeat(k, subject, &request_sha256);
+            }
+            (id.clone(), Some(held))
+        }
+        None => (uuid::Uuid::now_v7().to_string(), None),
+    };
     if !queueable && !gw.reachable(&doc.node_id).await {
         return Err(GatewayError::RecipientOffline(format!(
             "{} holds no long-poll now and {:?} commands are not queued",
             doc.node_id, c.command_type
         )));
     }
-    let mut ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
     if !queueable {
         // Delivered now or never (PROTOCOL §11.2).
         ttl_s = ttl_s.min(super::liveness::NOT_QUEUEABLE_TTL_S);
@@ -345,9 +418,47 @@ pub async fn command(gw: &Gateway, c: Command) -> Result<(String, u64), GatewayE
         other => json!({"value": other}),
     };
     payload["command_type"] = Value::String(c.command_type.clone());
-    let message_id = uuid::Uuid::now_v7().to_string();
-    let expires = seal_and_queue(gw, &doc, "COMMAND", ttl_s, &payload, &message_id, None).await?;
-    Ok((message_id, expires))
+    let binding = match c.message_id {
+        Some(_) => Binding::Key {
+            subject: subject.to_string(),
+            request_sha256: request_sha256.clone(),
+        },
+        None => Binding::None,
+    };
+    let keyed = !matches!(binding, Binding::None);
+    match seal_and_queue(gw, &doc, "COMMAND", ttl_s, &payload, &message_id, binding).await {
+        Ok(expires) => Ok((message_id, expires)),
+        // Another replica bound the key first, or the first attempt of a commit that was
+        // lost landed: answer from the key.
+        Err(GatewayError::Duplicate) if keyed => match gw.state.command_key(&message_id).await? {
+            Some(k) => repeat(k, subject, &request_sha256),
+            None => Err(GatewayError::Duplicate),
+        },
+        Err(GatewayError::State(StateError::OutcomeUnknown(why))) => {
+            tracing::warn!(event = "command_outcome_unknown", message_id, detail = %why);
+            Err(GatewayError::OutcomeUnknown(message_id))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The answer to a command whose message id is already bound to a caller's key.
+fn repeat(
+    k: CommandKey,
+    subject: &str,
+    request_sha256: &str,
+) -> Result<(String, u64), GatewayError> {
+    if k.subject != subject {
+        // Only a `message_id` given as is can name another caller's command.
+        return Err(GatewayError::Duplicate);
+    }
+    if k.request_sha256 != request_sha256 {
+        return Err(GatewayError::IdempotencyConflict(format!(
+            "message {} was queued for another request with this key; nothing was queued",
+            k.message_id
+        )));
+    }
+    Ok((k.message_id, k.expires_at_ms))
 }
 
 /// Where a message is, and the result filed for it.

@@ -21,6 +21,17 @@ pub enum GatewayError {
     /// A caller's job id is bound to another tool or other arguments.
     #[error("{0}")]
     JobConflict(String),
+    /// A caller's idempotency key was used for another request.
+    #[error("{0}")]
+    IdempotencyConflict(String),
+    /// The command (this message id) was sent to the database with its commit and the
+    /// answer was lost; the database did not come back in time to learn the outcome.
+    #[error(
+        "the database went away after command {0} was sent to it: it may or may not be \
+         queued; retry with the same Idempotency-Key or message_id (a repeat queues \
+         nothing twice), or look it up with GET /v1/messages/{0}"
+    )]
+    OutcomeUnknown(String),
     /// A message id is already in use.
     #[error("message id already used")]
     Duplicate,

@@ -35,6 +35,9 @@ pub const Q_GATEWAY_INBOX: &str = "inbox";
 pub const SCOPE_RESULTS: &str = "results";
 /// KV: a caller's job → its TASK_REQUEST.
 pub const KV_GW_JOBS: &str = "gw_jobs";
+/// Results (kept until their keep-until, then swept): a command's message id → the
+/// idempotency key it was queued with (`<prefix><message id>`).
+pub const RESULT_GW_COMMAND_KEY_PREFIX: &str = "gw_command_key/";
 /// KV: a TASK_REQUEST's message id → the node it was sent to.
 pub const KV_GW_REQUESTS: &str = "gw_requests";
 /// KV: a TASK_REQUEST's message id → its TASK_RESULT.

@@ -42,6 +42,8 @@ mod gateway_audit;
 mod gateway_caps;
 #[path = "../it/gateway_forward.rs"]
 mod gateway_forward;
+#[path = "../it/gateway_keys.rs"]
+mod gateway_keys;
 #[path = "../it/gateway_tls.rs"]
 mod gateway_tls;
 #[path = "../it/gone_node.rs"]

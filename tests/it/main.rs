@@ -17,6 +17,7 @@ mod gateway;
 mod gateway_audit;
 mod gateway_caps;
 mod gateway_forward;
+mod gateway_keys;
 mod gateway_tls;
 mod gone_node;
 mod harness;

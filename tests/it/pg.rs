@@ -138,6 +138,18 @@ impl PgCluster {
         );
     }
 
+    /// `pg_ctl stop -m immediate`: every server process quits at once, as in a crash
+    /// (what was written to the WAL is recovered at the next start).
+    pub fn crash(&self) {
+        let o = self.pg_ctl(&["stop", "-m", "immediate", "-w", "-t", "60"]);
+        assert!(
+            o.status.success(),
+            "pg_ctl stop -m immediate: {}\nserver log:\n{}",
+            text(&o),
+            self.log_text()
+        );
+    }
+
     /// Starts the server again on the same port and data dir; returns once it accepts
     /// connections over TCP.
     pub fn start(&self) {

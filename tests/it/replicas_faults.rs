@@ -401,3 +401,143 @@ async fn a_transaction_cancelled_at_any_point_never_swallows_the_next_write() {
         );
     }
 }
+
+/// Issue 25, defect 1: PostgreSQL crashes (`pg_ctl stop -m immediate`) in the middle of
+/// a stream of commands through two replicas, whose clients retry each command with its
+/// idempotency key until one replica accepts it. A commit that landed but whose answer
+/// was lost was answered 503 `storage_unavailable` ("nothing was written"), and the
+/// retry queued the command a second time under another message id. Every key must
+/// reach the node exactly once, under the one message id its client was given.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_crashing_mid_stream_delivers_every_idempotency_key_exactly_once() {
+    use std::collections::BTreeMap;
+
+    let Some(pg) = PgCluster::start_private() else {
+        return;
+    };
+    let Some(homes) = replicas(2) else { return };
+    let url = pg.create_database();
+    for h in &homes {
+        Home::use_database(h.dir.path(), &url);
+    }
+    let sim = SimNode::new(12);
+    sim.enroll(&homes[0]);
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+    let urls: Vec<String> = gws.iter().map(|g| g.url("/v1/commands")).collect();
+
+    const CLIENTS: usize = 32;
+    const KEYS_PER_CLIENT: usize = 250;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let refusals: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (urls, admin, node, stop) =
+                (urls.clone(), admin.clone(), sim.id.clone(), stop.clone());
+            let refusals = refusals.clone();
+            tokio::spawn(async move {
+                let mut answered = Vec::new();
+                let mut attempt = c;
+                for k in 0..KEYS_PER_CLIENT {
+                    if stop.is_cancelled() {
+                        break;
+                    }
+                    let key = format!("c{c}-k{k}");
+                    let give_up = tokio::time::Instant::now() + Duration::from_secs(90);
+                    loop {
+                        attempt += 1;
+                        let sent = http()
+                            .post(&urls[attempt % 2])
+                            .bearer_auth(&admin)
+                            .header("Idempotency-Key", &key)
+                            .json(&serde_json::json!({"target": {"node_id": node},
+                                "command_type": "note", "body": {"c": c, "k": k}, "ttl_s": 3600}))
+                            .send()
+                            .await;
+                        let why = match sent {
+                            Ok(r) if r.status().as_u16() == 202 => {
+                                let v: Value = r.json().await.unwrap();
+                                answered.push((key, v["message_id"].as_str().unwrap().to_string()));
+                                break;
+                            }
+                            Ok(r) => {
+                                let st = r.status().as_u16();
+                                let v: Value = r.json().await.unwrap_or(Value::Null);
+                                let code = v["error"]["code"].as_str().unwrap_or("?").to_string();
+                                assert_eq!(st, 503, "{key}: {v}");
+                                code
+                            }
+                            Err(_) => "connection".to_string(),
+                        };
+                        *refusals.lock().unwrap().entry(why).or_default() += 1;
+                        assert!(
+                            tokio::time::Instant::now() < give_up,
+                            "{key} never accepted"
+                        );
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+                answered
+            })
+        })
+        .collect();
+
+    // Crash PostgreSQL four times while the stream runs.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        pg.crash();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        pg.start();
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.cancel();
+    let mut answered = BTreeMap::new();
+    for c in clients {
+        for (key, id) in c.await.unwrap() {
+            assert!(answered.insert(key, id).is_none());
+        }
+    }
+    let ids: BTreeSet<&String> = answered.values().collect();
+    assert_eq!(
+        ids.len(),
+        answered.len(),
+        "two keys answered with one message id"
+    );
+
+    // What the node receives: each key's message, once, and nothing else.
+    let mut received = Vec::new();
+    loop {
+        let (got, _) = sim.pull(&gws[0], 0, 1000).await;
+        if got.is_empty() {
+            break;
+        }
+        sim.ack(&gws[0], &got).await;
+        received.extend(got);
+    }
+    let refusals = refusals.lock().unwrap().clone();
+    let lost: usize = gws
+        .iter()
+        .map(|g| g.log_text().matches("enqueue_outcome_unknown").count())
+        .sum();
+    eprintln!(
+        "{} keys accepted, {} messages delivered; refused on the way: {refusals:?}; \
+         {lost} commits lost and settled by the replicas",
+        answered.len(),
+        received.len()
+    );
+    assert!(
+        !refusals.is_empty(),
+        "the crashes refused nothing: the test did not test"
+    );
+    let unique: BTreeSet<&String> = received.iter().collect();
+    assert_eq!(unique.len(), received.len(), "a message delivered twice");
+    let extra: Vec<&&String> = unique.difference(&ids).collect();
+    let missing: Vec<&&String> = ids.difference(&unique).collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "{} messages no client was answered with (a command queued twice): {extra:?}\n\
+         {} answered but not delivered: {missing:?}",
+        extra.len(),
+        missing.len()
+    );
+}

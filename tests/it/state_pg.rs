@@ -4,7 +4,9 @@
 
 use outpost::clock::ManualClock;
 use outpost::gateway::storage::postgres::Postgres;
-use outpost::gateway::storage::{ForNode, GatewayState, InboxMessage, Queued, StateError};
+use outpost::gateway::storage::{
+    CommandKey, ForNode, GatewayState, InboxMessage, Queued, StateError,
+};
 
 use crate::pg::PgCluster;
 
@@ -168,4 +170,43 @@ async fn enqueues_that_arrive_together_commit_in_groups_and_each_gets_its_own_an
         }
     }
     assert_eq!(pg.psql(&url, "SELECT count(*) FROM messages"), "210");
+}
+
+/// Issue 25 on PostgreSQL: a command's idempotency key is committed with it (and only
+/// with it), answered while it is kept, then forgotten and pruned by the sweep.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_key_is_stored_with_its_command_only_and_kept_until_its_time() {
+    let Some(pg) = PgCluster::shared() else {
+        return;
+    };
+    let url = pg.create_database();
+    let clock = ManualClock::new(T0);
+    let state = open(&url, &clock).await;
+    let key = |id: &str| CommandKey {
+        message_id: id.into(),
+        subject: "alice".into(),
+        request_sha256: "00".into(),
+        expires_at_ms: T0 + 1_000,
+        keep_until_ms: T0 + 10_000,
+    };
+    let q = state.queue_keyed_command(command("m1", "COMMAND", T0 + 1_000), key("m1"));
+    assert_eq!(q.await.unwrap(), Queued::Queued);
+    assert_eq!(state.command_key("m1").await.unwrap(), Some(key("m1")));
+    let q = state.queue_keyed_command(command("m1", "COMMAND", T0 + 1_000), key("m1"));
+    assert_eq!(q.await.unwrap(), Queued::Duplicate);
+    // A message id already taken (here by a forward): the key is not kept either.
+    let fwd = state.forward(command("taken", "COMMAND", T0 + 1_000));
+    assert_eq!(fwd.await.unwrap(), Queued::Queued);
+    let q = state.queue_keyed_command(command("taken", "COMMAND", T0 + 1_000), key("taken"));
+    assert_eq!(q.await.unwrap(), Queued::Duplicate);
+    assert_eq!(state.command_key("taken").await.unwrap(), None);
+    assert_eq!(pg.psql(&url, "SELECT count(*) FROM messages"), "2");
+    // Kept past the command's expiry, until its keep-until; then pruned.
+    clock.advance_ms(5_000);
+    state.sweep_expired().await.unwrap();
+    assert!(state.command_key("m1").await.unwrap().is_some());
+    clock.advance_ms(5_000);
+    assert_eq!(state.command_key("m1").await.unwrap(), None);
+    state.sweep_expired().await.unwrap();
+    assert_eq!(pg.psql(&url, "SELECT count(*) FROM command_keys"), "0");
 }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::auth::require;
 use crate::api::json::JsonBody;
-use crate::api::ApiResult;
+use crate::api::{ApiError, ApiResult};
 use crate::gateway::commands::{self, Command, ToolCall, ToolCallOutcome};
 use crate::gateway::Gateway;
 use crate::token::Need;
@@ -53,6 +53,8 @@ pub struct CommandBody {
     #[serde(default)]
     pub body: Value,
     pub ttl_s: Option<u64>,
+    /// The caller's own id for this command (a UUID), for retries after a lost answer.
+    pub message_id: Option<String>,
 }
 
 fn accepted(body: Value) -> Response {
@@ -111,17 +113,58 @@ pub async fn commands(
     JsonBody(b): JsonBody<CommandBody>,
 ) -> ApiResult<Response> {
     let scope = format!("command:{}", b.command_type);
-    require(&gw, &headers, Need::Scope(&scope))?;
+    let sub = require(&gw, &headers, Need::Scope(&scope))?;
+    let message_id = client_message_id(&headers, &sub, b.message_id)?;
     let c = Command {
         node_id: b.target.node_id,
         command_type: b.command_type,
         body: b.body,
         ttl_s: b.ttl_s,
+        message_id,
     };
-    let (message_id, expires) = commands::command(&gw, c).await?;
+    let (message_id, expires) = commands::command(&gw, &sub, c).await?;
     Ok(accepted(
         json!({"ok": false, "queued": true, "message_id": message_id, "expires_at_ms": expires}),
     ))
+}
+
+/// The caller's own message id: from `Idempotency-Key` (any 1..255 visible ASCII
+/// characters, scoped to the caller) or `message_id` in the body (a UUID), as the node's
+/// `POST /v1/outbox` takes them; both only when they agree.
+fn client_message_id(
+    headers: &HeaderMap,
+    subject: &str,
+    in_body: Option<String>,
+) -> ApiResult<Option<String>> {
+    let from_key = match headers.get("idempotency-key") {
+        Some(v) => {
+            let key = v
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::bad_request("Idempotency-Key must be 1..255 visible ASCII characters")
+                })?;
+            Some(commands::message_id_for_key(subject, key))
+        }
+        None => None,
+    };
+    if let Some(id) = &in_body {
+        if uuid::Uuid::try_parse(id)
+            .map(|u| u.hyphenated().to_string() != *id)
+            .unwrap_or(true)
+        {
+            return Err(ApiError::bad_request(
+                "message_id must be a lowercase hyphenated UUID",
+            ));
+        }
+    }
+    match (from_key, in_body) {
+        (Some(a), Some(b)) if a != b => Err(ApiError::bad_request(
+            "give either an Idempotency-Key header or a message_id, not both",
+        )),
+        (a, b) => Ok(a.or(b)),
+    }
 }
 
 /// `GET /v1/messages/{id}`: status as on the node, plus `result` once it arrived.

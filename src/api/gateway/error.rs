@@ -22,7 +22,23 @@ impl From<StateError> for ApiError {
                 }
             }
             StateError::Corrupt(detail) => ApiError::internal(detail),
+            StateError::OutcomeUnknown(detail) => {
+                tracing::warn!(event = "outcome_unknown", detail = %detail);
+                outcome_unknown(
+                    "the database went away after the write was sent to it: it may or may \
+                     not be stored; repeat the request (with the same job_id or idempotency \
+                     key) to learn which",
+                )
+            }
         }
+    }
+}
+
+/// 503 `outcome_unknown`: unlike `storage_unavailable`, something may have been written.
+fn outcome_unknown(message: impl Into<String>) -> ApiError {
+    ApiError {
+        retry_after_s: Some(1),
+        ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown", message)
     }
 }
 
@@ -37,6 +53,10 @@ impl From<GatewayError> for ApiError {
             GatewayError::JobConflict(_) => {
                 ApiError::new(StatusCode::CONFLICT, "job_id_conflict", msg)
             }
+            GatewayError::IdempotencyConflict(_) => {
+                ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", msg)
+            }
+            GatewayError::OutcomeUnknown(_) => outcome_unknown(msg),
             GatewayError::Duplicate => ApiError::new(StatusCode::CONFLICT, "duplicate", msg),
             GatewayError::RecipientOffline(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "recipient_offline", msg)
@@ -70,6 +90,18 @@ mod tests {
             (409, "job_id_conflict")
         );
         assert_eq!(api(GatewayError::Duplicate), (409, "duplicate"));
+        assert_eq!(
+            api(GatewayError::IdempotencyConflict("x".into())),
+            (409, "idempotency_conflict")
+        );
+        assert_eq!(
+            api(GatewayError::OutcomeUnknown("m".into())),
+            (503, "outcome_unknown")
+        );
+        assert_eq!(
+            api(StateError::OutcomeUnknown("lost".into()).into()),
+            (503, "outcome_unknown")
+        );
         assert_eq!(
             api(GatewayError::RecipientOffline("x".into())),
             (503, "recipient_offline")

@@ -3,8 +3,9 @@
 //! which nothing outside this file uses.
 
 use super::{
-    AuditExtension, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
-    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
+    AuditExtension, CommandKey, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage,
+    JobRecord, NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take,
+    Upload,
 };
 use crate::envelope::TrustStore;
 use crate::store::{
@@ -15,7 +16,7 @@ use crate::store::names::{
     KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS as KV_JOBS,
     KV_GW_REQUESTS as KV_REQUESTS, KV_GW_RESULTS as KV_RESULTS,
     KV_GW_REVOCATIONS as KV_REVOCATIONS, Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE,
-    SCOPE_RESULTS,
+    RESULT_GW_COMMAND_KEY_PREFIX, SCOPE_RESULTS,
 };
 
 fn ns_audit_entries(node: &str) -> String {
@@ -143,6 +144,39 @@ impl GatewayState for Embedded {
             }
             let msg = self.new_message(msg);
             self.enqueue(msg, extra).await
+        })
+    }
+
+    fn queue_keyed_command(&self, msg: ForNode, key: CommandKey) -> Fut<'_, Queued> {
+        Box::pin(async move {
+            // A batch's duplicate enqueue leaves its other changes in place: the key must
+            // not be written for a message id already taken. Nothing else writes this id
+            // meanwhile (the caller holds its lock; this engine has one process).
+            if self.store.status(&msg.message_id)?.is_some() {
+                return Ok(Queued::Duplicate);
+            }
+            let record = serde_json::to_vec(&key)
+                .map_err(|e| StateError::Corrupt(format!("command key: {e}")))?;
+            let mut extra = Batch::new();
+            extra.result_put(
+                &format!("{RESULT_GW_COMMAND_KEY_PREFIX}{}", key.message_id),
+                record,
+                key.keep_until_ms,
+            );
+            let msg = self.new_message(msg);
+            self.enqueue(msg, extra).await
+        })
+    }
+
+    fn command_key<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<CommandKey>> {
+        Box::pin(async move {
+            let key = format!("{RESULT_GW_COMMAND_KEY_PREFIX}{message_id}");
+            match self.store.result_get(&key)? {
+                None => Ok(None),
+                Some(b) => serde_json::from_slice(&b)
+                    .map(Some)
+                    .map_err(|e| StateError::Corrupt(format!("{key}: {e}"))),
+            }
         })
     }
 

@@ -47,3 +47,68 @@ async fn the_inbox_never_lists_a_message_past_its_expiry_even_before_the_sweep()
     clock.advance_ms(4_000);
     assert_eq!(listed(state.inbox_list(None, 10).await.unwrap()), ["long"]);
 }
+
+fn command(id: &str, expires_at_ms: u64) -> ForNode {
+    ForNode {
+        node_id: "node:a".into(),
+        message_id: id.into(),
+        payload_type: "COMMAND".into(),
+        priority: 0,
+        created_at_ms: T0,
+        expires_at_ms,
+        envelope: b"{}".to_vec(),
+        max_attempts: 0,
+        event: None,
+    }
+}
+
+fn key(id: &str, keep_until_ms: u64) -> CommandKey {
+    CommandKey {
+        message_id: id.into(),
+        subject: "alice".into(),
+        request_sha256: "00".into(),
+        expires_at_ms: T0 + 1_000,
+        keep_until_ms,
+    }
+}
+
+/// Issue 25: a command's idempotency key is stored with it (and only with it), answered
+/// while it is kept, then forgotten and swept.
+#[tokio::test]
+async fn a_command_key_is_stored_with_its_command_only_and_kept_until_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(
+        dir.path(),
+        crate::store::StoreOptions::default(),
+        std::sync::Arc::new(clock.clone()),
+    )
+    .unwrap();
+    let state = Embedded::new(store);
+    let k = key("m1", T0 + 10_000);
+    let q = state.queue_keyed_command(command("m1", T0 + 1_000), k.clone());
+    assert_eq!(q.await.unwrap(), Queued::Queued);
+    assert_eq!(state.command_key("m1").await.unwrap(), Some(k.clone()));
+    let q = state.queue_keyed_command(command("m1", T0 + 1_000), k);
+    assert_eq!(q.await.unwrap(), Queued::Duplicate);
+    // A message id already taken (here by a forward): the key is not written.
+    let fwd = state.forward(command("taken", T0 + 1_000)).await.unwrap();
+    assert_eq!(fwd, Queued::Queued);
+    let q = state.queue_keyed_command(command("taken", T0 + 1_000), key("taken", T0 + 10_000));
+    assert_eq!(q.await.unwrap(), Queued::Duplicate);
+    assert_eq!(state.command_key("taken").await.unwrap(), None);
+    // Kept past the command's expiry, until its keep-until.
+    clock.advance_ms(5_000);
+    state.sweep_expired().await.unwrap();
+    assert!(state.command_key("m1").await.unwrap().is_some());
+    clock.advance_ms(5_000);
+    assert_eq!(state.command_key("m1").await.unwrap(), None);
+    state.sweep_expired().await.unwrap();
+    assert_eq!(
+        state
+            .store
+            .result_get(&format!("{RESULT_GW_COMMAND_KEY_PREFIX}m1"))
+            .unwrap(),
+        None
+    );
+}

@@ -17,7 +17,11 @@
 //!   earlier pulls, at whichever replica they are held, and a superseded pull hands
 //!   out nothing more — so two pulls never hand the same message out concurrently.
 //! - [`GatewayState::queue_command`] stores a job binding and its command in one
-//!   transaction: either both exist afterwards or neither.
+//!   transaction: either both exist afterwards or neither; so does
+//!   [`GatewayState::queue_keyed_command`] with a caller's idempotency key.
+//! - An enqueue whose commit was sent but not answered (the database went away) is
+//!   never answered as not written: it is settled (looked up once the database is
+//!   back) or answered [`StateError::OutcomeUnknown`].
 //! - Ids are unique per gateway: a second message with a known id is
 //!   [`Queued::Duplicate`] and nothing is written.
 
@@ -54,6 +58,11 @@ pub enum StateError {
     /// A record the gateway wrote earlier cannot be read back.
     #[error("stored record unreadable: {0}")]
     Corrupt(String),
+    /// The write was sent with its commit, and the answer was lost (the connection or
+    /// the database went away): it may or may not be stored. Never "nothing was
+    /// written" — a caller that retries without its idempotency key could duplicate it.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// A sealed envelope waiting for its node.
@@ -90,6 +99,23 @@ pub struct NewJob {
     /// [`job_key`] of (node, caller, job id).
     pub key: String,
     pub record: JobRecord,
+}
+
+/// A caller's idempotency key for a command, stored with the command in its
+/// transaction: a repeat of the same request is answered from it, another request
+/// naming the same message id is a conflict.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CommandKey {
+    /// The command's message id (the key stands for it: `gateway::commands`).
+    pub message_id: String,
+    /// The token subject that used the key (keys are scoped per subject).
+    pub subject: String,
+    /// sha256 (hex) of what was asked: node, command type, body, TTL.
+    pub request_sha256: String,
+    /// The command's expiry, as the first answer gave it.
+    pub expires_at_ms: u64,
+    /// The key is answered until then (at least the command's life), then forgotten.
+    pub keep_until_ms: u64,
 }
 
 /// Key of a caller's job for one node: job ids are scoped per caller (token subject)
@@ -239,6 +265,13 @@ pub trait GatewayState: Send + Sync {
     /// Queue a sealed envelope for its node, with the caller's job binding (tool calls)
     /// in the same transaction.
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued>;
+    /// Queue a command with the caller's idempotency key in the same transaction.
+    /// `Duplicate` when the key or the message id is taken (nothing was written): the
+    /// caller answers from [`Self::command_key`]. The caller serialises requests for one
+    /// message id within its process (the embedded engine relies on it).
+    fn queue_keyed_command(&self, msg: ForNode, key: CommandKey) -> Fut<'_, Queued>;
+    /// The idempotency key stored for a command's message id, while it is kept.
+    fn command_key<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<CommandKey>>;
     /// Queue an envelope one node sent to another (forwarded unopened).
     fn forward(&self, msg: ForNode) -> Fut<'_, Queued>;
     /// The job a caller's key is bound to.

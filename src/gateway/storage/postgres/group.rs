@@ -143,6 +143,7 @@ fn copy(e: &StateError) -> StateError {
     match e {
         StateError::Store(StoreError::StorageFull) => StoreError::StorageFull.into(),
         StateError::Unavailable(why) => StateError::Unavailable(why.clone()),
+        StateError::OutcomeUnknown(why) => StateError::OutcomeUnknown(why.clone()),
         other => StateError::Unavailable(other.to_string()),
     }
 }

@@ -3,9 +3,9 @@
 
 use std::collections::HashSet;
 
-use super::super::{JobRecord, StateError};
+use super::super::{CommandKey, GatewayState, JobRecord, StateError};
 use super::queue;
-use super::{unavailable, Postgres};
+use super::{i, u, unavailable, Postgres};
 
 pub(super) async fn job(pg: &Postgres, key: &str) -> Result<Option<JobRecord>, StateError> {
     let c = pg.pool.get().await?;
@@ -20,6 +20,29 @@ pub(super) async fn job(pg: &Postgres, key: &str) -> Result<Option<JobRecord>, S
         message_id: r.get(0),
         tool_name: r.get(1),
         args_sha256: r.get(2),
+    }))
+}
+
+/// The idempotency key a command was queued with, while it is kept.
+pub(super) async fn command_key(
+    pg: &Postgres,
+    message_id: &str,
+) -> Result<Option<CommandKey>, StateError> {
+    let c = pg.pool.get().await?;
+    let row = c
+        .query_opt(
+            "SELECT subject, request_sha256, expires_at_ms, keep_until_ms FROM command_keys
+             WHERE message_id = $1 AND keep_until_ms > $2",
+            &[&message_id, &i(pg.now_ms())],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(row.map(|r| CommandKey {
+        message_id: message_id.to_string(),
+        subject: r.get(0),
+        request_sha256: r.get(1),
+        expires_at_ms: u(r.get(2)),
+        keep_until_ms: u(r.get(3)),
     }))
 }
 

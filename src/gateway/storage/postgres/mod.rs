@@ -36,6 +36,7 @@ mod peers;
 mod pool;
 mod queue;
 pub mod schema;
+mod settle;
 mod status;
 mod tls;
 
@@ -46,8 +47,8 @@ use tokio_postgres::error::SqlState;
 
 use super::Notice;
 use super::{
-    AuditExtension, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord, NewJob,
-    NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
+    AuditExtension, CommandKey, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
+    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
 };
 use crate::config::PostgresConfig;
 use crate::envelope::TrustStore;
@@ -117,6 +118,19 @@ pub(crate) fn unavailable(e: tokio_postgres::Error) -> StateError {
 
 /// How long `/readyz` waits for the database before it answers "not ready".
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Map a driver error from the statement that commits (a `COMMIT`, or a statement
+/// run in its own transaction): the server's answer that it failed is definite, as in
+/// [`unavailable`]; a lost connection, or the server going down (`08`, `57`: a crash,
+/// a stop, a kill of the backend) may have come after the commit record was written,
+/// so whether it is stored is unknown.
+pub(crate) fn after_commit(e: tokio_postgres::Error) -> StateError {
+    let class = e.as_db_error().map(|db| &db.code().code()[..2]);
+    match class {
+        None | Some("08" | "57") => StateError::OutcomeUnknown(format!("postgres: {e}")),
+        Some(_) => unavailable(e),
+    }
+}
 
 pub(crate) fn i(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
@@ -214,11 +228,25 @@ impl GatewayState for Postgres {
 
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
         Box::pin(async move {
-            match (&job, self.me.upgrade()) {
-                (None, Some(me)) => group::enqueue(&me, msg).await,
-                _ => queue::queue_command(self, msg, job).await,
-            }
+            let plain = job.is_none();
+            let once = || async {
+                match (&job, self.me.upgrade()) {
+                    (None, Some(me)) => group::enqueue(&me, msg.clone()).await,
+                    _ => queue::queue_command(self, msg.clone(), job.clone()).await,
+                }
+            };
+            settle::settle(once, plain).await
         })
+    }
+
+    fn queue_keyed_command(&self, msg: ForNode, key: CommandKey) -> Fut<'_, Queued> {
+        Box::pin(async move {
+            settle::settle(|| queue::queue_keyed_command(self, &msg, &key), false).await
+        })
+    }
+
+    fn command_key<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<CommandKey>> {
+        Box::pin(jobs::command_key(self, message_id))
     }
 
     fn forward(&self, msg: ForNode) -> Fut<'_, Queued> {

@@ -4,9 +4,11 @@
 
 use tokio_postgres::Transaction;
 
-use super::super::{ForNode, GatewayState, InboxMessage, NewJob, Queued, StateError, Upload};
+use super::super::{
+    CommandKey, ForNode, GatewayState, InboxMessage, NewJob, Queued, StateError, Upload,
+};
 use super::group::Failed;
-use super::{i, listen, u, unavailable, Postgres};
+use super::{after_commit, i, listen, u, unavailable, Postgres};
 use crate::store::StoreError;
 
 pub use crate::store::names::{Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS};
@@ -138,11 +140,22 @@ async fn insert<C: tokio_postgres::GenericClient>(
         .map_err(unavailable)?
 }
 
-/// One message in its own transaction (the statement's own commit).
+/// One message in its own transaction (the statement's own commit: once it is sent,
+/// a lost answer leaves the outcome unknown, see [`after_commit`]).
 pub(super) async fn insert_alone(pg: &Postgres, msg: &ForNode) -> Result<Queued, StateError> {
     let mut c = pg.pool.get().await?;
     let enqueue = c.prep(ENQUEUE).await?;
-    insert(pg, &*c, &enqueue, row(msg), c.shard()).await
+    let m = row(msg);
+    check(pg, &m)?;
+    if c.is_closed() {
+        return Err(StateError::Unavailable(
+            "postgres: the connection closed".into(),
+        ));
+    }
+    let shard = c.shard();
+    execute(pg, &*c, &enqueue, m, shard)
+        .await
+        .map_err(after_commit)?
 }
 
 /// A group of messages in one transaction on one connection, the statements pipelined
@@ -176,7 +189,7 @@ pub(super) async fn insert_group(
     }
     tx.commit()
         .await
-        .map_err(|e| Failed::Connection(unavailable(e)))?;
+        .map_err(|e| Failed::Connection(after_commit(e)))?;
     let mut ran = ran.into_iter();
     Ok(checked
         .into_iter()
@@ -267,8 +280,58 @@ pub async fn queue_command(
         // Nothing of it is kept (the job binding included).
         return Ok(Queued::Duplicate);
     }
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await.map_err(after_commit)?;
     pg.notify(listen::CH_QUEUED, msg.node_id);
+    Ok(Queued::Queued)
+}
+
+/// Bind a command's idempotency key, unless a live one holds its message id (one past
+/// its keep-until, not yet pruned, is replaced): one row written, or none.
+const BIND_KEY: &str = "
+    INSERT INTO command_keys (message_id, subject, request_sha256, expires_at_ms, keep_until_ms)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (message_id) DO UPDATE
+        SET subject = excluded.subject, request_sha256 = excluded.request_sha256,
+            expires_at_ms = excluded.expires_at_ms, keep_until_ms = excluded.keep_until_ms
+        WHERE command_keys.keep_until_ms <= $6";
+
+/// A command and its caller's idempotency key in one transaction: `Duplicate` (and
+/// nothing kept) when the key or the message id is taken.
+pub async fn queue_keyed_command(
+    pg: &Postgres,
+    msg: &ForNode,
+    key: &CommandKey,
+) -> Result<Queued, StateError> {
+    let mut c = pg.pool.get().await?;
+    let enqueue = c.prep(ENQUEUE).await?;
+    let bind = c.prep(BIND_KEY).await?;
+    let shard = c.shard();
+    let tx = c.transaction().await.map_err(unavailable)?;
+    // The key first: a replica racing with the same key waits here for this
+    // transaction, then finds the key taken and queues nothing.
+    let bound = tx
+        .execute(
+            &bind,
+            &[
+                &key.message_id,
+                &key.subject,
+                &key.request_sha256,
+                &i(key.expires_at_ms),
+                &i(key.keep_until_ms),
+                &i(pg.now_ms()),
+            ],
+        )
+        .await
+        .map_err(unavailable)?;
+    if bound == 0 {
+        return Ok(Queued::Duplicate);
+    }
+    if insert(pg, &tx, &enqueue, row(msg), shard).await? == Queued::Duplicate {
+        // The message id is another's: the key is not kept either.
+        return Ok(Queued::Duplicate);
+    }
+    tx.commit().await.map_err(after_commit)?;
+    pg.notify(listen::CH_QUEUED, msg.node_id.clone());
     Ok(Queued::Queued)
 }
 

@@ -164,6 +164,18 @@ CREATE TABLE events_head (
 );
 INSERT INTO events_head (one, next_id) SELECT true, coalesce(max(id), 0) + 1 FROM events;
 "#,
+    // 3: callers' idempotency keys of commands, committed with the command and kept
+    // (then pruned by the sweep) until keep_until_ms, at least the command's life.
+    r#"
+CREATE TABLE command_keys (
+    message_id     text   PRIMARY KEY,
+    subject        text   NOT NULL,
+    request_sha256 text   NOT NULL,
+    expires_at_ms  bigint NOT NULL,
+    keep_until_ms  bigint NOT NULL
+);
+CREATE INDEX command_keys_keep ON command_keys (keep_until_ms);
+"#,
 ];
 
 /// The newest schema this binary knows.

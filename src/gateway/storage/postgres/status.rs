@@ -95,7 +95,7 @@ pub async fn stats(pg: &Postgres) -> Result<Vec<QueueStat>, StateError> {
 
 /// Remove what expired (each message reported by exactly one replica: rows are taken
 /// with `SKIP LOCKED` and deleted with `RETURNING`), then prune finished statuses,
-/// remembered ids and seen signatures past their time.
+/// remembered ids, seen signatures and command idempotency keys past their time.
 pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
     let now = i(pg.now_ms());
     let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
@@ -123,7 +123,12 @@ pub async fn sweep(pg: &Postgres) -> Result<Vec<ExpiredMessage>, StateError> {
         )
         .await
         .map_err(unavailable)?;
-    for table in ["message_status", "remembered_ids", "seen_signatures"] {
+    for table in [
+        "message_status",
+        "remembered_ids",
+        "seen_signatures",
+        "command_keys",
+    ] {
         // Bounded per tick; whatever is left goes at the next.
         let sql = format!(
             "DELETE FROM {table} WHERE ctid IN (
