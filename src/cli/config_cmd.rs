@@ -16,6 +16,7 @@ pub fn check(path: Option<&Path>) -> anyhow::Result<()> {
                     cfg.data_dir.display()
                 ),
             }
+            super::common::check_upstream_tls(&cfg)?;
             println!(
                 "config ok: {} ({}), listen {}, data_dir {}",
                 cfg.node_id,

@@ -86,6 +86,12 @@ pub trait NodeLink: Send + Sync + 'static {
     /// The signing key the node's trust store pins for `peer` (its gateway's signed
     /// time statements are verified with it), if it has one.
     fn pinned_key(&self, peer: &str) -> Option<ed25519_dalek::VerifyingKey>;
+    /// The TLS pin (`tls_spki_sha256`) of `peer`'s trusted identity document, if it
+    /// has one: the node's upstream TLS is verified by it (crate::tls_pin).
+    fn pinned_tls(&self, peer: &str) -> Option<[u8; 32]> {
+        let _ = peer;
+        None
+    }
 }
 
 /// What `/v1/status` shows under `upstream`.
@@ -109,6 +115,8 @@ pub(crate) struct Shared {
     /// The gateway said (signed) that this node's time is ahead of its own, and the
     /// node's clock does not agree with the gateway's yet (RELIABILITY F2).
     pub clock_ahead: std::sync::atomic::AtomicBool,
+    /// The last upstream failure the worker logged (each new one is logged once).
+    pub logged_error: Mutex<Option<String>>,
 }
 
 /// Handle the daemon keeps: status for the API, `wake()` after queueing outbox work.
