@@ -1,4 +1,4 @@
-//! Pinning a gateway's TLS certificate by its key (PROTOCOL §2.1, §5.1).
+//! Pinning a gateway's TLS certificate by its key (PROTOCOL §2.1).
 //!
 //! A gateway's identity document may carry `tls_spki_sha256`: SHA-256 of the DER
 //! SubjectPublicKeyInfo of the certificate it serves (the HPKP-style pin, which survives
