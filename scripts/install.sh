@@ -4,13 +4,17 @@
 #
 # Usage:
 #   sudo scripts/install.sh --node-id node:pump-17 [--binary PATH] [--role node|gateway]
-#                           [--upstream-url URL] [--no-start] [--dry-run] [--root DIR]
+#                           [--upstream-url URL [--gateway-doc gw.json]] [--no-start]
+#                           [--dry-run] [--root DIR]
 #   sudo scripts/install.sh --uninstall [--purge] [--dry-run] [--root DIR]
 #
 #   --binary PATH   the outpost executable for this device (default: ./outpost, else
 #                   target/release/outpost next to this script's repository)
 #   --node-id ID    identity for a fresh install: runs `outpost init` (config + keys + store)
 #                   when /etc/outpost/<role config> does not exist yet
+#   --gateway-doc F the gateway's identity document (`outpost identity --json` there):
+#                   trusted (--send --issue) right after init; it pins the gateway's TLS,
+#                   which an https:// --upstream-url needs (else `config check` fails)
 #   --dry-run       print every step, change nothing
 #   --root DIR      install into a staging tree (image building, CI); no systemctl, no init
 #   --uninstall     stop, disable and remove binary, units and snippets; keeps config and
@@ -21,7 +25,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-binary="" role="node" node_id="" upstream_url="" dry_run=0 root="" mode=install purge=0 start=1
+binary="" role="node" node_id="" upstream_url="" gateway_doc="" dry_run=0 root="" mode=install purge=0 start=1
 
 die() { echo "install.sh: $*" >&2; exit 64; }
 while [ $# -gt 0 ]; do
@@ -30,12 +34,13 @@ while [ $# -gt 0 ]; do
     --role) role="${2:?--role needs node|gateway}"; shift 2 ;;
     --node-id) node_id="${2:?--node-id needs an id}"; shift 2 ;;
     --upstream-url) upstream_url="${2:?--upstream-url needs a URL}"; shift 2 ;;
+    --gateway-doc) gateway_doc="${2:?--gateway-doc needs a file}"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --root) root="${2:?--root needs a directory}"; shift 2 ;;
     --uninstall) mode=uninstall; shift ;;
     --purge) purge=1; shift ;;
     --no-start) start=0; shift ;;
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -122,6 +127,9 @@ do_install() {
     local args=(init --role "$role" --node-id "$node_id" --data-dir "$data" --config "$config")
     if [ -n "$upstream_url" ]; then args+=(--upstream-url "$upstream_url"); fi
     run "$BIN" "${args[@]}"
+    if [ -n "$gateway_doc" ]; then
+      run "$BIN" trust add "$gateway_doc" --send --issue --config "$config"
+    fi
     run chown -R outpost:outpost "$data"
     run chmod 0700 "$data"
   else

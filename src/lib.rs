@@ -46,5 +46,6 @@ pub mod service;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod tls_pin;
 pub mod token;
 pub mod tools;

@@ -79,6 +79,14 @@ impl NodeLink for Link {
         })
     }
 
+    fn pinned_tls(&self, peer: &str) -> Option<[u8; 32]> {
+        self.0
+            .base()
+            .trust()
+            .get(peer)
+            .and_then(|p| p.doc.tls_pin())
+    }
+
     fn audit_batch(
         &self,
         confirmed_size: u64,

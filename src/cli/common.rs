@@ -26,6 +26,9 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
                 data_dir: Some(dir.join("data")),
                 config: Some(cfg.clone()),
                 listen: None,
+                tls_cert: None,
+                tls_key: None,
+                allow_plaintext: false,
                 upstream_url: None,
                 gateway_id: "gateway:main".into(),
                 quiet: false,
@@ -99,6 +102,37 @@ pub fn check_identity_matches(cfg: &Config) -> Result<Option<IdentityDocument>, 
         )));
     }
     Ok(Some(doc))
+}
+
+/// An `https://` upstream needs something to verify the gateway's TLS against: the
+/// pin in the gateway's trusted identity document (`tls_spki_sha256`), or
+/// `upstream.ca_file`. Without either every connection fails its handshake; `config
+/// check` says so (exit 64) instead of passing.
+pub fn check_upstream_tls(cfg: &Config) -> Result<(), Exit> {
+    let Some(up) = &cfg.upstream else {
+        return Ok(());
+    };
+    if up.ca_file.is_some() || !up.urls.iter().any(|u| u.starts_with("https://")) {
+        return Ok(());
+    }
+    let pinned = app::keyfile::identity_path(&cfg.data_dir).exists() && {
+        let store = open_store(cfg).map_err(|e| Exit::failed(format!("{e:#}")))?;
+        let t = load_trust(&store);
+        store.close();
+        t.map_err(|e| Exit::failed(format!("{e:#}")))?
+            .get(&up.gateway_id)
+            .and_then(|p| p.doc.tls_pin())
+            .is_some()
+    };
+    if pinned {
+        return Ok(());
+    }
+    Err(Exit::usage(format!(
+        "upstream {} (gateway {}): {}",
+        up.url,
+        up.gateway_id,
+        crate::tls_pin::NO_ANCHOR
+    )))
 }
 
 pub fn load_trust(store: &Store) -> anyhow::Result<TrustStore> {

@@ -16,6 +16,7 @@ pub fn check(path: Option<&Path>) -> anyhow::Result<()> {
                     cfg.data_dir.display()
                 ),
             }
+            super::common::check_upstream_tls(&cfg)?;
             println!(
                 "config ok: {} ({}), listen {}, data_dir {}",
                 cfg.node_id,
@@ -26,7 +27,9 @@ pub fn check(path: Option<&Path>) -> anyhow::Result<()> {
             for s in &cfg.sources {
                 println!("  read {}", s.display());
             }
-            if !cfg.listen.ip().is_loopback() {
+            // A gateway beyond loopback is meant to be reached (with TLS, or
+            // allow_plaintext, else the config is refused); a node's API is local.
+            if cfg.role == config::Role::Node && !cfg.listen.ip().is_loopback() {
                 println!(
                     "  warning: api.listen {} is not loopback; the local API is reachable from the network",
                     cfg.listen

@@ -7,13 +7,39 @@ use crate::envelope::{IdentityDocument, Rights};
 
 pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
-    let doc = load_identity(&cfg)?;
+    let doc = with_current_tls_pin(&cfg, load_identity(&cfg)?)?;
     if json {
         println!("{}", serde_json::to_string(&doc)?);
     } else {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     }
     Ok(())
+}
+
+/// A gateway's document carries the pin of the certificate it serves now
+/// (`api.tls_cert_file`): when the stored one has another pin (the operator brought a
+/// new certificate with a new key) or none, the document is signed again with it
+/// (same keys and `created_at`), so what nodes are given always matches the gateway.
+fn with_current_tls_pin(
+    cfg: &crate::config::Config,
+    doc: IdentityDocument,
+) -> anyhow::Result<IdentityDocument> {
+    let Some((cert, _)) = cfg.tls.as_ref().filter(|_| doc.role == "gateway") else {
+        return Ok(doc);
+    };
+    let pin = crate::tls_pin::spki_sha256_of_pem_file(cert)
+        .map_err(|e| Exit::usage(format!("api.tls_cert_file {e}")))?;
+    if doc.tls_pin() == Some(pin) {
+        return Ok(doc);
+    }
+    let keys = super::common::load_keys(cfg)?;
+    Ok(IdentityDocument::with_tls_pin(
+        &doc.node_id,
+        &doc.role,
+        &keys,
+        &doc.created_at,
+        Some(pin),
+    ))
 }
 
 /// Where the peers live: the data dir's store, or a database-backed gateway's tables
@@ -119,11 +145,16 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
                     return Err(Exit::failed("refusing to add our own identity as a peer").into());
                 }
                 let id = doc.node_id.clone();
+                let pinned = if doc.tls_pin().is_some() {
+                    ", tls pinned"
+                } else {
+                    ""
+                };
                 let replaced = t
                     .add(doc, Rights { send, issue })
                     .map_err(|e| Exit::failed(format!("refused {id}: {e}")))?;
                 lines.push(format!(
-                    "{} {id} (send: {send}, issue: {issue})",
+                    "{} {id} (send: {send}, issue: {issue}{pinned})",
                     if replaced.is_some() {
                         "updated"
                     } else {

@@ -1,4 +1,8 @@
 //! `outpost init`: keys (0600), identity document, an empty store, and a config file.
+//! A gateway listening beyond loopback also gets a TLS certificate and key (0600) in its
+//! data dir, unless the operator brings their own (`--tls-cert/--tls-key`) or opts out
+//! (`--allow-plaintext`); its identity document carries the certificate's pin
+//! (`tls_spki_sha256`, PROTOCOL §2.1), which is what its nodes verify it by.
 
 use std::path::{Path, PathBuf};
 
@@ -15,9 +19,31 @@ pub struct InitArgs {
     pub data_dir: Option<PathBuf>,
     pub config: Option<PathBuf>,
     pub listen: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub allow_plaintext: bool,
     pub upstream_url: Option<String>,
     pub gateway_id: String,
     pub quiet: bool,
+}
+
+/// The gateway's TLS, as init sets it up.
+enum TlsPlan {
+    /// Plain HTTP (loopback, or `--allow-plaintext`).
+    None,
+    /// The operator's certificate and key, and the certificate's pin.
+    Given {
+        cert: PathBuf,
+        key: PathBuf,
+        pin: [u8; 32],
+    },
+    /// `tls.crt` and `tls.key` made in the data dir.
+    Generate { cert: PathBuf, key: PathBuf },
+}
+
+/// Where a generated certificate and key go.
+pub fn tls_paths(data_dir: &Path) -> (PathBuf, PathBuf) {
+    (data_dir.join("tls.crt"), data_dir.join("tls.key"))
 }
 
 pub fn init(a: InitArgs) -> anyhow::Result<()> {
@@ -35,6 +61,7 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
     // Absolute in the config, so `run` finds it from any working directory.
     let data_dir = std::path::absolute(
         a.data_dir
+            .clone()
             .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR)),
     )?;
     // Resolved the way every other command resolves it: --config, then $OUTPOST_CONFIG,
@@ -55,14 +82,32 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let tls = tls_plan(&a, role, &data_dir)?;
     let mut text = format!(
         "[identity]\nnode_id = \"{}\"\nrole = \"{}\"\ndata_dir = \"{}\"\n",
         a.node_id,
         role.as_str(),
         data_dir.display()
     );
+    let mut api = String::new();
     if let Some(l) = &a.listen {
-        text.push_str(&format!("\n[api]\nlisten = \"{l}\"\n"));
+        api.push_str(&format!("listen = \"{l}\"\n"));
+    }
+    match &tls {
+        TlsPlan::None => {}
+        TlsPlan::Given { cert, key, .. } | TlsPlan::Generate { cert, key } => {
+            api.push_str(&format!(
+                "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+                cert.display(),
+                key.display()
+            ));
+        }
+    }
+    if a.allow_plaintext {
+        api.push_str("allow_plaintext = true\n");
+    }
+    if !api.is_empty() {
+        text.push_str(&format!("\n[api]\n{api}"));
     }
     if let Some(u) = &a.upstream_url {
         text.push_str(&format!(
@@ -78,7 +123,7 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
     // not blocked by half an identity.
     let mut made = Made::default();
     let res = write_all(
-        &a.node_id, role, &data_dir, &cfg_path, &keys_path, &text, &cfg, &mut made,
+        &a.node_id, role, &data_dir, &cfg_path, &keys_path, &text, &cfg, &tls, &mut made,
     );
     if res.is_err() {
         made.undo();
@@ -92,6 +137,15 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         eprintln!("  config   {}", cfg_path.display());
         eprintln!("  keys     {} (0600)", keys_path.display());
         eprintln!("  identity {}", keyfile::identity_path(&data_dir).display());
+        match &tls {
+            TlsPlan::None => {}
+            TlsPlan::Given { cert, .. } => eprintln!("  tls      {} (yours)", cert.display()),
+            TlsPlan::Generate { cert, key } => eprintln!(
+                "  tls      {} and {} (0600), self-signed; nodes pin it through the identity document",
+                cert.display(),
+                key.display()
+            ),
+        }
         // The hints work as printed: they name the config unless it is the default.
         let with = if cfg_path == Path::new(config::DEFAULT_CONFIG_PATH) {
             String::new()
@@ -101,6 +155,51 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         eprintln!("next: share the identity document with peers (`outpost identity --json{with}`) and add theirs with `outpost trust add FILE --send{with}`.");
     }
     Ok(())
+}
+
+/// Whether, and how, this gateway serves HTTPS.
+fn tls_plan(a: &InitArgs, role: Role, data_dir: &Path) -> anyhow::Result<TlsPlan> {
+    let given = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some((std::path::absolute(c)?, std::path::absolute(k)?)),
+        (None, None) => None,
+        _ => return Err(Exit::usage("--tls-cert and --tls-key go together").into()),
+    };
+    if role != Role::Gateway {
+        if given.is_some() || a.allow_plaintext {
+            return Err(Exit::usage(
+                "--tls-cert, --tls-key and --allow-plaintext are for a gateway (--role gateway)",
+            )
+            .into());
+        }
+        return Ok(TlsPlan::None);
+    }
+    if let Some((cert, key)) = given {
+        if a.allow_plaintext {
+            return Err(Exit::usage("--allow-plaintext and --tls-cert exclude each other").into());
+        }
+        let pin = crate::tls_pin::spki_sha256_of_pem_file(&cert).map_err(Exit::usage)?;
+        // Refused now rather than at the first `run`.
+        crate::gateway::tls::acceptor(&cert, &key).map_err(|e| Exit::usage(e.to_string()))?;
+        return Ok(TlsPlan::Given { cert, key, pin });
+    }
+    let beyond_loopback = a
+        .listen
+        .as_deref()
+        .and_then(|l| l.parse::<std::net::SocketAddr>().ok())
+        .is_some_and(|l| !l.ip().is_loopback());
+    if !beyond_loopback || a.allow_plaintext {
+        return Ok(TlsPlan::None);
+    }
+    if !super::tls_gen::AVAILABLE {
+        return Err(Exit::usage(
+            "this build cannot generate a TLS certificate (built without the `tls-gen` \
+             feature): give --tls-cert and --tls-key (PEM files), or --allow-plaintext \
+             behind a TLS-terminating proxy",
+        )
+        .into());
+    }
+    let (cert, key) = tls_paths(data_dir);
+    Ok(TlsPlan::Generate { cert, key })
 }
 
 /// What an init created, newest last, so a failed init can take it back.
@@ -147,6 +246,7 @@ fn write_all(
     keys_path: &Path,
     text: &str,
     cfg: &config::Config,
+    tls: &TlsPlan,
     made: &mut Made,
 ) -> anyhow::Result<()> {
     made.dir_all(data_dir, true)
@@ -158,7 +258,22 @@ fn write_all(
     let now_ms = crate::clock::system().now_ms();
     let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
         .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
-    let doc = IdentityDocument::new(node_id, role.as_str(), &keys, &created_at);
+    let pin = match tls {
+        TlsPlan::None => None,
+        TlsPlan::Given { pin, .. } => Some(*pin),
+        TlsPlan::Generate { cert, key } => {
+            let made_tls = super::tls_gen::generate(node_id, cfg.listen.ip())
+                .map_err(|e| anyhow::anyhow!("generating the TLS certificate: {e}"))?;
+            made.files.push(key.clone());
+            keyfile::write_atomic(key, made_tls.key_pem.as_bytes(), 0o600)
+                .with_context(|| format!("writing {}", key.display()))?;
+            made.files.push(cert.clone());
+            keyfile::write_atomic(cert, made_tls.cert_pem.as_bytes(), 0o644)
+                .with_context(|| format!("writing {}", cert.display()))?;
+            Some(made_tls.pin)
+        }
+    };
+    let doc = IdentityDocument::with_tls_pin(node_id, role.as_str(), &keys, &created_at, pin);
     made.files.push(keyfile::identity_path(data_dir));
     keyfile::write_identity(data_dir, &doc)?;
 

@@ -16,6 +16,7 @@ pub mod init;
 pub mod queue;
 pub mod run;
 pub mod status;
+pub mod tls_gen;
 pub mod token;
 
 /// Exit code for bad usage or bad configuration (sysexits EX_USAGE).
@@ -126,8 +127,20 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
         /// Address the API listens on (default 127.0.0.1:8000, gateway 127.0.0.1:8787).
+        /// A gateway beyond loopback (e.g. 0.0.0.0:8787) gets a TLS certificate and key
+        /// in its data dir unless --tls-cert/--tls-key or --allow-plaintext is given.
         #[arg(long)]
         listen: Option<String>,
+        /// Gateway: serve HTTPS with this PEM certificate (chain) instead of a generated one.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// Gateway: the PEM private key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Gateway: plain HTTP beyond loopback, behind a TLS-terminating proxy
+        /// (writes api.allow_plaintext = true).
+        #[arg(long, conflicts_with = "tls_cert")]
+        allow_plaintext: bool,
         /// Gateway URL for a node (writes an [upstream] section).
         #[arg(long)]
         upstream_url: Option<String>,
@@ -398,6 +411,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
             config,
             listen,
+            tls_cert,
+            tls_key,
+            allow_plaintext,
             upstream_url,
             gateway_id,
         } => init::init(init::InitArgs {
@@ -406,6 +422,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
             config,
             listen,
+            tls_cert,
+            tls_key,
+            allow_plaintext,
             upstream_url,
             gateway_id,
             quiet: false,

@@ -1,5 +1,6 @@
 //! `outpost status`: asks the running daemon (its address from `api.addr`, else the
-//! configured one).
+//! configured one). A gateway that serves HTTPS is asked over TLS, its certificate
+//! pinned by the key of the one its config names (crate::tls_pin), as a node pins it.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,10 +11,47 @@ use serde_json::Value;
 use super::common::load_existing_config;
 use super::{ConfigArg, Exit};
 
+/// How the CLI reaches its own daemon: the address it listens on (an unspecified one
+/// is reached on loopback) and, for a gateway with TLS, the pin of its certificate.
+struct Local {
+    addr: std::net::SocketAddr,
+    tls: Option<crate::tls_pin::Pin>,
+}
+
+impl Local {
+    fn of(cfg: &crate::config::Config) -> anyhow::Result<Local> {
+        let mut addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let tls = match &cfg.tls {
+            Some((cert, _)) => Some(
+                crate::tls_pin::spki_sha256_of_pem_file(cert)
+                    .map_err(|e| Exit::usage(format!("api.tls_cert_file {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Local { addr, tls })
+    }
+
+    fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        http_get(self.addr, path, self.tls)
+    }
+}
+
 pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let cfg = load_existing_config(arg)?;
-    let addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
-    let body = match http_get(addr, "/v1/status") {
+    let local = Local::of(&cfg)?;
+    let addr = local.url();
+    let body = match local.get("/v1/status") {
         Ok((200, body)) => body,
         Ok((code, body)) => {
             return Err(Exit::failed(format!(
@@ -64,14 +102,15 @@ pub fn wait_ready(arg: &ConfigArg, timeout: &str, upstream: bool) -> anyhow::Res
     loop {
         // The daemon writes api.addr once it listens (port 0 included); until then the
         // configured address is the best guess.
-        let addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
-        last = match http_get(addr, "/readyz") {
+        let local = Local::of(&cfg)?;
+        let addr = local.url();
+        last = match local.get("/readyz") {
             Ok((200, _)) => {
-                eprintln!("ready: {} on http://{addr}", cfg.node_id);
+                eprintln!("ready: {} on {addr}", cfg.node_id);
                 if upstream && cfg.upstream.is_some() {
-                    wait_upstream(addr, timeout, deadline)?;
+                    wait_upstream(&local, timeout, deadline)?;
                 }
-                println!("http://{addr}");
+                println!("{addr}");
                 return Ok(());
             }
             Ok((code, body)) => format!("{addr} answered {code}: {}", error_text(&body)),
@@ -87,11 +126,11 @@ pub fn wait_ready(arg: &ConfigArg, timeout: &str, upstream: bool) -> anyhow::Res
 
 /// `wait-ready --upstream`: until the node's `/v1/status` says it is connected to its
 /// gateway, or the deadline; on failure, the last error and what to do.
-fn wait_upstream(addr: std::net::SocketAddr, timeout: &str, deadline: u64) -> anyhow::Result<()> {
+fn wait_upstream(local: &Local, timeout: &str, deadline: u64) -> anyhow::Result<()> {
     let clock = crate::clock::system();
     let mut last = "no status yet".to_string();
     loop {
-        if let Ok((200, body)) = http_get(addr, "/v1/status") {
+        if let Ok((200, body)) = local.get("/v1/status") {
             let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
             let up = &v["upstream"];
             if up["connected"] == true {
@@ -264,16 +303,45 @@ fn duration(s: u64) -> String {
 }
 
 /// A tiny loopback HTTP/1.1 GET, enough for status without an HTTP client runtime:
-/// the status code and the body.
-fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+/// the status code and the body. With `tls`, over TLS to a server whose certificate
+/// carries the key of that pin.
+fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    tls: Option<crate::tls_pin::Pin>,
+) -> std::io::Result<(u16, String)> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n\r\n"
-    )?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
+    );
+    let mut raw = Vec::new();
+    match tls {
+        None => {
+            let mut s = s;
+            s.write_all(request.as_bytes())?;
+            s.read_to_end(&mut raw)?;
+        }
+        Some(pin) => {
+            use tokio_rustls::rustls;
+            let cfg = crate::tls_pin::client_config(std::sync::Arc::new(move || Some(pin)), None)
+                .map_err(std::io::Error::other)?;
+            let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
+            let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)
+                .map_err(std::io::Error::other)?;
+            let mut t = rustls::StreamOwned::new(conn, s);
+            t.write_all(request.as_bytes())?;
+            t.flush()?;
+            match t.read_to_end(&mut raw) {
+                Ok(_) => {}
+                // A peer that closes without close_notify after a whole answer.
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let buf = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = buf
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("malformed HTTP response"))?;

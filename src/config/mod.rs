@@ -75,6 +75,8 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// `(cert_file, key_file)` when the API serves HTTPS (gateway role).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `api.allow_plaintext`: a gateway beyond loopback without TLS, on purpose.
+    pub allow_plaintext: bool,
     /// Timeouts and the connection cap of the API listener.
     pub http: HttpLimits,
     pub upstream: Option<Upstream>,
@@ -312,6 +314,15 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     };
 
+    let allow_plaintext = raw.api.allow_plaintext.unwrap_or(false);
+    if role == Role::Gateway && tls.is_none() && !allow_plaintext && !listen.ip().is_loopback() {
+        errs.push(format!(
+            "api.listen {listen} is beyond loopback but the gateway has no TLS: set \
+             api.tls_cert_file and api.tls_key_file (`outpost init --role gateway --listen …` \
+             makes them), or api.allow_plaintext = true behind a TLS-terminating proxy"
+        ));
+    }
+
     let http = http::check(&raw.api, role, &mut errs);
 
     let upstream = raw.upstream.map(|u| upstream::check(u, role, &mut errs));
@@ -458,6 +469,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         listen,
         max_body_bytes,
         tls,
+        allow_plaintext,
         http,
         upstream,
         queue,

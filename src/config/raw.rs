@@ -47,6 +47,9 @@ pub struct RawApi {
     /// PEM certificate chain and key: the gateway then serves HTTPS (rustls).
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
+    /// A gateway may serve plain HTTP on an address beyond loopback only with this set
+    /// (behind a TLS-terminating proxy); without TLS or it, the config is refused.
+    pub allow_plaintext: Option<bool>,
     /// Slow-client limits of the HTTP listener (see `config::http`).
     pub header_timeout_ms: Option<u64>,
     pub body_timeout_ms: Option<u64>,

@@ -210,3 +210,29 @@ fn postgres_is_for_gateways_and_needs_a_url() {
         assert!(shown.contains("gw:***@db.example"), "{shown}");
     }
 }
+
+/// A gateway reachable from the network serves HTTPS, or says on purpose that it does
+/// not (a TLS-terminating proxy in front): plain HTTP beyond loopback is refused.
+#[test]
+fn a_gateway_beyond_loopback_needs_tls_or_allow_plaintext() {
+    let gw = "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n";
+    let e = from_str(&format!("{gw}[api]\nlisten = \"0.0.0.0:8787\"\n")).unwrap_err();
+    let e = e.to_string();
+    assert!(
+        e.contains("beyond loopback") && e.contains("allow_plaintext"),
+        "{e}"
+    );
+    let c = from_str(&format!(
+        "{gw}[api]\nlisten = \"0.0.0.0:8787\"\nallow_plaintext = true\n"
+    ))
+    .unwrap();
+    assert!(c.allow_plaintext && c.tls.is_none());
+    let c = from_str(&format!(
+        "{gw}[api]\nlisten = \"10.0.0.1:8787\"\ntls_cert_file = \"/c\"\ntls_key_file = \"/k\"\n"
+    ))
+    .unwrap();
+    assert!(c.tls.is_some());
+    // Loopback needs neither; a node's local API is not concerned.
+    from_str(&format!("{gw}[api]\nlisten = \"127.0.0.1:8787\"\n")).unwrap();
+    from_str("[identity]\nnode_id = \"node:a\"\n[api]\nlisten = \"0.0.0.0:8000\"\n").unwrap();
+}

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::Keys;
 use super::node_id::is_valid_node_id;
-use super::pae::{b64_encode, pae, serde_b64};
+use super::pae::{b64_encode, pae, serde_b64, serde_b64_opt};
 
 /// Domain separation for the identity self-signature.
 pub const IDENTITY_DOMAIN: &str = "outpost/identity/v1";
@@ -34,6 +34,8 @@ pub enum IdentityError {
     WeakKexKey,
     #[error("identity document: self_sig does not verify")]
     BadSelfSig,
+    #[error("identity document: tls_spki_sha256 is not 32 bytes, or not on a gateway's document")]
+    TlsPin,
 }
 
 /// The public identity of a process. Field order is the JSON order the CLI prints.
@@ -48,6 +50,15 @@ pub struct IdentityDocument {
     pub kex_pk: Vec<u8>,
     /// RFC 3339 text; signed exactly as it appears, so it is never re-formatted.
     pub created_at: String,
+    /// A gateway's TLS pin: SHA-256 of the DER SubjectPublicKeyInfo of the certificate
+    /// it serves (PROTOCOL §2.1). Optional and signed when present; a document without
+    /// it is signed (and verifies) exactly as before the field existed.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "serde_b64_opt"
+    )]
+    pub tls_spki_sha256: Option<Vec<u8>>,
     #[serde(with = "serde_b64")]
     pub self_sig: Vec<u8>,
 }
@@ -55,17 +66,37 @@ pub struct IdentityDocument {
 impl IdentityDocument {
     /// Build and self-sign this process's document.
     pub fn new(node_id: &str, role: &str, keys: &Keys, created_at: &str) -> Self {
+        Self::with_tls_pin(node_id, role, keys, created_at, None)
+    }
+
+    /// [`IdentityDocument::new`] with a gateway's TLS pin (`tls_spki_sha256`), signed too.
+    pub fn with_tls_pin(
+        node_id: &str,
+        role: &str,
+        keys: &Keys,
+        created_at: &str,
+        tls_spki_sha256: Option<[u8; 32]>,
+    ) -> Self {
         let sign_pk = keys.sign_pk().to_bytes().to_vec();
         let kex_pk = keys.kex_pk().to_bytes().to_vec();
-        let msg = signed_bytes(node_id, role, &sign_pk, &kex_pk, created_at);
+        let pin = tls_spki_sha256.map(|p| p.to_vec());
+        let msg = signed_bytes(node_id, role, &sign_pk, &kex_pk, created_at, pin.as_deref());
         Self {
             node_id: node_id.to_owned(),
             role: role.to_owned(),
             sign_pk,
             kex_pk,
             created_at: created_at.to_owned(),
+            tls_spki_sha256: pin,
             self_sig: keys.sign(&msg).to_vec(),
         }
+    }
+
+    /// The TLS pin as 32 bytes (only ever set on a verified gateway document).
+    pub fn tls_pin(&self) -> Option<[u8; 32]> {
+        self.tls_spki_sha256
+            .as_deref()
+            .and_then(|p| <[u8; 32]>::try_from(p).ok())
     }
 
     /// Syntax, key hygiene and the self-signature (strict Ed25519 verification).
@@ -84,6 +115,11 @@ impl IdentityDocument {
         {
             return Err(IdentityError::CreatedAt);
         }
+        if let Some(pin) = &self.tls_spki_sha256 {
+            if pin.len() != 32 || self.role != "gateway" {
+                return Err(IdentityError::TlsPin);
+            }
+        }
         let sign = parse_sign_pk(&self.sign_pk)?;
         let kex = parse_kex_pk(&self.kex_pk)?;
         let sig = <[u8; 64]>::try_from(self.self_sig.as_slice())
@@ -94,6 +130,7 @@ impl IdentityDocument {
             &self.sign_pk,
             &self.kex_pk,
             &self.created_at,
+            self.tls_spki_sha256.as_deref(),
         );
         sign.verify_strict(&msg, &Signature::from_bytes(&sig))
             .map_err(|_| IdentityError::BadSelfSig)?;
@@ -119,15 +156,22 @@ fn signed_bytes(
     sign_pk: &[u8],
     kex_pk: &[u8],
     created_at: &str,
+    tls_spki_sha256: Option<&[u8]>,
 ) -> Vec<u8> {
-    pae(&[
+    let mut pieces: Vec<&[u8]> = vec![
         IDENTITY_DOMAIN.as_bytes(),
         node_id.as_bytes(),
         role.as_bytes(),
         sign_pk,
         kex_pk,
         created_at.as_bytes(),
-    ])
+    ];
+    // PAE counts its pieces, so the 7-piece form can never equal a 6-piece one: a pin
+    // cannot be added to, or stripped from, a signed document.
+    if let Some(pin) = tls_spki_sha256 {
+        pieces.push(pin);
+    }
+    pae(&pieces)
 }
 
 /// An Ed25519 public key we are willing to trust: a valid point, not of small order.
@@ -216,6 +260,41 @@ mod tests {
         }
     }
 
+    /// A gateway's TLS pin is signed: it cannot be added, stripped or changed; a
+    /// document without one is the same JSON and the same signature as before the field.
+    #[test]
+    fn the_tls_pin_is_bound_and_optional() {
+        let k = Keys::from_secret_bytes(&[1u8; 32], &[2u8; 32]);
+        let at = "2026-11-22T06:00:00Z";
+        let plain = IdentityDocument::new("gateway:main", "gateway", &k, at);
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("tls_spki_sha256"), "{json}");
+        let pinned =
+            IdentityDocument::with_tls_pin("gateway:main", "gateway", &k, at, Some([7u8; 32]));
+        pinned.verify().unwrap();
+        let json = serde_json::to_string(&pinned).unwrap();
+        assert!(json.contains("\"tls_spki_sha256\":\""), "{json}");
+        let back: IdentityDocument = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.tls_pin(), Some([7u8; 32]));
+        back.verify().unwrap();
+        assert_ne!(pinned.self_sig, plain.self_sig);
+
+        let mut x = pinned.clone();
+        x.tls_spki_sha256 = None;
+        assert_eq!(x.verify().unwrap_err(), IdentityError::BadSelfSig);
+        let mut x = pinned.clone();
+        x.tls_spki_sha256 = Some(vec![8u8; 32]);
+        assert_eq!(x.verify().unwrap_err(), IdentityError::BadSelfSig);
+        let mut x = plain.clone();
+        x.tls_spki_sha256 = Some(vec![7u8; 32]);
+        assert_eq!(x.verify().unwrap_err(), IdentityError::BadSelfSig);
+        let mut x = pinned.clone();
+        x.tls_spki_sha256 = Some(vec![7u8; 31]);
+        assert_eq!(x.verify().unwrap_err(), IdentityError::TlsPin);
+        let node = IdentityDocument::with_tls_pin("node:a", "node", &k, at, Some([7u8; 32]));
+        assert_eq!(node.verify().unwrap_err(), IdentityError::TlsPin);
+    }
+
     #[test]
     fn refuses_small_order_keys() {
         // Identity point of Ed25519 (small order) and u = 0 / u = 1 for X25519.
@@ -235,7 +314,14 @@ mod tests {
         let k = Keys::generate();
         let mut d = IdentityDocument::new("node:x", "node", &k, "2026-11-22T06:00:00Z");
         d.kex_pk = vec![0u8; 32];
-        let msg = signed_bytes(&d.node_id, &d.role, &d.sign_pk, &d.kex_pk, &d.created_at);
+        let msg = signed_bytes(
+            &d.node_id,
+            &d.role,
+            &d.sign_pk,
+            &d.kex_pk,
+            &d.created_at,
+            None,
+        );
         d.self_sig = k.sign(&msg).to_vec();
         assert_eq!(d.verify().unwrap_err(), IdentityError::WeakKexKey);
     }

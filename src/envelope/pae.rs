@@ -59,6 +59,25 @@ pub(crate) mod serde_b64 {
     }
 }
 
+/// serde adapter: `Option<Vec<u8>>` as base64url-no-pad text (absent when `None`).
+pub(crate) mod serde_b64_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => s.serialize_str(&super::b64_encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        super::b64_decode(&text)
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom("invalid base64url (no padding)"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

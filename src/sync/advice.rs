@@ -7,7 +7,8 @@ use super::transport::SyncError;
 /// A failure's class and the fix to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Advice {
-    /// Stable, snake_case: `refused`, `dns`, `tls_untrusted`, `tls_plain`, `timeout`,
+    /// Stable, snake_case: `refused`, `dns`, `tls_untrusted`, `tls_pin_mismatch`,
+    /// `tls_plain`, `timeout`,
     /// `unreachable`, `network`, `slow`, `unauthorized`, `forbidden`, `not_found`,
     /// `gateway_error`, `status`, `clock_skew`, `malformed`, `setup`.
     pub class: &'static str,
@@ -88,6 +89,13 @@ fn network(d: &str) -> Advice {
             "tls_plain",
             "an https:// URL, but the gateway speaks plain HTTP: give the gateway a certificate \
              (api.tls_cert_file) or use http:// on a network you trust",
+        )
+    } else if has(&["document pins"]) {
+        advice(
+            "tls_pin_mismatch",
+            "the gateway serves another key than its trusted identity document pins (a new \
+             certificate key, or someone else at that address): take the gateway's current \
+             `outpost identity --json` and `outpost trust add` it again, or find who answers",
         )
     } else if has(&[
         "unknownissuer",

@@ -87,6 +87,12 @@ pub trait NodeLink: Send + Sync + 'static {
     /// The signing key the node's trust store pins for `peer` (its gateway's signed
     /// time statements are verified with it), if it has one.
     fn pinned_key(&self, peer: &str) -> Option<ed25519_dalek::VerifyingKey>;
+    /// The TLS pin (`tls_spki_sha256`) of `peer`'s trusted identity document, if it
+    /// has one: the node's upstream TLS is verified by it (crate::tls_pin).
+    fn pinned_tls(&self, peer: &str) -> Option<[u8; 32]> {
+        let _ = peer;
+        None
+    }
 }
 
 /// What `/v1/status` shows under `upstream`.

@@ -1,4 +1,5 @@
-//! HTTP to the gateway: reqwest with rustls (a pinned CA when `upstream.ca_file` is set),
+//! HTTP to the gateway: reqwest with rustls (the gateway's key pinned by its identity
+//! document, else the CA of `upstream.ca_file`: [`crate::tls_pin`]),
 //! every request signed per PROTOCOL §5 (`Outpost-Node`, `Outpost-Timestamp`,
 //! `Outpost-Signature` over method, path-and-query, timestamp and body hash).
 //!
@@ -122,16 +123,25 @@ impl Transport {
         keys: Arc<Keys>,
         pinned: PinnedKey,
     ) -> Result<Self, SyncError> {
-        let mut b = reqwest::Client::builder()
+        Self::with_tls_pin(up, node_id, keys, pinned, Arc::new(|| None))
+    }
+
+    /// `https://` upstreams are verified by `tls_pin` (the gateway's `tls_spki_sha256`
+    /// from the trust store, asked at each handshake) when it has one, else by
+    /// `upstream.ca_file`, else refused (crate::tls_pin).
+    pub fn with_tls_pin(
+        up: &Upstream,
+        node_id: &str,
+        keys: Arc<Keys>,
+        pinned: PinnedKey,
+        tls_pin: crate::tls_pin::PinSource,
+    ) -> Result<Self, SyncError> {
+        let tls = crate::tls_pin::client_config(tls_pin, up.ca_file.as_deref())
+            .map_err(SyncError::Setup)?;
+        let b = reqwest::Client::builder()
             .no_proxy()
-            .connect_timeout(Duration::from_secs(up.request_timeout_s.max(1)));
-        if let Some(ca) = &up.ca_file {
-            let pem = std::fs::read(ca)
-                .map_err(|e| SyncError::Setup(format!("reading {}: {e}", ca.display())))?;
-            let cert = reqwest::Certificate::from_pem(&pem)
-                .map_err(|e| SyncError::Setup(format!("{}: {e}", ca.display())))?;
-            b = b.add_root_certificate(cert);
-        }
+            .connect_timeout(Duration::from_secs(up.request_timeout_s.max(1)))
+            .use_preconfigured_tls(tls);
         let http = b.build().map_err(|e| SyncError::Setup(e.to_string()))?;
         Ok(Self {
             http,

@@ -39,7 +39,22 @@ pub fn spawn(
     };
     let node = deps.node.clone();
     let pinned: PinnedKey = Arc::new(move |id: &str| node.pinned_key(id));
-    let transport = Transport::new(&up, &deps.cfg.node_id, deps.keys.clone(), pinned)?;
+    let (node, gw) = (deps.node.clone(), up.gateway_id.clone());
+    let tls_pin: crate::tls_pin::PinSource = Arc::new(move || node.pinned_tls(&gw));
+    if up.urls.iter().any(|u| u.starts_with("https://"))
+        && up.ca_file.is_none()
+        && tls_pin().is_none()
+    {
+        // Said once at start (and again with each failure below), so that a node
+        // that cannot verify its gateway does not fail in silence.
+        tracing::warn!(
+            event = "upstream_tls_unverifiable",
+            gateway = %up.gateway_id,
+            detail = crate::tls_pin::NO_ANCHOR
+        );
+    }
+    let transport =
+        Transport::with_tls_pin(&up, &deps.cfg.node_id, deps.keys.clone(), pinned, tls_pin)?;
     let shared = Arc::new(Shared::default());
     let handle = SyncHandle {
         shared: shared.clone(),

@@ -698,7 +698,11 @@ async fn gateway_metrics_need_read_off_loopback_and_count_requests() {
         return;
     }
     let Some(net) = NetPair::new() else { return };
-    let home = Home::init("gateway", "gateway:main", "[api]\nlisten = \"0.0.0.0:0\"\n");
+    let home = Home::init(
+        "gateway",
+        "gateway:main",
+        "[api]\nlisten = \"0.0.0.0:0\"\nallow_plaintext = true\n",
+    );
     let gw = home.start_wrapped(&NetPair::prefix(&net.a), &[]);
     let port = gw.addr.port();
     let read = home.token("gateway:main", &["read"], "10m");
