@@ -11,6 +11,7 @@ pub mod config_cmd;
 pub mod demo;
 pub mod envelope;
 pub mod gateway_cmd;
+pub mod gw;
 pub mod identity;
 pub mod init;
 pub mod queue;
@@ -199,6 +200,8 @@ pub enum Command {
         #[arg(long)]
         ttl: Option<String>,
     },
+    #[command(flatten)]
+    Gw(gw::GwCommand),
     /// Show daemon status (from its API).
     Status {
         #[command(flatten)]
@@ -442,6 +445,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             ttl,
         } => envelope::send(&cfg, &to, &payload_type, ttl.as_deref()),
         Command::Status { cfg, json } => status::status(&cfg, json),
+        Command::Gw(c) => gw::run(c),
         Command::WaitReady {
             cfg,
             timeout,

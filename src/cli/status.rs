@@ -13,13 +13,13 @@ use super::{ConfigArg, Exit};
 
 /// How the CLI reaches its own daemon: the address it listens on (an unspecified one
 /// is reached on loopback) and, for a gateway with TLS, the pin of its certificate.
-struct Local {
+pub(super) struct Local {
     addr: std::net::SocketAddr,
     tls: Option<crate::tls_pin::Pin>,
 }
 
 impl Local {
-    fn of(cfg: &crate::config::Config) -> anyhow::Result<Local> {
+    pub(super) fn of(cfg: &crate::config::Config) -> anyhow::Result<Local> {
         let mut addr = crate::daemon::listen::read_addr_file(&cfg.data_dir).unwrap_or(cfg.listen);
         if addr.ip().is_unspecified() {
             addr.set_ip(match addr {
@@ -37,13 +37,41 @@ impl Local {
         Ok(Local { addr, tls })
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
     }
 
     fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
         http_get(self.addr, path, self.tls)
+    }
+
+    /// `method path` with a bearer token and an optional JSON body; waits up to
+    /// `read_timeout` for the answer (a tool call's `wait_s` and a margin).
+    pub(super) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&[u8]>,
+        extra: &[(&str, &str)],
+        read_timeout: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        let auth = format!("Bearer {token}");
+        let mut headers = vec![("Authorization", auth.as_str())];
+        headers.extend_from_slice(extra);
+        if body.is_some() {
+            headers.push(("Content-Type", "application/json"));
+        }
+        http_request(
+            self.addr,
+            method,
+            path,
+            &headers,
+            body.unwrap_or_default(),
+            self.tls,
+            read_timeout,
+        )
     }
 }
 
@@ -310,17 +338,36 @@ fn http_get(
     path: &str,
     tls: Option<crate::tls_pin::Pin>,
 ) -> std::io::Result<(u16, String)> {
+    http_request(addr, "GET", path, &[], &[], tls, Duration::from_secs(5))
+}
+
+fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    tls: Option<crate::tls_pin::Pin>,
+    read_timeout: Duration,
+) -> std::io::Result<(u16, String)> {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_read_timeout(Some(read_timeout))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n\r\n"
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\nContent-Length: {}\r\n",
+        body.len()
     );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut request = request.into_bytes();
+    request.extend_from_slice(body);
     let mut raw = Vec::new();
     match tls {
         None => {
             let mut s = s;
-            s.write_all(request.as_bytes())?;
+            s.write_all(&request)?;
             s.read_to_end(&mut raw)?;
         }
         Some(pin) => {
@@ -331,7 +378,7 @@ fn http_get(
             let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)
                 .map_err(std::io::Error::other)?;
             let mut t = rustls::StreamOwned::new(conn, s);
-            t.write_all(request.as_bytes())?;
+            t.write_all(&request)?;
             t.flush()?;
             match t.read_to_end(&mut raw) {
                 Ok(_) => {}

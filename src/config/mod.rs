@@ -15,7 +15,6 @@ pub use queue::{QueueConfig, TtlError};
 pub use upstream::Upstream;
 
 use crate::store::EngineKind;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -327,68 +326,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
 
     let upstream = raw.upstream.map(|u| upstream::check(u, role, &mut errs));
 
-    let q = raw.queue;
-    let max_ttl_s = q.max_ttl_s.unwrap_or(HARD_MAX_TTL_S);
-    if max_ttl_s == 0 || max_ttl_s > HARD_MAX_TTL_S {
-        errs.push(format!("queue.max_ttl_s must be 1..={HARD_MAX_TTL_S}"));
-    }
-    let default_ttl_s = q.default_ttl_s.unwrap_or(86_400);
-    if default_ttl_s == 0 || default_ttl_s > max_ttl_s {
-        errs.push("queue.default_ttl_s must be 1..=queue.max_ttl_s".into());
-    }
-    let mut ttl_s: BTreeMap<String, u64> = [
-        ("setpoint", 60),
-        ("manual_override", 60),
-        ("config", 86_400),
-        ("schedule", 86_400),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    for (k, v) in q.ttl_s.unwrap_or_default() {
-        if v == 0 || v > max_ttl_s {
-            errs.push(format!("queue.ttl_s.{k} must be 1..=queue.max_ttl_s"));
-        }
-        ttl_s.insert(k.to_ascii_lowercase(), v);
-    }
-    let max_messages_per_recipient = q.max_messages_per_recipient.unwrap_or(10_000);
-    if max_messages_per_recipient == 0 {
-        errs.push("queue.max_messages_per_recipient must be > 0".into());
-    }
-    let max_store_bytes = q.max_store_bytes.unwrap_or(256 * 1024 * 1024);
-    if max_store_bytes < 1024 * 1024 {
-        errs.push("queue.max_store_bytes must be at least 1 MiB".into());
-    }
-    let max_message_bytes = q.max_message_bytes.unwrap_or(1024 * 1024);
-    if max_message_bytes == 0 || max_message_bytes > max_store_bytes {
-        errs.push("queue.max_message_bytes must be 1..=queue.max_store_bytes".into());
-    }
-    let max_result_bytes = q.max_result_bytes.unwrap_or(256 * 1024);
-    let max_result_store_bytes = q.max_result_store_bytes.unwrap_or(max_store_bytes / 8);
-    if max_result_bytes == 0 || max_result_bytes > max_result_store_bytes {
-        errs.push("queue.max_result_bytes must be 1..=queue.max_result_store_bytes".into());
-    }
-    let reserve_free_bytes = q
-        .reserve_free_bytes
-        .unwrap_or(2 * max_message_bytes.max(max_result_bytes));
-    let flush_batch = q.flush_batch.unwrap_or(500);
-    if flush_batch == 0 || flush_batch > 1000 {
-        errs.push("queue.flush_batch must be 1..=1000".into());
-    }
-    let queue = QueueConfig {
-        max_messages_per_recipient,
-        max_store_bytes,
-        max_message_bytes,
-        max_result_bytes,
-        max_result_store_bytes,
-        reserve_free_bytes,
-        default_ttl_s,
-        max_ttl_s,
-        max_attempts: q.max_attempts.unwrap_or(100),
-        flush_batch,
-        not_queueable: q.not_queueable.unwrap_or_else(|| vec!["system".into()]),
-        ttl_s,
-    };
+    let queue = queue::resolve(raw.queue, &mut errs);
 
     let max_clock_skew_s = raw.security.max_clock_skew_s.unwrap_or(300);
     if max_clock_skew_s > 3600 {

@@ -9,6 +9,7 @@
 pub mod listen;
 pub mod lock;
 pub mod spread;
+pub mod starting;
 pub mod trust;
 
 use crate::config::Config;

@@ -11,8 +11,7 @@ use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::{
-    job_key, CommandKey, ForNode, JobRecord, MessageStatus, NewJob, QueueStat, Queued, StateError,
-    QUEUE_TO_NODE as TO_NODE,
+    job_key, CommandKey, ForNode, JobRecord, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE,
 };
 use crate::envelope::{seal, IdentityDocument, SealParams};
 use crate::sync::wire::TaskRequest;
@@ -459,76 +458,4 @@ fn repeat(
         )));
     }
     Ok((k.message_id, k.expires_at_ms))
-}
-
-/// Where a message is, and the result filed for it.
-#[derive(Debug, Clone)]
-pub struct MessageView {
-    pub status: Option<MessageStatus>,
-    pub result: Option<Value>,
-}
-
-pub async fn message(gw: &Gateway, id: &str) -> Result<MessageView, GatewayError> {
-    let status = gw.state.message_status(id).await?;
-    let result = result_of(gw, id).await?;
-    if status.is_none() && result.is_none() {
-        return Err(GatewayError::NotFound(
-            "not_found",
-            "no such message".into(),
-        ));
-    }
-    Ok(MessageView { status, result })
-}
-
-/// One enrolled node as `GET /v1/nodes` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct NodeView {
-    pub node_id: String,
-    pub last_seen: Option<u64>,
-    pub liveness: &'static str,
-    pub polling: bool,
-    pub queue_depth: u64,
-    pub oldest_age_s: u64,
-    pub audit_size: u64,
-}
-
-pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
-    let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
-    let mut out = Vec::new();
-    let trust = gw.trust();
-    let ids: Vec<String> = trust
-        .list()
-        .filter(|p| p.doc.role == "node")
-        .map(|p| p.doc.node_id.clone())
-        .collect();
-    let live = gw.liveness_of(&ids).await;
-    let stats: std::collections::HashMap<&str, &QueueStat> = stats
-        .iter()
-        .filter(|s| s.queue == TO_NODE)
-        .map(|s| (s.peer.as_str(), s))
-        .collect();
-    // A shared state answers for all nodes at once; the embedded one from memory.
-    let audit_sizes = if gw.state.is_shared() {
-        gw.state.audit_sizes(&ids).await?
-    } else {
-        std::collections::HashMap::new()
-    };
-    for id in &ids {
-        let (liveness, last_seen, polling) =
-            live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
-        let st = stats.get(id.as_str());
-        out.push(NodeView {
-            node_id: id.clone(),
-            last_seen,
-            liveness: liveness.as_str(),
-            polling,
-            queue_depth: st.map(|s| s.depth).unwrap_or(0),
-            oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
-            audit_size: match audit_sizes.get(id) {
-                Some(n) => *n,
-                None => super::audit_sync::confirmed_size(gw, id).await,
-            },
-        });
-    }
-    Ok(out)
 }

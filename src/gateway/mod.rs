@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
-//! behind one interface) · [`commands`] (tool calls, commands) · [`delivery`] (pull,
+//! behind one interface) · [`commands`] (tool calls, commands) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
 //! ack, revocations) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
 //! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
 //! live beside the node's, in `api::gateway`.
@@ -26,6 +26,7 @@ pub mod commands;
 pub mod delivery;
 pub mod error;
 pub mod events;
+pub mod fleet;
 pub mod liveness;
 pub mod state;
 pub mod storage;
@@ -80,7 +81,7 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartEr
 pub async fn open_any(
     cfg: Config,
     shutdown: CancellationToken,
-    starting: &crate::api::starting::Starting,
+    starting: &crate::daemon::starting::Starting,
 ) -> Result<Gateway, StartError> {
     #[cfg(feature = "postgres")]
     if let Some(db) = cfg.gateway_db.clone() {
@@ -101,7 +102,7 @@ async fn open_postgres(
     cfg: &Config,
     db: &crate::config::PostgresConfig,
     shutdown: &CancellationToken,
-    starting: &crate::api::starting::Starting,
+    starting: &crate::daemon::starting::Starting,
 ) -> Result<Arc<storage::postgres::Postgres>, StartError> {
     let mut delay = std::time::Duration::from_millis(500);
     loop {

@@ -32,7 +32,7 @@ pub async fn run(
     // `/healthz` is 200 and everything else 503 `not_ready` with the reason, so probes
     // and `outpost status` say why instead of "connection refused". The real router
     // then serves the same socket.
-    let starting = crate::api::starting::Starting::new(format!(
+    let starting = crate::daemon::starting::Starting::new(format!(
         "opening the gateway's state ({})",
         cfg.store_description()
     ));

@@ -22,6 +22,7 @@
 pub mod advice;
 mod chores;
 pub mod machine;
+mod report;
 pub mod transport;
 pub mod wire;
 pub mod worker;

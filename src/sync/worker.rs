@@ -16,7 +16,7 @@ use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
 use crate::config::Config;
 use crate::envelope::Keys;
 use crate::store::Store;
-use crate::telemetry::{Metrics, TimeMovedBack, UpstreamState};
+use crate::telemetry::{Metrics, TimeMovedBack};
 use serde_json::value::RawValue;
 
 pub struct SyncDeps {
@@ -103,9 +103,9 @@ pub(super) struct Worker {
     /// batch is opened; settled before the next ack and before any other step.
     acking: Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
     /// What the last failure means ([`Worker::fail`]), for its log line.
-    failure: std::sync::Mutex<Option<super::advice::Advice>>,
+    pub(super) failure: std::sync::Mutex<Option<super::advice::Advice>>,
     /// When a failure is worth a log line.
-    reporter: super::advice::Reporter,
+    pub(super) reporter: super::advice::Reporter,
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
@@ -114,9 +114,6 @@ fn drop_prefetch(p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncE
         h.abort();
     }
 }
-
-/// While the same failure lasts, its log line is repeated this often.
-const REPORT_AGAIN_MS: u64 = 10 * 60 * 1000;
 
 /// How long a refused gateway time is extrapolated with the monotonic clock.
 const REFUSED_TIME_KEPT: Duration = Duration::from_secs(600);
@@ -192,80 +189,6 @@ impl Worker {
                 self.report(&ev);
                 self.confirmed_audit = None;
             }
-        }
-    }
-
-    /// The event for failure `e`, remembering what it means for its log line.
-    pub(super) fn fail(&self, e: &SyncError) -> Event {
-        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(super::advice::advise(e));
-        failed(e)
-    }
-
-    /// A failed step: one log line for the first failure and each change of reason
-    /// (with what to do), a reminder every [`REPORT_AGAIN_MS`] while it lasts — not a
-    /// line per retry. Also kept for `/v1/status`.
-    fn report(&mut self, ev: &Event) {
-        let error = match ev {
-            Event::Failed { error, .. } | Event::ClockSkew { error, .. } => error,
-            _ => return,
-        };
-        let Some(advice) = self
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
-            return;
-        };
-        self.shared
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .hint = Some(advice.hint.to_string());
-        if self
-            .reporter
-            .failed(advice.class, self.now(), REPORT_AGAIN_MS)
-        {
-            let url = self.t.current_url();
-            tracing::warn!(
-                event = "upstream_unreachable",
-                url,
-                reason = advice.class,
-                error = %error,
-                hint = advice.hint,
-                "cannot reach the gateway at {url} ({}): {error}; {}",
-                advice.class,
-                advice.hint
-            );
-        }
-    }
-
-    fn publish(&self, m: &Machine, was_connected: &mut bool) {
-        let connected = m.connected();
-        {
-            let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.state = m.phase().as_str().to_string();
-            if s.url != self.t.current_url() {
-                s.url = self.t.current_url().to_string();
-            }
-            s.connected = connected;
-            s.last_ok_ms = m.last_ok_ms();
-            s.last_error = m.last_error().map(str::to_string);
-            if s.last_error.is_none() {
-                s.hint = None;
-            }
-            if let Some(c) = self.confirmed_audit {
-                s.audit_synced_size = c;
-            }
-        }
-        if connected != *was_connected {
-            UpstreamState {
-                connected,
-                url: self.t.current_url(),
-                detail: m.last_error().unwrap_or(""),
-            }
-            .emit(&self.deps.metrics);
-            *was_connected = connected;
         }
     }
 

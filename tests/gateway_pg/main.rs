@@ -40,6 +40,8 @@ mod gateway;
 mod gateway_audit;
 #[path = "../it/gateway_caps.rs"]
 mod gateway_caps;
+#[path = "../it/gateway_cli.rs"]
+mod gateway_cli;
 #[path = "../it/gateway_forward.rs"]
 mod gateway_forward;
 #[path = "../it/gateway_keys.rs"]

@@ -16,6 +16,7 @@ mod failover;
 mod gateway;
 mod gateway_audit;
 mod gateway_caps;
+mod gateway_cli;
 mod gateway_forward;
 mod gateway_keys;
 mod gateway_pin;

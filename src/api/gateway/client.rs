@@ -174,7 +174,7 @@ pub async fn message(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("read"))?;
-    let view = commands::message(&gw, &id).await?;
+    let view = crate::gateway::fleet::message(&gw, &id).await?;
     let mut out = match &view.status {
         Some(s) => json!({
             "message_id": id, "state": s.state.as_str(), "node_id": s.peer,
@@ -216,6 +216,6 @@ pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiRe
 /// `GET /v1/nodes`.
 pub async fn nodes(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("read"))?;
-    let nodes = commands::nodes(&gw).await?;
+    let nodes = crate::gateway::fleet::nodes(&gw).await?;
     Ok(Json(json!({ "nodes": nodes })))
 }

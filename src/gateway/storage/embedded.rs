@@ -260,79 +260,7 @@ impl GatewayState for Embedded {
     }
 
     fn take_batch<'a>(&'a self, node: &'a str, take: Take<'a>) -> Fut<'a, PullBatch> {
-        let Take {
-            pull,
-            max,
-            max_bytes,
-            after,
-        } = take;
-        Box::pin(async move {
-            let newest = self
-                .pulls
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(node)
-                .copied()
-                .unwrap_or(0);
-            if pull < newest {
-                return Ok(PullBatch {
-                    superseded: true,
-                    ..PullBatch::default()
-                });
-            }
-            // Continue after the node's previous batch only when `after` is the last
-            // message handed out to it; anything else starts at the head (what is not
-            // acknowledged is handed out again, and the node deduplicates).
-            let from = after.and_then(|id| {
-                self.handed_out
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(node)
-                    .filter(|m| m.message_id == id)
-                    .cloned()
-            });
-            let mut batch =
-                self.store
-                    .next_batch_after(Q_NODE, node, from.as_ref(), max, self.now_ms())?;
-            let mut bytes = 0usize;
-            let fits = batch
-                .iter()
-                .position(|m| {
-                    bytes += m.body.len();
-                    bytes > max_bytes
-                })
-                .unwrap_or(batch.len())
-                .max(1);
-            batch.truncate(fits);
-            let pending = self.store.pending(Q_NODE, node)? as u64;
-            if let Some(last) = batch.last() {
-                self.handed_out
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(
-                        node.to_string(),
-                        StoredMessage {
-                            body: Vec::new(),
-                            ..last.clone()
-                        },
-                    );
-            }
-            if !batch.is_empty() {
-                let ids = batch.iter().map(|m| m.message_id.clone()).collect();
-                self.store.mark_delivering(Q_NODE, node, ids).await?;
-            }
-            Ok(PullBatch {
-                deliveries: batch
-                    .into_iter()
-                    .map(|m| Delivery {
-                        message_id: m.message_id,
-                        envelope: m.body,
-                    })
-                    .collect(),
-                pending,
-                superseded: false,
-            })
-        })
+        Box::pin(self.take_batch_now(node, take))
     }
 
     fn ack<'a>(&'a self, node: &'a str, ack: NodeAck) -> Fut<'a, Vec<String>> {
@@ -514,6 +442,9 @@ impl GatewayState for Embedded {
         })
     }
 }
+
+#[path = "embedded_pull.rs"]
+mod pull;
 
 #[cfg(test)]
 #[path = "embedded_tests.rs"]

@@ -1,0 +1,86 @@
+//! The embedded state's pull: the next batch for a node, after its previous one when
+//! the node pipelines (`Take::after`), cut to the batch's byte budget.
+
+use super::{Delivery, PullBatch, StateError, Take};
+use super::{Embedded, Q_NODE};
+use crate::store::StoredMessage;
+
+impl Embedded {
+    pub(super) async fn take_batch_now(
+        &self,
+        node: &str,
+        take: Take<'_>,
+    ) -> Result<PullBatch, StateError> {
+        let Take {
+            pull,
+            max,
+            max_bytes,
+            after,
+        } = take;
+        let newest = self
+            .pulls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(node)
+            .copied()
+            .unwrap_or(0);
+        if pull < newest {
+            return Ok(PullBatch {
+                superseded: true,
+                ..PullBatch::default()
+            });
+        }
+        // Continue after the node's previous batch only when `after` is the last
+        // message handed out to it; anything else starts at the head (what is not
+        // acknowledged is handed out again, and the node deduplicates).
+        let from = after.and_then(|id| {
+            self.handed_out
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(node)
+                .filter(|m| m.message_id == id)
+                .cloned()
+        });
+        let mut batch =
+            self.store
+                .next_batch_after(Q_NODE, node, from.as_ref(), max, self.store.now_ms())?;
+        let mut bytes = 0usize;
+        let fits = batch
+            .iter()
+            .position(|m| {
+                bytes += m.body.len();
+                bytes > max_bytes
+            })
+            .unwrap_or(batch.len())
+            .max(1);
+        batch.truncate(fits);
+        let pending = self.store.pending(Q_NODE, node)? as u64;
+        if let Some(last) = batch.last() {
+            self.handed_out
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    node.to_string(),
+                    StoredMessage {
+                        body: Vec::new(),
+                        ..last.clone()
+                    },
+                );
+        }
+        if !batch.is_empty() {
+            let ids = batch.iter().map(|m| m.message_id.clone()).collect();
+            self.store.mark_delivering(Q_NODE, node, ids).await?;
+        }
+        Ok(PullBatch {
+            deliveries: batch
+                .into_iter()
+                .map(|m| Delivery {
+                    message_id: m.message_id,
+                    envelope: m.body,
+                })
+                .collect(),
+            pending,
+            superseded: false,
+        })
+    }
+}
