@@ -145,6 +145,13 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
                     return Err(Exit::failed("refusing to add our own identity as a peer").into());
                 }
                 let id = doc.node_id.clone();
+                if !send && doc.role == "node" && cfg.role == crate::config::Role::Gateway {
+                    eprintln!(
+                        "warning: {id} is trusted without --send: it can never fetch what is \
+                         queued for it (the gateway refuses to queue for it, 409 \
+                         node_without_send); add it again with --send"
+                    );
+                }
                 let pinned = if doc.tls_pin().is_some() {
                     ", tls pinned"
                 } else {

@@ -87,11 +87,17 @@ enum Binding {
     },
 }
 
-/// The enrolled node `node_id`, or `UnknownNode`.
+/// The enrolled node `node_id`, or `UnknownNode`; `NodeWithoutSend` when it could never
+/// pull what would be queued for it (trusted without `send`).
 pub async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
-    gw.enrolled(node_id)
+    let doc = gw
+        .enrolled(node_id)
         .await
-        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))
+        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+    if !gw.trust().get(node_id).is_some_and(|p| p.rights.send) {
+        return Err(GatewayError::NodeWithoutSend(node_id.to_string()));
+    }
+    Ok(doc)
 }
 
 /// Seal `plaintext` to `to` and queue it durably (with the job binding in the same

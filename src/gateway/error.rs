@@ -15,6 +15,14 @@ pub enum GatewayError {
     /// The target is not an enrolled node.
     #[error("{0:?} is not an enrolled node (add it with `outpost trust add --send`)")]
     UnknownNode(String),
+    /// The target is enrolled without the `send` right: it can never pull what would be
+    /// queued for it.
+    #[error(
+        "{0} is trusted here without the send right, so it can never fetch what is queued \
+         for it; nothing was queued. On the gateway: `outpost trust add <its identity \
+         document> --send`"
+    )]
+    NodeWithoutSend(String),
     /// A signed request from a node the trust store does not know (any more).
     #[error("unknown node")]
     UnknownPeer,

@@ -36,6 +36,8 @@ pub struct NodeView {
     pub last_seen: Option<u64>,
     pub liveness: &'static str,
     pub polling: bool,
+    /// Trusted with `send`: it can connect and pull. Without it nothing is queued for it.
+    pub can_connect: bool,
     pub queue_depth: u64,
     pub oldest_age_s: u64,
     pub audit_size: u64,
@@ -71,6 +73,7 @@ pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
             last_seen,
             liveness: liveness.as_str(),
             polling,
+            can_connect: trust.get(id).is_some_and(|p| p.rights.send),
             queue_depth: st.map(|s| s.depth).unwrap_or(0),
             oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
             audit_size: match audit_sizes.get(id) {

@@ -100,3 +100,57 @@ async fn an_operator_lists_nodes_calls_a_tool_and_queues_a_command_from_the_cli(
     let o = node.cli(&["nodes"]);
     assert_eq!(o.status.code(), Some(64), "{}", text(&o));
 }
+
+/// Issue 29 (5): `trust add` without `--send` made a node that could never talk, and the
+/// gateway still answered 202 and queued for it; its refusal log line did not name the
+/// node. Now `trust add` warns, `/v1/nodes` shows it, queueing is refused with 409
+/// `node_without_send`, and the refusal line names the node and the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_trusted_without_send_is_flagged_and_nothing_is_queued_for_it() {
+    let port = free_port();
+    let gw = Home::init("gateway", "gateway:main", "");
+    listen_on(&gw, port);
+    let node = Home::init(
+        "node",
+        "node:mute",
+        &format!(
+            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"
+        ),
+    );
+    let o = gw.cli_stdin(&["trust", "add", "-"], node.identity_json().as_bytes());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("without --send"),
+        "{}",
+        text(&o)
+    );
+    let o = node.cli_stdin(
+        &["trust", "add", "-", "--send", "--issue"],
+        gw.identity_json().as_bytes(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let g = gw.start();
+    let o = gw.cli(&["nodes", "--json"]);
+    let v: Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(v["nodes"][0]["can_connect"], false, "{v}");
+    let o = gw.cli(&["command", "node:mute", "note"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("409 node_without_send"),
+        "{}",
+        text(&o)
+    );
+    // The node tries anyway: the gateway's line names it and the fix.
+    let _n = node.start();
+    let line = wait_for(
+        "the refusal logged",
+        std::time::Duration::from_secs(20),
+        || {
+            g.log_text()
+                .lines()
+                .find(|l| l.contains("node_request_refused") && l.contains("node:mute"))
+                .map(str::to_string)
+        },
+    );
+    assert!(line.contains("--send"), "{line}");
+}

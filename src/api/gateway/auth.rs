@@ -119,10 +119,13 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, gw: &Arc<Gateway>) -> Result<Self, ApiError> {
-        let unauthorized = |why: &str| {
-            tracing::warn!(event = "node_request_refused", reason = why);
+        // The answer says nothing of why (a prober learns nothing); the log line names
+        // the node it claims to be, the reason and the fix.
+        let refused = |node: &str, why: &str, fix: &str| {
+            tracing::warn!(event = "node_request_refused", node, reason = why, fix);
             ApiError::unauthorized("request signature missing or invalid")
         };
+        let unauthorized = |why: &str| refused("-", why, "the request lacks outpost headers");
         let (parts, body) = req.into_parts();
         let node_id = header_str(&parts.headers, HEADER_NODE)
             .ok_or_else(|| unauthorized("no Outpost-Node"))?
@@ -172,28 +175,49 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
         let v = match r {
             Ok(v) => v,
             Err(RequestSigError::Stale) => return Err(clock_skew(gw, &node_id, &ts, &sig)),
-            Err(e) => return Err(unauthorized(&e.to_string())),
+            Err(e @ RequestSigError::UnknownNode) => {
+                return Err(refused(
+                    &node_id,
+                    &e.to_string(),
+                    "this gateway does not trust that node: `outpost trust add <its identity document> --send`",
+                ))
+            }
+            Err(e) => {
+                return Err(refused(
+                    &node_id,
+                    &e.to_string(),
+                    "a key it is not trusted with (a reflashed or rotated device: `outpost trust add` its new identity document), or a forgery",
+                ))
+            }
         };
         if !v.rights.send {
-            return Err(unauthorized("peer lacks the send right"));
+            return Err(refused(
+                &node_id,
+                "peer lacks the send right",
+                "`outpost trust add <its identity document> --send` on the gateway",
+            ));
         }
         // The path names the node; it must be the signer.
         let path_node = parts.uri.path().split('/').nth(3).unwrap_or("");
         if path_node != node_id {
-            return Err(unauthorized("path names another node"));
+            return Err(refused(
+                &node_id,
+                "path names another node",
+                "a node asks only for its own path",
+            ));
         }
         // A shared state remembers signatures itself (below); the in-memory window
         // would only duplicate it (≈300 B a request for the skew window).
         if !gw.state.is_shared() {
             let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
             seen.insert(&v, gw.now_ms())
-                .map_err(|e| unauthorized(&e.to_string()))?;
+                .map_err(|e| refused(&node_id, &e.to_string(), "a replayed request"))?;
         }
         // Replicas sharing a database: a request replayed to another replica is refused
         // there too (the signature is kept as long as its timestamp can pass the check).
         let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
         if !gw.state.first_use(&v.signature, keep_until).await? {
-            return Err(unauthorized("request replayed"));
+            return Err(refused(&node_id, "request replayed", "a replayed request"));
         }
         gw.seen(&node_id).await;
         Ok(SignedNode { node_id, body })

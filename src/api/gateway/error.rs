@@ -49,6 +49,9 @@ impl From<GatewayError> for ApiError {
             GatewayError::BadRequest(_) => ApiError::bad_request(msg),
             GatewayError::Ttl(t) => t.into(),
             GatewayError::UnknownNode(_) => ApiError::not_found("unknown_node", msg),
+            GatewayError::NodeWithoutSend(_) => {
+                ApiError::new(StatusCode::CONFLICT, "node_without_send", msg)
+            }
             GatewayError::UnknownPeer => ApiError::unauthorized(msg),
             GatewayError::JobConflict(_) => {
                 ApiError::new(StatusCode::CONFLICT, "job_id_conflict", msg)
@@ -90,6 +93,10 @@ mod tests {
             (409, "job_id_conflict")
         );
         assert_eq!(api(GatewayError::Duplicate), (409, "duplicate"));
+        assert_eq!(
+            api(GatewayError::NodeWithoutSend("n".into())),
+            (409, "node_without_send")
+        );
         assert_eq!(
             api(GatewayError::IdempotencyConflict("x".into())),
             (409, "idempotency_conflict")
