@@ -112,18 +112,49 @@ pub fn check_upstream_tls(cfg: &Config) -> Result<(), Exit> {
     let Some(up) = &cfg.upstream else {
         return Ok(());
     };
-    if up.ca_file.is_some() || !up.urls.iter().any(|u| u.starts_with("https://")) {
-        return Ok(());
-    }
-    let pinned = app::keyfile::identity_path(&cfg.data_dir).exists() && {
+    // With an identity (after `init`), the gateway the config names must be trusted:
+    // a node that does not know its gateway's key can take nothing from it.
+    let trust = if app::keyfile::identity_path(&cfg.data_dir).exists() {
         let store = open_store(cfg).map_err(|e| Exit::failed(format!("{e:#}")))?;
         let t = load_trust(&store);
         store.close();
-        t.map_err(|e| Exit::failed(format!("{e:#}")))?
-            .get(&up.gateway_id)
-            .and_then(|p| p.doc.tls_pin())
-            .is_some()
+        Some(t.map_err(|e| Exit::failed(format!("{e:#}")))?)
+    } else {
+        None
     };
+    if let Some(t) = &trust {
+        let config = cfg
+            .sources
+            .first()
+            .map(|p| format!(" --config {}", p.display()))
+            .unwrap_or_default();
+        match t.get(&up.gateway_id) {
+            None => {
+                return Err(Exit::usage(format!(
+                    "upstream.gateway_id {} names no trusted gateway: add the gateway's \
+                     identity document (`outpost identity --json` there) with `outpost trust \
+                     add gw.json --send --issue{config}`",
+                    up.gateway_id
+                )))
+            }
+            Some(p) if p.doc.role != "gateway" => {
+                return Err(Exit::usage(format!(
+                    "upstream.gateway_id {} is a trusted {}, not a gateway: name the gateway's \
+                     id (`outpost trust ls{config}`)",
+                    up.gateway_id, p.doc.role
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    if up.ca_file.is_some() || !up.urls.iter().any(|u| u.starts_with("https://")) {
+        return Ok(());
+    }
+    let pinned = trust
+        .as_ref()
+        .and_then(|t| t.get(&up.gateway_id))
+        .and_then(|p| p.doc.tls_pin())
+        .is_some();
     if pinned {
         return Ok(());
     }

@@ -506,3 +506,30 @@ async fn a_node_that_cannot_reach_its_gateway_says_why_and_what_to_do() {
         text(&o)
     );
 }
+
+/// Issue 29 (9): `upstream.gateway_id` naming no trusted gateway passed `config check`;
+/// the node then refused everything its gateway sent. It fails now (64) with the fix,
+/// and passes once the gateway's document is trusted.
+#[test]
+fn config_check_fails_while_the_upstream_gateway_is_not_trusted() {
+    let gw = Home::init("gateway", "gateway:main", "");
+    let node = Home::init(
+        "node",
+        "node:unpaired",
+        "[upstream]\nurl = \"http://127.0.0.1:9\"\ngateway_id = \"gateway:main\"\n",
+    );
+    let o = node.cli(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("names no trusted gateway") && e.contains("trust add gw.json"),
+        "{e}"
+    );
+    let o = node.cli_stdin(
+        &["trust", "add", "-", "--send", "--issue"],
+        gw.identity_json().as_bytes(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = node.cli(&["config", "check"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
