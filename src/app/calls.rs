@@ -121,21 +121,22 @@ impl ToolCalls {
                 ));
             }
         }
-        // A job id we mint ourselves is new by construction: no stored result to find
-        // and nobody else to race with, so idempotency bookkeeping is skipped for it.
-        let minted = req.job_id.is_none();
-        let job_id = req
-            .job_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let args_bytes = serde_json::to_vec(&req.tool_args).unwrap_or_default();
-        let args_sha = sha256_hex(&args_bytes);
-
-        // Metric label: only configured tools get a series of their own, so a caller
-        // cannot mint series by sending random names.
-        let label = match self.tools.spec(&req.tool_name) {
-            Some(_) => req.tool_name.as_str(),
-            None => "unknown",
+        let job = Job {
+            // A job id we mint ourselves is new by construction: no stored result to
+            // find and nobody else to race with, so idempotency bookkeeping is skipped.
+            minted: req.job_id.is_none(),
+            id: req
+                .job_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            tool: &req.tool_name,
+            args_sha: sha256_hex(&serde_json::to_vec(&req.tool_args).unwrap_or_default()),
+            // Metric label: only configured tools get a series of their own, so a
+            // caller cannot mint series by sending random names.
+            label: match self.tools.spec(&req.tool_name) {
+                Some(_) => req.tool_name.as_str(),
+                None => "unknown",
+            },
         };
 
         // 1. Capability: no tool runs without a valid token.
@@ -150,171 +151,148 @@ impl ToolCalls {
                     NodeError::Denied { reason, .. } => reason.as_str(),
                     other => other.code(),
                 };
-                self.recorder
-                    .audit_call_outcome(
-                        &job_id,
-                        &req.tool_name,
-                        via,
-                        &args_sha,
-                        AuditOutcome::Refused,
-                        detail,
-                    )
-                    .await;
-                ToolCallFinished {
-                    tool: label,
-                    outcome: "refused",
-                    job_id: &job_id,
-                    duration: None,
-                }
-                .emit(&self.base.metrics);
+                self.note(&job, via, AuditOutcome::Refused, detail).await;
+                self.finished(&job, "refused", None);
                 return Err(e);
             }
         };
         let actor = if claims.sub.is_empty() {
-            claims.iss.clone()
+            claims.iss
         } else {
-            claims.sub.clone()
+            claims.sub
         };
 
         // 2. Known tool?
         if self.tools.spec(&req.tool_name).is_none() {
-            self.recorder
-                .audit_call_outcome(
-                    &job_id,
-                    &req.tool_name,
-                    &actor,
-                    &args_sha,
-                    AuditOutcome::Refused,
-                    "unknown_tool",
-                )
+            self.note(&job, &actor, AuditOutcome::Refused, "unknown_tool")
                 .await;
             return Err(NodeError::UnknownTool(req.tool_name.clone()));
         }
 
         // 3. Idempotency: one run per (caller, job id), even under concurrent repeats.
-        let key = result_key(&actor, &job_id);
-        let _held = match minted {
+        let key = result_key(&actor, &job.id);
+        let _held = match job.minted {
             false => Some(self.job_locks.lock(&key).await),
             true => None,
         };
-        if !minted {
-            let stored = self.base.store.result_get(&key).map_err(NodeError::Store)?;
-            if let Some(stored) =
-                stored.and_then(|b| serde_json::from_slice::<StoredResult>(&b).ok())
-            {
-                if stored.compare(&actor, &req.tool_name, &args_sha) == Repeat::Same {
-                    return Ok(stored.body);
-                }
-                self.recorder
-                    .audit_call_outcome(
-                        &job_id,
-                        &req.tool_name,
-                        &actor,
-                        &args_sha,
-                        AuditOutcome::Refused,
-                        "job_id_conflict",
-                    )
-                    .await;
-                return Err(NodeError::JobConflict(format!(
-                    "job_id {job_id:?} was already used by this caller for another tool or \
-                         other arguments; nothing was run"
-                )));
+        if !job.minted {
+            if let Some(answer) = self.stored_answer(&job, &actor, &key).await? {
+                return Ok(answer);
             }
         }
 
         // 4. Room: refused before it runs if what it would write cannot be kept.
-        if let Err(e) = self.room_for_call(!minted) {
-            self.recorder
-                .audit_call_outcome(
-                    &job_id,
-                    &req.tool_name,
-                    &actor,
-                    &args_sha,
-                    AuditOutcome::Refused,
-                    "storage_full",
-                )
+        if let Err(e) = self.room_for_call(!job.minted) {
+            self.note(&job, &actor, AuditOutcome::Refused, "storage_full")
                 .await;
             return Err(e);
         }
 
-        // 5. Run.
+        // 5. Run, then audit (and keep the result) in one durable batch.
         let started = tokio::time::Instant::now();
         let outcome = self.tools.call(&req.tool_name, req.tool_args).await;
         let elapsed: Duration = started.elapsed();
-
         match outcome {
-            Ok(result) => {
-                let result_bytes = serde_json::to_vec(&result).unwrap_or_default();
-                if let Err(e) = self.result_fits(result_bytes.len()) {
-                    self.recorder
-                        .audit_call_outcome(
-                            &job_id,
-                            &req.tool_name,
-                            &actor,
-                            &args_sha,
-                            AuditOutcome::Failed,
-                            e.code(),
-                        )
-                        .await;
-                    ToolCallFinished {
-                        tool: label,
-                        outcome: "failed",
-                        job_id: &job_id,
-                        duration: Some(elapsed),
-                    }
-                    .emit(&self.base.metrics);
-                    return Err(e);
-                }
-                let result_sha = sha256_hex(&result_bytes);
-                let tool = req.tool_name.clone();
-                // A job id we minted cannot be repeated by anyone (the caller learns it
-                // from this answer): its result is not kept.
-                let keep = (!minted).then_some(key.as_str());
-                let (_, _, body) = self
-                    .recorder
-                    .record_tool_success(
-                        keep,
-                        &job_id,
-                        &req.tool_name,
-                        &actor,
-                        &args_sha,
-                        &result_sha,
-                        |index, leaf| success_body(&job_id, &tool, result, index, leaf),
-                    )
-                    .await?;
-                ToolCallFinished {
-                    tool: label,
-                    outcome: "ok",
-                    job_id: &job_id,
-                    duration: Some(elapsed),
-                }
-                .emit(&self.base.metrics);
-                Ok(body)
-            }
+            Ok(result) => self.record(&job, &actor, &key, result, elapsed).await,
             Err(err) => {
                 let audit_outcome = err.audit_outcome();
-                let outcome = audit_outcome.as_str();
-                self.recorder
-                    .audit_call_outcome(
-                        &job_id,
-                        &req.tool_name,
-                        &actor,
-                        &args_sha,
-                        audit_outcome,
-                        err.code(),
-                    )
-                    .await;
-                ToolCallFinished {
-                    tool: label,
-                    outcome,
-                    job_id: &job_id,
-                    duration: Some(elapsed),
-                }
-                .emit(&self.base.metrics);
+                self.note(&job, &actor, audit_outcome, err.code()).await;
+                self.finished(&job, audit_outcome.as_str(), Some(elapsed));
                 Err(NodeError::Tool(err))
             }
         }
     }
+
+    /// The stored answer to a repeat of this caller's job: the result of the same call,
+    /// or `job_id_conflict` for another tool or other arguments; `None` for a new job.
+    async fn stored_answer(
+        &self,
+        job: &Job<'_>,
+        actor: &str,
+        key: &str,
+    ) -> Result<Option<Value>, NodeError> {
+        let stored = self.base.store.result_get(key).map_err(NodeError::Store)?;
+        let Some(stored) = stored.and_then(|b| serde_json::from_slice::<StoredResult>(&b).ok())
+        else {
+            return Ok(None);
+        };
+        if stored.compare(actor, job.tool, &job.args_sha) == Repeat::Same {
+            return Ok(Some(stored.body));
+        }
+        self.note(job, actor, AuditOutcome::Refused, "job_id_conflict")
+            .await;
+        Err(NodeError::JobConflict(format!(
+            "job_id {:?} was already used by this caller for another tool or other \
+             arguments; nothing was run",
+            job.id
+        )))
+    }
+
+    /// A successful run: its audit entry and (unless the job id was minted) its result,
+    /// one durable batch; the answer carries the entry's evidence.
+    async fn record(
+        &self,
+        job: &Job<'_>,
+        actor: &str,
+        key: &str,
+        result: Value,
+        elapsed: Duration,
+    ) -> Result<Value, NodeError> {
+        let result_bytes = serde_json::to_vec(&result).unwrap_or_default();
+        if let Err(e) = self.result_fits(result_bytes.len()) {
+            self.note(job, actor, AuditOutcome::Failed, e.code()).await;
+            self.finished(job, "failed", Some(elapsed));
+            return Err(e);
+        }
+        let result_sha = sha256_hex(&result_bytes);
+        // A job id we minted cannot be repeated by anyone (the caller learns it from
+        // this answer): its result is not kept.
+        let keep = (!job.minted).then_some(key);
+        let (_, _, body) = self
+            .recorder
+            .record_tool_success(
+                keep,
+                &job.id,
+                job.tool,
+                actor,
+                &job.args_sha,
+                &result_sha,
+                |index, leaf| success_body(&job.id, job.tool, result, index, leaf),
+            )
+            .await?;
+        self.finished(job, "ok", Some(elapsed));
+        Ok(body)
+    }
+
+    /// The call's audit entry for an outcome other than success (within the refusal
+    /// budget for refusals).
+    async fn note(&self, job: &Job<'_>, actor: &str, outcome: AuditOutcome, detail: &str) {
+        self.recorder
+            .audit_call_outcome(&job.id, job.tool, actor, &job.args_sha, outcome, detail)
+            .await;
+    }
+
+    /// The call's metric and log line.
+    fn finished(&self, job: &Job<'_>, outcome: &str, duration: Option<Duration>) {
+        ToolCallFinished {
+            tool: job.label,
+            outcome,
+            job_id: &job.id,
+            duration,
+        }
+        .emit(&self.base.metrics);
+    }
+}
+
+/// One call as the flow keeps track of it.
+struct Job<'a> {
+    /// The job id was made here (the caller gave none).
+    minted: bool,
+    id: String,
+    tool: &'a str,
+    args_sha: String,
+    /// The metric's `tool` label.
+    label: &'a str,
 }
 
 impl ToolCalls {
