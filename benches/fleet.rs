@@ -163,7 +163,7 @@ impl Cfg {
                 .map(PathBuf::from),
         };
         // Fresh keys under node ids a running gateway already knows would be refused
-        // (it keeps the old keys: see docs/BENCHMARKS.md, fleet simulation), so against
+        // (a gateway without RELIABILITY F9's fix keeps the old keys), so against
         // external gateways each run gets its own ids unless the keys are kept.
         let default_prefix = if c.gateways.is_empty() || c.keys_dir.is_some() {
             "fleet".to_string()

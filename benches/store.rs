@@ -483,8 +483,8 @@ fn main() {
     // What a one-message SQLite commit writes: ~5 WAL frames of one page + a 24-byte
     // header (record, its key-index entry, the id entry with meta and the recipient
     // counter in the same leaf, and now and then page 1 or a split's pages):
-    // `scripts/wal-breakdown.py` of the 1-producer phase counted 4.4 frames per enqueue
-    // in session 8 (5.75 in session 5, 7.14 before expiry-ordered lanes). The disk's own
+    // `scripts/wal-breakdown.py --one` of the 1-producer phase counts 4.4 frames per
+    // enqueue (7.14 before expiry-ordered lanes). The disk's own
     // price for that many bytes, measured like the floor.
     let commit_bytes = COMMIT_PAGES * (SQLITE_PAGE_SIZE + 24);
     let (c50, c99) = fdatasync_floor(&root, if quick { 200 } else { 2000 }, commit_bytes);

@@ -4,8 +4,8 @@
 //! Each worker takes the next item not yet taken until none is left, so a batch ends
 //! when the last item does, whichever core was busy with something else meanwhile.
 //! Splitting the batch into fixed parts, one per core, made it wait for the part
-//! whose core the other role or the store's writer was also using (measured on the
-//! node's pulls in docs/BENCHMARKS.md, session 15).
+//! whose core the other role or the store's writer was also using (on the node's
+//! pulls: 500 envelopes took 50–60 ms to open against ~30 ms of crypto per core).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! every call: its `Decap` derives the recipient's public key from the secret key, and
 //! its `Encap` derives the ephemeral public key a second time after generating the pair.
 //! Each is a fixed-base scalar multiplication plus an inversion, about a seventh of an
-//! open or a seal (docs/BENCHMARKS.md, session 15). The steps below are RFC 9180's, named
+//! open or a seal (docs/BENCHMARKS-crypto.md). The steps below are RFC 9180's, named
 //! as there; `envelope::tests::public_vectors` checks them against the RFC's A.2.1
 //! vector and `envelope::tests::hpke_reference` against the `hpke` crate on random
 //! inputs (DECISIONS D12).

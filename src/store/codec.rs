@@ -210,7 +210,7 @@ pub const ID_KEY_UUID: u8 = 0xFE;
 /// The id tree's key for a message id. The ids outpost makes — and most peers send
 /// (PROTOCOL §3.2: UUIDv7) — are canonical UUID text, 36 bytes; stored as `0xFE` + the 16
 /// bytes they spell, so an id entry is ~20 bytes smaller and a commit's id leaves fill
-/// more slowly (docs/BENCHMARKS-store.md, session 8). Only the canonical lowercase
+/// more slowly (DECISIONS D3, "Packed UUID ids"). Only the canonical lowercase
 /// hyphenated form is packed: an upper-case spelling of the same UUID is a different
 /// id, kept as text like any other (a ULID, a test's `"a"`).
 pub fn id_key(id: &str) -> Vec<u8> {

@@ -29,7 +29,7 @@ impl Default for Counter {
 /// arrived in expiry order, give or take [`LANE_SLACK_MS`], need no entry in the expiry
 /// index, because the sweeper finds the expired ones by reading the lane from its head.
 /// With one TTL per payload type that is nearly every message, and it saves the
-/// index's pages on every commit (docs/BENCHMARKS-store.md). A message that does not
+/// index's pages on every commit (DECISIONS D3). A message that does not
 /// fit (another priority, or an expiry earlier than the lane's tail) is indexed as
 /// before. Those of the lane's priority sit between members as *strays*; after
 /// [`LANE_STRAYS_MAX`] of them the lane closes to later arrivals, so a sweeper's read

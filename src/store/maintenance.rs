@@ -89,7 +89,7 @@ impl Store {
     }
 
     /// Copies the WAL into the database and truncates it; a store created with
-    /// `auto_vacuum=INCREMENTAL` (before session 8, DECISIONS D10) also gives its free
+    /// `auto_vacuum=INCREMENTAL` (by older builds, DECISIONS D10) also gives its free
     /// pages back to the filesystem. Newer stores reuse free pages instead.
     pub fn compact(&self) -> Result<(), StoreError> {
         Ok(self.inner.engine.compact()?)

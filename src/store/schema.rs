@@ -10,7 +10,7 @@
 //!   moves them a chunk per transaction ([`move_tombstones`]).
 //! - v4: the id tree keys a canonical UUID id by its 16 bytes instead of its 36-byte
 //!   text (`codec::id_key`), which takes ~60 bytes off each message's share of a group
-//!   commit's writes (docs/BENCHMARKS-store.md, session 8). Migrating re-keys the
+//!   commit's writes (DECISIONS D3, "Packed UUID ids"). Migrating re-keys the
 //!   entries a chunk per transaction ([`pack_ids`]).
 //!
 //! A store newer than this binary is refused: silently writing an old format into a

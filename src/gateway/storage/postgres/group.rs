@@ -5,7 +5,8 @@
 //!
 //! Why: with 64 clients an enqueue each, PostgreSQL's own work per transaction (a
 //! backend woken per statement, a transaction id, a commit record, the WAL flush
-//! wait) was the gateway's ceiling on two cores (docs/BENCHMARKS.md, session 16);
+//! wait) was the gateway's ceiling on two cores (DECISIONS D14; docs/BENCHMARKS.md, "Gateway on
+//! PostgreSQL");
 //! one transaction for what is waiting costs that once.
 //!
 //! How: a caller puts its message on the waiting list, then starts a flusher if fewer

@@ -86,7 +86,7 @@ impl SqliteEngine {
         // entries, so halving the page nearly halves them, while three ~650-byte
         // records still fill a page and the rowid table keeps them out of overflow
         // pages. 1 KiB pages (one record per page) and 4 KiB pages both measured
-        // worse (docs/BENCHMARKS-store.md, session 4). Like auto_vacuum, only
+        // worse (DECISIONS D1, "Page size"). Like auto_vacuum, only
         // effective before the first table exists: older stores keep their size.
         conn.pragma_update(None, "page_size", PAGE_SIZE)
             .map_err(err)?;

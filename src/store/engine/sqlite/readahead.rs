@@ -7,7 +7,7 @@
 //! then overwrites that same file from its start; measured on this project's 6.18 VM
 //! (`OUTPOST_BENCH_COLD_ONLY=1`), a store reopened after an unclean stop with a cold
 //! page cache wrote 173 KB per one-message commit instead of 17.6 KB, until the pages
-//! left the cache (docs/BENCHMARKS-store.md, session 6): ten times the wear on an SD
+//! left the cache (DECISIONS D8; docs/BENCHMARKS-store.md): ten times the wear on an SD
 //! card.
 //!
 //! Pages read with readahead off come into the cache as single 4 KiB folios. So the

@@ -417,7 +417,7 @@ fn new_stores_get_small_pages_and_older_stores_keep_theirs() {
     drop(SqliteEngine::open(fresh.path()).unwrap());
     assert_eq!(page_size(fresh.path()), PAGE_SIZE as i64);
 
-    // A layout-2 store made with 4 KiB pages, as before session 4.
+    // A layout-2 store made with 4 KiB pages, as older builds created them.
     let old = tempfile::tempdir().unwrap();
     {
         let c = Connection::open(old.path().join(DB_FILE)).unwrap();
