@@ -295,19 +295,7 @@ pub async fn tool_call(
     let message_id = uuid::Uuid::now_v7().to_string();
     let token = match call.token {
         Some(t) => t,
-        None => {
-            let claims = Claims::new(
-                &gw.cfg.node_id,
-                subject,
-                &doc.node_id,
-                vec![format!("tool:{}", call.tool_name)],
-                gw.now_ms(),
-                ttl_s * 1000,
-                &uuid::Uuid::now_v7().to_string(),
-            )
-            .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
-            issue(&gw.keys, &claims).map_err(|e| GatewayError::Internal(e.to_string()))?
-        }
+        None => node_token(gw, subject, &doc.node_id, &call.tool_name, ttl_s)?,
     };
     let request = TaskRequest {
         job_id: Some(job_id.clone()),
@@ -350,28 +338,63 @@ pub async fn tool_call(
     };
     drop(held);
     if !call.wait.is_zero() && gw.online(&doc.node_id).await {
-        let deadline = tokio::time::Instant::now() + call.wait;
-        loop {
-            if let Some(result) = result_of(gw, &message_id).await? {
-                return Ok(ToolCallOutcome::Answered {
-                    message_id,
-                    tool_name: call.tool_name,
-                    result,
-                });
-            }
-            tokio::select! {
-                ev = events.recv() => match ev {
-                    Ok(e) if matches!(e.event, GatewayEvent::Result { .. }) => {}
-                    Err(RecvError::Lagged(_)) => {}
-                    Ok(_) => continue,
-                    Err(RecvError::Closed) => break,
-                },
-                _ = tokio::time::sleep_until(deadline) => break,
-                _ = gw.shutdown.cancelled() => break,
-            }
+        if let Some(result) = wait_for_result(gw, &message_id, call.wait, &mut events).await? {
+            return Ok(ToolCallOutcome::Answered {
+                message_id,
+                tool_name: call.tool_name,
+                result,
+            });
         }
     }
     Ok(ToolCallOutcome::Queued { message_id, job_id })
+}
+
+/// The token the gateway mints for a call that brought none: issued by the gateway,
+/// for `subject`, to `node`, for this tool only, expiring with the message.
+fn node_token(
+    gw: &Gateway,
+    subject: &str,
+    node: &str,
+    tool: &str,
+    ttl_s: u64,
+) -> Result<String, GatewayError> {
+    let claims = Claims::new(
+        &gw.cfg.node_id,
+        subject,
+        node,
+        vec![format!("tool:{tool}")],
+        gw.now_ms(),
+        ttl_s * 1000,
+        &uuid::Uuid::now_v7().to_string(),
+    )
+    .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    issue(&gw.keys, &claims).map_err(|e| GatewayError::Internal(e.to_string()))
+}
+
+/// The result filed for `message_id`, waiting up to `wait` for it (woken by `result`
+/// events, subscribed before the request was queued); `None` when it did not come.
+async fn wait_for_result(
+    gw: &Gateway,
+    message_id: &str,
+    wait: Duration,
+    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<super::events::Event>>,
+) -> Result<Option<Value>, GatewayError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if let Some(result) = result_of(gw, message_id).await? {
+            return Ok(Some(result));
+        }
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Ok(e) if matches!(e.event, GatewayEvent::Result { .. }) => {}
+                Err(RecvError::Lagged(_)) => {}
+                Ok(_) => continue,
+                Err(RecvError::Closed) => return Ok(None),
+            },
+            _ = tokio::time::sleep_until(deadline) => return Ok(None),
+            _ = gw.shutdown.cancelled() => return Ok(None),
+        }
+    }
 }
 
 /// Queue a command from `subject` (the caller's token subject); returns its message id

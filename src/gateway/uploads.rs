@@ -125,16 +125,27 @@ pub async fn upload(
         }
     }
     // 4. Store it: one transaction, or one by one if that fails.
+    store_kept(gw, uploader, keep, &mut verdicts).await?;
+    let answer = answer(gw, uploader, ids, verdicts);
+    gw.events_committed().await;
+    Ok(answer)
+}
+
+/// Step 4 of [`upload`]: store what is kept (one transaction, or one by one if that
+/// fails) and give each its verdict; a stored result is announced (`result` event).
+async fn store_kept(
+    gw: &Arc<Gateway>,
+    uploader: &str,
+    keep: Vec<Keep>,
+    verdicts: &mut [Option<Verdict>],
+) -> Result<(), GatewayError> {
     let items: Vec<Upload> = keep.iter().map(|k| k.item.clone()).collect();
     let outcomes = match gw.state.receive_uploads(items).await {
         Ok(o) => o.into_iter().map(Ok).collect(),
         Err(_) => {
             let mut each = Vec::new();
             for k in &keep {
-                each.push(match store_one(gw, k.item.clone()).await? {
-                    Ok(q) => Ok(q),
-                    Err(code) => Err(code),
-                });
+                each.push(store_one(gw, k.item.clone()).await?);
             }
             each
         }
@@ -157,6 +168,17 @@ pub async fn upload(
             Err(code) => Verdict::Rejected(code),
         });
     }
+    Ok(())
+}
+
+/// The upload's answer from the verdicts (in the upload's order); every refusal is
+/// counted and announced (`rejected` event).
+fn answer(
+    gw: &Gateway,
+    uploader: &str,
+    ids: Vec<String>,
+    verdicts: Vec<Option<Verdict>>,
+) -> UploadAnswer {
     let (mut accepted, mut duplicates, mut rejected) = (Vec::new(), Vec::new(), Vec::new());
     for (id, v) in ids.into_iter().zip(verdicts) {
         match v.unwrap_or_else(|| Verdict::Rejected("internal".into())) {
@@ -178,12 +200,11 @@ pub async fn upload(
             }
         }
     }
-    gw.events_committed().await;
-    Ok(UploadAnswer {
+    UploadAnswer {
         accepted,
         duplicates,
         rejected,
-    })
+    }
 }
 
 /// Below this many envelopes an upload is opened on the calling thread.

@@ -95,36 +95,59 @@ impl Worker {
             // would hold the queue head until real time got there).
             Err(e @ SyncError::ClockSkew { .. }) => return self.fail(&e),
             Err(e) => {
-                let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
-                for (peer, ids) in group(&batch, |_| true) {
-                    let dead = match store
-                        .record_failure(Q_OUTBOX, &peer, ids, now, jitter)
-                        .await
-                    {
-                        Ok(d) => d,
-                        Err(se) => {
-                            // The attempt goes uncounted; the upload failure is still
-                            // what the machine hears about.
-                            tracing::warn!(event = "outbox_failure_not_recorded", peer = %peer, error = %se);
-                            Vec::new()
-                        }
-                    };
-                    for id in dead {
-                        self.deps
-                            .node
-                            .outbound_failed("dead", &peer, &id, "max_attempts")
-                            .await;
-                    }
-                }
-                DeliveryAttempt {
-                    result: "failed",
-                    peer: "upstream",
-                    count: batch.len(),
-                }
-                .emit(&self.deps.metrics);
+                self.count_failed_upload(&batch, now).await;
                 return self.fail(&e);
             }
         };
+        match self.settle_upload(&batch, answer, now).await {
+            Ok(()) => Event::Pushed { more },
+            Err(e) => self.fail(&e),
+        }
+    }
+
+    /// An upload that failed: one attempt counted against each of its messages (those
+    /// past `max_attempts` become dead letters).
+    async fn count_failed_upload(&self, batch: &[(String, String)], now: u64) {
+        let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
+        for (peer, ids) in group(batch, |_| true) {
+            let dead = match self
+                .deps
+                .store
+                .record_failure(Q_OUTBOX, &peer, ids, now, jitter)
+                .await
+            {
+                Ok(d) => d,
+                Err(se) => {
+                    // The attempt goes uncounted; the upload failure is still what the
+                    // machine hears about.
+                    tracing::warn!(event = "outbox_failure_not_recorded", peer = %peer, error = %se);
+                    Vec::new()
+                }
+            };
+            for id in dead {
+                self.deps
+                    .node
+                    .outbound_failed("dead", &peer, &id, "max_attempts")
+                    .await;
+            }
+        }
+        DeliveryAttempt {
+            result: "failed",
+            peer: "upstream",
+            count: batch.len(),
+        }
+        .emit(&self.deps.metrics);
+    }
+
+    /// The gateway's answer to an upload: what it took (or had) leaves the outbox, what
+    /// it refused is rejected with its code, in one commit.
+    async fn settle_upload(
+        &self,
+        batch: &[(String, String)],
+        answer: UploadAnswer,
+        now: u64,
+    ) -> Result<(), SyncError> {
+        let store = &self.deps.store;
         let UploadAnswer {
             accepted: mut done,
             duplicates,
@@ -135,19 +158,17 @@ impl Worker {
             rejected.into_iter().map(|r| (r.id, r.code)).collect();
         let mut settle = Batch::new();
         let done_ids: std::collections::HashSet<&str> = done.iter().map(String::as_str).collect();
-        for (peer, ids) in group(&batch, |id| done_ids.contains(id)) {
+        for (peer, ids) in group(batch, |id| done_ids.contains(id)) {
             settle.ack(Q_OUTBOX, &peer, ids, now);
         }
-        for (peer, id) in &batch {
+        for (peer, id) in batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
                 tracing::warn!(event = "upload_rejected", message_id = %id, code = %code);
                 settle.reject(Q_OUTBOX, peer, id, code, now);
             }
         }
-        if let Err(e) = store.commit(settle).await {
-            return self.fail(&store_failed(e));
-        }
-        for (peer, id) in &batch {
+        store.commit(settle).await.map_err(store_failed)?;
+        for (peer, id) in batch {
             if let Some((_, code)) = rejected.iter().find(|(r, _)| r == id) {
                 self.deps
                     .node
@@ -166,7 +187,7 @@ impl Worker {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pushed += done.len() as u64;
-        Event::Pushed { more }
+        Ok(())
     }
 
     /// Upload audit entries past the gateway's confirmed size, `max_entries` at a time.

@@ -295,12 +295,19 @@ impl Worker {
         }
     }
 
-    async fn pull(&mut self, wait_s: u64, max: u32) -> Event {
-        let resp = match self.prefetch.take() {
+    /// The pull's answer: the prefetched one when there is one, else a request (a
+    /// long-poll when `wait_s` > 0, which a wake-up ends early). `Err` carries the event
+    /// that ended the wait instead.
+    async fn fetch(
+        &mut self,
+        wait_s: u64,
+        max: u32,
+    ) -> Result<Result<PullAnswer, SyncError>, Event> {
+        Ok(match self.prefetch.take() {
             // Asked for while the previous batch was stored (see below).
             Some(next) => tokio::select! {
                 r = next => r.unwrap_or_else(|e| Err(SyncError::Setup(format!("prefetched pull: {e}")))),
-                _ = self.shutdown.cancelled() => return Event::Shutdown,
+                _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
             },
             None => {
                 let pq = format!("{}?wait_s={wait_s}&max={max}", self.t.node_path("pull"));
@@ -310,16 +317,23 @@ impl Worker {
                 if wait_s > 0 {
                     tokio::select! {
                         r = call => r,
-                        _ = self.shared.wake.notified() => return Event::Woken,
-                        _ = self.shutdown.cancelled() => return Event::Shutdown,
+                        _ = self.shared.wake.notified() => return Err(Event::Woken),
+                        _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
                     }
                 } else {
                     tokio::select! {
                         r = call => r,
-                        _ = self.shutdown.cancelled() => return Event::Shutdown,
+                        _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
                     }
                 }
             }
+        })
+    }
+
+    async fn pull(&mut self, wait_s: u64, max: u32) -> Event {
+        let resp = match self.fetch(wait_s, max).await {
+            Ok(r) => r,
+            Err(ev) => return ev,
         };
         let answer = match resp {
             Ok(a) => a,
@@ -331,18 +345,7 @@ impl Worker {
         // a stall or a failed ack drops it, and the next pull starts at the head.
         let full = answer.envelopes.len() >= max as usize;
         if wait_s == 0 && full && answer.pending_count > answer.envelopes.len() as u64 {
-            let last = answer.envelopes.last().map(|e| message_id(e));
-            if let Some(last) = last.filter(|id| !id.is_empty()) {
-                let pq = format!(
-                    "{}?wait_s=0&max={max}&after={}",
-                    self.t.node_path("pull"),
-                    query_escape(&last)
-                );
-                let (t, now) = (self.t.clone(), self.now());
-                self.prefetch = Some(tokio::spawn(async move {
-                    t.get::<PullAnswer>(&pq, now, Duration::ZERO).await
-                }));
-            }
+            self.prefetch_after(&answer, max);
         }
         let mut ack = Vec::new();
         let mut rejected = Vec::new();
@@ -410,6 +413,22 @@ impl Worker {
 }
 
 impl Worker {
+    /// Ask for the batch after `answer`'s last message now (PROTOCOL §12.1 `after`).
+    fn prefetch_after(&mut self, answer: &PullAnswer, max: u32) {
+        let last = answer.envelopes.last().map(|e| message_id(e));
+        if let Some(last) = last.filter(|id| !id.is_empty()) {
+            let pq = format!(
+                "{}?wait_s=0&max={max}&after={}",
+                self.t.node_path("pull"),
+                query_escape(&last)
+            );
+            let (t, now) = (self.t.clone(), self.now());
+            self.prefetch = Some(tokio::spawn(async move {
+                t.get::<PullAnswer>(&pq, now, Duration::ZERO).await
+            }));
+        }
+    }
+
     /// Wait for the ack on its way, if any.
     async fn settle_ack(&mut self) -> Result<(), SyncError> {
         match self.acking.take() {
