@@ -61,17 +61,19 @@ if [ -n "$record" ]; then
     echo "# The README, walked"
     echo
     echo "What a new user sees following README.md top to bottom in a fresh clone: every"
-    echo "command of its shell blocks and its real output, as printed by"
+    echo "command of its shell blocks, with its real output."
     echo
-    echo "    scripts/readme-walk.sh${bin:+ --bin target/debug/outpost} --record docs/README-WALK.md"
+    echo "- command: \`scripts/readme-walk.sh${bin:+ --bin target/debug/outpost} --record docs/README-WALK.md\`"
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- machine: $(uname -srm), $(nproc) CPUs, $(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release 2>/dev/null)"
+    echo "- result: exit $rc after $((SECONDS - t0)) s"
     echo
-    echo "on $(date -u '+%Y-%m-%d %H:%M UTC'), on $(uname -srm) with $(nproc) CPUs"
-    echo "($(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release 2>/dev/null)); it took $((SECONDS - t0)) s and"
-    echo "exited $rc. Timestamps, ids, keys, tokens, pids and temporary paths differ from run"
-    echo "to run. CI (.ci/run) runs the same walk with the binary it built and fails if any"
-    echo "command fails. Lines \"# walk: …\" are what the walk does that the README does not"
-    echo "say (see the top of scripts/readme-walk.sh); \"(ran: …)\" shows a README line as it"
-    echo "was run (with --bin, \`cargo run --release --\` is that binary; gw.example is 127.0.0.1)."
+    echo "Timestamps, ids, keys, tokens, pids, ports of the demo and temporary paths differ"
+    echo "from run to run. CI (\`.ci/run\`) runs the same walk with the binary it built and"
+    echo "fails if a command fails. Lines \`# walk: …\` are what the walk does that the README"
+    echo "does not say (the top of \`scripts/readme-walk.sh\` lists them); \`(ran: …)\` shows a"
+    echo "README line as it was run: with \`--bin\`, \`cargo run --release --\` is that binary,"
+    echo "and in the by-hand section \`gw.example\` is \`127.0.0.1\` (both hosts are this one)."
     echo
     echo '```text'
     sed "s#${tmp_prefix}[^/ ]*#/tmp/readme-walk.XXXXXX#g" "$record.tmp"
