@@ -11,6 +11,7 @@ pub const GATEWAY_ENGINE: &str = "embedded";
 mod audit;
 mod demo;
 mod diskfull;
+mod docs;
 mod enroll;
 mod failover;
 mod gateway;
