@@ -146,26 +146,7 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             peer,
             ids,
             now_ms,
-        } => {
-            let mut out = Vec::with_capacity(ids.len());
-            let mut leaving = Leaving::default();
-            for id in ids {
-                let was_stored = match load_live(tx, &queue, &peer, &id, false)? {
-                    Some((key, value_len, rec)) => {
-                        unlink_live(tx, key, value_len, &rec, &mut leaving)?;
-                        put_status(tx, &id, &rec, MessageState::Delivered, "", now_ms, true);
-                        true
-                    }
-                    None => false,
-                };
-                out.push(AckOutcome {
-                    message_id: id,
-                    was_stored,
-                });
-            }
-            leaving.settle(tx, &queue, &peer)?;
-            Ok(OpOutcome::Acked(out))
-        }
+        } => ack(tx, &queue, &peer, ids, now_ms).map(OpOutcome::Acked),
         WriteOp::SweepExpired { now_ms, limit } => {
             sweep::sweep(tx, now_ms, limit).map(OpOutcome::Expired)
         }
@@ -180,27 +161,7 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             message_id,
             reason,
             now_ms,
-        } => {
-            check_name("message_id", &message_id)?;
-            let live = matches!(
-                tx.get(T_BYID, &id_key(&message_id))?.map(IdEntry::parse),
-                Some(IdEntry::Live(_))
-            );
-            if !live {
-                let st = StatusRecord {
-                    state: MessageState::Rejected,
-                    queue,
-                    peer,
-                    attempts: 0,
-                    next_attempt_at_ms: 0,
-                    reason,
-                    keep_until_ms: now_ms.saturating_add(tx.opts.status_retention_ms),
-                    dead_seq: 0,
-                };
-                write_status(tx, &message_id, &st)?;
-            }
-            Ok(OpOutcome::Done)
-        }
+        } => reject(tx, queue, peer, &message_id, reason, now_ms).map(|()| OpOutcome::Done),
         WriteOp::Remember {
             scope,
             id,
@@ -222,32 +183,7 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             job_id,
             result,
             keep_until_ms,
-        } => {
-            check_name("job_id", &job_id)?;
-            let mut freed = 0;
-            if let Some(old) = tx.get(T_RESULT, job_id.as_bytes())? {
-                if let Some(t) = old.get(..8).and_then(parse_u64) {
-                    tx.delete(T_RESULT_EXP, time_key(t, job_id.as_bytes()));
-                }
-                freed = result_cost(job_id.len(), old.len());
-            }
-            let mut v = u64_val(keep_until_ms);
-            v.extend_from_slice(&result);
-            // Results have a budget of their own: refused before it is passed.
-            let held = get_u64(tx, T_META, META_RESULT_BYTES)?.saturating_sub(freed);
-            let total = held.saturating_add(result_cost(job_id.len(), v.len()));
-            if total > tx.opts.max_result_store_bytes {
-                return Err(StoreError::StorageFull);
-            }
-            tx.put(T_META, META_RESULT_BYTES.to_vec(), u64_val(total));
-            tx.put(T_RESULT, job_id.as_bytes().to_vec(), v);
-            tx.put(
-                T_RESULT_EXP,
-                time_key(keep_until_ms, job_id.as_bytes()),
-                Vec::new(),
-            );
-            Ok(OpOutcome::Done)
-        }
+        } => result_put(tx, &job_id, &result, keep_until_ms).map(|()| OpOutcome::Done),
         WriteOp::AuditAppend { index, entry } => {
             let len = get_u64(tx, T_META, META_AUDIT_LEN)?;
             if index != len {
@@ -278,22 +214,106 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             corrected_at_ms,
             seen_created_max_ms,
         } => {
-            tx.put(
-                T_META,
-                META_TIME_SEEN_AT_CORRECTION.to_vec(),
-                u64_val(seen_created_max_ms),
-            );
-            tx.put(
-                T_META,
-                META_TIME_HIGH_WATER.to_vec(),
-                u64_val(high_water_ms),
-            );
-            tx.put(
-                T_META,
-                META_TIME_CORRECTED_AT.to_vec(),
-                u64_val(corrected_at_ms),
-            );
+            for (key, v) in [
+                (META_TIME_SEEN_AT_CORRECTION, seen_created_max_ms),
+                (META_TIME_HIGH_WATER, high_water_ms),
+                (META_TIME_CORRECTED_AT, corrected_at_ms),
+            ] {
+                tx.put(T_META, key.to_vec(), u64_val(v));
+            }
             Ok(OpOutcome::Done)
         }
     }
+}
+
+/// Remove delivered messages, leaving a `delivered` tombstone for status queries.
+fn ack(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    peer: &str,
+    ids: Vec<String>,
+    now_ms: u64,
+) -> Result<Vec<AckOutcome>, StoreError> {
+    let mut out = Vec::with_capacity(ids.len());
+    let mut leaving = Leaving::default();
+    for id in ids {
+        let was_stored = match load_live(tx, queue, peer, &id, false)? {
+            Some((key, value_len, rec)) => {
+                unlink_live(tx, key, value_len, &rec, &mut leaving)?;
+                put_status(tx, &id, &rec, MessageState::Delivered, "", now_ms, true);
+                true
+            }
+            None => false,
+        };
+        out.push(AckOutcome {
+            message_id: id,
+            was_stored,
+        });
+    }
+    leaving.settle(tx, queue, peer)?;
+    Ok(out)
+}
+
+/// The reason a recipient refused a message (status `rejected`), unless it is queued
+/// again under that id.
+fn reject(
+    tx: &mut Tx<'_>,
+    queue: String,
+    peer: String,
+    message_id: &str,
+    reason: String,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    check_name("message_id", message_id)?;
+    let live = matches!(
+        tx.get(T_BYID, &id_key(message_id))?.map(IdEntry::parse),
+        Some(IdEntry::Live(_))
+    );
+    if !live {
+        let st = StatusRecord {
+            state: MessageState::Rejected,
+            queue,
+            peer,
+            attempts: 0,
+            next_attempt_at_ms: 0,
+            reason,
+            keep_until_ms: now_ms.saturating_add(tx.opts.status_retention_ms),
+            dead_seq: 0,
+        };
+        write_status(tx, message_id, &st)?;
+    }
+    Ok(())
+}
+
+/// Keep a tool result under `job_id` until `keep_until_ms`, within the results' own
+/// budget (refused before it is passed; a replaced result gives its bytes back).
+fn result_put(
+    tx: &mut Tx<'_>,
+    job_id: &str,
+    result: &[u8],
+    keep_until_ms: u64,
+) -> Result<(), StoreError> {
+    check_name("job_id", job_id)?;
+    let mut freed = 0;
+    if let Some(old) = tx.get(T_RESULT, job_id.as_bytes())? {
+        if let Some(t) = old.get(..8).and_then(parse_u64) {
+            tx.delete(T_RESULT_EXP, time_key(t, job_id.as_bytes()));
+        }
+        freed = result_cost(job_id.len(), old.len());
+    }
+    let mut v = u64_val(keep_until_ms);
+    v.extend_from_slice(result);
+    let held = get_u64(tx, T_META, META_RESULT_BYTES)?.saturating_sub(freed);
+    let total = held.saturating_add(result_cost(job_id.len(), v.len()));
+    if total > tx.opts.max_result_store_bytes {
+        return Err(StoreError::StorageFull);
+    }
+    tx.put(T_META, META_RESULT_BYTES.to_vec(), u64_val(total));
+    tx.put(T_RESULT, job_id.as_bytes().to_vec(), v);
+    tx.put(
+        T_RESULT_EXP,
+        time_key(keep_until_ms, job_id.as_bytes()),
+        Vec::new(),
+    );
+    Ok(())
 }
