@@ -335,9 +335,33 @@ pub fn rebuild_counters(
             batch.push(BatchOp::Delete { tree, key });
         }
     }
+    put_counters(counters, &mut batch);
+    quarantine_records(bad, quarantined, &mut batch);
+    let next_seq = meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(max_seq + 1);
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_NEXT_SEQ.to_vec(),
+        value: u64_val(next_seq),
+    });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_BYTES.to_vec(),
+        value: u64_val(total),
+    });
+    batch.push(BatchOp::Put {
+        tree: T_META,
+        key: META_SCHEMA.to_vec(),
+        value: u64_val(SCHEMA_VERSION),
+    });
+    engine.apply(&batch)?;
+    Ok(())
+}
+
+/// The rebuilt counters (and their lanes' due keys) as batch writes. A rebuilt lane
+/// takes no newcomers until its queue is empty: its members stay in order, and nothing
+/// new has to be checked against what came before.
+fn put_counters(counters: BTreeMap<Vec<u8>, Counter>, batch: &mut Vec<BatchOp>) {
     for (k, mut c) in counters {
-        // A rebuilt lane takes no newcomers until its queue is empty: its members stay
-        // in order, and nothing new has to be checked against what came before.
         if c.lane.members == 0 {
             c.lane = Lane::closed();
         } else {
@@ -357,6 +381,14 @@ pub fn rebuild_counters(
             value: c.encode(),
         });
     }
+}
+
+/// Message records that do not decode, moved to quarantine with the reason.
+fn quarantine_records(
+    bad: Vec<(Vec<u8>, Vec<u8>, String)>,
+    quarantined: &mut Vec<String>,
+    batch: &mut Vec<BatchOp>,
+) {
     for (k, v, reason) in bad {
         quarantined.push(format!(
             "message record {}: {reason}",
@@ -376,24 +408,6 @@ pub fn rebuild_counters(
             key: k,
         });
     }
-    let next_seq = meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(max_seq + 1);
-    batch.push(BatchOp::Put {
-        tree: T_META,
-        key: META_NEXT_SEQ.to_vec(),
-        value: u64_val(next_seq),
-    });
-    batch.push(BatchOp::Put {
-        tree: T_META,
-        key: META_BYTES.to_vec(),
-        value: u64_val(total),
-    });
-    batch.push(BatchOp::Put {
-        tree: T_META,
-        key: META_SCHEMA.to_vec(),
-        value: u64_val(SCHEMA_VERSION),
-    });
-    engine.apply(&batch)?;
-    Ok(())
 }
 
 /// Sets the results' byte count from the stored results (a store written before the

@@ -98,51 +98,7 @@ pub(super) fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
     }
     if has_kv {
         tracing::info!("migrating SQLite store layout 1 -> 2 (one table per tree)");
-        let left: i64 = tx
-            .query_row(
-                "SELECT count(*) FROM kv WHERE tree >= ?1",
-                params![TREES as i64],
-                |r| r.get(0),
-            )
-            .map_err(err)?;
-        if left > 0 {
-            // Not ours to drop: refuse rather than lose rows of an unknown tree.
-            return Err(EngineError::Corrupt(format!(
-                "{left} rows of unknown trees in the layout-1 table; not migrating"
-            )));
-        }
-        let sql = tree_sql();
-        for t in 0..TREES {
-            if shared(t as Tree) {
-                // Few rows (meta keys, one counter per recipient): prefix them here.
-                let rows: Vec<(Vec<u8>, Vec<u8>)> = {
-                    let mut st = tx
-                        .prepare("SELECT key, value FROM kv WHERE tree = ?1")
-                        .map_err(err)?;
-                    let it = st
-                        .query_map(params![t as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .map_err(err)?;
-                    it.collect::<Result<_, _>>().map_err(err)?
-                };
-                let batch: Vec<BatchOp> = rows
-                    .into_iter()
-                    .map(|(key, value)| BatchOp::Put {
-                        tree: t as Tree,
-                        key,
-                        value,
-                    })
-                    .collect();
-                GroupStatements::new(&tx, &sql).write(&batch)?;
-            } else {
-                tx.execute(
-                    &format!(
-                        "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
-                    ),
-                    params![t as i64],
-                )
-                .map_err(err)?;
-            }
-        }
+        move_layout1_rows(&tx)?;
         tx.execute("DELETE FROM kv", []).map_err(err)?;
     } else {
         tx.execute_batch(
@@ -159,6 +115,57 @@ pub(super) fn prepare_layout(conn: &mut Connection) -> Result<(), EngineError> {
     tx.pragma_update(None, "user_version", LAYOUT)
         .map_err(err)?;
     tx.commit().map_err(err)
+}
+
+/// Layout 1 → 2: every tree's rows move from the one `kv` table into the tree's own
+/// table (the shared ones, few rows, through the prefixing writer).
+fn move_layout1_rows(tx: &Connection) -> Result<(), EngineError> {
+    let left: i64 = tx
+        .query_row(
+            "SELECT count(*) FROM kv WHERE tree >= ?1",
+            params![TREES as i64],
+            |r| r.get(0),
+        )
+        .map_err(err)?;
+    if left > 0 {
+        // Not ours to drop: refuse rather than lose rows of an unknown tree.
+        return Err(EngineError::Corrupt(format!(
+            "{left} rows of unknown trees in the layout-1 table; not migrating"
+        )));
+    }
+    let sql = tree_sql();
+    for t in 0..TREES {
+        if shared(t as Tree) {
+            // Few rows (meta keys, one counter per recipient): prefix them here.
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = {
+                let mut st = tx
+                    .prepare("SELECT key, value FROM kv WHERE tree = ?1")
+                    .map_err(err)?;
+                let it = st
+                    .query_map(params![t as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map_err(err)?;
+                it.collect::<Result<_, _>>().map_err(err)?
+            };
+            let batch: Vec<BatchOp> = rows
+                .into_iter()
+                .map(|(key, value)| BatchOp::Put {
+                    tree: t as Tree,
+                    key,
+                    value,
+                })
+                .collect();
+            GroupStatements::new(tx, &sql).write(&batch)?;
+        } else {
+            tx.execute(
+                &format!(
+                    "INSERT INTO t{t} (k, v) SELECT key, value FROM kv WHERE tree = ?1 ORDER BY key"
+                ),
+                params![t as i64],
+            )
+            .map_err(err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Layout 2 → 3: meta and counter rows move from `t1` (key `tree key`) to the id tree's
