@@ -13,8 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn outpost() -> &'static str {
-    env!("CARGO_BIN_EXE_outpost")
+/// This build's binary, or `OUTPOST_BIN` (another build, for an A/B with one harness).
+fn outpost() -> String {
+    std::env::var("OUTPOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_outpost").to_string())
 }
 
 fn proc_status(pid: u32, key: &str) -> u64 {

@@ -223,7 +223,36 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
     if let Some(store) = v["store"].as_str() {
         let _ = writeln!(out, "store: {store}");
     }
-    let up = &v["upstream"];
+    let _ = writeln!(out, "upstream: {}", upstream_line(&v["upstream"], now_ms));
+    if v["role"] == "node" {
+        let _ = writeln!(
+            out,
+            "audit: {} entries, {} synced upstream",
+            s(&v["audit"]["size"]),
+            s(&v["audit"]["synced_size"])
+        );
+    }
+    if let Some(n) = v["nodes_enrolled"].as_u64() {
+        let _ = writeln!(out, "nodes enrolled: {n}");
+    }
+    if v["clock"]["behind_floor"] == true {
+        let behind = v["clock"]["now_ms"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(v["clock"]["wall_ms"].as_u64().unwrap_or(0));
+        let _ = writeln!(
+            out,
+            "clock: wall clock {} behind the store's time floor (no RTC or NTP yet)",
+            duration(behind / 1000)
+        );
+    }
+    queue_table(&v["queues"], &mut out);
+    out
+}
+
+/// The `upstream:` line: state, URL, last success, last error and what to do.
+fn upstream_line(up: &Value, now_ms: u64) -> String {
+    use std::fmt::Write as _;
     let mut line = match up["state"].as_str() {
         Some("none") | None => match up["detail"].as_str() {
             Some(d) => format!("none ({d})"),
@@ -250,30 +279,18 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
             let _ = write!(line, "\n  what to do: {h}");
         }
     }
-    let _ = writeln!(out, "upstream: {line}");
-    if v["role"] == "node" {
-        let _ = writeln!(
-            out,
-            "audit: {} entries, {} synced upstream",
-            s(&v["audit"]["size"]),
-            s(&v["audit"]["synced_size"])
-        );
-    }
-    if let Some(n) = v["nodes_enrolled"].as_u64() {
-        let _ = writeln!(out, "nodes enrolled: {n}");
-    }
-    if v["clock"]["behind_floor"] == true {
-        let behind = v["clock"]["now_ms"]
-            .as_u64()
-            .unwrap_or(0)
-            .saturating_sub(v["clock"]["wall_ms"].as_u64().unwrap_or(0));
-        let _ = writeln!(
-            out,
-            "clock: wall clock {} behind the store's time floor (no RTC or NTP yet)",
-            duration(behind / 1000)
-        );
-    }
-    let rows: Vec<[String; 4]> = v["queues"]
+    line
+}
+
+/// The queue table, aligned on its widest cells.
+fn queue_table(queues: &Value, out: &mut String) {
+    use std::fmt::Write as _;
+    let s = |x: &Value| match x {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let rows: Vec<[String; 4]> = queues
         .as_array()
         .map(|q| {
             q.iter()
@@ -293,7 +310,7 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
         .unwrap_or_default();
     if rows.is_empty() {
         let _ = writeln!(out, "queues: empty");
-        return out;
+        return;
     }
     let head = ["QUEUE", "PEER", "DEPTH", "OLDEST"].map(String::from);
     let mut w = [0usize; 4];
@@ -317,7 +334,6 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
             w3 = w[3]
         );
     }
-    out
 }
 
 /// 75 → "1m15s", 3600 → "1h0m0s" (seconds resolution is enough for a glance).

@@ -163,116 +163,9 @@ impl Postgres {
                 "the target database already holds gateway state; migrate into an empty one".into(),
             )));
         }
-        // In queue order per recipient: sequence numbers follow it.
-        for m in &snap.messages {
-            tx.execute(
-                "INSERT INTO messages (message_id, queue, peer, priority, payload_type,
-                     created_at_ms, expires_at_ms, body, max_attempts, attempts)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                &[
-                    &m.message_id,
-                    &m.queue,
-                    &m.peer,
-                    &(m.priority as i16),
-                    &m.payload_type,
-                    &i(m.created_at_ms),
-                    &i(m.expires_at_ms),
-                    &m.body,
-                    &(m.max_attempts.min(i32::MAX as u32) as i32),
-                    &(m.attempts.min(i32::MAX as u32) as i32),
-                ],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
-        tx.execute(
-            "INSERT INTO queue_depth (queue, peer, shard, n)
-             SELECT queue, peer, 0, count(*) FROM messages GROUP BY queue, peer",
-            &[],
-        )
-        .await
-        .map_err(unavailable)?;
-        for (key, job) in &snap.jobs {
-            let node = snap
-                .requests
-                .iter()
-                .find(|(r, _)| r == &job.message_id)
-                .map(|(_, n)| n.as_str())
-                .unwrap_or_default();
-            tx.execute(
-                "INSERT INTO jobs (job_key, message_id, tool_name, args_sha256, node_id)
-                 VALUES ($1, $2, $3, $4, $5)",
-                &[
-                    key,
-                    &job.message_id,
-                    &job.tool_name,
-                    &job.args_sha256,
-                    &node,
-                ],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
-        for (request, node) in &snap.requests {
-            tx.execute(
-                "INSERT INTO task_requests (request_id, node_id) VALUES ($1, $2)",
-                &[request, node],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
+        copy_queues(&tx, snap).await?;
         let now = i(crate::clock::Clock::now_ms(&*self.clock));
-        for (request, result) in &snap.results {
-            tx.execute(
-                "INSERT INTO task_results (request_id, result, filed_at_ms) VALUES ($1, $2, $3)",
-                &[request, result, &now],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
-        for (version, jti) in &snap.revocations {
-            tx.execute(
-                "INSERT INTO revocations (version, jti, revoked_at_ms) VALUES ($1, $2, $3)",
-                &[&i(*version), jti, &now],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
-        for p in snap.trust.list() {
-            let doc = serde_json::to_string(&p.doc).map_err(|e| corrupt("document", e))?;
-            tx.execute(
-                "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    &p.doc.node_id,
-                    &p.doc.role,
-                    &doc,
-                    &p.rights.send,
-                    &p.rights.issue,
-                    &now,
-                ],
-            )
-            .await
-            .map_err(unavailable)?;
-        }
-        for (node, entries, cps) in &snap.audit {
-            let idx: Vec<i64> = (0..entries.len() as i64).collect();
-            tx.execute(
-                "INSERT INTO audit_entries (node_id, idx, entry)
-                 SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])",
-                &[node, &idx, entries],
-            )
-            .await
-            .map_err(unavailable)?;
-            for (size, note) in cps {
-                tx.execute(
-                    "INSERT INTO audit_checkpoints (node_id, size, note) VALUES ($1, $2, $3)",
-                    &[node, &i(*size), note],
-                )
-                .await
-                .map_err(unavailable)?;
-            }
-        }
+        copy_the_rest(&tx, snap, now).await?;
         tx.commit().await.map_err(unavailable)?;
         drop(c);
         self.verify_import(snap).await
@@ -357,4 +250,131 @@ impl Postgres {
         }
         Ok(report)
     }
+}
+
+/// The queues (in order per recipient: sequence numbers follow it), their depths, and
+/// the job bindings and requests of tool calls.
+async fn copy_queues(
+    tx: &tokio_postgres::Transaction<'_>,
+    snap: &Snapshot,
+) -> Result<(), StateError> {
+    // In queue order per recipient: sequence numbers follow it.
+    for m in &snap.messages {
+        tx.execute(
+            "INSERT INTO messages (message_id, queue, peer, priority, payload_type,
+                 created_at_ms, expires_at_ms, body, max_attempts, attempts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            &[
+                &m.message_id,
+                &m.queue,
+                &m.peer,
+                &(m.priority as i16),
+                &m.payload_type,
+                &i(m.created_at_ms),
+                &i(m.expires_at_ms),
+                &m.body,
+                &(m.max_attempts.min(i32::MAX as u32) as i32),
+                &(m.attempts.min(i32::MAX as u32) as i32),
+            ],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    tx.execute(
+        "INSERT INTO queue_depth (queue, peer, shard, n)
+         SELECT queue, peer, 0, count(*) FROM messages GROUP BY queue, peer",
+        &[],
+    )
+    .await
+    .map_err(unavailable)?;
+    for (key, job) in &snap.jobs {
+        let node = snap
+            .requests
+            .iter()
+            .find(|(r, _)| r == &job.message_id)
+            .map(|(_, n)| n.as_str())
+            .unwrap_or_default();
+        tx.execute(
+            "INSERT INTO jobs (job_key, message_id, tool_name, args_sha256, node_id)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[
+                key,
+                &job.message_id,
+                &job.tool_name,
+                &job.args_sha256,
+                &node,
+            ],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    for (request, node) in &snap.requests {
+        tx.execute(
+            "INSERT INTO task_requests (request_id, node_id) VALUES ($1, $2)",
+            &[request, node],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    Ok(())
+}
+
+/// Results, revocations, the trust store and the nodes' audit copies.
+async fn copy_the_rest(
+    tx: &tokio_postgres::Transaction<'_>,
+    snap: &Snapshot,
+    now: i64,
+) -> Result<(), StateError> {
+    for (request, result) in &snap.results {
+        tx.execute(
+            "INSERT INTO task_results (request_id, result, filed_at_ms) VALUES ($1, $2, $3)",
+            &[request, result, &now],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    for (version, jti) in &snap.revocations {
+        tx.execute(
+            "INSERT INTO revocations (version, jti, revoked_at_ms) VALUES ($1, $2, $3)",
+            &[&i(*version), jti, &now],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    for p in snap.trust.list() {
+        let doc = serde_json::to_string(&p.doc).map_err(|e| corrupt("document", e))?;
+        tx.execute(
+            "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &p.doc.node_id,
+                &p.doc.role,
+                &doc,
+                &p.rights.send,
+                &p.rights.issue,
+                &now,
+            ],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    for (node, entries, cps) in &snap.audit {
+        let idx: Vec<i64> = (0..entries.len() as i64).collect();
+        tx.execute(
+            "INSERT INTO audit_entries (node_id, idx, entry)
+             SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])",
+            &[node, &idx, entries],
+        )
+        .await
+        .map_err(unavailable)?;
+        for (size, note) in cps {
+            tx.execute(
+                "INSERT INTO audit_checkpoints (node_id, size, note) VALUES ($1, $2, $3)",
+                &[node, &i(*size), note],
+            )
+            .await
+            .map_err(unavailable)?;
+        }
+    }
+    Ok(())
 }
