@@ -139,3 +139,21 @@ fn no_source_file_over_500_lines() {
         .collect();
     assert!(long.is_empty(), "split these by concern: {long:?}");
 }
+
+/// The two roles' domains stand apart: the node's (`app`) and the gateway's (`gateway`)
+/// import neither each other nor the HTTP edge (`api`) nor the wiring (`roles`); what
+/// both need lives below them (`daemon`, `store`, `envelope`, …).
+#[test]
+fn the_roles_domains_import_neither_each_other_nor_the_edge() {
+    let deps = dependencies();
+    assert!(deps.contains_key("app") && deps.contains_key("gateway"), "{deps:?}");
+    for (m, other) in [("app", "gateway"), ("gateway", "app")] {
+        for f in [other, "api", "roles"] {
+            assert!(
+                !deps.get(m).is_some_and(|d| d.contains(f)),
+                "src/{m} imports crate::{f}: {:?}",
+                deps.get(m)
+            );
+        }
+    }
+}
