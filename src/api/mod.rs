@@ -3,6 +3,7 @@
 //! ([`json::JsonBody`]) turns every malformed body into that shape.
 
 pub mod error;
+#[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod json;
 pub mod node;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 pub mod audit;
 pub mod common;
 pub mod config_cmd;
+#[cfg(feature = "gateway")]
 pub mod demo;
 pub mod envelope;
 pub mod gateway_cmd;
@@ -411,7 +412,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             quiet: false,
         }),
         Command::Run(cfg) => run::run(&cfg),
+        #[cfg(feature = "gateway")]
         Command::Demo { keep } => demo::run(keep),
+        #[cfg(not(feature = "gateway"))]
+        Command::Demo { .. } => Err(Exit::usage(format!(
+            "`outpost demo` runs a gateway and a node: {}",
+            crate::config::NO_GATEWAY
+        ))
+        .into()),
         Command::Identity { cfg, json } => identity::identity(&cfg, json),
         Command::Trust { cfg, cmd } => identity::trust_cmd(&cfg, cmd),
         Command::Token { cfg, cmd } => token::token_cmd(&cfg, cmd),
