@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod json;
 pub mod node;
 pub mod openapi;
+#[cfg(feature = "gateway")]
 pub mod starting;
 
 pub use error::{store_error, ApiError, ApiResult};
