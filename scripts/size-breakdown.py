@@ -9,8 +9,8 @@ Usage: scripts/size-breakdown.py BINARY [--nm aarch64-linux-gnu-nm] [--top 25]
 
 A symbol is counted for the crate its demangled path starts with (`<T as Trait>::f`
 counts for T's crate); generic code instantiated from std types counts as std/core/
-alloc, like cargo-bloat's default. C symbols: `sqlite3*` -> [C] sqlite, ring's
-`ring_core_*` -> ring, the rest [C] other. Only symbols in text/data sections are
+alloc, like cargo-bloat's default. C symbols: ring's C and assembly -> ring, the C
+runtime's -> [C] runtime, the rest (the bundled SQLite's) -> [C] SQLite. Only symbols in text/data sections are
 counted; the rest of the file (headers, .eh_frame, relocation and symbol tables) is
 the section table's business.
 """
@@ -21,11 +21,22 @@ import subprocess
 import sys
 
 
+# ring's C and assembly (not all of it carries the `ring_core_` prefix).
+RING_C = re.compile(
+    r"ring_core_|nistz|ecp_|p256|p384|ChaCha20|chacha|poly1305|sha256_block|sha512_block"
+    r"|bn_|aes_|gcm_|ghash|x25519|fiat_|limbs|LIMBS|OPENSSL|CRYPTO_|k25519|vpaes|ecp_nistz"
+)
+
+
 def crate_of(name: str) -> str:
-    if name.startswith("sqlite3") or name.startswith("sqlite"):
-        return "[C] sqlite"
-    if name.startswith("ring_core_") or "ring_core_0_" in name:
-        return "ring"
+    if "::" not in name and not name.startswith("_ZN") and not name.startswith("_R"):
+        # C: ring's, the C runtime's (leading underscore), else the bundled SQLite
+        # (its static functions have no `sqlite3` prefix).
+        if RING_C.search(name):
+            return "ring"
+        if name.startswith("_") or name in ("frame_dummy", "deregister_tm_clones", "register_tm_clones"):
+            return "[C] runtime"
+        return "[C] SQLite"
     n = name
     while n.startswith("<") or n.startswith("&") or n.startswith("*const ") or n.startswith("*mut "):
         if n.startswith("<"):
@@ -39,9 +50,7 @@ def crate_of(name: str) -> str:
     m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)::", n)
     if m:
         return m.group(1)
-    if name.startswith("_ZN") or "::" in name:
-        return "[other rust]"
-    return "[C] other"
+    return "[other rust]"
 
 
 def main() -> int:
