@@ -34,7 +34,7 @@ SMOKE_SKIPS="${SMOKE_SKIPS-store::tests::crash store::tests::rss}"
 CROSS_ARMV7="${CROSS_ARMV7-1}"
 MAX_SIZE_AARCH64="${MAX_SIZE_AARCH64-6291456}"
 TARGET_DIR="${CROSS_TARGET_DIR:-target/cross}"
-# The device build: no `postgres` (gateway-only) feature.
+# The device build: none of the default features (`gateway`, `postgres`).
 FEATURES=(--no-default-features)
 APT=(apt-get -o DPkg::Lock::Timeout=300 -y --no-install-recommends)
 export DEBIAN_FRONTEND=noninteractive
