@@ -63,9 +63,7 @@ impl std::str::FromStr for Role {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "node" => Ok(Role::Node),
-            #[cfg(feature = "gateway")]
-            "gateway" => Ok(Role::Gateway),
-            #[cfg(not(feature = "gateway"))]
+            "gateway" if cfg!(feature = "gateway") => Ok(Role::Gateway),
             "gateway" => Err(format!("role \"gateway\": {NO_GATEWAY}")),
             other => Err(format!(
                 "role must be \"node\" or \"gateway\", not {other:?}"
