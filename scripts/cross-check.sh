@@ -3,7 +3,9 @@
 # docs/INSTALL.md): Debian's rustc-web 1.85 (which is also our MSRV), Debian's prebuilt
 # standard library for the target, the GNU cross linker and qemu-user to run tests.
 # Every ARM build is the device's node binary: `--no-default-features`, so it carries no
-# PostgreSQL client (the `postgres` feature is for x86 gateways, docs/INSTALL.md).
+# gateway and no PostgreSQL client (the `gateway` and `postgres` features are for x86
+# gateways, docs/INSTALL.md). Prints the stripped size of each target's binary and fails
+# when the aarch64 one is over its budget (docs/BENCHMARKS-size.md).
 #
 # Usage: scripts/cross-check.sh [--setup-only] [--no-setup]
 #   env SMOKE_FILTERS  libtest filters run under qemu (default below; "" = whole lib suite)
@@ -13,6 +15,8 @@
 #                      binfmt_misc to run an aarch64 child (CI machines have none).
 #                      The store conformance tests are lib tests (store::tests::conformance).
 #       CROSS_ARMV7    1 (default): armv7 build + tests; build: release binary only; 0: skip
+#       MAX_SIZE_AARCH64  size budget of the stripped aarch64 node in bytes (default 6 MiB);
+#                      "" = report only
 #       CROSS_TARGET_DIR  cargo target dir (default target/cross)
 #
 # Idempotent: every install step is skipped when its result is already present.
@@ -28,8 +32,9 @@ SMOKE_TESTS="${SMOKE_TESTS-}"
 # They run natively in the main test command.
 SMOKE_SKIPS="${SMOKE_SKIPS-store::tests::crash store::tests::rss}"
 CROSS_ARMV7="${CROSS_ARMV7-1}"
+MAX_SIZE_AARCH64="${MAX_SIZE_AARCH64-6291456}"
 TARGET_DIR="${CROSS_TARGET_DIR:-target/cross}"
-# The device build: no `postgres` (gateway-only) feature.
+# The device build: none of the default features (`gateway`, `postgres`).
 FEATURES=(--no-default-features)
 APT=(apt-get -o DPkg::Lock::Timeout=300 -y --no-install-recommends)
 export DEBIAN_FRONTEND=noninteractive
@@ -39,7 +44,7 @@ for arg in "$@"; do
   case "$arg" in
     --setup-only) build=0 ;;
     --no-setup) setup=0 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 64 ;;
   esac
 done
@@ -111,14 +116,17 @@ check_arch() {
   export "AR_${rtarget//-/_}=$gnu-ar"
   export "CARGO_TARGET_${TGT}_RUNNER=$qemu -L /usr/$gnu"
 
-  log "[$arch] device dependency graph: no PostgreSQL client"
+  log "[$arch] device dependency graph: no gateway, no PostgreSQL client, one Ed25519"
   local deps
   deps=$(cargo tree --locked "${FEATURES[@]}" --target "$rtarget" -e normal --prefix none)
-  if grep -E '^(tokio-)?postgres' <<<"$deps"; then
-    echo "cross-check: the $rtarget node build pulls in the crates above (feature postgres?)" >&2
+  if grep -E '^((tokio-)?postgres|pasetors|orion|ed25519-compact) ' <<<"$deps"; then
+    echo "cross-check: the $rtarget node build pulls in the crates above (feature gateway or postgres?)" >&2
     exit 1
   fi
   echo "none"
+  log "[$arch] crates in more than one version (build-time proc-macro crates aside)"
+  cargo tree --locked "${FEATURES[@]}" --target "$rtarget" -e normal -d --depth 0 --prefix none \
+    | grep -E '^[a-z]' | grep -vE '^(syn|proc-macro2|quote) |proc-macro' | sort -u || true
 
   log "[$arch] $(/usr/bin/rustc --version) — release build for $rtarget ($(elapsed))"
   local s=$SECONDS
@@ -131,6 +139,7 @@ check_arch() {
   local size
   size=$(stat -c %s "$TARGET_DIR/outpost-$rtarget")
   awk -v t="$rtarget" -v s="$size" 'BEGIN { printf "stripped size %s: %d bytes (%.2f MiB)\n", t, s, s / 1048576 }'
+  SIZES+=("$rtarget $size")
   log "[$arch] release binary under $qemu: --version"
   "$qemu" -L "/usr/$gnu" "$bin" --version || echo "(--version not available yet in this build)"
 
@@ -170,12 +179,26 @@ if [ "$setup" -eq 1 ]; then
 fi
 [ "$build" -eq 1 ] || { log "setup done ($(elapsed))"; exit 0; }
 
+SIZES=()
+report_sizes() {
+  log "stripped node binary sizes (--no-default-features, release)"
+  local row
+  for row in "${SIZES[@]}"; do
+    awk -v t="${row% *}" -v s="${row#* }" 'BEGIN { printf "  %-32s %10d bytes  %.2f MiB\n", t, s, s / 1048576 }'
+  done
+}
 check_arch arm64
+aarch64_size=${SIZES[0]#* }
 if [ "$CROSS_ARMV7" != 0 ]; then
   if [ -d /usr/lib/rustlib/armv7-unknown-linux-gnueabihf/lib ] && command -v arm-linux-gnueabihf-gcc >/dev/null; then
     if [ "$CROSS_ARMV7" = build ]; then check_arch armhf build-only; else check_arch armhf; fi
   else
     log "armv7 toolchain not installed: armv7 leg skipped (best effort)"
   fi
+fi
+report_sizes
+if [ -n "$MAX_SIZE_AARCH64" ] && [ "$aarch64_size" -gt "$MAX_SIZE_AARCH64" ]; then
+  echo "cross-check: the aarch64 node is $aarch64_size bytes, over its budget of $MAX_SIZE_AARCH64 (docs/BENCHMARKS-size.md)" >&2
+  exit 1
 fi
 log "cross-check OK ($(elapsed))"

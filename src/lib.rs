@@ -24,7 +24,8 @@
 //! - [`http_server`]: the HTTP edge both roles serve on: timeouts, connection cap, JSON
 //!   answers for unparseable requests, drain.
 //! - [`sync`]: node↔gateway protocol.
-//! - [`gateway`]: the upstream role.
+//! - `gateway`: the upstream role (cargo feature `gateway`, on by default; the device
+//!   build has none).
 //! - [`keyed_lock`]: one async lock per key (job ids).
 //! - [`service`]: systemd notify/watchdog, journald, signals.
 //! - [`telemetry`]: metrics registry and named events.
@@ -38,6 +39,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod envelope;
+#[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod http_server;
 pub mod keyed_lock;

@@ -3,10 +3,12 @@
 //! ([`json::JsonBody`]) turns every malformed body into that shape.
 
 pub mod error;
+#[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod json;
 pub mod node;
 pub mod openapi;
+#[cfg(feature = "gateway")]
 pub mod starting;
 
 pub use error::{store_error, ApiError, ApiResult};

@@ -8,9 +8,18 @@ pub fn gateway_cmd(arg: &ConfigArg, cmd: GatewayCmd) -> anyhow::Result<()> {
     }
 }
 
-#[cfg(not(feature = "postgres"))]
+#[cfg(all(feature = "gateway", not(feature = "postgres")))]
 fn migrate(_arg: &ConfigArg, _to: &str) -> anyhow::Result<()> {
     Err(Exit::usage("this build has no PostgreSQL support (cargo feature `postgres`)").into())
+}
+
+#[cfg(not(feature = "gateway"))]
+fn migrate(_arg: &ConfigArg, _to: &str) -> anyhow::Result<()> {
+    Err(Exit::usage(format!(
+        "`outpost gateway migrate`: {}",
+        crate::config::NO_GATEWAY
+    ))
+    .into())
 }
 
 #[cfg(feature = "postgres")]

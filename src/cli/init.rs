@@ -178,7 +178,9 @@ fn tls_plan(a: &InitArgs, role: Role, data_dir: &Path) -> anyhow::Result<TlsPlan
             return Err(Exit::usage("--allow-plaintext and --tls-cert exclude each other").into());
         }
         let pin = crate::tls_pin::spki_sha256_of_pem_file(&cert).map_err(Exit::usage)?;
-        // Refused now rather than at the first `run`.
+        // Refused now rather than at the first `run` (a build without the gateway
+        // refuses `--role gateway` before this).
+        #[cfg(feature = "gateway")]
         crate::gateway::tls::acceptor(&cert, &key).map_err(|e| Exit::usage(e.to_string()))?;
         return Ok(TlsPlan::Given { cert, key, pin });
     }

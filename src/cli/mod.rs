@@ -8,9 +8,11 @@ use clap::{Args, Parser, Subcommand};
 pub mod audit;
 pub mod common;
 pub mod config_cmd;
+#[cfg(feature = "gateway")]
 pub mod demo;
 pub mod envelope;
 pub mod gateway_cmd;
+#[cfg(feature = "gateway")]
 pub mod gw;
 pub mod identity;
 pub mod init;
@@ -200,6 +202,7 @@ pub enum Command {
         #[arg(long)]
         ttl: Option<String>,
     },
+    #[cfg(feature = "gateway")]
     #[command(flatten)]
     Gw(gw::GwCommand),
     /// Show daemon status (from its API).
@@ -433,7 +436,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             quiet: false,
         }),
         Command::Run(cfg) => run::run(&cfg),
+        #[cfg(feature = "gateway")]
         Command::Demo { keep } => demo::run(keep),
+        #[cfg(not(feature = "gateway"))]
+        Command::Demo { .. } => Err(Exit::usage(format!(
+            "`outpost demo` runs a gateway and a node: {}",
+            crate::config::NO_GATEWAY
+        ))
+        .into()),
         Command::Identity { cfg, json } => identity::identity(&cfg, json),
         Command::Trust { cfg, cmd } => identity::trust_cmd(&cfg, cmd),
         Command::Token { cfg, cmd } => token::token_cmd(&cfg, cmd),
@@ -445,6 +455,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             ttl,
         } => envelope::send(&cfg, &to, &payload_type, ttl.as_deref()),
         Command::Status { cfg, json } => status::status(&cfg, json),
+        #[cfg(feature = "gateway")]
         Command::Gw(c) => gw::run(c),
         Command::WaitReady {
             cfg,

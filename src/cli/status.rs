@@ -48,6 +48,7 @@ impl Local {
 
     /// `method path` with a bearer token and an optional JSON body; waits up to
     /// `read_timeout` for the answer (a tool call's `wait_s` and a margin).
+    #[cfg(feature = "gateway")]
     pub(super) fn request(
         &self,
         method: &str,

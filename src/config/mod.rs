@@ -51,12 +51,19 @@ impl fmt::Display for Role {
     }
 }
 
+/// Why a build without the cargo feature `gateway` (the device build) refuses the
+/// gateway role.
+pub const NO_GATEWAY: &str =
+    "this build has no gateway (a device build, without the cargo feature `gateway`); \
+     run the gateway from a build with default features";
+
 impl std::str::FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "node" => Ok(Role::Node),
-            "gateway" => Ok(Role::Gateway),
+            "gateway" if cfg!(feature = "gateway") => Ok(Role::Gateway),
+            "gateway" => Err(format!("role \"gateway\": {NO_GATEWAY}")),
             other => Err(format!(
                 "role must be \"node\" or \"gateway\", not {other:?}"
             )),

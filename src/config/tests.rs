@@ -18,6 +18,20 @@ fn minimal_config_gets_documented_defaults() {
     assert!(c.upstream.is_none());
 }
 
+/// A device build (no `gateway` feature) says why it cannot be a gateway.
+#[cfg(not(feature = "gateway"))]
+#[test]
+fn a_build_without_the_gateway_refuses_the_role() {
+    let e = from_str("[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n").unwrap_err();
+    assert!(e.to_string().contains("this build has no gateway"), "{e}");
+    assert!("gateway"
+        .parse::<Role>()
+        .unwrap_err()
+        .contains("cargo feature `gateway`"));
+}
+
+// The gateway role: not in a build without the `gateway` feature.
+#[cfg(feature = "gateway")]
 #[test]
 fn gateway_listens_on_8787_by_default() {
     let c = from_str("[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n").unwrap();
@@ -119,6 +133,8 @@ fn node_id_rule_matches_spec() {
     }
 }
 
+// The gateway role: not in a build without the `gateway` feature.
+#[cfg(feature = "gateway")]
 #[test]
 fn http_limits_default_by_role_and_are_range_checked() {
     let node = from_str(MINIMAL).unwrap();
@@ -181,6 +197,8 @@ fn upstream_takes_one_url_or_a_list_of_replicas() {
     }
 }
 
+// The gateway role: not in a build without the `gateway` feature.
+#[cfg(feature = "gateway")]
 #[test]
 fn postgres_is_for_gateways_and_needs_a_url() {
     let gw = "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n[store]\nengine = \"postgres\"\n";

@@ -14,12 +14,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::guard::Guard;
 use super::service::ConnService;
 use super::table::{Ticket, Timeout};
+use super::TlsAcceptor;
 use crate::config::HttpLimits;
 
 /// What every connection of one listener shares.
@@ -40,6 +40,20 @@ pub async fn run(tcp: TcpStream, peer: SocketAddr, ticket: Ticket, ctx: Arc<Ctx>
     let Some(acceptor) = &ctx.tls else {
         return serve(tcp, peer, ticket, &ctx).await;
     };
+    #[cfg(not(feature = "gateway"))]
+    match *acceptor {}
+    #[cfg(feature = "gateway")]
+    handshake_then_serve(tcp, peer, ticket, &ctx, acceptor).await
+}
+
+#[cfg(feature = "gateway")]
+async fn handshake_then_serve(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    ticket: Ticket,
+    ctx: &Ctx,
+    acceptor: &TlsAcceptor,
+) {
     let handshake = tokio::time::timeout(
         Duration::from_millis(ctx.limits.header_timeout_ms),
         acceptor.accept(tcp),
@@ -59,7 +73,7 @@ pub async fn run(tcp: TcpStream, peer: SocketAddr, ticket: Ticket, ctx: Arc<Ctx>
         _ = ticket.evicted.cancelled() => return,
         _ = ctx.shutdown.cancelled() => return,
     };
-    serve(tls, peer, ticket, &ctx).await
+    serve(tls, peer, ticket, ctx).await
 }
 
 async fn serve<IO>(io: IO, peer: SocketAddr, ticket: Ticket, ctx: &Ctx)

@@ -32,12 +32,20 @@ use axum::http::StatusCode;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::ApiError;
 use crate::config::HttpLimits;
+
+/// The TLS side of a listener: only the gateway serves HTTPS.
+#[cfg(feature = "gateway")]
+pub use tokio_rustls::TlsAcceptor;
+/// A build without the gateway serves plain HTTP only (the node's API is on loopback):
+/// no acceptor can exist, so no server TLS code is built.
+#[cfg(not(feature = "gateway"))]
+#[derive(Clone)]
+pub enum TlsAcceptor {}
 
 /// File descriptors kept for everything but client connections (store, journal,
 /// outbound sync, tool pipes) when the cap is fitted under `RLIMIT_NOFILE`.

@@ -6,6 +6,7 @@
 //! with a deadline (warning if exceeded) and returns. Nothing calls `process::exit`
 //! with writes in flight.
 
+#[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod node;
 
@@ -66,9 +67,13 @@ pub async fn run_role(
     let addr = listener.local_addr()?;
     let res = match cfg.role {
         Role::Node => node::run(cfg, listener, shutdown).await,
+        #[cfg(feature = "gateway")]
         Role::Gateway => gateway::run(cfg, listener, shutdown)
             .await
             .map_err(anyhow::Error::from),
+        // Config parsing refuses the role in a build without the gateway.
+        #[cfg(not(feature = "gateway"))]
+        Role::Gateway => Err(anyhow::Error::msg(crate::config::NO_GATEWAY)),
     };
     crate::daemon::listen::remove_addr_file(&data_dir);
     tracing::info!(event = "stopped", %addr);

@@ -146,7 +146,10 @@ fn no_source_file_over_500_lines() {
 #[test]
 fn the_roles_domains_import_neither_each_other_nor_the_edge() {
     let deps = dependencies();
-    assert!(deps.contains_key("app") && deps.contains_key("gateway"), "{deps:?}");
+    assert!(
+        deps.contains_key("app") && deps.contains_key("gateway"),
+        "{deps:?}"
+    );
     for (m, other) in [("app", "gateway"), ("gateway", "app")] {
         for f in [other, "api", "roles"] {
             assert!(

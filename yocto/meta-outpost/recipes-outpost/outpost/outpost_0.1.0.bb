@@ -22,8 +22,9 @@ require ${BPN}-crates.inc
 
 # Only the daemon binary; the crate also has dev-only targets.
 CARGO_BUILD_FLAGS += "--bin outpost"
-# The device's node binary: without the default `postgres` feature (the gateway's
-# database backend), so no PostgreSQL client is built in. The crate list below still
+# The device's node binary: without the default `gateway` and `postgres` features (the
+# gateway role and its database backend), so no gateway code and no PostgreSQL client
+# is built in. The crate list below still
 # names its crates: cargo resolves the whole Cargo.lock offline (--frozen).
 CARGO_BUILD_FLAGS += "--no-default-features"
 
