@@ -200,3 +200,42 @@ pub fn data_dir_default(role: &str) -> PathBuf {
     let _ = role;
     PathBuf::from(config::DEFAULT_DATA_DIR)
 }
+
+/// An error and its causes on one line, each text once: an error whose message already
+/// quotes its source (`storage engine: disk I/O error` over `disk I/O error`) is not
+/// followed by that source again, as `{:#}` would.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod error_line_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("storage engine: {0}")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[test]
+    fn each_text_is_said_once() {
+        let io = std::io::Error::other("disk I/O error");
+        let e = anyhow::Error::new(Quoting(io)).context("opening the store in /x");
+        assert_eq!(
+            format!("{e:#}"),
+            "opening the store in /x: storage engine: disk I/O error: disk I/O error"
+        );
+        assert_eq!(
+            super::error_line(&e),
+            "opening the store in /x: storage engine: disk I/O error"
+        );
+    }
+}

@@ -387,6 +387,15 @@ fn http_request(
             s.write_all(&request)?;
             s.read_to_end(&mut raw)?;
         }
+        // Only a gateway serves its API over TLS: a device build has no such daemon to
+        // ask, and leaves the synchronous TLS client out.
+        #[cfg(not(feature = "gateway"))]
+        Some(_) => {
+            return Err(std::io::Error::other(
+                "this build has no gateway: its local API is plain HTTP",
+            ))
+        }
+        #[cfg(feature = "gateway")]
         Some(pin) => {
             use tokio_rustls::rustls;
             let cfg = crate::tls_pin::client_config(std::sync::Arc::new(move || Some(pin)), None)
