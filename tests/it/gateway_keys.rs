@@ -155,7 +155,7 @@ async fn a_message_id_in_the_body_is_the_commands_id_and_its_key() {
         (409, Some("duplicate")),
         "{v}"
     );
-    // Not a UUID, or a header key that stands for another id: 400.
+    // Not a UUID: 400; a header key that stands for another id than the body's: 409.
     let mut bad = note(1);
     bad["message_id"] = json!("order-1");
     let (st, v) = post(&f, &alice, None, &bad).await;
@@ -166,7 +166,7 @@ async fn a_message_id_in_the_body_is_the_commands_id_and_its_key() {
     let (st, v) = post(&f, &alice, Some("order-1"), &body).await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
-        (400, Some("bad_request"))
+        (409, Some("idempotency_conflict"))
     );
     // Without a key, each request is a command of its own (as before).
     let (_, a) = post(&f, &alice, None, &note(3)).await;

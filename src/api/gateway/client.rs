@@ -160,8 +160,11 @@ fn client_message_id(
         }
     }
     match (from_key, in_body) {
-        (Some(a), Some(b)) if a != b => Err(ApiError::bad_request(
-            "give either an Idempotency-Key header or a message_id, not both",
+        // Two ids for one request: as if the key had been used for another request.
+        (Some(a), Some(b)) if a != b => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "idempotency_conflict",
+            "the Idempotency-Key and the message_id name different commands: give one of them",
         )),
         (a, b) => Ok(a.or(b)),
     }
