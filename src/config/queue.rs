@@ -103,8 +103,12 @@ pub(super) fn resolve(q: RawQueue, errs: &mut Vec<String>) -> QueueConfig {
     if max_message_bytes == 0 || max_message_bytes > max_store_bytes {
         errs.push("queue.max_message_bytes must be 1..=queue.max_store_bytes".into());
     }
-    let max_result_bytes = q.max_result_bytes.unwrap_or(256 * 1024);
     let max_result_store_bytes = q.max_result_store_bytes.unwrap_or(max_store_bytes / 8);
+    // The default never exceeds the results' budget: a small store (max_store_bytes of
+    // 1 MiB) stays a valid config.
+    let max_result_bytes = q
+        .max_result_bytes
+        .unwrap_or((256 * 1024).min(max_result_store_bytes));
     if max_result_bytes == 0 || max_result_bytes > max_result_store_bytes {
         errs.push("queue.max_result_bytes must be 1..=queue.max_result_store_bytes".into());
     }

@@ -254,3 +254,14 @@ fn a_gateway_beyond_loopback_needs_tls_or_allow_plaintext() {
     from_str(&format!("{gw}[api]\nlisten = \"127.0.0.1:8787\"\n")).unwrap();
     from_str("[identity]\nnode_id = \"node:a\"\n[api]\nlisten = \"0.0.0.0:8000\"\n").unwrap();
 }
+
+/// The results' defaults follow a small store: `max_store_bytes` at its minimum (1 MiB)
+/// stays a valid config (the result cap defaults to at most the results' budget).
+#[test]
+fn a_one_mib_store_is_still_a_valid_config() {
+    let cfg =
+        from_str("[identity]\nnode_id = \"node:small\"\n[queue]\nmax_store_bytes = 1048576\n")
+            .expect("valid");
+    assert_eq!(cfg.queue.max_result_store_bytes, 131_072);
+    assert_eq!(cfg.queue.max_result_bytes, 131_072);
+}
