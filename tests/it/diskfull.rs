@@ -197,16 +197,7 @@ async fn a_full_disk_never_breaks_the_audit_log() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_envelope_synced_into_a_filling_disk_has_its_audit_entry() {
     const COMMANDS: usize = 3_000;
-    let port = crate::harness::free_port();
-    let gw = Home::init("gateway", "gateway:main", "");
-    crate::harness::listen_on(&gw, port);
-    let node = Home::init(
-        "node",
-        "node:fill",
-        &format!(
-            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"
-        ),
-    );
+    let (gw, node) = crate::harness::gateway_and_node("node:fill", 1);
     crate::harness::pair(&gw, &node);
     let Some(_mount) = Tmpfs::over(&node.data(), "12m") else {
         return;
@@ -280,19 +271,7 @@ async fn every_envelope_synced_into_a_filling_disk_has_its_audit_entry() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(n.stop().success());
-    let o = node.cli(&["audit", "verify"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let o = node.cli(&["audit", "export", "--jsonl"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let mut entries: BTreeMap<String, usize> = BTreeMap::new();
-    for line in String::from_utf8(o.stdout).unwrap().lines() {
-        let e: Value = serde_json::from_str(line).unwrap();
-        if e["event"] == "envelope_accepted" {
-            *entries
-                .entry(e["message_id"].as_str().unwrap().to_string())
-                .or_default() += 1;
-        }
-    }
+    let entries = crate::harness::envelope_accepted_counts(&node);
     let missing: Vec<&String> = queued
         .iter()
         .filter(|id| !entries.contains_key(*id))

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{free_port, listen_on, pair, text, wait_for, Home};
+use crate::harness::{pair, text, wait_for};
 
 fn out(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
@@ -12,16 +12,7 @@ fn out(o: &std::process::Output) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_lists_nodes_calls_a_tool_and_queues_a_command_from_the_cli() {
-    let port = free_port();
-    let gw = Home::init("gateway", "gateway:main", "");
-    listen_on(&gw, port);
-    let node = Home::init(
-        "node",
-        "node:cli",
-        &format!(
-            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 2\n"
-        ),
-    );
+    let (gw, node) = crate::harness::gateway_and_node("node:cli", 2);
     pair(&gw, &node);
     let _g = gw.start();
     // Enrolled, never seen.
@@ -107,16 +98,7 @@ async fn an_operator_lists_nodes_calls_a_tool_and_queues_a_command_from_the_cli(
 /// `node_without_send`, and the refusal line names the node and the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_trusted_without_send_is_flagged_and_nothing_is_queued_for_it() {
-    let port = free_port();
-    let gw = Home::init("gateway", "gateway:main", "");
-    listen_on(&gw, port);
-    let node = Home::init(
-        "node",
-        "node:mute",
-        &format!(
-            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"
-        ),
-    );
+    let (gw, node) = crate::harness::gateway_and_node("node:mute", 1);
     let o = gw.cli_stdin(&["trust", "add", "-"], node.identity_json().as_bytes());
     assert!(o.status.success(), "{}", text(&o));
     assert!(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use outpost::clock::{Clock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
+use crate::harness::{http, pair, Daemon, Home};
 use crate::sim::SimNode;
 
 async fn nodes(gw: &Daemon, admin: &str) -> Value {
@@ -48,16 +48,7 @@ async fn system_command(gw: &Daemon, admin: &str, node: &str) -> (u16, Value) {
 /// 30 s wait ran out.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_closed_its_long_poll_is_not_listening_any_more() {
-    let port = free_port();
-    let gw_home = Home::init("gateway", "gateway:main", "");
-    listen_on(&gw_home, port);
-    let node_home = Home::init(
-        "node",
-        "node:gone",
-        &format!(
-            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 30\n"
-        ),
-    );
+    let (gw_home, node_home) = crate::harness::gateway_and_node("node:gone", 30);
     pair(&gw_home, &node_home);
     let admin = gw_home.token("gateway:main", &["admin"], "1h");
     let gw = gw_home.start();

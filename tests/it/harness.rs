@@ -240,6 +240,42 @@ impl Home {
     }
 }
 
+/// A gateway (`gateway:main`, on a fixed free port, so it can start after the node) and
+/// a node `node_id` whose upstream is that gateway with `poll_wait_s`; not paired yet
+/// (see [`pair`]).
+pub fn gateway_and_node(node_id: &str, poll_wait_s: u64) -> (Home, Home) {
+    let port = free_port();
+    let gw = Home::init("gateway", "gateway:main", "");
+    listen_on(&gw, port);
+    let node = Home::init(
+        "node",
+        node_id,
+        &format!(
+            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = {poll_wait_s}\n"
+        ),
+    );
+    (gw, node)
+}
+
+/// The `envelope_accepted` entries of `home`'s audit log, by message id (after `audit
+/// verify` passed).
+pub fn envelope_accepted_counts(home: &Home) -> std::collections::BTreeMap<String, usize> {
+    let o = home.cli(&["audit", "verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = home.cli(&["audit", "export", "--jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut entries = std::collections::BTreeMap::new();
+    for line in String::from_utf8(o.stdout).unwrap().lines() {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        if e["event"] == "envelope_accepted" {
+            *entries
+                .entry(e["message_id"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    entries
+}
+
 /// Makes a gateway and a node know each other the way an operator pairs them: the
 /// gateway may seal to the node, the node may seal to the gateway and takes its tokens.
 pub fn pair(gw: &Home, node: &Home) {

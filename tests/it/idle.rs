@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::harness::{free_port, http, listen_on, pair, Daemon, Home};
+use crate::harness::{http, pair, Daemon, Home};
 
 /// The measured window. The budget is per minute averaged over 10; over this window an
 /// idle pair must commit nothing at all (the one periodic commit left, the time floor,
@@ -121,17 +121,7 @@ async fn polling(gw: &Daemon, admin: &str) -> bool {
 /// (~390 KiB a minute), with nothing to do.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_connected_pair_writes_nothing_to_disk() {
-    let port = free_port();
-    let gw_home = Home::init("gateway", "gateway:main", "");
-    listen_on(&gw_home, port);
-    // A short long-poll: several poll cycles in the window, none of which may write.
-    let node_home = Home::init(
-        "node",
-        "node:idle",
-        &format!(
-            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 5\n"
-        ),
-    );
+    let (gw_home, node_home) = crate::harness::gateway_and_node("node:idle", 5);
     pair(&gw_home, &node_home);
     let admin = gw_home.token("gateway:main", &["admin"], "1h");
     let gw = gw_home.start();

@@ -471,16 +471,7 @@ fn init_writes_the_config_outpost_config_names_and_its_hints_carry_it() {
 /// --upstream` waits for the connection and says why it did not come.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_cannot_reach_its_gateway_says_why_and_what_to_do() {
-    let port = crate::harness::free_port();
-    let gw = Home::init("gateway", "gateway:main", "");
-    crate::harness::listen_on(&gw, port);
-    let node = Home::init(
-        "node",
-        "node:lonely",
-        &format!(
-            "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n"
-        ),
-    );
+    let (gw, node) = crate::harness::gateway_and_node("node:lonely", 1);
     crate::harness::pair(&gw, &node);
     let n = node.start();
     let o = node.cli(&["wait-ready", "--upstream", "--timeout", "3s"]);

@@ -588,19 +588,7 @@ async fn every_envelope_pulled_across_power_cuts_keeps_its_audit_entry() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(d.stop().success());
-    let o = node.cli(&["audit", "verify"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let o = node.cli(&["audit", "export", "--jsonl"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let mut entries: BTreeMap<String, usize> = BTreeMap::new();
-    for line in String::from_utf8(o.stdout).unwrap().lines() {
-        let e: Value = serde_json::from_str(line).unwrap();
-        if e["event"] == "envelope_accepted" {
-            *entries
-                .entry(e["message_id"].as_str().unwrap().to_string())
-                .or_default() += 1;
-        }
-    }
+    let entries = crate::harness::envelope_accepted_counts(&node);
     let missing = queued
         .iter()
         .filter(|id| !entries.contains_key(*id))
