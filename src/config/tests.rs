@@ -231,6 +231,7 @@ fn postgres_is_for_gateways_and_needs_a_url() {
 
 /// A gateway reachable from the network serves HTTPS, or says on purpose that it does
 /// not (a TLS-terminating proxy in front): plain HTTP beyond loopback is refused.
+#[cfg(feature = "gateway")]
 #[test]
 fn a_gateway_beyond_loopback_needs_tls_or_allow_plaintext() {
     let gw = "[identity]\nnode_id = \"gateway:main\"\nrole = \"gateway\"\n";
