@@ -38,6 +38,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod enroll;
 pub mod envelope;
 #[cfg(feature = "gateway")]
 pub mod gateway;

@@ -71,3 +71,30 @@ pub fn read_identity(data_dir: &Path) -> anyhow::Result<IdentityDocument> {
         serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?;
     Ok(doc)
 }
+
+/// The document peers are given (`outpost identity`, and a gateway's enrollment
+/// answers): the stored one, carrying the pin of the certificate a gateway serves now
+/// (`api.tls_cert_file`). When the stored pin differs (the operator brought a new
+/// certificate with a new key) or is missing, the document is signed again with the
+/// current one (same keys and `created_at`).
+pub fn published_identity(
+    cfg: &crate::config::Config,
+    keys: &crate::envelope::Keys,
+) -> anyhow::Result<IdentityDocument> {
+    let doc = read_identity(&cfg.data_dir)?;
+    let Some((cert, _)) = cfg.tls.as_ref().filter(|_| doc.role == "gateway") else {
+        return Ok(doc);
+    };
+    let pin = crate::tls_pin::spki_sha256_of_pem_file(cert)
+        .map_err(|e| anyhow::anyhow!("api.tls_cert_file {e}"))?;
+    if doc.tls_pin() == Some(pin) {
+        return Ok(doc);
+    }
+    Ok(IdentityDocument::with_tls_pin(
+        &doc.node_id,
+        &doc.role,
+        keys,
+        &doc.created_at,
+        Some(pin),
+    ))
+}

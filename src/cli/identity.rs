@@ -16,30 +16,16 @@ pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A gateway's document carries the pin of the certificate it serves now
-/// (`api.tls_cert_file`): when the stored one has another pin (the operator brought a
-/// new certificate with a new key) or none, the document is signed again with it
-/// (same keys and `created_at`), so what nodes are given always matches the gateway.
+/// The stored document, with the TLS pin of the certificate a gateway serves now.
 fn with_current_tls_pin(
     cfg: &crate::config::Config,
     doc: IdentityDocument,
 ) -> anyhow::Result<IdentityDocument> {
-    let Some((cert, _)) = cfg.tls.as_ref().filter(|_| doc.role == "gateway") else {
-        return Ok(doc);
-    };
-    let pin = crate::tls_pin::spki_sha256_of_pem_file(cert)
-        .map_err(|e| Exit::usage(format!("api.tls_cert_file {e}")))?;
-    if doc.tls_pin() == Some(pin) {
+    if cfg.tls.is_none() || doc.role != "gateway" {
         return Ok(doc);
     }
     let keys = super::common::load_keys(cfg)?;
-    Ok(IdentityDocument::with_tls_pin(
-        &doc.node_id,
-        &doc.role,
-        &keys,
-        &doc.created_at,
-        Some(pin),
-    ))
+    crate::app::keyfile::published_identity(cfg, &keys).map_err(|e| Exit::usage(format!("{e:#}")).into())
 }
 
 /// Where the peers live: the data dir's store, or a database-backed gateway's tables

@@ -19,6 +19,11 @@ pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// [`save`] as part of `batch` (committed with whatever else it holds).
+pub fn put(batch: &mut crate::store::Batch, t: &TrustStore) {
+    batch.kv_put(KV_TRUST, KEY, t.to_bytes());
+}
+
 /// What a running role verifies with: the persisted peers plus its own identity, which
 /// may always issue tokens for itself (`outpost token issue` on the device).
 pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustStore> {

@@ -52,6 +52,9 @@ pub enum GatewayError {
     /// An audit upload that would not extend the stored copy.
     #[error(transparent)]
     Audit(#[from] Refusal),
+    /// An enrollment (or a retired node's request) refused with a code of PROTOCOL §15.4.
+    #[error("{1}")]
+    Enroll(&'static str, String),
     /// The gateway's durable state failed.
     #[error(transparent)]
     State(#[from] StateError),

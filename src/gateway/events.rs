@@ -67,6 +67,19 @@ pub enum GatewayEvent {
     NodeOffline {
         node_id: String,
     },
+    /// An enrollment arrived or was decided: `outcome` is `enrolled`, `pending`,
+    /// `approved`, `rejected` or `refused`; `detail` the kind (`new`, `rekey`) or the
+    /// refusal's code.
+    Enrollment {
+        node_id: String,
+        outcome: String,
+        detail: String,
+    },
+    /// An operator retired the node; `messages` queued for it were refused.
+    NodeRevoked {
+        node_id: String,
+        messages: u64,
+    },
 }
 
 impl GatewayEvent {
@@ -80,6 +93,8 @@ impl GatewayEvent {
             Self::Result { .. } => "result",
             Self::NodeOnline { .. } => "node_online",
             Self::NodeOffline { .. } => "node_offline",
+            Self::Enrollment { .. } => "enrollment",
+            Self::NodeRevoked { .. } => "node_revoked",
         }
     }
 

@@ -24,6 +24,7 @@
 pub mod audit_sync;
 pub mod commands;
 pub mod delivery;
+pub mod enroll;
 pub mod error;
 pub mod events;
 pub mod fleet;

@@ -44,6 +44,8 @@ pub struct Gateway {
     pub state: Arc<dyn GatewayState>,
     pub keys: Arc<Keys>,
     pub me: IdentityDocument,
+    /// The document nodes are given (stored identity with the current TLS pin).
+    published: IdentityDocument,
     trust: crate::daemon::trust::TrustCache,
     pub metrics: Arc<Metrics>,
     pub events: EventLog,
@@ -69,6 +71,8 @@ pub struct Gateway {
     /// token with every command (time window, audience, scope and revocation are still
     /// decided on each request).
     pub verify_cache: crate::token::VerifyCache,
+    /// Unauthenticated enrollment requests answered (rate limit).
+    enroll_bucket: Mutex<super::enroll::Bucket>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,6 +100,9 @@ impl Gateway {
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;
         let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
+        // A data dir without its stored identity (an older layout) gives its own.
+        let published =
+            crate::app::keyfile::published_identity(&cfg, &keys).unwrap_or_else(|_| me.clone());
         let started_ms = state.now_ms();
         let (events, event_writer) = if state.is_shared() {
             let (log, rx) = EventLog::shared();
@@ -109,6 +116,7 @@ impl Gateway {
             state,
             keys: Arc::new(keys),
             me,
+            published,
             trust,
             metrics: Arc::new(Metrics::gateway()),
             events,
@@ -125,11 +133,22 @@ impl Gateway {
             ready: AtomicBool::new(false),
             job_locks: crate::keyed_lock::KeyedLocks::new(),
             verify_cache: crate::token::VerifyCache::new(1024),
+            enroll_bucket: Mutex::new(super::enroll::Bucket::default()),
         }
     }
 
     pub fn now_ms(&self) -> u64 {
         self.state.now_ms()
+    }
+
+    /// May one more unauthenticated enrollment request be answered now?
+    pub fn enroll_attempt_allowed(&self) -> bool {
+        lock(&self.enroll_bucket).take(self.now_ms())
+    }
+
+    /// This gateway's identity document as nodes are given it.
+    pub fn identity(&self) -> IdentityDocument {
+        self.published.clone()
     }
 
     pub fn skew_ms(&self) -> u64 {

@@ -44,6 +44,12 @@ pub const KV_GW_REQUESTS: &str = "gw_requests";
 pub const KV_GW_RESULTS: &str = "gw_results";
 /// KV: revoked token ids by version.
 pub const KV_GW_REVOCATIONS: &str = "gw_revocations";
+/// KV: enrollment tokens by id (written by `outpost enroll-token`), their uses (written
+/// only by the gateway, so the two never overwrite each other), and enrollment records
+/// by `<node id> <signing key>`.
+pub const KV_GW_ENROLL_TOKENS: &str = "gw_enroll_tokens";
+pub const KV_GW_ENROLL_USES: &str = "gw_enroll_uses";
+pub const KV_GW_ENROLLMENTS: &str = "gw_enrollments";
 /// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
 pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
 pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";

@@ -104,6 +104,26 @@ fn clock_skew(gw: &Gateway, node_id: &str, ts: &str, sig: &str) -> ApiError {
     ))
 }
 
+/// A request from a node the trust store does not know, whose signature verifies under
+/// the key this gateway retired for that id: the node learns it was retired (a prober
+/// without the key learns nothing).
+async fn retired(
+    gw: &Gateway,
+    node_id: &str,
+    verify: &impl Fn(&crate::envelope::TrustStore) -> Result<crate::envelope::VerifiedRequest, RequestSigError>,
+) -> bool {
+    let doc = match gw.state.revoked_node(node_id).await {
+        Ok(Some(doc)) => doc,
+        Ok(None) => return false,
+        Err(e) => {
+            tracing::warn!(event = "enrollments_unreadable", error = %e);
+            return false;
+        }
+    };
+    let mut one = crate::envelope::TrustStore::new();
+    one.add(doc, crate::gateway::enroll::NODE_RIGHTS).is_ok() && verify(&one).is_ok()
+}
+
 /// A node-side request that passed signature verification. `body` is exactly the bytes
 /// that were signed.
 pub struct SignedNode {
@@ -176,6 +196,14 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             Ok(v) => v,
             Err(RequestSigError::Stale) => return Err(clock_skew(gw, &node_id, &ts, &sig)),
             Err(e @ RequestSigError::UnknownNode) => {
+                if retired(gw, &node_id, &verify).await {
+                    tracing::warn!(event = "node_request_refused", node = %node_id, reason = "node_revoked", fix = "the node was retired (`outpost nodes revoke`); a reflashed device enrolls again with a new key");
+                    return Err(ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        crate::enroll::codes::NODE_REVOKED,
+                        "this node was retired by the gateway's operator",
+                    ));
+                }
                 return Err(refused(
                     &node_id,
                     &e.to_string(),

@@ -66,6 +66,14 @@ impl From<GatewayError> for ApiError {
             }
             GatewayError::NotFound(code, _) => ApiError::not_found(code, msg),
             GatewayError::Audit(r) => ApiError::new(StatusCode::CONFLICT, r.code(), msg),
+            GatewayError::Enroll(code, _) => {
+                let status = match code {
+                    crate::enroll::codes::DUPLICATE_NODE_ID => StatusCode::CONFLICT,
+                    "rate_limited" => StatusCode::TOO_MANY_REQUESTS,
+                    _ => StatusCode::FORBIDDEN,
+                };
+                ApiError::new(status, code, msg)
+            }
             GatewayError::State(s) => s.into(),
             GatewayError::Internal(detail) => ApiError::internal(detail),
         }

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod auth;
 pub mod client;
+pub mod enroll;
 pub mod error;
 pub mod events;
 pub mod node;
@@ -34,6 +35,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/inbox", get(admin::inbox))
         .route("/v1/inbox/{id}/ack", post(admin::inbox_ack))
         .route("/v1/revocations", post(admin::revoke))
+        .route("/v1/enroll", get(enroll::hello).post(enroll::enroll))
+        .route("/v1/enrollments", get(enroll::list))
+        .route("/v1/enrollments/{node_id}/approve", post(enroll::approve))
+        .route("/v1/enrollments/{node_id}/reject", post(enroll::reject))
+        .route("/v1/node_revocations", post(enroll::revoke_node))
         .route("/v1/nodes/{id}/pull", get(node::pull))
         .route("/v1/nodes/{id}/ack", post(node::ack))
         .route("/v1/nodes/{id}/upload", post(node::upload))

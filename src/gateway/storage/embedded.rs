@@ -7,7 +7,8 @@ use super::{
     JobRecord, NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take,
     Upload,
 };
-use crate::envelope::TrustStore;
+use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
+use crate::envelope::{IdentityDocument, TrustStore};
 use crate::store::{
     Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store, StoredMessage,
 };
@@ -38,6 +39,8 @@ pub struct Embedded {
     /// The last message handed out per node (body left out): where a pull with
     /// `after` naming it continues.
     handed_out: std::sync::Mutex<std::collections::HashMap<String, StoredMessage>>,
+    /// Serialises enrollments, approvals and retirements (each reads what it changes).
+    enrolling: tokio::sync::Mutex<()>,
 }
 
 impl Embedded {
@@ -47,6 +50,7 @@ impl Embedded {
             revoking: tokio::sync::Mutex::new(()),
             pulls: std::sync::Mutex::new(std::collections::HashMap::new()),
             handed_out: std::sync::Mutex::new(std::collections::HashMap::new()),
+            enrolling: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -418,6 +422,49 @@ impl GatewayState for Embedded {
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
     }
 
+    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
+        Box::pin(self.token_add_now(token))
+    }
+
+    fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
+        Box::pin(async move { self.tokens_now() })
+    }
+
+    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
+        Box::pin(self.token_revoke_now(id))
+    }
+
+    fn enroll<'a>(
+        &'a self,
+        node: &'a IdentityDocument,
+        token_id: &'a str,
+        online: bool,
+        decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
+    ) -> Fut<'a, Decision> {
+        Box::pin(self.enroll_now(node, token_id, online, decide))
+    }
+
+    fn enrollments(&self) -> Fut<'_, Vec<EnrollmentRecord>> {
+        Box::pin(async move { self.records_now() })
+    }
+
+    fn settle_enrollment<'a>(
+        &'a self,
+        node_id: &'a str,
+        approve: bool,
+        now_ms: u64,
+    ) -> Fut<'a, Option<EnrollmentRecord>> {
+        Box::pin(self.settle_now(node_id, approve, now_ms))
+    }
+
+    fn revoke_node<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<Vec<String>>> {
+        Box::pin(self.revoke_node_now(node_id, now_ms))
+    }
+
+    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
+        Box::pin(async move { self.revoked_node_now(node_id) })
+    }
+
     fn durable(&self) -> bool {
         !self.store.sync_failed()
     }
@@ -445,6 +492,9 @@ impl GatewayState for Embedded {
 
 #[path = "embedded_pull.rs"]
 mod pull;
+
+#[path = "embedded_enroll.rs"]
+mod enroll;
 
 #[cfg(test)]
 #[path = "embedded_tests.rs"]

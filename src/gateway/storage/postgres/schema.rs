@@ -176,6 +176,23 @@ CREATE TABLE command_keys (
 );
 CREATE INDEX command_keys_keep ON command_keys (keep_until_ms);
 "#,
+    // 4: enrollment (PROTOCOL §15): tokens with their uses, and one record per node id
+    // and device key (its JSON; `state` for the lookups of retired keys).
+    r#"
+CREATE TABLE enroll_tokens (
+    id      text    PRIMARY KEY,
+    record  text    NOT NULL,
+    revoked boolean NOT NULL,
+    uses    bigint  NOT NULL
+);
+CREATE TABLE enrollments (
+    node_id text NOT NULL,
+    sign_pk text NOT NULL,
+    state   text NOT NULL,
+    record  text NOT NULL,
+    PRIMARY KEY (node_id, sign_pk)
+);
+"#,
 ];
 
 /// The newest schema this binary knows.

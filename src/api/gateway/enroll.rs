@@ -1,0 +1,177 @@
+//! Enrollment routes (PROTOCOL §15): the node-facing exchange (`GET`/`POST /v1/enroll`,
+//! unauthenticated and rate-limited: a node has no credential yet) and the operator's
+//! (`admin` scope): pending enrollments, approve / reject, retiring a node.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::auth::require;
+use crate::api::json::{JsonBody, QueryParams};
+use crate::api::{ApiError, ApiResult};
+use crate::enroll::{Hello, Standing};
+use crate::gateway::enroll::{EnrollmentRecord, RecordState};
+use crate::gateway::Gateway;
+use crate::token::Need;
+
+fn limited(gw: &Gateway) -> Result<(), ApiError> {
+    if gw.enroll_attempt_allowed() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        "too many enrollment requests; retry in a few seconds",
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelloQuery {
+    pub node_id: String,
+    pub nonce: String,
+}
+
+/// `GET /v1/enroll?node_id=&nonce=`: the gateway's identity document and its time.
+pub async fn hello(
+    State(gw): State<Arc<Gateway>>,
+    QueryParams(q): QueryParams<HelloQuery>,
+) -> ApiResult<Json<Hello>> {
+    limited(&gw)?;
+    Ok(Json(crate::gateway::enroll::hello(&gw, &q.node_id, &q.nonce)?))
+}
+
+/// `POST /v1/enroll`: 200 enrolled, 202 pending (both signed), or a refusal code.
+pub async fn enroll(
+    State(gw): State<Arc<Gateway>>,
+    JsonBody(req): JsonBody<crate::enroll::Request>,
+) -> ApiResult<Response> {
+    limited(&gw)?;
+    let a = crate::gateway::enroll::enroll(&gw, req).await?;
+    let status = match a.standing {
+        Standing::Enrolled => StatusCode::OK,
+        Standing::Pending => StatusCode::ACCEPTED,
+    };
+    Ok((status, Json(a.answer)).into_response())
+}
+
+/// One enrollment as the operator's list shows it.
+#[derive(Debug, Serialize)]
+pub struct EnrollmentView {
+    pub node_id: String,
+    pub state: RecordState,
+    pub kind: &'static str,
+    pub token_id: String,
+    /// The device key (b64url), so two pending keys of one id can be told apart.
+    pub node_sign_pk: String,
+    pub created_at_ms: u64,
+    pub decided_at_ms: Option<u64>,
+}
+
+impl From<EnrollmentRecord> for EnrollmentView {
+    fn from(r: EnrollmentRecord) -> Self {
+        Self {
+            node_id: r.node_id,
+            state: r.state,
+            kind: r.kind.as_str(),
+            token_id: r.token_id,
+            node_sign_pk: r.node_sign_pk,
+            created_at_ms: r.created_at_ms,
+            decided_at_ms: r.decided_at_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct EnrollmentList {
+    pub enrollments: Vec<EnrollmentView>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// `pending` (default) or `all`.
+    pub state: Option<String>,
+}
+
+/// `GET /v1/enrollments?state=pending|all` (`read`).
+pub async fn list(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> ApiResult<Json<EnrollmentList>> {
+    require(&gw, &headers, Need::Scope("read"))?;
+    let records = match q.state.as_deref() {
+        None | Some("pending") => crate::gateway::enroll::pending(&gw).await?,
+        Some("all") => gw.state.enrollments().await?,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "state must be pending or all, not {other:?}"
+            )))
+        }
+    };
+    Ok(Json(EnrollmentList {
+        enrollments: records.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// `POST /v1/enrollments/{node_id}/approve` (`admin`).
+pub async fn approve(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(node_id): Path<String>,
+) -> ApiResult<Json<EnrollmentView>> {
+    require(&gw, &headers, Need::Scope("admin"))?;
+    Ok(Json(
+        crate::gateway::enroll::settle(&gw, &node_id, true)
+            .await?
+            .into(),
+    ))
+}
+
+/// `POST /v1/enrollments/{node_id}/reject` (`admin`).
+pub async fn reject(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(node_id): Path<String>,
+) -> ApiResult<Json<EnrollmentView>> {
+    require(&gw, &headers, Need::Scope("admin"))?;
+    Ok(Json(
+        crate::gateway::enroll::settle(&gw, &node_id, false)
+            .await?
+            .into(),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetireBody {
+    pub node_id: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Retired {
+    pub ok: bool,
+    pub node_id: String,
+    /// Messages that were queued for it, now refused with reason `node_revoked`.
+    pub refused_messages: Vec<String>,
+}
+
+/// `POST /v1/node_revocations` (`admin`): retire a node.
+pub async fn revoke_node(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<RetireBody>,
+) -> ApiResult<Json<Retired>> {
+    require(&gw, &headers, Need::Scope("admin"))?;
+    let ids = crate::gateway::enroll::revoke_node(&gw, &b.node_id).await?;
+    Ok(Json(Retired {
+        ok: true,
+        node_id: b.node_id,
+        refused_messages: ids,
+    }))
+}

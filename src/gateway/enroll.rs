@@ -1,0 +1,599 @@
+//! Enrollment at the gateway (PROTOCOL §15): tokens, the exchange with a node that
+//! enrolls itself, operator approval, and retiring a node.
+//!
+//! The decision is [`decide`], pure: given what the state knows about the token, this
+//! node id and this key, what to answer and what to write. The state runs it inside one
+//! transaction ([`GatewayState::enroll`]), so uses are counted exactly once across
+//! replicas and a repeated request (a lost answer) finds its first answer.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::GatewayError;
+use super::events::GatewayEvent;
+use super::state::Gateway;
+use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
+use crate::envelope::{b64_encode, IdentityDocument, OpenContext, Rights, TrustStore};
+
+/// A token as the gateway keeps it: its claims, and how often it was used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub claims: crate::enroll::TokenClaims,
+    pub created_at_ms: u64,
+    pub revoked: bool,
+    /// Enrollments recorded under it (each device key once).
+    pub uses: u64,
+}
+
+impl TokenRecord {
+    /// `active`, `expired`, `exhausted` or `revoked`.
+    pub fn state(&self, now_ms: u64) -> &'static str {
+        if self.revoked {
+            "revoked"
+        } else if now_ms >= self.claims.expires_at_ms {
+            "expired"
+        } else if self.uses >= self.claims.max_uses {
+            "exhausted"
+        } else {
+            "active"
+        }
+    }
+}
+
+/// Where one device key's enrollment under a node id stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    Enrolled,
+    Pending,
+    Rejected,
+    /// The node was retired (`outpost nodes revoke`): this key is refused for good.
+    Revoked,
+}
+
+/// A new device, or a known id with a new key (a reflashed device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    New,
+    Rekey,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::New => "new",
+            Kind::Rekey => "rekey",
+        }
+    }
+}
+
+/// One device key's enrollment under a node id (keyed by both).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollmentRecord {
+    pub node_id: String,
+    /// b64url of the device's signing key.
+    pub node_sign_pk: String,
+    pub token_id: String,
+    pub document: IdentityDocument,
+    pub state: RecordState,
+    pub kind: Kind,
+    pub created_at_ms: u64,
+    pub decided_at_ms: Option<u64>,
+}
+
+/// What the state knows when an enrollment arrives (read in its transaction).
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    pub now_ms: u64,
+    pub node: &'a IdentityDocument,
+    pub token: Option<&'a TokenRecord>,
+    /// The record of this node id with this key, if any.
+    pub same: Option<&'a EnrollmentRecord>,
+    /// The document trusted for this node id now, if any.
+    pub trusted: Option<&'a IdentityDocument>,
+    /// Another key of this node id waits for approval.
+    pub pending_other: bool,
+    /// The node now trusted under this id (another key) was heard from recently: a
+    /// second device, not a reflashed one.
+    pub online: bool,
+}
+
+/// What to answer, and what to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Answer from a record already there; nothing is written.
+    Answer(EnrollmentRecord),
+    /// Refuse with a code of PROTOCOL §15.4; nothing is written.
+    Refuse(&'static str, String),
+    /// Write `record` (and count a use of the token when `consume`); when the record is
+    /// `Enrolled`, the node is trusted with `send` in the same transaction.
+    Record {
+        record: EnrollmentRecord,
+        consume: bool,
+    },
+}
+
+/// The pure core of an enrollment.
+pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
+    let key = b64_encode(&f.node.sign_pk);
+    if let Some(r) = f.same {
+        return match r.state {
+            RecordState::Enrolled | RecordState::Pending => Decision::Answer(r.clone()),
+            RecordState::Rejected => Decision::Refuse(
+                codes::REJECTED,
+                "an operator rejected this device's enrollment".into(),
+            ),
+            RecordState::Revoked => Decision::Refuse(
+                codes::NODE_REVOKED,
+                "this device key was retired (`outpost nodes revoke`); a reflashed device enrolls with a new key".into(),
+            ),
+        };
+    }
+    let Some(t) = f.token.filter(|t| !t.revoked) else {
+        return Decision::Refuse(codes::TOKEN_REVOKED, "the enrollment token was revoked".into());
+    };
+    if f.now_ms >= t.claims.expires_at_ms {
+        return Decision::Refuse(codes::TOKEN_EXPIRED, "the enrollment token expired".into());
+    }
+    if t.uses >= t.claims.max_uses {
+        return Decision::Refuse(
+            codes::TOKEN_EXHAUSTED,
+            format!("the enrollment token was used {} times, its limit", t.uses),
+        );
+    }
+    if let Some(p) = &t.claims.node_prefix {
+        if !f.node.node_id.starts_with(p.as_str()) {
+            return Decision::Refuse(
+                codes::NODE_ID_NOT_ALLOWED,
+                format!("this token enrolls node ids starting with {p:?} only"),
+            );
+        }
+    }
+    let trusted_same = f.trusted.is_some_and(|d| d.sign_pk == f.node.sign_pk);
+    let record = |state, kind| EnrollmentRecord {
+        node_id: f.node.node_id.clone(),
+        node_sign_pk: key.clone(),
+        token_id: token_id.to_string(),
+        document: f.node.clone(),
+        state,
+        kind,
+        created_at_ms: f.now_ms,
+        decided_at_ms: (state == RecordState::Enrolled).then_some(f.now_ms),
+    };
+    if trusted_same {
+        // Trusted by hand before: nothing to change, no use counted.
+        return Decision::Record {
+            record: record(RecordState::Enrolled, Kind::New),
+            consume: false,
+        };
+    }
+    if f.trusted.is_some() || f.pending_other {
+        if f.online || f.pending_other {
+            return Decision::Refuse(
+                codes::DUPLICATE_NODE_ID,
+                format!(
+                    "{} is enrolled with another key{}: a second device with the same id is never merged (give each device its own id: identity.node_id_from)",
+                    f.node.node_id,
+                    if f.online { " and online now" } else { " waiting for approval" }
+                ),
+            );
+        }
+        // Enrolled, silent, and now a new key: a reflashed device. An operator decides.
+        return Decision::Record {
+            record: record(RecordState::Pending, Kind::Rekey),
+            consume: true,
+        };
+    }
+    let state = match t.claims.approve {
+        Approve::Auto => RecordState::Enrolled,
+        Approve::Manual => RecordState::Pending,
+    };
+    Decision::Record {
+        record: record(state, Kind::New),
+        consume: true,
+    }
+}
+
+/// Unauthenticated enrollment requests a gateway answers: a token bucket (pure; the
+/// caller gives the time), so a flood costs a few comparisons and no storage.
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket {
+    tokens: f64,
+    last_ms: u64,
+}
+
+/// Burst and sustained rate of enrollment requests (a fleet of thousands booting at once
+/// is served within minutes; nodes retry with backoff).
+pub const BUCKET_BURST: f64 = 50.0;
+pub const BUCKET_PER_S: f64 = 20.0;
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Self {
+            tokens: BUCKET_BURST,
+            last_ms: 0,
+        }
+    }
+}
+
+impl Bucket {
+    /// Take one request's token at `now_ms`; false when the bucket is empty.
+    pub fn take(&mut self, now_ms: u64) -> bool {
+        let dt = now_ms.saturating_sub(self.last_ms) as f64 / 1000.0;
+        self.last_ms = self.last_ms.max(now_ms);
+        self.tokens = (self.tokens + dt * BUCKET_PER_S).min(BUCKET_BURST);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The rights an enrolled node gets: what a hand enrollment gives (`trust add --send`).
+pub const NODE_RIGHTS: Rights = Rights {
+    send: true,
+    issue: false,
+};
+
+/// Put `doc` into `t` as an enrolled node (replacing a retired key).
+pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), String> {
+    t.add(doc.clone(), NODE_RIGHTS)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
+pub fn hello(gw: &Gateway, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
+    if !crate::envelope::is_valid_node_id(node_id) || nonce.is_empty() || nonce.len() > 64 {
+        return Err(GatewayError::BadRequest(
+            "node_id must be a node id and nonce 1 to 64 characters".into(),
+        ));
+    }
+    Ok(Hello {
+        gateway: gw.identity(),
+        time: crate::envelope::sign_time_statement(
+            &gw.keys,
+            &gw.cfg.node_id,
+            node_id,
+            gw.now_ms(),
+            nonce,
+        ),
+    })
+}
+
+/// An enrollment's answer: enrolled (HTTP 200) or pending (202), signed.
+pub struct Answered {
+    pub standing: Standing,
+    pub answer: Answer,
+}
+
+/// `POST /v1/enroll`.
+pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answered, GatewayError> {
+    let node = req.node;
+    let refused = |code: &'static str, msg: String| {
+        tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
+        GatewayError::Enroll(code, msg)
+    };
+    node.verify()
+        .map_err(|e| GatewayError::BadRequest(format!("node document: {e}")))?;
+    if node.role != "node" {
+        return Err(GatewayError::BadRequest("only a node enrolls".into()));
+    }
+    let env: crate::envelope::Envelope = serde_json::from_value(req.envelope)
+        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e}")))?;
+    if env.sender_node_id != node.node_id || env.payload_type != crate::enroll::PAYLOAD_TYPE {
+        return Err(GatewayError::BadRequest(
+            "the envelope must be an ENROLL from the node the document names".into(),
+        ));
+    }
+    // Opening proves the node holds the document's signing key, and keeps the token
+    // secret from anyone on the way.
+    let mut one = TrustStore::new();
+    one.add(node.clone(), NODE_RIGHTS)
+        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let ctx = OpenContext {
+        me: &gw.cfg.node_id,
+        keys: &gw.keys,
+        trust: &one,
+        now_ms: gw.now_ms(),
+        skew_ms: gw.skew_ms(),
+        max_bytes: 16 * 1024,
+        max_ttl_ms: 3_600_000,
+        pruned_ahead: None,
+    };
+    let opened = crate::envelope::open_parsed(&env, &ctx, &|_, _| false)
+        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
+    let sealed: Sealed = serde_json::from_slice(&opened.plaintext)
+        .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
+    let token = Token::parse(&sealed.token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+    if token.claims.gateway_id != gw.cfg.node_id || !token.verify(&gw.keys.sign_pk()) {
+        return Err(refused(
+            codes::WRONG_GATEWAY,
+            "the token was not issued by this gateway".into(),
+        ));
+    }
+    let online = gw.trust().get(&node.node_id).is_some() && gw.online(&node.node_id).await;
+    let token_id = token.claims.id.clone();
+    let decide = move |f: &Facts<'_>| decide(f, &token_id);
+    let decision = gw.state.enroll(&node, &token.claims.id, online, &decide).await?;
+    let record = match decision {
+        Decision::Refuse(code, msg) => {
+            gw.publish(GatewayEvent::Enrollment {
+                node_id: node.node_id.clone(),
+                outcome: "refused".into(),
+                detail: code.to_string(),
+            });
+            gw.events_committed().await;
+            return Err(refused(code, msg));
+        }
+        Decision::Answer(r) => r,
+        Decision::Record { record, .. } => {
+            let outcome = match record.state {
+                RecordState::Enrolled => "enrolled",
+                _ => "pending",
+            };
+            tracing::info!(
+                event = "node_enrollment",
+                node = %record.node_id,
+                outcome,
+                kind = record.kind.as_str(),
+                token = %record.token_id,
+            );
+            gw.publish(GatewayEvent::Enrollment {
+                node_id: record.node_id.clone(),
+                outcome: outcome.into(),
+                detail: record.kind.as_str().into(),
+            });
+            if record.state == RecordState::Enrolled {
+                gw.recheck_trust(&record.node_id).await;
+            }
+            gw.events_committed().await;
+            record
+        }
+    };
+    let standing = match record.state {
+        RecordState::Enrolled => Standing::Enrolled,
+        _ => Standing::Pending,
+    };
+    let claims = AnswerClaims {
+        v: 1,
+        status: standing,
+        node_id: record.node_id.clone(),
+        node_sign_pk: record.node_sign_pk.clone(),
+        token_id: record.token_id.clone(),
+        kind: record.kind.as_str().into(),
+        gateway: gw.identity(),
+        now_ms: gw.now_ms(),
+    };
+    Ok(Answered {
+        standing,
+        answer: Answer::sign(&gw.keys, &claims),
+    })
+}
+
+/// Enrollments waiting for an operator.
+pub async fn pending(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError> {
+    let mut all = gw.state.enrollments().await?;
+    all.retain(|r| r.state == RecordState::Pending);
+    Ok(all)
+}
+
+/// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
+/// re-key retires the old key: from then on only the new one is trusted.
+pub async fn settle(
+    gw: &Gateway,
+    node_id: &str,
+    approve: bool,
+) -> Result<EnrollmentRecord, GatewayError> {
+    let r = gw
+        .state
+        .settle_enrollment(node_id, approve, gw.now_ms())
+        .await?
+        .ok_or_else(|| {
+            GatewayError::NotFound("not_found", format!("no enrollment of {node_id} is pending"))
+        })?;
+    let outcome = if approve { "approved" } else { "rejected" };
+    tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());
+    gw.publish(GatewayEvent::Enrollment {
+        node_id: node_id.to_string(),
+        outcome: outcome.into(),
+        detail: r.kind.as_str().into(),
+    });
+    if approve {
+        gw.recheck_trust(node_id).await;
+    }
+    gw.events_committed().await;
+    Ok(r)
+}
+
+/// Retire `node_id`: its key is refused from now on (401 `node_revoked`), what was
+/// queued for it is refused with reason `node_revoked`, an event says so.
+pub async fn revoke_node(gw: &Gateway, node_id: &str) -> Result<Vec<String>, GatewayError> {
+    let ids = gw
+        .state
+        .revoke_node(node_id, gw.now_ms())
+        .await?
+        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+    tracing::warn!(event = "node_revoked", node = %node_id, messages = ids.len());
+    for id in &ids {
+        gw.publish(GatewayEvent::Rejected {
+            message_id: id.clone(),
+            node_id: node_id.to_string(),
+            code: codes::NODE_REVOKED.into(),
+        });
+    }
+    gw.publish(GatewayEvent::NodeRevoked {
+        node_id: node_id.to_string(),
+        messages: ids.len() as u64,
+    });
+    gw.recheck_trust(node_id).await;
+    gw.events_committed().await;
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enroll::TokenClaims;
+    use crate::envelope::Keys;
+
+    fn doc(id: &str, k: &Keys) -> IdentityDocument {
+        IdentityDocument::new(id, "node", k, "2026-11-27T00:00:00Z")
+    }
+
+    fn token(max_uses: u64, approve: Approve) -> TokenRecord {
+        TokenRecord {
+            claims: TokenClaims {
+                v: 1,
+                id: "et-1".into(),
+                gateway_id: "gateway:main".into(),
+                gateway_fp: "fp".into(),
+                tls_spki_sha256: None,
+                expires_at_ms: 1_000,
+                max_uses,
+                node_prefix: Some("node:pump-".into()),
+                approve,
+            },
+            created_at_ms: 0,
+            revoked: false,
+            uses: 0,
+        }
+    }
+
+    fn facts<'a>(node: &'a IdentityDocument, token: Option<&'a TokenRecord>) -> Facts<'a> {
+        Facts {
+            now_ms: 10,
+            node,
+            token,
+            same: None,
+            trusted: None,
+            pending_other: false,
+            online: false,
+        }
+    }
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_the_rate() {
+        let mut b = Bucket::default();
+        let t0 = 1_000_000;
+        let burst = (0..200).filter(|_| b.take(t0)).count();
+        assert_eq!(burst, BUCKET_BURST as usize);
+        assert!(!b.take(t0));
+        // One second later: the sustained rate's worth.
+        let next = (0..200).filter(|_| b.take(t0 + 1_000)).count();
+        assert_eq!(next, BUCKET_PER_S as usize);
+    }
+
+    #[test]
+    fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
+        let k = Keys::generate();
+        let d = doc("node:pump-1", &k);
+        let auto = token(2, Approve::Auto);
+        match decide(&facts(&d, Some(&auto)), "et-1") {
+            Decision::Record { record, consume } => {
+                assert!(consume);
+                assert_eq!(record.state, RecordState::Enrolled);
+                assert_eq!(record.kind, Kind::New);
+            }
+            other => panic!("{other:?}"),
+        }
+        let manual = token(2, Approve::Manual);
+        assert!(matches!(
+            decide(&facts(&d, Some(&manual)), "et-1"),
+            Decision::Record { record, .. } if record.state == RecordState::Pending
+        ));
+    }
+
+    #[test]
+    fn token_limits_are_refusals_but_a_repeat_is_answered() {
+        let k = Keys::generate();
+        let d = doc("node:pump-1", &k);
+        let mut t = token(1, Approve::Auto);
+        t.uses = 1;
+        let code = |f: &Facts<'_>| match decide(f, "et-1") {
+            Decision::Refuse(c, _) => c,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(code(&facts(&d, Some(&t))), codes::TOKEN_EXHAUSTED);
+        let mut f = facts(&d, Some(&t));
+        f.now_ms = 1_000;
+        t.uses = 0;
+        let mut f2 = facts(&d, Some(&t));
+        f2.now_ms = 1_000;
+        assert_eq!(code(&f2), codes::TOKEN_EXPIRED);
+        let _ = &mut f;
+        let mut r = t.clone();
+        r.revoked = true;
+        assert_eq!(code(&facts(&d, Some(&r))), codes::TOKEN_REVOKED);
+        assert_eq!(code(&facts(&d, None)), codes::TOKEN_REVOKED);
+        let other = doc("node:tank-1", &k);
+        assert_eq!(code(&facts(&other, Some(&t))), codes::NODE_ID_NOT_ALLOWED);
+        // The same key again, even with the token spent or expired: its first answer.
+        let rec = match decide(&facts(&d, Some(&token(1, Approve::Auto))), "et-1") {
+            Decision::Record { record, .. } => record,
+            other => panic!("{other:?}"),
+        };
+        let mut spent = token(1, Approve::Auto);
+        spent.uses = 1;
+        let mut again = facts(&d, Some(&spent));
+        again.same = Some(&rec);
+        again.now_ms = 5_000;
+        assert_eq!(decide(&again, "et-1"), Decision::Answer(rec.clone()));
+    }
+
+    #[test]
+    fn another_key_for_an_enrolled_id_is_a_duplicate_or_a_rekey() {
+        let old = Keys::generate();
+        let new = Keys::generate();
+        let enrolled = doc("node:pump-1", &old);
+        let reflashed = doc("node:pump-1", &new);
+        let t = token(5, Approve::Auto);
+        let mut f = facts(&reflashed, Some(&t));
+        f.trusted = Some(&enrolled);
+        f.online = true;
+        assert!(matches!(
+            decide(&f, "et-1"),
+            Decision::Refuse(codes::DUPLICATE_NODE_ID, _)
+        ));
+        f.online = false;
+        match decide(&f, "et-1") {
+            Decision::Record { record, consume } => {
+                assert!(consume);
+                assert_eq!(
+                    (record.state, record.kind),
+                    (RecordState::Pending, Kind::Rekey)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // The trusted key itself (enrolled by hand before): enrolled, no use counted.
+        let mut same = facts(&enrolled, Some(&t));
+        same.trusted = Some(&enrolled);
+        assert!(matches!(
+            decide(&same, "et-1"),
+            Decision::Record { consume: false, record } if record.state == RecordState::Enrolled
+        ));
+    }
+
+    #[test]
+    fn rejected_and_retired_keys_stay_out() {
+        let k = Keys::generate();
+        let d = doc("node:pump-1", &k);
+        let t = token(5, Approve::Auto);
+        let mut rec = match decide(&facts(&d, Some(&t)), "et-1") {
+            Decision::Record { record, .. } => record,
+            other => panic!("{other:?}"),
+        };
+        for (state, code) in [
+            (RecordState::Rejected, codes::REJECTED),
+            (RecordState::Revoked, codes::NODE_REVOKED),
+        ] {
+            rec.state = state;
+            let mut f = facts(&d, Some(&t));
+            f.same = Some(&rec);
+            assert!(matches!(decide(&f, "et-1"), Decision::Refuse(c, _) if c == code));
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Enrollment on the embedded store: tokens, their uses and enrollment records in KV,
+//! each enrollment one commit with the trust store it changes. One process writes
+//! uses and records (the gateway, under `enrolling`); `outpost enroll-token` writes
+//! only the token records, so neither overwrites the other's writes.
+
+use crate::gateway::enroll::{
+    trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
+};
+use crate::gateway::storage::StateError;
+use super::Embedded;
+use crate::envelope::{b64_encode, IdentityDocument};
+use crate::store::names::{
+    KV_GW_ENROLLMENTS as KV_RECORDS, KV_GW_ENROLL_TOKENS as KV_TOKENS,
+    KV_GW_ENROLL_USES as KV_USES, Q_TO_NODE as Q_NODE,
+};
+use crate::store::Batch;
+
+fn record_key(node_id: &str, sign_pk: &str) -> String {
+    format!("{node_id} {sign_pk}")
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// The reason messages of a retired node are refused with.
+pub const NODE_REVOKED: &str = crate::enroll::codes::NODE_REVOKED;
+
+impl Embedded {
+    fn trust_now(&self) -> Result<crate::envelope::TrustStore, StateError> {
+        crate::daemon::trust::load(&self.store)
+            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
+    }
+
+    fn uses(&self, token_id: &str) -> Result<u64, StateError> {
+        Ok(self
+            .store
+            .kv_get(KV_USES, token_id)?
+            .and_then(|b| String::from_utf8(b).ok()?.parse().ok())
+            .unwrap_or(0))
+    }
+
+    pub(super) fn token_now(&self, id: &str) -> Result<Option<TokenRecord>, StateError> {
+        let Some(mut t) = self.kv_json::<TokenRecord>(KV_TOKENS, id)? else {
+            return Ok(None);
+        };
+        t.uses = self.uses(id)?;
+        Ok(Some(t))
+    }
+
+    pub(super) fn tokens_now(&self) -> Result<Vec<TokenRecord>, StateError> {
+        let mut out = Vec::new();
+        for (id, _) in self.store.kv_list(KV_TOKENS)? {
+            out.extend(self.token_now(&id)?);
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn token_add_now(&self, t: TokenRecord) -> Result<(), StateError> {
+        self.store
+            .kv_put(KV_TOKENS, &t.claims.id.clone(), json(&t))
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn token_revoke_now(&self, id: &str) -> Result<Option<bool>, StateError> {
+        let Some(mut t) = self.kv_json::<TokenRecord>(KV_TOKENS, id)? else {
+            return Ok(None);
+        };
+        if t.revoked {
+            return Ok(Some(false));
+        }
+        t.revoked = true;
+        self.store.kv_put(KV_TOKENS, id, json(&t)).await?;
+        Ok(Some(true))
+    }
+
+    pub(super) fn records_now(&self) -> Result<Vec<EnrollmentRecord>, StateError> {
+        self.store
+            .kv_list(KV_RECORDS)?
+            .into_iter()
+            .map(|(k, v)| {
+                serde_json::from_slice(&v)
+                    .map_err(|e| StateError::Corrupt(format!("{KV_RECORDS}/{k}: {e}")))
+            })
+            .collect()
+    }
+
+    fn records_of(&self, node_id: &str) -> Result<Vec<EnrollmentRecord>, StateError> {
+        let mut all = self.records_now()?;
+        all.retain(|r| r.node_id == node_id);
+        Ok(all)
+    }
+
+    pub(super) async fn enroll_now(
+        &self,
+        node: &IdentityDocument,
+        token_id: &str,
+        online: bool,
+        decide: &(dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
+    ) -> Result<Decision, StateError> {
+        let _one = self.enrolling.lock().await;
+        let token = self.token_now(token_id)?;
+        let key = b64_encode(&node.sign_pk);
+        let records = self.records_of(&node.node_id)?;
+        let same = records.iter().find(|r| r.node_sign_pk == key);
+        let pending_other = records
+            .iter()
+            .any(|r| r.node_sign_pk != key && r.state == RecordState::Pending);
+        let mut trust = self.trust_now()?;
+        let trusted = trust
+            .get(&node.node_id)
+            .filter(|p| p.doc.role == "node")
+            .map(|p| p.doc.clone());
+        let facts = Facts {
+            now_ms: self.store.now_ms(),
+            node,
+            token: token.as_ref(),
+            same,
+            trusted: trusted.as_ref(),
+            pending_other,
+            online,
+        };
+        let decision = decide(&facts);
+        if let Decision::Record { record, consume } = &decision {
+            let mut batch = Batch::new();
+            if *consume {
+                let uses = token.as_ref().map_or(0, |t| t.uses) + 1;
+                batch.kv_put(KV_USES, token_id, uses.to_string().into_bytes());
+            }
+            batch.kv_put(
+                KV_RECORDS,
+                &record_key(&record.node_id, &record.node_sign_pk),
+                json(record),
+            );
+            if record.state == RecordState::Enrolled {
+                trust_node(&mut trust, &record.document).map_err(StateError::Corrupt)?;
+                crate::daemon::trust::put(&mut batch, &trust);
+            }
+            self.store.commit(batch).await?;
+        }
+        Ok(decision)
+    }
+
+    pub(super) async fn settle_now(
+        &self,
+        node_id: &str,
+        approve: bool,
+        now_ms: u64,
+    ) -> Result<Option<EnrollmentRecord>, StateError> {
+        let _one = self.enrolling.lock().await;
+        let records = self.records_of(node_id)?;
+        let Some(mut r) = records
+            .iter()
+            .find(|r| r.state == RecordState::Pending)
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        let mut batch = Batch::new();
+        r.decided_at_ms = Some(now_ms);
+        if approve {
+            r.state = RecordState::Enrolled;
+            let mut trust = self.trust_now()?;
+            if r.kind == Kind::Rekey {
+                // The key it replaces is retired: a device coming back with it is refused.
+                let old = trust.get(node_id).map(|p| b64_encode(&p.doc.sign_pk));
+                for mut o in records
+                    .into_iter()
+                    .filter(|o| Some(&o.node_sign_pk) == old.as_ref())
+                {
+                    o.state = RecordState::Revoked;
+                    o.decided_at_ms = Some(now_ms);
+                    batch.kv_put(KV_RECORDS, &record_key(node_id, &o.node_sign_pk), json(&o));
+                }
+            }
+            trust_node(&mut trust, &r.document).map_err(StateError::Corrupt)?;
+            crate::daemon::trust::put(&mut batch, &trust);
+        } else {
+            r.state = RecordState::Rejected;
+        }
+        batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+        self.store.commit(batch).await?;
+        Ok(Some(r))
+    }
+
+    pub(super) async fn revoke_node_now(
+        &self,
+        node_id: &str,
+        now_ms: u64,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        let _one = self.enrolling.lock().await;
+        let mut trust = self.trust_now()?;
+        let Some(doc) = trust
+            .get(node_id)
+            .filter(|p| p.doc.role == "node")
+            .map(|p| p.doc.clone())
+        else {
+            return Ok(None);
+        };
+        let key = b64_encode(&doc.sign_pk);
+        let mut r = self
+            .records_of(node_id)?
+            .into_iter()
+            .find(|r| r.node_sign_pk == key)
+            .unwrap_or_else(|| EnrollmentRecord {
+                node_id: node_id.to_string(),
+                node_sign_pk: key.clone(),
+                token_id: String::new(),
+                document: doc.clone(),
+                state: RecordState::Enrolled,
+                kind: Kind::New,
+                created_at_ms: now_ms,
+                decided_at_ms: None,
+            });
+        r.state = RecordState::Revoked;
+        r.decided_at_ms = Some(now_ms);
+        trust.remove(node_id);
+        let mut batch = Batch::new();
+        batch.kv_put(KV_RECORDS, &record_key(node_id, &key), json(&r));
+        crate::daemon::trust::put(&mut batch, &trust);
+        let mut ids = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list(Q_NODE, Some(node_id), after.as_deref(), 1_000)?;
+            ids.extend(page.items.into_iter().map(|m| m.message_id));
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        for id in &ids {
+            batch.reject(Q_NODE, node_id, id, NODE_REVOKED, now_ms);
+        }
+        self.store.commit(batch).await?;
+        Ok(Some(ids))
+    }
+
+    pub(super) fn revoked_node_now(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<IdentityDocument>, StateError> {
+        Ok(self
+            .records_of(node_id)?
+            .into_iter()
+            .filter(|r| r.state == RecordState::Revoked)
+            .max_by_key(|r| r.decided_at_ms)
+            .map(|r| r.document))
+    }
+}

@@ -1,0 +1,367 @@
+//! Enrollment on PostgreSQL, shared by every replica: tokens (their uses counted under
+//! the token row's lock, so a limit holds across replicas), enrollment records, and the
+//! peers row an enrollment, approval or retirement changes — each in one transaction,
+//! announced to the other replicas with the trust store's `NOTIFY`.
+
+use tokio_postgres::Transaction;
+
+use crate::gateway::enroll::{
+    Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
+};
+use crate::gateway::storage::{GatewayState, StateError};
+use super::{i, listen, unavailable, Postgres, STATUS_KEEP_MS};
+use crate::envelope::{b64_encode, IdentityDocument};
+use crate::store::names::Q_TO_NODE as Q_NODE;
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
+    StateError::Corrupt(format!("{what}: {e}"))
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StateError> {
+    serde_json::to_string(v).map_err(|e| corrupt("enrollment", e))
+}
+
+fn state_name(s: RecordState) -> &'static str {
+    match s {
+        RecordState::Enrolled => "enrolled",
+        RecordState::Pending => "pending",
+        RecordState::Rejected => "rejected",
+        RecordState::Revoked => "revoked",
+    }
+}
+
+async fn records_of(
+    tx: &Transaction<'_>,
+    node_id: &str,
+) -> Result<Vec<EnrollmentRecord>, StateError> {
+    let rows = tx
+        .query(
+            "SELECT record FROM enrollments WHERE node_id = $1 FOR UPDATE",
+            &[&node_id],
+        )
+        .await
+        .map_err(unavailable)?;
+    rows.iter()
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("enrollments", e)))
+        .collect()
+}
+
+async fn put_record(tx: &Transaction<'_>, r: &EnrollmentRecord) -> Result<(), StateError> {
+    tx.execute(
+        "INSERT INTO enrollments (node_id, sign_pk, state, record) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (node_id, sign_pk) DO UPDATE SET state = excluded.state, record = excluded.record",
+        &[&r.node_id, &r.node_sign_pk, &state_name(r.state), &to_json(r)?],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+async fn trusted_node(
+    tx: &Transaction<'_>,
+    node_id: &str,
+) -> Result<Option<IdentityDocument>, StateError> {
+    let row = tx
+        .query_opt(
+            "SELECT document FROM peers WHERE node_id = $1 AND role = 'node' FOR UPDATE",
+            &[&node_id],
+        )
+        .await
+        .map_err(unavailable)?;
+    row.map(|r| serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("peers", e)))
+        .transpose()
+}
+
+/// Trust `doc` as an enrolled node (replacing the row of its id) and tell every replica.
+async fn trust_node(tx: &Transaction<'_>, doc: &IdentityDocument, now_ms: u64) -> Result<(), StateError> {
+    tx.execute(
+        "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
+         VALUES ($1, 'node', $2, $3, $4, $5)
+         ON CONFLICT (node_id) DO UPDATE
+             SET role = excluded.role, document = excluded.document,
+                 may_send = excluded.may_send, may_issue = excluded.may_issue",
+        &[
+            &doc.node_id,
+            &to_json(doc)?,
+            &NODE_RIGHTS.send,
+            &NODE_RIGHTS.issue,
+            &i(now_ms),
+        ],
+    )
+    .await
+    .map_err(unavailable)?;
+    notify_trust(tx).await
+}
+
+async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError> {
+    tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+/// Serialise everything about one node id (two devices enrolling the same id at two
+/// replicas at once).
+async fn lock_node(tx: &Transaction<'_>, node_id: &str) -> Result<(), StateError> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('outpost-enroll:' || $1))",
+        &[&node_id],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+fn token_row(r: &tokio_postgres::Row) -> Result<TokenRecord, StateError> {
+    let mut t: TokenRecord =
+        serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("enroll_tokens", e))?;
+    t.revoked = r.get(1);
+    t.uses = super::u(r.get(2));
+    Ok(t)
+}
+
+impl Postgres {
+    pub(super) async fn token_add_now(&self, t: TokenRecord) -> Result<(), StateError> {
+        let c = self.pool.get().await?;
+        c.execute(
+            "INSERT INTO enroll_tokens (id, record, revoked, uses) VALUES ($1, $2, false, 0)",
+            &[&t.claims.id, &to_json(&t)?],
+        )
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    pub(super) async fn tokens_now(&self) -> Result<Vec<TokenRecord>, StateError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "SELECT record, revoked, uses FROM enroll_tokens ORDER BY id",
+                &[],
+            )
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(token_row).collect()
+    }
+
+    pub(super) async fn token_revoke_now(&self, id: &str) -> Result<Option<bool>, StateError> {
+        let c = self.pool.get().await?;
+        let row = c
+            .query_opt(
+                "WITH t AS (SELECT revoked FROM enroll_tokens WHERE id = $1 FOR UPDATE),
+                      u AS (UPDATE enroll_tokens SET revoked = true WHERE id = $1 AND NOT revoked RETURNING 1)
+                 SELECT (SELECT revoked FROM t), (SELECT count(*) FROM u)",
+                &[&id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let Some(row) = row else { return Ok(None) };
+        let was: Option<bool> = row.get(0);
+        let changed: i64 = row.get(1);
+        Ok(was.map(|_| changed > 0))
+    }
+
+    pub(super) async fn enroll_now(
+        &self,
+        node: &IdentityDocument,
+        token_id: &str,
+        online: bool,
+        decide: &(dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
+    ) -> Result<Decision, StateError> {
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        lock_node(&tx, &node.node_id).await?;
+        let token = tx
+            .query_opt(
+                "SELECT record, revoked, uses FROM enroll_tokens WHERE id = $1 FOR UPDATE",
+                &[&token_id],
+            )
+            .await
+            .map_err(unavailable)?
+            .as_ref()
+            .map(token_row)
+            .transpose()?;
+        let key = b64_encode(&node.sign_pk);
+        let records = records_of(&tx, &node.node_id).await?;
+        let trusted = trusted_node(&tx, &node.node_id).await?;
+        let now_ms = self.now_ms();
+        let facts = Facts {
+            now_ms,
+            node,
+            token: token.as_ref(),
+            same: records.iter().find(|r| r.node_sign_pk == key),
+            trusted: trusted.as_ref(),
+            pending_other: records
+                .iter()
+                .any(|r| r.node_sign_pk != key && r.state == RecordState::Pending),
+            online,
+        };
+        let decision = decide(&facts);
+        let Decision::Record { record, consume } = &decision else {
+            return Ok(decision);
+        };
+        if *consume {
+            tx.execute(
+                "UPDATE enroll_tokens SET uses = uses + 1 WHERE id = $1",
+                &[&token_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        }
+        put_record(&tx, record).await?;
+        if record.state == RecordState::Enrolled {
+            trust_node(&tx, &record.document, now_ms).await?;
+        }
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_peer_now(&node.node_id).await?;
+        Ok(decision)
+    }
+
+    pub(super) async fn records_now(&self) -> Result<Vec<EnrollmentRecord>, StateError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query("SELECT record FROM enrollments ORDER BY node_id", &[])
+            .await
+            .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("enrollments", e))
+            })
+            .collect()
+    }
+
+    pub(super) async fn settle_now(
+        &self,
+        node_id: &str,
+        approve: bool,
+        now_ms: u64,
+    ) -> Result<Option<EnrollmentRecord>, StateError> {
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        lock_node(&tx, node_id).await?;
+        let records = records_of(&tx, node_id).await?;
+        let Some(mut r) = records
+            .iter()
+            .find(|r| r.state == RecordState::Pending)
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        r.decided_at_ms = Some(now_ms);
+        if approve {
+            r.state = RecordState::Enrolled;
+            if r.kind == Kind::Rekey {
+                let old = trusted_node(&tx, node_id)
+                    .await?
+                    .map(|d| b64_encode(&d.sign_pk));
+                for mut o in records
+                    .into_iter()
+                    .filter(|o| Some(&o.node_sign_pk) == old.as_ref())
+                {
+                    o.state = RecordState::Revoked;
+                    o.decided_at_ms = Some(now_ms);
+                    put_record(&tx, &o).await?;
+                }
+            }
+            trust_node(&tx, &r.document, now_ms).await?;
+        } else {
+            r.state = RecordState::Rejected;
+        }
+        put_record(&tx, &r).await?;
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_peer_now(node_id).await?;
+        Ok(Some(r))
+    }
+
+    pub(super) async fn revoke_node_now(
+        &self,
+        node_id: &str,
+        now_ms: u64,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        let mut c = self.pool.get().await?;
+        let shard = c.shard();
+        let tx = c.transaction().await.map_err(unavailable)?;
+        lock_node(&tx, node_id).await?;
+        let Some(doc) = trusted_node(&tx, node_id).await? else {
+            return Ok(None);
+        };
+        let key = b64_encode(&doc.sign_pk);
+        let mut r = records_of(&tx, node_id)
+            .await?
+            .into_iter()
+            .find(|r| r.node_sign_pk == key)
+            .unwrap_or_else(|| EnrollmentRecord {
+                node_id: node_id.to_string(),
+                node_sign_pk: key.clone(),
+                token_id: String::new(),
+                document: doc.clone(),
+                state: RecordState::Enrolled,
+                kind: Kind::New,
+                created_at_ms: now_ms,
+                decided_at_ms: None,
+            });
+        r.state = RecordState::Revoked;
+        r.decided_at_ms = Some(now_ms);
+        put_record(&tx, &r).await?;
+        tx.execute("DELETE FROM peers WHERE node_id = $1", &[&node_id])
+            .await
+            .map_err(unavailable)?;
+        notify_trust(&tx).await?;
+        let keep = i(now_ms.saturating_add(STATUS_KEEP_MS));
+        let rows = tx
+            .query(
+                "WITH gone AS (
+                     DELETE FROM messages WHERE (queue, peer) IS NOT DISTINCT FROM ($1, $2)
+                     RETURNING message_id, attempts),
+                 uncounted AS (
+                     INSERT INTO queue_depth (queue, peer, shard, n)
+                     SELECT $1, $2, $4, -count(*) FROM gone HAVING count(*) > 0
+                     ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + excluded.n
+                     RETURNING 1)
+                 INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
+                 SELECT message_id, 'rejected', $1, $2, attempts, $5, $3 FROM gone
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET state = excluded.state, reason = excluded.reason,
+                         attempts = excluded.attempts, keep_until_ms = excluded.keep_until_ms
+                 RETURNING message_id",
+                &[
+                    &Q_NODE,
+                    &node_id,
+                    &keep,
+                    &shard,
+                    &crate::enroll::codes::NODE_REVOKED,
+                ],
+            )
+            .await
+            .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_peer_now(node_id).await?;
+        Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
+    }
+
+    pub(super) async fn revoked_node_now(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<IdentityDocument>, StateError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "SELECT record FROM enrollments WHERE node_id = $1 AND state = 'revoked'",
+                &[&node_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut newest: Option<EnrollmentRecord> = None;
+        for row in rows {
+            let r: EnrollmentRecord = serde_json::from_str(row.get::<_, &str>(0))
+                .map_err(|e| corrupt("enrollments", e))?;
+            if newest
+                .as_ref()
+                .is_none_or(|n| n.decided_at_ms < r.decided_at_ms)
+            {
+                newest = Some(r);
+            }
+        }
+        Ok(newest.map(|r| r.document))
+    }
+}
