@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use super::core::{NodeCore, Upstream};
 use super::inbound::Received;
 use crate::audit::SyncBatch;
+use crate::sync::enroll::{EnrollStatus, Enroller, SharedStatus};
 use crate::sync::{BoxFuture, InboundOutcome, NodeLink, SyncDeps, SyncHandle};
 
 struct Link(Arc<NodeCore>);
@@ -133,6 +134,66 @@ impl Upstream for SyncHandle {
 }
 
 pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: CancellationToken) {
+    let Some(up) = core.cfg().upstream.clone() else {
+        return;
+    };
+    let trusted = core
+        .base()
+        .trust()
+        .get(&up.gateway_id)
+        .is_some_and(|p| p.doc.role == "gateway");
+    if up.enroll_token_file.is_none() || trusted {
+        let status = up
+            .enroll_token_file
+            .is_some()
+            .then(|| enrolled_status(&core.cfg().data_dir, &up.gateway_id));
+        spawn_sync(core, tracker, shutdown, status);
+        return;
+    }
+    // Not enrolled yet: enroll first (retrying), then sync.
+    let status: SharedStatus = Arc::new(std::sync::Mutex::new(EnrollStatus {
+        state: "enrolling".into(),
+        gateway_id: up.gateway_id.clone(),
+        ..EnrollStatus::default()
+    }));
+    core.outbox.set_upstream(Arc::new(WithEnrollment {
+        status: status.clone(),
+        sync: None,
+    }));
+    let enroller = Enroller {
+        cfg: core.base().cfg.clone(),
+        keys: core.base().keys.clone(),
+        store: core.base().store.clone(),
+        status: status.clone(),
+    };
+    let (core, tracker2) = (core.clone(), tracker.clone());
+    tracker.spawn(async move {
+        if enroller.run(&shutdown).await {
+            core.base().recheck_trust();
+            spawn_sync(&core, &tracker2, shutdown, Some(status));
+        }
+    });
+}
+
+fn enrolled_status(data_dir: &std::path::Path, gateway_id: &str) -> SharedStatus {
+    let with: Option<crate::config::EnrolledWith> =
+        std::fs::read(crate::config::enrollment_path(data_dir))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+    Arc::new(std::sync::Mutex::new(EnrollStatus {
+        state: "enrolled".into(),
+        gateway_id: gateway_id.to_string(),
+        token_id: with.map(|w| w.token_id),
+        ..EnrollStatus::default()
+    }))
+}
+
+fn spawn_sync(
+    core: &Arc<NodeCore>,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+    enrollment: Option<SharedStatus>,
+) {
     let deps = SyncDeps {
         cfg: core.base().cfg.clone(),
         store: core.base().store.clone(),
@@ -141,8 +202,54 @@ pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: Cancellation
         node: Arc::new(Link(core.clone())),
     };
     match crate::sync::spawn(deps, tracker, shutdown) {
-        Ok(Some(h)) => core.outbox.set_upstream(Arc::new(h)),
+        Ok(Some(h)) => match enrollment {
+            Some(status) => core.outbox.set_upstream(Arc::new(WithEnrollment {
+                status,
+                sync: Some(h),
+            })),
+            None => core.outbox.set_upstream(Arc::new(h)),
+        },
         Ok(None) => {}
         Err(e) => tracing::error!(event = "upstream_setup_failed", error = %e),
+    }
+}
+
+/// The upstream of a node that enrolls itself: its enrollment under
+/// `upstream.enrollment`, and the sync link once enrolled.
+struct WithEnrollment {
+    status: SharedStatus,
+    sync: Option<SyncHandle>,
+}
+
+impl Upstream for WithEnrollment {
+    fn status_json(&self) -> Value {
+        let enrollment = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut v = match &self.sync {
+            Some(h) => h.status_json(),
+            None => serde_json::json!({
+                "state": "enrolling",
+                "connected": false,
+                "hint": "the node is enrolling with its gateway (see enrollment)",
+            }),
+        };
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "enrollment".into(),
+                serde_json::to_value(enrollment).unwrap_or(Value::Null),
+            );
+        }
+        v
+    }
+    fn wake(&self) {
+        if let Some(h) = &self.sync {
+            h.wake();
+        }
+    }
+    fn clock_ahead(&self) -> bool {
+        self.sync.as_ref().is_some_and(|h| h.clock_ahead())
     }
 }

@@ -112,6 +112,11 @@ pub fn check_upstream_tls(cfg: &Config) -> Result<(), Exit> {
     let Some(up) = &cfg.upstream else {
         return Ok(());
     };
+    // A node that enrolls itself learns its gateway (and its TLS pin) from the token:
+    // until it has enrolled there is nothing to trust yet.
+    if up.enroll_token_file.is_some() && !crate::config::enrollment_path(&cfg.data_dir).exists() {
+        return Ok(());
+    }
     // With an identity (after `init`), the gateway the config names must be trusted:
     // a node that does not know its gateway's key can take nothing from it.
     let trust = if app::keyfile::identity_path(&cfg.data_dir).exists() {

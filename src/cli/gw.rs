@@ -27,6 +27,8 @@ pub enum GwCommand {
         /// `GET /v1/nodes` as JSON, one line, for scripts.
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        cmd: Option<NodesCmd>,
     },
     /// On the gateway host: queue a command for a node; prints its message id.
     #[command(name = "command")]
@@ -75,10 +77,44 @@ pub enum GwCommand {
     },
 }
 
+/// `outpost nodes …`: enrollments waiting for an operator, and retiring a node.
+#[derive(Debug, Subcommand)]
+pub enum NodesCmd {
+    /// Enrollments waiting for approval (manual tokens, and re-keys of reflashed devices).
+    Pending {
+        /// `GET /v1/enrollments` as JSON, one line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Trust a pending enrollment (a re-key retires the device's old key).
+    Approve {
+        /// The node id.
+        id: String,
+    },
+    /// Refuse a pending enrollment; the device stays out.
+    Reject {
+        /// The node id.
+        id: String,
+    },
+    /// Retire a node: its requests are refused (node_revoked), its queue is refused with
+    /// that reason; a reflashed device can enroll again with a new token.
+    Revoke {
+        /// The node id.
+        id: String,
+    },
+}
+
 /// Run one of the gateway's client commands.
 pub fn run(c: GwCommand) -> anyhow::Result<()> {
     match c {
-        GwCommand::Nodes { cfg, json } => nodes(&cfg, json),
+        GwCommand::Nodes {
+            cfg,
+            json,
+            cmd: None,
+        } => nodes(&cfg, json),
+        GwCommand::Nodes {
+            cfg, cmd: Some(cmd), ..
+        } => nodes_cmd(&cfg, cmd),
         GwCommand::SendCommand {
             cfg,
             node,
@@ -216,6 +252,52 @@ pub fn nodes(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     print!("{}", nodes_table(&v, crate::clock::system().now_ms()));
+    Ok(())
+}
+
+/// `outpost nodes pending|approve|reject|revoke`.
+fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
+    let c = Client::open(arg)?;
+    let t = Duration::from_secs(20);
+    let seg = |id: &str| id.replace('%', "%25").replace('/', "%2F");
+    match cmd {
+        NodesCmd::Pending { json } => {
+            let (_, v) = c.call("GET", "/v1/enrollments?state=pending", None, &[], t)?;
+            if json {
+                println!("{}", serde_json::to_string(&v)?);
+                return Ok(());
+            }
+            let list = v["enrollments"].as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("no enrollment is waiting for approval");
+            }
+            let now = crate::clock::system().now_ms();
+            for e in list {
+                println!(
+                    "{}\t{}\tkey {}…\ttoken {}\tasked {}",
+                    e["node_id"].as_str().unwrap_or("?"),
+                    e["kind"].as_str().unwrap_or("?"),
+                    e["node_sign_pk"].as_str().unwrap_or("?").chars().take(12).collect::<String>(),
+                    e["token_id"].as_str().unwrap_or("?"),
+                    ago(now, e["created_at_ms"].as_u64())
+                );
+            }
+        }
+        NodesCmd::Approve { id } => {
+            let (_, v) = c.call("POST", &format!("/v1/enrollments/{}/approve", seg(&id)), None, &[], t)?;
+            println!("approved {id} ({}): it is trusted from now on", v["kind"].as_str().unwrap_or("?"));
+        }
+        NodesCmd::Reject { id } => {
+            c.call("POST", &format!("/v1/enrollments/{}/reject", seg(&id)), None, &[], t)?;
+            println!("rejected {id}: it stays out");
+        }
+        NodesCmd::Revoke { id } => {
+            let body = json!({"node_id": id});
+            let (_, v) = c.call("POST", "/v1/node_revocations", Some(&body), &[], t)?;
+            let n = v["refused_messages"].as_array().map_or(0, Vec::len);
+            println!("retired {id}: its requests are refused (node_revoked); {n} queued messages refused");
+        }
+    }
     Ok(())
 }
 

@@ -11,6 +11,8 @@ pub use common::error_line;
 pub mod config_cmd;
 #[cfg(feature = "gateway")]
 pub mod demo;
+#[cfg(feature = "gateway")]
+pub mod enroll_cmd;
 pub mod envelope;
 pub mod gateway_cmd;
 #[cfg(feature = "gateway")]
@@ -167,6 +169,14 @@ pub enum Command {
     #[cfg(feature = "gateway")]
     #[command(flatten)]
     Gw(gw::GwCommand),
+    /// On the gateway host: tokens devices enroll themselves with.
+    #[cfg(feature = "gateway")]
+    EnrollToken {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[command(subcommand)]
+        cmd: enroll_cmd::EnrollTokenCmd,
+    },
     /// Show daemon status (from its API).
     Status {
         #[command(flatten)]
@@ -419,6 +429,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status { cfg, json } => status::status(&cfg, json),
         #[cfg(feature = "gateway")]
         Command::Gw(c) => gw::run(c),
+        #[cfg(feature = "gateway")]
+        Command::EnrollToken { cfg, cmd } => enroll_cmd::enroll_token(&cfg, cmd),
         Command::WaitReady {
             cfg,
             timeout,

@@ -225,6 +225,9 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
         let _ = writeln!(out, "store: {store}");
     }
     let _ = writeln!(out, "upstream: {}", upstream_line(&v["upstream"], now_ms));
+    if let Some(line) = enrollment_line(&v["upstream"]["enrollment"]) {
+        let _ = writeln!(out, "enrollment: {line}");
+    }
     if v["role"] == "node" {
         let _ = writeln!(
             out,
@@ -249,6 +252,26 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
     }
     queue_table(&v["queues"], &mut out);
     out
+}
+
+/// The `enrollment:` line of a node that enrolls itself: enrolled, pending, or refused
+/// with the code and reason.
+fn enrollment_line(e: &Value) -> Option<String> {
+    let state = e["state"].as_str()?;
+    let mut line = format!("{state} with {}", e["gateway_id"].as_str().unwrap_or("?"));
+    if let Some(t) = e["token_id"].as_str() {
+        line.push_str(&format!(" (token {t})"));
+    }
+    if let Some(c) = e["code"].as_str() {
+        line.push_str(&format!(": {c}"));
+    }
+    if let Some(r) = e["reason"].as_str() {
+        line.push_str(&format!(" — {r}"));
+    }
+    if state == "pending" {
+        line.push_str("\n  what to do: on the gateway host, `outpost nodes pending` then `outpost nodes approve <node id>`");
+    }
+    Some(line)
 }
 
 /// The `upstream:` line: state, URL, last success, last error and what to do.

@@ -12,7 +12,7 @@ mod upstream;
 
 pub use postgres::{redact_url, PostgresConfig};
 pub use queue::{QueueConfig, TtlError};
-pub use upstream::Upstream;
+pub use upstream::{enrollment_path, EnrolledWith, Upstream};
 
 use crate::store::EngineKind;
 use std::fmt;
@@ -209,6 +209,11 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     match checked {
         Some(Ok(mut cfg)) if errs.is_empty() => {
             cfg.sources = sources;
+            let data_dir = cfg.data_dir.clone();
+            if let Some(up) = cfg.upstream.as_mut() {
+                up.resolve_gateway_id(&data_dir)
+                    .map_err(|e| ConfigError::Invalid(vec![e]))?;
+            }
             Ok(cfg)
         }
         Some(Err(ConfigError::Invalid(more))) => {

@@ -63,8 +63,13 @@ pub struct RawUpstream {
     /// One gateway; or `urls`, replicas of one gateway (same identity and state).
     pub url: Option<String>,
     pub urls: Option<Vec<String>>,
-    pub gateway_id: String,
+    /// Optional with `enroll_token_file` (the token names its gateway).
+    pub gateway_id: Option<String>,
     pub ca_file: Option<PathBuf>,
+    /// Enroll at first start with this token (PROTOCOL §15).
+    pub enroll_token_file: Option<PathBuf>,
+    /// Delete the token file once enrolled.
+    pub enroll_token_delete: Option<bool>,
     pub poll_wait_s: Option<u64>,
     pub request_timeout_s: Option<u64>,
 }

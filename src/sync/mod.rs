@@ -21,6 +21,7 @@
 
 pub mod advice;
 mod chores;
+pub mod enroll;
 pub mod machine;
 mod report;
 pub mod transport;

@@ -174,6 +174,8 @@ pub struct ErrorAnswer {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ErrorCode {
     pub code: String,
+    #[serde(default)]
+    pub message: String,
     /// With `clock_skew`: the gateway's signed time (PROTOCOL §5).
     #[serde(default)]
     pub time: Option<crate::envelope::TimeStatement>,

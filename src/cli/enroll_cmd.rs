@@ -1,0 +1,232 @@
+//! `outpost enroll-token create|list|revoke` on the gateway host (they act on the
+//! gateway's state directly, like `trust add`: the store in the data dir, or the
+//! replicas' database), and `outpost nodes pending|approve|reject|revoke` (through the
+//! running gateway's API, like `outpost nodes`).
+
+use std::sync::Arc;
+
+use clap::Subcommand;
+use rand_core::RngCore;
+
+use super::common::{load_existing_config, load_keys, open_store, parse_duration_ms};
+use super::{ConfigArg, Exit};
+use crate::config::{Config, Role};
+use crate::enroll::{fingerprint, Approve, Token, TokenClaims};
+use crate::gateway::enroll::TokenRecord;
+use crate::gateway::storage::GatewayState;
+
+#[derive(Debug, Subcommand)]
+pub enum EnrollTokenCmd {
+    /// Mint a token devices enroll with; prints only the token on stdout.
+    Create {
+        /// How long it can be used, e.g. 7d, 12h.
+        #[arg(long, default_value = "7d")]
+        ttl: String,
+        /// How many devices may enroll with it.
+        #[arg(long)]
+        max_uses: u64,
+        /// Only node ids starting with this, e.g. node:pump-.
+        #[arg(long)]
+        node_prefix: Option<String>,
+        /// `auto`: trusted at once; `manual`: each waits for `outpost nodes approve`.
+        #[arg(long, default_value = "auto")]
+        approve: String,
+    },
+    /// Every token: id, uses, limit, expiry, state.
+    List {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refuse every further enrollment with a token (enrolled nodes stay enrolled).
+    Revoke {
+        /// The token's id (`enroll-token list`).
+        id: String,
+    },
+}
+
+/// The gateway's state, opened by a command on its host.
+struct Opened {
+    rt: tokio::runtime::Runtime,
+    state: Arc<dyn GatewayState>,
+}
+
+impl Opened {
+    fn open(cfg: &Config) -> anyhow::Result<Opened> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        #[cfg(feature = "postgres")]
+        if let Some(db) = &cfg.gateway_db {
+            let pg = rt
+                .block_on(crate::gateway::storage::postgres::Postgres::open(
+                    db,
+                    &cfg.queue,
+                    crate::clock::system(),
+                ))
+                .map_err(|e| {
+                    Exit::failed(format!(
+                        "cannot open the gateway's database {}: {e}",
+                        crate::config::redact_url(&db.url)
+                    ))
+                })?;
+            return Ok(Opened { rt, state: pg });
+        }
+        let state = Arc::new(crate::gateway::storage::embedded::Embedded::new(
+            open_store(cfg)?,
+        ));
+        Ok(Opened { rt, state })
+    }
+
+    fn close(self) {
+        let _ = self.rt.block_on(self.state.close());
+    }
+}
+
+fn gateway_config(arg: &ConfigArg) -> anyhow::Result<Config> {
+    let cfg = load_existing_config(arg)?;
+    if cfg.role != Role::Gateway {
+        return Err(Exit::usage(format!(
+            "enrollment tokens are made on the gateway host, with the gateway's config (this one is a {})",
+            cfg.role
+        ))
+        .into());
+    }
+    Ok(cfg)
+}
+
+fn token_id() -> String {
+    let mut b = [0u8; 8];
+    rand_core::OsRng.fill_bytes(&mut b);
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("et-{hex}")
+}
+
+pub fn enroll_token(arg: &ConfigArg, cmd: EnrollTokenCmd) -> anyhow::Result<()> {
+    let cfg = gateway_config(arg)?;
+    let st = Opened::open(&cfg)?;
+    let out = match cmd {
+        EnrollTokenCmd::Create {
+            ttl,
+            max_uses,
+            node_prefix,
+            approve,
+        } => create(&cfg, &st, &ttl, max_uses, node_prefix, &approve),
+        EnrollTokenCmd::List { json } => list(&st, json),
+        EnrollTokenCmd::Revoke { id } => revoke(&st, &id),
+    };
+    st.close();
+    out
+}
+
+fn create(
+    cfg: &Config,
+    st: &Opened,
+    ttl: &str,
+    max_uses: u64,
+    node_prefix: Option<String>,
+    approve: &str,
+) -> anyhow::Result<()> {
+    let approve = match approve {
+        "auto" => Approve::Auto,
+        "manual" => Approve::Manual,
+        other => {
+            return Err(Exit::usage(format!("--approve is auto or manual, not {other:?}")).into())
+        }
+    };
+    if max_uses == 0 {
+        return Err(Exit::usage("--max-uses must be at least 1").into());
+    }
+    if let Some(p) = &node_prefix {
+        if p.is_empty() || p.len() > 100 || !p.contains(':') {
+            return Err(Exit::usage(format!(
+                "--node-prefix {p:?} must be the start of a node id, e.g. node:pump-"
+            ))
+            .into());
+        }
+    }
+    let ttl_ms = parse_duration_ms("--ttl", ttl)?;
+    let keys = load_keys(cfg)?;
+    let doc = crate::app::keyfile::published_identity(cfg, &keys)?;
+    let now = st.state.now_ms();
+    let claims = TokenClaims {
+        v: 1,
+        id: token_id(),
+        gateway_id: cfg.node_id.clone(),
+        gateway_fp: fingerprint(&doc),
+        tls_spki_sha256: doc.tls_pin().map(|p| crate::envelope::b64_encode(&p)),
+        expires_at_ms: now.saturating_add(ttl_ms),
+        max_uses,
+        node_prefix,
+        approve,
+    };
+    let token = Token::sign(&keys, claims.clone());
+    st.rt.block_on(st.state.enroll_token_add(TokenRecord {
+        claims: claims.clone(),
+        created_at_ms: now,
+        revoked: false,
+        uses: 0,
+    }))?;
+    eprintln!(
+        "enrollment token {} for {} devices, until {} (approve: {}); put it in each device's upstream.enroll_token_file",
+        claims.id,
+        max_uses,
+        crate::token::format_rfc3339_ms(claims.expires_at_ms).unwrap_or_default(),
+        approve.as_str()
+    );
+    println!("{}", token.to_text());
+    Ok(())
+}
+
+fn list(st: &Opened, json: bool) -> anyhow::Result<()> {
+    let tokens = st.rt.block_on(st.state.enroll_tokens())?;
+    let now = st.state.now_ms();
+    if json {
+        for t in &tokens {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "id": t.claims.id,
+                    "uses": t.uses,
+                    "max_uses": t.claims.max_uses,
+                    "expires_at_ms": t.claims.expires_at_ms,
+                    "state": t.state(now),
+                    "approve": t.claims.approve.as_str(),
+                    "node_prefix": t.claims.node_prefix,
+                })
+            );
+        }
+        return Ok(());
+    }
+    if tokens.is_empty() {
+        println!("no enrollment tokens (make one with `outpost enroll-token create --max-uses N`)");
+        return Ok(());
+    }
+    println!("ID                   USES     EXPIRES               STATE      APPROVE  PREFIX");
+    for t in tokens {
+        println!(
+            "{:<20} {:<8} {:<21} {:<10} {:<8} {}",
+            t.claims.id,
+            format!("{}/{}", t.uses, t.claims.max_uses),
+            crate::token::format_rfc3339_ms(t.claims.expires_at_ms).unwrap_or_default(),
+            t.state(now),
+            t.claims.approve.as_str(),
+            t.claims.node_prefix.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(())
+}
+
+fn revoke(st: &Opened, id: &str) -> anyhow::Result<()> {
+    match st.rt.block_on(st.state.enroll_token_revoke(id))? {
+        None => Err(Exit::failed(format!("no enrollment token {id} (see `outpost enroll-token list`)")).into()),
+        Some(false) => {
+            println!("{id} was already revoked");
+            Ok(())
+        }
+        Some(true) => {
+            println!("revoked {id}: further enrollments with it are refused (token_revoked)");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! A node that enrolls itself (PROTOCOL §15): with `upstream.enroll_token_file` and no
+//! gateway trusted yet, it asks the gateway named by the token, pins it by the token's
+//! fingerprint before sending anything secret, sends the token sealed to that gateway,
+//! and on a signed "enrolled" trusts the gateway (send + issue, as a hand enrollment
+//! does) and starts syncing. It retries with backoff while the gateway cannot be reached
+//! or the enrollment waits for approval, and says why in its log and `/v1/status`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand_core::RngCore;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, EnrolledWith};
+use crate::enroll::{codes, Answer, Hello, Request, Sealed, Standing, Token};
+use crate::envelope::{
+    b64_encode, seal, verify_time_statement, IdentityDocument, Keys, Rights, SealParams,
+};
+use crate::store::Store;
+
+/// Where this node's enrollment stands (`/v1/status` → `upstream.enrollment`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EnrollStatus {
+    /// `enrolling`, `pending`, `refused` or `enrolled`.
+    pub state: String,
+    /// The refusal's (or the last failure's) code, e.g. `token_exhausted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What happened, in a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub gateway_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
+}
+
+pub type SharedStatus = Arc<Mutex<EnrollStatus>>;
+
+/// Backoff while the gateway cannot be reached (doubling, with jitter).
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+/// While an operator has not decided.
+const PENDING_EVERY: Duration = Duration::from_secs(15);
+/// After a refusal retrying cannot fix: the token file may be replaced meanwhile.
+const REFUSED_EVERY: Duration = Duration::from_secs(600);
+
+/// One attempt's outcome.
+#[derive(Debug)]
+enum Attempt {
+    Enrolled {
+        gateway: IdentityDocument,
+        token_id: String,
+    },
+    Pending,
+    /// Refused for a reason this token cannot overcome.
+    Refused {
+        code: String,
+        reason: String,
+    },
+    /// Could not complete now (network, 5xx, rate limit): retry soon.
+    Failed(String),
+}
+
+/// The node's side, with what it needs from the daemon.
+pub struct Enroller {
+    pub cfg: Arc<Config>,
+    pub keys: Arc<Keys>,
+    pub store: Store,
+    pub status: SharedStatus,
+}
+
+impl Enroller {
+    fn set(&self, state: &str, code: Option<&str>, reason: Option<String>, token: Option<&str>) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = s.state != state || s.code.as_deref() != code;
+        s.state = state.to_string();
+        s.code = code.map(str::to_string);
+        s.reason = reason.clone();
+        if token.is_some() {
+            s.token_id = token.map(str::to_string);
+        }
+        if changed {
+            let gateway = s.gateway_id.clone();
+            drop(s);
+            match state {
+                "refused" => tracing::error!(
+                    event = "enrollment_refused",
+                    gateway = %gateway,
+                    code = code.unwrap_or("-"),
+                    reason = reason.as_deref().unwrap_or("-"),
+                    "the gateway refused this node's enrollment; retrying every 10 minutes (replace the token file to try another token)"
+                ),
+                "pending" => tracing::warn!(
+                    event = "enrollment_pending",
+                    gateway = %gateway,
+                    "enrollment waits for an operator: `outpost nodes approve <this node>` on the gateway"
+                ),
+                "enrolling" => tracing::warn!(
+                    event = "enrollment_retrying",
+                    gateway = %gateway,
+                    reason = reason.as_deref().unwrap_or("-"),
+                    "cannot enroll yet; retrying with backoff"
+                ),
+                _ => {}
+            }
+        }
+    }
+
+    /// Enroll, retrying until enrolled (true) or shut down (false).
+    pub async fn run(&self, shutdown: &CancellationToken) -> bool {
+        let Some(up) = self.cfg.upstream.as_ref() else {
+            return false;
+        };
+        let urls = up.urls.clone();
+        let mut url_i = 0usize;
+        let mut backoff = RETRY_MIN;
+        loop {
+            let url = &urls[url_i % urls.len().max(1)];
+            let wait = match self.attempt(url).await {
+                Attempt::Enrolled { gateway, token_id } => {
+                    match self.trust_gateway(&gateway, &token_id) {
+                        Ok(()) => {
+                            self.set("enrolled", None, None, Some(&token_id));
+                            tracing::info!(
+                                event = "enrolled",
+                                gateway = %gateway.node_id,
+                                token = %token_id,
+                                "enrolled: the gateway trusts this node and this node trusts it"
+                            );
+                            return true;
+                        }
+                        Err(e) => {
+                            self.set("enrolling", Some("store_failed"), Some(e), None);
+                            RETRY_MAX
+                        }
+                    }
+                }
+                Attempt::Pending => {
+                    self.set("pending", Some(codes::PENDING_APPROVAL), Some("waiting for an operator's approval at the gateway".into()), None);
+                    backoff = RETRY_MIN;
+                    PENDING_EVERY
+                }
+                Attempt::Refused { code, reason } => {
+                    self.set("refused", Some(&code), Some(reason), None);
+                    REFUSED_EVERY
+                }
+                Attempt::Failed(why) => {
+                    self.set("enrolling", Some("unreachable"), Some(why), None);
+                    url_i += 1;
+                    let w = backoff;
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    w
+                }
+            };
+            let jitter = Duration::from_millis(rand_core::OsRng.next_u32() as u64 % 1000);
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = tokio::time::sleep(wait + jitter) => {}
+            }
+        }
+    }
+
+    fn token(&self) -> Result<Token, Attempt> {
+        let up = self.cfg.upstream.as_ref();
+        let Some(file) = up.and_then(|u| u.enroll_token_file.as_ref()) else {
+            return Err(Attempt::Refused {
+                code: "no_token".into(),
+                reason: "no upstream.enroll_token_file configured".into(),
+            });
+        };
+        let text = std::fs::read_to_string(file).map_err(|e| Attempt::Refused {
+            code: "no_token".into(),
+            reason: format!("cannot read {}: {e}", file.display()),
+        })?;
+        let t = Token::parse(&text).map_err(|e| Attempt::Refused {
+            code: "bad_token".into(),
+            reason: format!("{}: {e}", file.display()),
+        })?;
+        let named = up.map(|u| u.gateway_id.as_str()).unwrap_or("");
+        if !named.is_empty() && named != t.claims.gateway_id {
+            return Err(Attempt::Refused {
+                code: codes::WRONG_GATEWAY.into(),
+                reason: format!(
+                    "the token is for {}, upstream.gateway_id names {named}",
+                    t.claims.gateway_id
+                ),
+            });
+        }
+        Ok(t)
+    }
+
+    fn http(&self, token: &Token) -> Result<reqwest::Client, String> {
+        let up = self.cfg.upstream.as_ref().ok_or("no [upstream]")?;
+        let pin = token.tls_pin();
+        let tls = crate::tls_pin::client_config(Arc::new(move || pin), up.ca_file.as_deref())?;
+        reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(up.request_timeout_s.max(1)))
+            .timeout(Duration::from_secs(up.request_timeout_s.max(1) * 2))
+            .use_preconfigured_tls(tls)
+            .build()
+            .map_err(|e| e.to_string())
+    }
+
+    async fn attempt(&self, url: &str) -> Attempt {
+        let token = match self.token() {
+            Ok(t) => t,
+            Err(a) => return a,
+        };
+        {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.gateway_id = token.claims.gateway_id.clone();
+            s.token_id = Some(token.claims.id.clone());
+        }
+        let http = match self.http(&token) {
+            Ok(h) => h,
+            Err(e) => {
+                return Attempt::Refused {
+                    code: "tls_setup".into(),
+                    reason: e,
+                }
+            }
+        };
+        match self.exchange(&http, url, &token).await {
+            Ok(a) | Err(a) => a,
+        }
+    }
+
+    /// Hello, pin, seal, post, verify: one enrollment attempt at `url`.
+    async fn exchange(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        token: &Token,
+    ) -> Result<Attempt, Attempt> {
+        let node_id = &self.cfg.node_id;
+        let mut nonce = [0u8; 16];
+        rand_core::OsRng.fill_bytes(&mut nonce);
+        let nonce = b64_encode(&nonce);
+        let failed = |what: &str, e: &dyn std::fmt::Display| Attempt::Failed(format!("{what} {url}: {e}"));
+        let resp = http
+            .get(format!("{url}/v1/enroll"))
+            .query(&[("node_id", node_id.as_str()), ("nonce", nonce.as_str())])
+            .send()
+            .await
+            .map_err(|e| failed("cannot reach", &e))?;
+        let hello: Hello = answer_json(resp).await?;
+        // Pinned before anything secret leaves the device.
+        token.check_gateway(&hello.gateway).map_err(|e| Attempt::Refused {
+            code: codes::WRONG_GATEWAY.into(),
+            reason: e.to_string(),
+        })?;
+        let gw_keys = hello.gateway.verify().map_err(|e| Attempt::Refused {
+            code: codes::WRONG_GATEWAY.into(),
+            reason: e.to_string(),
+        })?;
+        // The gateway's time, so a device without a real-time clock seals a request the
+        // gateway finds fresh.
+        let gw_now = verify_time_statement(
+            &hello.time,
+            &hello.gateway.node_id,
+            &gw_keys.sign,
+            node_id,
+            &nonce,
+        )
+        .map_err(|e| Attempt::Refused {
+            code: codes::WRONG_GATEWAY.into(),
+            reason: format!("the gateway's signed time: {e}"),
+        })?;
+        let me = crate::app::keyfile::read_identity(&self.cfg.data_dir)
+            .map_err(|e| failed("identity", &e))?;
+        let plaintext = serde_json::to_vec(&Sealed {
+            token: token.to_text(),
+        })
+        .map_err(|e| failed("encode", &e))?;
+        let params = SealParams {
+            message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
+            created_at_ms: gw_now,
+            expires_at_ms: gw_now + 10 * 60 * 1000,
+            payload_type: crate::enroll::PAYLOAD_TYPE.into(),
+            priority: 0,
+        };
+        let env = seal(
+            &self.keys,
+            node_id,
+            &hello.gateway,
+            &params,
+            &plaintext,
+            &mut rand_core::OsRng,
+        )
+        .map_err(|e| failed("seal", &e))?;
+        let body = Request {
+            node: me.clone(),
+            envelope: serde_json::to_value(&env).map_err(|e| failed("encode", &e))?,
+        };
+        let resp = http
+            .post(format!("{url}/v1/enroll"))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| failed("cannot reach", &e))?;
+        let answer: Answer = answer_json(resp).await?;
+        let claims = answer
+            .verify(&gw_keys.sign, node_id, &me.sign_pk)
+            .map_err(|e| failed("answer", &e))?;
+        Ok(match claims.status {
+            Standing::Enrolled => Attempt::Enrolled {
+                gateway: claims.gateway,
+                token_id: claims.token_id,
+            },
+            Standing::Pending => Attempt::Pending,
+        })
+    }
+
+    /// Trust the gateway as a hand enrollment does, then note the enrollment (and delete
+    /// the token file when configured).
+    fn trust_gateway(&self, gateway: &IdentityDocument, token_id: &str) -> Result<(), String> {
+        let mut t = crate::daemon::trust::load(&self.store).map_err(|e| e.to_string())?;
+        t.add(
+            gateway.clone(),
+            Rights {
+                send: true,
+                issue: true,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        crate::daemon::trust::save(&self.store, &t).map_err(|e| e.to_string())?;
+        let with = EnrolledWith {
+            gateway_id: gateway.node_id.clone(),
+            token_id: token_id.to_string(),
+            enrolled_at_ms: self.store.now_ms(),
+        };
+        let bytes = serde_json::to_vec_pretty(&with).map_err(|e| e.to_string())?;
+        crate::app::keyfile::write_atomic(
+            &crate::config::enrollment_path(&self.cfg.data_dir),
+            &bytes,
+            0o600,
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(up) = self.cfg.upstream.as_ref().filter(|u| u.enroll_token_delete) {
+            if let Some(f) = &up.enroll_token_file {
+                if let Err(e) = std::fs::remove_file(f) {
+                    tracing::warn!(event = "enroll_token_not_deleted", file = %f.display(), error = %e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The answer's JSON, or the attempt it stands for: a refusal code (4xx) or a retry.
+async fn answer_json<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> Result<T, Attempt> {
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| Attempt::Failed(format!("reading the answer: {e}")))?;
+    if status < 300 {
+        return serde_json::from_slice(&bytes)
+            .map_err(|e| Attempt::Failed(format!("malformed answer: {e}")));
+    }
+    let err: Option<crate::sync::wire::ErrorAnswer> = serde_json::from_slice(&bytes).ok();
+    let (code, message) = err
+        .map(|e| (e.error.code, e.error.message))
+        .unwrap_or_else(|| (format!("http_{status}"), String::from_utf8_lossy(&bytes).into_owned()));
+    if codes::is_final(&code) {
+        return Err(Attempt::Refused {
+            code,
+            reason: message,
+        });
+    }
+    Err(Attempt::Failed(format!("{status} {code}: {message}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_codes_are_refusals_and_the_rest_retry() {
+        for c in [
+            codes::TOKEN_EXPIRED,
+            codes::TOKEN_EXHAUSTED,
+            codes::TOKEN_REVOKED,
+            codes::WRONG_GATEWAY,
+            codes::REJECTED,
+            codes::DUPLICATE_NODE_ID,
+            codes::NODE_REVOKED,
+        ] {
+            assert!(codes::is_final(c), "{c}");
+        }
+        for c in ["rate_limited", "storage_unavailable", "bad_request", codes::PENDING_APPROVAL] {
+            assert!(!codes::is_final(c), "{c}");
+        }
+    }
+}
