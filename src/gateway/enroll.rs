@@ -314,7 +314,7 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
             "the token was not issued by this gateway".into(),
         ));
     }
-    let online = gw.trust().get(&node.node_id).is_some() && gw.online(&node.node_id).await;
+    let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
     let token_id = token.claims.id.clone();
     let decide = move |f: &Facts<'_>| decide(f, &token_id);
     let decision = gw.state.enroll(&node, &token.claims.id, online, &decide).await?;
@@ -517,13 +517,10 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(code(&facts(&d, Some(&t))), codes::TOKEN_EXHAUSTED);
-        let mut f = facts(&d, Some(&t));
-        f.now_ms = 1_000;
         t.uses = 0;
         let mut f2 = facts(&d, Some(&t));
         f2.now_ms = 1_000;
         assert_eq!(code(&f2), codes::TOKEN_EXPIRED);
-        let _ = &mut f;
         let mut r = t.clone();
         r.revoked = true;
         assert_eq!(code(&facts(&d, Some(&r))), codes::TOKEN_REVOKED);

@@ -119,7 +119,7 @@ impl Enroller {
             let url = &urls[url_i % urls.len().max(1)];
             let wait = match self.attempt(url).await {
                 Attempt::Enrolled { gateway, token_id } => {
-                    match self.trust_gateway(&gateway, &token_id) {
+                    match self.trust_gateway(&gateway, &token_id).await {
                         Ok(()) => {
                             self.set("enrolled", None, None, Some(&token_id));
                             tracing::info!(
@@ -315,7 +315,7 @@ impl Enroller {
 
     /// Trust the gateway as a hand enrollment does, then note the enrollment (and delete
     /// the token file when configured).
-    fn trust_gateway(&self, gateway: &IdentityDocument, token_id: &str) -> Result<(), String> {
+    async fn trust_gateway(&self, gateway: &IdentityDocument, token_id: &str) -> Result<(), String> {
         let mut t = crate::daemon::trust::load(&self.store).map_err(|e| e.to_string())?;
         t.add(
             gateway.clone(),
@@ -325,7 +325,9 @@ impl Enroller {
             },
         )
         .map_err(|e| e.to_string())?;
-        crate::daemon::trust::save(&self.store, &t).map_err(|e| e.to_string())?;
+        let mut batch = crate::store::Batch::new();
+        crate::daemon::trust::put(&mut batch, &t);
+        self.store.commit(batch).await.map_err(|e| e.to_string())?;
         let with = EnrolledWith {
             gateway_id: gateway.node_id.clone(),
             token_id: token_id.to_string(),

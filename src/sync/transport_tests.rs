@@ -44,6 +44,8 @@ async fn two_requests_in_one_millisecond_never_share_a_signature() {
         gateway_id: "gateway:main".into(),
         ca_file: None,
         poll_wait_s: 1,
+        enroll_token_file: None,
+        enroll_token_delete: false,
         request_timeout_s: 5,
     };
     let t = Transport::new(
@@ -137,6 +139,8 @@ fn upstream(urls: Vec<String>) -> Upstream {
         gateway_id: "gateway:main".into(),
         ca_file: None,
         poll_wait_s: 1,
+        enroll_token_file: None,
+        enroll_token_delete: false,
         request_timeout_s: 5,
     }
 }

@@ -68,6 +68,8 @@ mod readiness_pg;
 mod replicas;
 #[path = "../it/replicas_faults.rs"]
 mod replicas_faults;
+#[path = "../it/self_enroll.rs"]
+mod self_enroll;
 #[path = "../it/sim.rs"]
 mod sim;
 #[path = "../it/state_pg.rs"]

@@ -39,6 +39,7 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod self_enroll;
 mod sim;
 mod slow_clients;
 mod slow_clients_flood;

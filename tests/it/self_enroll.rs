@@ -1,0 +1,400 @@
+//! Zero-touch enrollment (PROTOCOL §15), on both gateway engines: nodes that enroll
+//! themselves with one token, every refusal said by the node, a lost answer, manual
+//! approval, a reflashed device's re-key, and retiring a node.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{http, text, wait_for, Daemon, Home};
+
+/// A gateway on `0` with its token-minting CLI.
+fn gateway() -> (Home, Daemon) {
+    let gw = Home::init("gateway", "gateway:main", "");
+    let d = gw.start();
+    (gw, d)
+}
+
+/// `outpost enroll-token create` on the gateway host: the token text (only it on stdout).
+fn make_token(gw: &Home, args: &[&str]) -> String {
+    let mut a = vec!["enroll-token", "create"];
+    a.extend_from_slice(args);
+    let o = gw.cli(&a);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(out.lines().count(), 1, "only the token on stdout: {out}");
+    out.trim().to_string()
+}
+
+/// A node (its keys made by `init`) whose config names only the gateway's URL and a
+/// token file: no gateway id, nothing trusted.
+fn enrolling_node(id: &str, gw_url: &str, token: &str) -> (Home, PathBuf) {
+    let home = Home::init("node", id, "");
+    let file = home.dir.path().join("enroll.token");
+    std::fs::write(&file, token).unwrap();
+    let d = home.dir.path().join("outpost.d");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("60-enroll.toml"),
+        format!(
+            "[upstream]\nurl = \"{gw_url}\"\nenroll_token_file = \"{}\"\npoll_wait_s = 5\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    (home, file)
+}
+
+async fn status(d: &Daemon) -> Value {
+    http()
+        .get(d.url("/v1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Wait until the node's enrollment is `state`; returns the enrollment JSON.
+async fn enrollment_becomes(d: &Daemon, state: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let v = status(d).await;
+        let e = v["upstream"]["enrollment"].clone();
+        if e["state"] == state {
+            return e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "enrollment never became {state}: {v}\n{}",
+            d.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn gw_url(d: &Daemon) -> String {
+    format!("http://{}", d.addr)
+}
+
+/// `outpost command` to `node`, then wait until the gateway says it was delivered.
+async fn command_is_delivered(gw: &Home, gwd: &Daemon, node: &str) {
+    let o = gw.cli(&["command", node, "ping", "--body", "{}"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let token = gw.token("gateway:main", &["read"], "10m");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: Value = http()
+            .get(gwd.url(&format!("/v1/messages/{id}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["state"] == "delivered" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id} for {node} never delivered: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn token_list(gw: &Home) -> Vec<Value> {
+    let o = gw.cli(&["enroll-token", "list", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_nodes_enroll_with_one_token_and_the_twenty_first_is_refused() {
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+    let token = make_token(&gw, &["--ttl", "1h", "--max-uses", "20", "--node-prefix", "node:pump-"]);
+    let mut nodes = Vec::new();
+    for i in 0..20 {
+        let (home, _) = enrolling_node(&format!("node:pump-{i}"), &url, &token);
+        let d = home.start();
+        nodes.push((home, d));
+    }
+    for (home, d) in &nodes {
+        let e = enrollment_becomes(d, "enrolled").await;
+        assert_eq!(e["gateway_id"], "gateway:main", "{}", home.node_id);
+    }
+    // Each receives commands (its queue is drained by its own sync).
+    for (home, _) in &nodes {
+        command_is_delivered(&gw, &gwd, &home.node_id).await;
+    }
+    let t = token_list(&gw);
+    assert_eq!(t.len(), 1);
+    assert_eq!((t[0]["uses"].as_u64(), t[0]["state"].as_str()), (Some(20), Some("exhausted")));
+
+    let (extra, _) = enrolling_node("node:pump-20", &url, &token);
+    let d = extra.start();
+    let e = enrollment_becomes(&d, "refused").await;
+    assert_eq!(e["code"], "token_exhausted", "{e}");
+    assert!(d.log_text().contains("enrollment_refused"), "{}", d.log_text());
+    let o = extra.cli(&["status"]);
+    let shown = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(shown.contains("enrollment: refused") && shown.contains("token_exhausted"), "{shown}");
+    // A restart of an enrolled node keeps it enrolled: no second use, nothing asked.
+    let (home, d0) = nodes.remove(0);
+    d0.stop();
+    let d0 = home.start();
+    enrollment_becomes(&d0, "enrolled").await;
+    command_is_delivered(&gw, &gwd, &home.node_id).await;
+    assert_eq!(token_list(&gw)[0]["uses"], 20);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_revoked_foreign_and_impersonated_tokens_are_refused_and_said() {
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+
+    let expired = make_token(&gw, &["--ttl", "1s", "--max-uses", "5"]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let (n1, _) = enrolling_node("node:a", &url, &expired);
+    let d1 = n1.start();
+
+    let revoked = make_token(&gw, &["--max-uses", "5"]);
+    let id = token_list(&gw)
+        .into_iter()
+        .find(|t| t["state"] == "active")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = gw.cli(&["enroll-token", "revoke", &id]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (n2, _) = enrolling_node("node:b", &url, &revoked);
+    let d2 = n2.start();
+
+    // The same id at another gateway (other keys): its token names a fingerprint this
+    // gateway does not have, so the node refuses it before sending the token.
+    let imposter = Home::init("gateway", "gateway:main", "");
+    let foreign = make_token(&imposter, &["--max-uses", "5"]);
+    let (n3, _) = enrolling_node("node:c", &url, &foreign);
+    let d3 = n3.start();
+    // A token of another gateway id.
+    let other = Home::init("gateway", "gateway:other", "");
+    let elsewhere = make_token(&other, &["--max-uses", "5"]);
+    let (n4, _) = enrolling_node("node:d", &url, &elsewhere);
+    let d4 = n4.start();
+
+    for (d, code) in [
+        (&d1, "token_expired"),
+        (&d2, "token_revoked"),
+        (&d3, "wrong_gateway"),
+        (&d4, "wrong_gateway"),
+    ] {
+        let e = enrollment_becomes(d, "refused").await;
+        assert_eq!(e["code"], code, "{e}");
+        assert!(e["reason"].as_str().is_some_and(|r| !r.is_empty()), "{e}");
+        assert!(d.log_text().contains(code), "{}", d.log_text());
+    }
+    // Nothing of them is trusted at the gateway.
+    let o = gw.cli(&["trust", "ls"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no trusted peers"), "{}", text(&o));
+}
+
+/// A TCP relay to `upstream` that drops the answer to the first `POST /v1/enroll` (the
+/// request reaches the gateway, which commits; the node never hears back).
+async fn answer_dropping_relay(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = l.accept().await else { return };
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else { continue };
+            let dropped = dropped.clone();
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let drop_next = Arc::new(AtomicBool::new(false));
+                let flag = drop_next.clone();
+                let up = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if buf[..n].starts_with(b"POST /v1/enroll") && !dropped.swap(true, Ordering::SeqCst) {
+                            flag.store(true, Ordering::SeqCst);
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if drop_next.load(Ordering::SeqCst) {
+                        // The gateway answered (it committed): the node never sees it.
+                        break;
+                    }
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_answer_still_ends_enrolled_with_one_use_consumed() {
+    let (gw, gwd) = gateway();
+    let relay = answer_dropping_relay(gwd.addr).await;
+    let token = make_token(&gw, &["--max-uses", "1"]);
+    let (node, _) = enrolling_node("node:lost", &format!("http://{relay}"), &token);
+    let d = node.start();
+    enrollment_becomes(&d, "enrolled").await;
+    assert!(
+        d.log_text().contains("enrollment_retrying"),
+        "the first answer was lost, so the node retried: {}",
+        d.log_text()
+    );
+    let t = token_list(&gw);
+    assert_eq!((t[0]["uses"].as_u64(), t[0]["state"].as_str()), (Some(1), Some("exhausted")));
+    command_is_delivered(&gw, &gwd, "node:lost").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn manual_approval_rejection_and_a_reflashed_devices_rekey() {
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+    let manual = make_token(&gw, &["--max-uses", "5", "--approve", "manual"]);
+    let (a, _) = enrolling_node("node:a", &url, &manual);
+    let da = a.start();
+    let (b, _) = enrolling_node("node:b", &url, &manual);
+    let db = b.start();
+    enrollment_becomes(&da, "pending").await;
+    enrollment_becomes(&db, "pending").await;
+    let o = gw.cli(&["nodes", "pending"]);
+    let pending = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(pending.contains("node:a") && pending.contains("node:b"), "{}", text(&o));
+
+    let o = gw.cli(&["nodes", "approve", "node:a"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = gw.cli(&["nodes", "reject", "node:b"]);
+    assert!(o.status.success(), "{}", text(&o));
+    enrollment_becomes(&da, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:a").await;
+    let e = enrollment_becomes(&db, "refused").await;
+    assert_eq!(e["code"], "rejected", "{e}");
+
+    // A second device with node:a's id while node:a is connected: refused, not merged.
+    let auto = make_token(&gw, &["--max-uses", "5"]);
+    let (twin, _) = enrolling_node("node:a", &url, &auto);
+    let dt = twin.start();
+    let e = enrollment_becomes(&dt, "refused").await;
+    assert_eq!(e["code"], "duplicate_node_id", "{e}");
+    dt.stop();
+
+    // node:a is reflashed: the old device is gone, a new key asks for the same id.
+    da.stop();
+    let (reflashed, _) = enrolling_node("node:a", &url, &auto);
+    let dr = reflashed.start();
+    enrollment_becomes(&dr, "pending").await;
+    let o = gw.cli(&["nodes", "pending", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["enrollments"][0]["kind"], "rekey", "{v}");
+    let o = gw.cli(&["nodes", "approve", "node:a"]);
+    assert!(o.status.success(), "{}", text(&o));
+    enrollment_becomes(&dr, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:a").await;
+    // The old key is refused from now on: the old device's data dir starts again.
+    let old = a.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = status(&old).await;
+        if v["upstream"]["connected"] == false && v["upstream"]["last_error"].is_string() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gwd.log_text().contains("node_request_refused"), "{}", gwd.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+    let token = make_token(&gw, &["--max-uses", "5"]);
+    let (n, _) = enrolling_node("node:old", &url, &token);
+    let d = n.start();
+    enrollment_becomes(&d, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:old").await;
+    d.stop();
+    // Queued while it is away.
+    let mut queued = Vec::new();
+    for _ in 0..3 {
+        let o = gw.cli(&["command", "node:old", "ping", "--ttl", "1h"]);
+        assert!(o.status.success(), "{}", text(&o));
+        queued.push(String::from_utf8(o.stdout).unwrap().trim().to_string());
+    }
+    let o = gw.cli(&["nodes", "revoke", "node:old"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("3 queued messages refused"), "{}", text(&o));
+    let read = gw.token("gateway:main", &["read"], "10m");
+    for id in &queued {
+        let v: Value = http()
+            .get(gwd.url(&format!("/v1/messages/{id}")))
+            .bearer_auth(&read)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!((v["state"].as_str(), v["reason"].as_str()), (Some("rejected"), Some("node_revoked")), "{v}");
+    }
+    // Its next request: 401 node_revoked, said in its status.
+    let d = n.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = status(&d).await;
+        if v["upstream"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("node_revoked"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // An event says so.
+    let _ = wait_for("node_revoked in the gateway's log", Duration::from_secs(5), || {
+        gwd.log_text().contains("node_revoked").then_some(())
+    });
+    // Reflashed (new keys, same id) with a new token: it enrolls again.
+    let fresh = make_token(&gw, &["--max-uses", "1"]);
+    let (again, _) = enrolling_node("node:old", &url, &fresh);
+    d.stop();
+    let dn = again.start();
+    enrollment_becomes(&dn, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:old").await;
+}
