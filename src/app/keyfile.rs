@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::envelope::IdentityDocument;
+use crate::config::{Config, Role};
+use crate::envelope::{IdentityDocument, Keys};
 
 pub fn keys_path(data_dir: &Path) -> PathBuf {
     data_dir.join("keys.json")
@@ -70,4 +71,121 @@ pub fn read_identity(data_dir: &Path) -> anyhow::Result<IdentityDocument> {
     let doc: IdentityDocument =
         serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?;
     Ok(doc)
+}
+
+/// A new key pair written to `keys_path` (0600; temp file, fsync, rename, fsync of the
+/// directory: [`Keys::save`]), never over an existing one. `outpost init` and a node's
+/// first start both make their keys here.
+pub fn create_keys(keys_path: &Path) -> anyhow::Result<Keys> {
+    let keys = Keys::generate();
+    keys.save(keys_path)
+        .with_context(|| format!("writing {}", keys_path.display()))?;
+    Ok(keys)
+}
+
+/// The identity document of `keys`, dated now (whole seconds).
+pub fn new_identity(
+    node_id: &str,
+    role: Role,
+    keys: &Keys,
+    tls_pin: Option<[u8; 32]>,
+) -> anyhow::Result<IdentityDocument> {
+    let now_ms = crate::clock::system().now_ms();
+    let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
+        .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
+    Ok(IdentityDocument::with_tls_pin(
+        node_id,
+        role.as_str(),
+        keys,
+        &created_at,
+        tls_pin,
+    ))
+}
+
+/// A start without keys that the config, not a retry, must fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoKeys(pub String);
+
+/// What [`create_at_start`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstStart {
+    /// Keys and identity were there already.
+    Existing,
+    /// A new key pair and identity.
+    Created,
+    /// Keys without an identity (a first start cut short between the two writes): the
+    /// identity was written for them.
+    Completed,
+}
+
+/// A node whose config sets `identity.create_keys` (on by default with
+/// `identity.node_id_from`) and whose data dir has no key pair yet makes it, and its
+/// identity, the way `outpost init` does. Without the setting, a missing key pair is an
+/// error that says how to make one. The caller holds the data dir's lock.
+///
+/// Crash-safe: the key file appears whole or not at all ([`Keys::save`]); a start cut
+/// short after it and before the identity finishes the identity next time; temp files
+/// a cut left behind (secret material) are removed first.
+pub fn create_at_start(cfg: &Config) -> anyhow::Result<FirstStart> {
+    let (keys_path, id_path) = (keys_path(&cfg.data_dir), identity_path(&cfg.data_dir));
+    let have_keys = keys_path.exists();
+    if have_keys && id_path.exists() {
+        return Ok(FirstStart::Existing);
+    }
+    if !cfg.create_keys || cfg.role != Role::Node {
+        if have_keys {
+            // As before: NodeCore::open says identity.json is missing.
+            return Ok(FirstStart::Existing);
+        }
+        return Err(NoKeys(format!(
+            "no key pair in {}: run `outpost init` for this node, or set \
+             identity.node_id_from (or identity.create_keys = true) so that the first start \
+             creates it",
+            cfg.data_dir.display()
+        ))
+        .into());
+    }
+    if have_keys {
+        let keys = Keys::load(&keys_path)?;
+        write_identity(
+            &cfg.data_dir,
+            &new_identity(&cfg.node_id, cfg.role, &keys, None)?,
+        )?;
+        return Ok(FirstStart::Completed);
+    }
+    if id_path.exists() {
+        return Err(NoKeys(format!(
+            "{} is there but its key pair {} is not: restore keys.json from a backup; or, to \
+             give this device a new key pair (its gateway must approve the re-key), move \
+             identity.json away",
+            id_path.display(),
+            keys_path.display()
+        ))
+        .into());
+    }
+    create_private_dir(&cfg.data_dir)
+        .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+    remove_temp_keys(&cfg.data_dir);
+    let keys = create_keys(&keys_path)?;
+    write_identity(
+        &cfg.data_dir,
+        &new_identity(&cfg.node_id, cfg.role, &keys, None)?,
+    )?;
+    Ok(FirstStart::Created)
+}
+
+/// `.keys.json.tmp-<pid>` files a start cut short before its rename left behind.
+fn remove_temp_keys(data_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(".keys.json.tmp"))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
