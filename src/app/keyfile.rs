@@ -189,3 +189,52 @@ fn remove_temp_keys(data_dir: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_in(dir: &Path, extra: &str) -> Config {
+        let name = dir.join("name");
+        std::fs::write(&name, "k1\n").unwrap();
+        crate::config::from_str(&format!(
+            "[identity]\nnode_id_from = \"file:{}\"\ndata_dir = \"{}\"\n{extra}",
+            name.display(),
+            dir.join("data").display()
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn first_start_creates_completes_and_refuses_a_lost_key_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config_in(dir.path(), "");
+        let data = &cfg.data_dir;
+        // A temp key file a cut-short start left behind is removed, not reused.
+        create_private_dir(data).unwrap();
+        std::fs::write(data.join(".keys.json.tmp-1"), "half").unwrap();
+        assert_eq!(create_at_start(&cfg).unwrap(), FirstStart::Created);
+        assert!(!data.join(".keys.json.tmp-1").exists());
+        let pk = read_identity(data).unwrap().sign_pk_b64();
+        assert_eq!(read_identity(data).unwrap().node_id, "node:k1");
+        assert_eq!(create_at_start(&cfg).unwrap(), FirstStart::Existing);
+
+        // Cut short after the keys: the identity is written for the same keys.
+        std::fs::remove_file(identity_path(data)).unwrap();
+        assert_eq!(create_at_start(&cfg).unwrap(), FirstStart::Completed);
+        assert_eq!(read_identity(data).unwrap().sign_pk_b64(), pk);
+
+        // An identity without its keys is not silently replaced.
+        std::fs::remove_file(keys_path(data)).unwrap();
+        let e = create_at_start(&cfg).unwrap_err();
+        assert!(e.downcast_ref::<NoKeys>().is_some(), "{e}");
+        assert!(!keys_path(data).exists());
+
+        // Without create_keys: no keys is an error that says how to make them.
+        let dir = tempfile::tempdir().unwrap();
+        let off = config_in(dir.path(), "create_keys = false\n");
+        let e = create_at_start(&off).unwrap_err().to_string();
+        assert!(e.contains("outpost init"), "{e}");
+        assert!(!keys_path(&off.data_dir).exists());
+    }
+}
