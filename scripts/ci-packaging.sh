@@ -5,8 +5,11 @@
 #      scratch root, `systemd-analyze security --offline=true` exposure <= MAX_EXPOSURE
 #   3. Yocto: crate list current with Cargo.lock, `oelint-adv` without errors
 #   4. Debian: `cargo deb`, `dpkg -i`, `outpost --version`, `outpost config check`,
-#      `dpkg --purge`, and nothing left behind
-#   5. scripts/install.sh: --dry-run, a --root staging install and uninstall
+#      the fleet drop-in template and an enrolment token dropped in before install
+#      (0600, outpost), `dpkg --purge`, and nothing left behind
+#   5. the fleet drop-in as the Yocto recipe fills it in: identity derived from a
+#      scratch sysroot's machine id (`outpost config check`)
+#   6. scripts/install.sh: --dry-run, a --root staging install and uninstall
 # Exits non-zero on the first failed check. Env: MAX_EXPOSURE (default 2.0),
 # YOCTO_CRATES_STRICT=1 to fail (not warn) on a stale outpost-crates.inc,
 # SKIP_DEB=1 to skip step 4 (e.g. on a non-root developer machine), DEB_PROFILE (default
@@ -53,6 +56,15 @@ if [ "${SKIP_DEB:-0}" != 1 ]; then
   case "$profile" in dev) deb_bin="target/debug/outpost" ;; *) deb_bin="target/$profile/outpost" ;; esac
 
   step "dpkg -i"
+  # A golden image may carry the enrolment token before the package is installed, with
+  # whatever owner and mode it was copied with: postinst makes it 0600, outpost.
+  token_before=0
+  if [ ! -e /etc/outpost/enroll.token ]; then
+    as_root install -d /etc/outpost
+    echo "ci-token" | as_root tee /etc/outpost/enroll.token >/dev/null
+    as_root chmod 0644 /etc/outpost/enroll.token
+    token_before=1
+  fi
   as_root dpkg -i "$deb"
   for f in /usr/bin/outpost /usr/lib/systemd/system/outpost.service \
     /usr/lib/systemd/system/outpost-gateway.service /usr/lib/sysusers.d/outpost.conf \
@@ -60,6 +72,12 @@ if [ "${SKIP_DEB:-0}" != 1 ]; then
     [ -e "$f" ] || fail "$f not installed"
   done
   getent passwd outpost >/dev/null || fail "postinst did not create the outpost user"
+  [ -e /usr/share/doc/outpost/examples/50-fleet.toml ] || fail "fleet drop-in template not installed"
+  if [ "$token_before" = 1 ]; then
+    [ "$(stat -c '%U %a' /etc/outpost/enroll.token)" = "outpost 600" ] \
+      || fail "postinst did not make /etc/outpost/enroll.token outpost 0600"
+    echo "enrolment token made outpost 0600 by postinst"
+  fi
   [ "$(stat -c '%U %a' /var/lib/outpost)" = "outpost 700" ] || fail "/var/lib/outpost not outpost 0700"
   dpkg-query -W -f='${Conffiles}\n' outpost | grep -q /etc/outpost/outpost.toml \
     || fail "/etc/outpost/outpost.toml is not a conffile"
@@ -75,7 +93,7 @@ if [ "${SKIP_DEB:-0}" != 1 ]; then
   step "dpkg --purge"
   as_root dpkg --purge outpost
   for f in /usr/bin/outpost /usr/lib/systemd/system/outpost.service /etc/outpost/outpost.toml \
-    /etc/outpost/gateway.toml /usr/lib/sysusers.d/outpost.conf; do
+    /etc/outpost/gateway.toml /usr/lib/sysusers.d/outpost.conf /etc/outpost/enroll.token; do
     [ ! -e "$f" ] || fail "$f still present after purge"
   done
   st=$(dpkg-query -W -f='${Status}' outpost 2>/dev/null || true)
@@ -103,8 +121,15 @@ mkdir -p "$scratch/root/etc"
 # With --root, relative config paths resolve inside the root: pass absolute ones.
 systemd-sysusers --root="$scratch/root" "$(pwd)/systemd/sysusers.d/outpost.conf"
 grep -q '^outpost:' "$scratch/root/etc/passwd" || fail "sysusers did not create outpost"
+# An enrolment token put into the image as root 0644: tmpfiles makes it outpost 0600.
+mkdir -p "$scratch/root/etc/outpost"
+echo "ci-token" >"$scratch/root/etc/outpost/enroll.token"
+chmod 0644 "$scratch/root/etc/outpost/enroll.token"
 systemd-tmpfiles --root="$scratch/root" --create "$(pwd)/systemd/tmpfiles.d/outpost.conf"
 [ -d "$scratch/root/var/lib/outpost" ] || fail "tmpfiles did not create /var/lib/outpost"
+ids=$(awk -F: '$1 == "outpost" { print $3 " " $4 }' "$scratch/root/etc/passwd")
+[ "$(stat -c '%u %g %a' "$scratch/root/etc/outpost/enroll.token")" = "$ids 600" ] \
+  || fail "tmpfiles did not make etc/outpost/enroll.token outpost 0600"
 echo "sysusers and tmpfiles snippets apply"
 
 step "systemd-analyze security --offline=true (max exposure $MAX_EXPOSURE)"
@@ -132,6 +157,40 @@ lint=$(cd "$scratch/meta-outpost" && oelint-adv --quiet --release=scarthgap --su
 echo "${lint//$scratch\//}"
 if echo "$lint" | grep -q ':error:'; then fail "oelint-adv reported errors"; fi
 echo "oelint-adv: no errors ($(echo "$lint" | grep -c ':warning:' || true) warnings)"
+
+step "fleet drop-in (packaging/50-fleet.toml as the Yocto recipe fills it in)"
+# The recipe's do_install substitutions, applied the same way: each must hit its line.
+fleet="$scratch/fleet/etc/outpost"
+mkdir -p "$fleet/outpost.d" "$scratch/fleet/sysroot/etc"
+cp packaging/outpost.toml "$fleet/outpost.toml"
+sed -e 's|^url = .*|url = "https://gw.ci.invalid:8787"|' \
+  -e 's|^node_id_from = .*|node_id_from = "machine-id"|' \
+  -e 's|^node_id_prefix = .*|node_id_prefix = "node:pump-"|' \
+  packaging/50-fleet.toml >"$fleet/outpost.d/50-fleet.toml"
+for want in 'url = "https://gw.ci.invalid:8787"' 'node_id_from = "machine-id"' \
+  'node_id_prefix = "node:pump-"' 'enroll_token_file = "/etc/outpost/enroll.token"'; do
+  grep -qxF "$want" "$fleet/outpost.d/50-fleet.toml" || fail "50-fleet.toml lacks: $want"
+done
+grep -q 'OUTPOST_UPSTREAM_URL' yocto/meta-outpost/recipes-outpost/outpost/outpost_*.bb \
+  || fail "the Yocto recipe does not install the fleet drop-in"
+if [ "$exe" != /bin/true ]; then
+  # The whole drop-in through the real config checker, on a device whose machine id is
+  # known, with a real token (minted by a scratch gateway) where the image puts it.
+  "$exe" init --role gateway --node-id gateway:ci --data-dir "$scratch/fleet/gw" \
+    --config "$scratch/fleet/gw.toml" >/dev/null
+  "$exe" enroll-token create --max-uses 200 --config "$scratch/fleet/gw.toml" \
+    >"$scratch/fleet/enroll.token" 2>/dev/null || fail "enroll-token create"
+  sed -i "s|^enroll_token_file = .*|enroll_token_file = \"$scratch/fleet/enroll.token\"|" \
+    "$fleet/outpost.d/50-fleet.toml"
+  echo 0123456789abcdef0123456789abcdef >"$scratch/fleet/sysroot/etc/machine-id"
+  out=$(OUTPOST_SYSROOT="$scratch/fleet/sysroot" "$exe" config check --config "$fleet/outpost.toml" 2>&1) \
+    || { echo "$out"; fail "config check of the fleet drop-in"; }
+  echo "$out" | grep -q 'config ok: node:pump-696b8fca18bb4a3191b79808da94bd62 ' \
+    || { echo "$out"; fail "fleet drop-in: not the node id systemd's app-specific machine id gives"; }
+  echo "fleet drop-in: config check derives node:pump-696b8fca… from the machine id"
+else
+  echo "fleet drop-in: substitutions OK (no binary built: config check skipped)"
+fi
 
 step "scripts/install.sh"
 bin_for_install="$exe"

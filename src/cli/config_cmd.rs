@@ -12,8 +12,13 @@ pub fn check(path: Option<&Path>) -> anyhow::Result<()> {
             match super::common::check_identity_matches(&cfg)? {
                 Some(_) => {}
                 None => eprintln!(
-                    "  note: no identity in {} yet (`outpost init` creates it)",
-                    cfg.data_dir.display()
+                    "  note: no identity in {} yet ({} creates it)",
+                    cfg.data_dir.display(),
+                    if cfg.create_keys {
+                        "the first start"
+                    } else {
+                        "`outpost init`"
+                    }
                 ),
             }
             super::common::check_upstream_tls(&cfg)?;

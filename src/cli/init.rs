@@ -11,7 +11,7 @@ use anyhow::Context;
 use super::Exit;
 use crate::app::keyfile;
 use crate::config::{self, Role};
-use crate::envelope::{is_valid_node_id, IdentityDocument, Keys};
+use crate::envelope::is_valid_node_id;
 
 pub struct InitArgs {
     pub role: String,
@@ -253,13 +253,8 @@ fn write_all(
 ) -> anyhow::Result<()> {
     made.dir_all(data_dir, true)
         .with_context(|| format!("creating {}", data_dir.display()))?;
-    let keys = Keys::generate();
     made.files.push(keys_path.to_path_buf());
-    keys.save(keys_path)
-        .with_context(|| format!("writing {}", keys_path.display()))?;
-    let now_ms = crate::clock::system().now_ms();
-    let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
-        .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
+    let keys = keyfile::create_keys(keys_path)?;
     let pin = match tls {
         TlsPlan::None => None,
         TlsPlan::Given { pin, .. } => Some(*pin),
@@ -275,7 +270,7 @@ fn write_all(
             Some(made_tls.pin)
         }
     };
-    let doc = IdentityDocument::with_tls_pin(node_id, role.as_str(), &keys, &created_at, pin);
+    let doc = keyfile::new_identity(node_id, role, &keys, pin)?;
     made.files.push(keyfile::identity_path(data_dir));
     keyfile::write_identity(data_dir, &doc)?;
 

@@ -13,6 +13,23 @@ pub fn run(arg: &ConfigArg) -> anyhow::Result<()> {
     // One daemon per data directory: a second one would serve the same store twice.
     let _owner = super::common::own_data_dir(&cfg)?;
     crate::service::init_logging();
+    // A node named by identity.node_id_from makes its keys at its first start.
+    // Without keys and without that setting, restarting cannot help: exit 64.
+    let first =
+        crate::app::keyfile::create_at_start(&cfg).map_err(|e| match e
+            .downcast_ref::<crate::app::keyfile::NoKeys>()
+        {
+            Some(no) => Exit::usage(no.to_string()).into(),
+            None => startup_refusal(&e).map_or(e, Into::into),
+        })?;
+    if first != crate::app::keyfile::FirstStart::Existing {
+        tracing::info!(
+            event = "identity_created",
+            node_id = %cfg.node_id,
+            completed = first == crate::app::keyfile::FirstStart::Completed,
+            data_dir = %cfg.data_dir.display(),
+        );
+    }
     tracing::info!(
         event = "starting",
         node_id = %cfg.node_id,

@@ -5,6 +5,7 @@
 //! `outpost config check` runs exactly this path offline.
 
 pub mod http;
+pub mod identity;
 mod postgres;
 mod queue;
 pub mod raw;
@@ -75,6 +76,8 @@ impl std::str::FromStr for Role {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub node_id: String,
+    /// `identity.create_keys`: a node without keys creates them at start.
+    pub create_keys: bool,
     pub role: Role,
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
@@ -185,7 +188,10 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
                 })
                 .and_then(|text| parse_table(&f, &text));
             match parsed {
-                Ok(table) => merge_tables(&mut merged, table),
+                Ok(table) => {
+                    identity::later_name_wins(&mut merged, &table);
+                    merge_tables(&mut merged, table)
+                }
                 Err(e) => {
                     errs.push(e.to_string());
                     unparsed = true;
@@ -274,14 +280,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             Role::Node
         }
     };
-    let node_id = raw.identity.node_id.clone().unwrap_or_default();
-    if node_id.is_empty() {
-        errs.push("identity.node_id is required".into());
-    } else if !valid_node_id(&node_id) {
-        errs.push(format!(
-            "identity.node_id {node_id:?} must match ^[a-z][a-z0-9-]{{0,31}}:[A-Za-z0-9._-]{{1,64}}$"
-        ));
-    }
+    let (node_id, create_keys) = identity::resolve(&raw.identity, role, &mut errs);
     let data_dir = raw
         .identity
         .data_dir
@@ -414,6 +413,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     Ok(Config {
         node_id,
+        create_keys,
         role,
         data_dir,
         listen,

@@ -37,6 +37,13 @@ pub struct RawIdentity {
     pub node_id: Option<String>,
     pub role: Option<String>,
     pub data_dir: Option<PathBuf>,
+    /// Instead of `node_id`: "machine-id", "serial", "hostname" or "file:<path>"
+    /// (see `config::identity`).
+    pub node_id_from: Option<String>,
+    /// What the derived value is appended to (default "node:").
+    pub node_id_prefix: Option<String>,
+    /// Create the key pair at the first start (default: with `node_id_from`).
+    pub create_keys: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -30,6 +30,7 @@ mod malformed;
 mod netns;
 mod newcomer;
 mod node;
+mod node_id_from;
 mod openapi;
 mod pg;
 mod pipeline;
