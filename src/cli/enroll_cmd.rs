@@ -219,7 +219,10 @@ fn list(st: &Opened, json: bool) -> anyhow::Result<()> {
 
 fn revoke(st: &Opened, id: &str) -> anyhow::Result<()> {
     match st.rt.block_on(st.state.enroll_token_revoke(id))? {
-        None => Err(Exit::failed(format!("no enrollment token {id} (see `outpost enroll-token list`)")).into()),
+        None => Err(Exit::failed(format!(
+            "no enrollment token {id} (see `outpost enroll-token list`)"
+        ))
+        .into()),
         Some(false) => {
             println!("{id} was already revoked");
             Ok(())

@@ -113,7 +113,9 @@ pub fn run(c: GwCommand) -> anyhow::Result<()> {
             cmd: None,
         } => nodes(&cfg, json),
         GwCommand::Nodes {
-            cfg, cmd: Some(cmd), ..
+            cfg,
+            cmd: Some(cmd),
+            ..
         } => nodes_cmd(&cfg, cmd),
         GwCommand::SendCommand {
             cfg,
@@ -277,18 +279,38 @@ fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
                     "{}\t{}\tkey {}…\ttoken {}\tasked {}",
                     e["node_id"].as_str().unwrap_or("?"),
                     e["kind"].as_str().unwrap_or("?"),
-                    e["node_sign_pk"].as_str().unwrap_or("?").chars().take(12).collect::<String>(),
+                    e["node_sign_pk"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .chars()
+                        .take(12)
+                        .collect::<String>(),
                     e["token_id"].as_str().unwrap_or("?"),
                     ago(now, e["created_at_ms"].as_u64())
                 );
             }
         }
         NodesCmd::Approve { id } => {
-            let (_, v) = c.call("POST", &format!("/v1/enrollments/{}/approve", seg(&id)), None, &[], t)?;
-            println!("approved {id} ({}): it is trusted from now on", v["kind"].as_str().unwrap_or("?"));
+            let (_, v) = c.call(
+                "POST",
+                &format!("/v1/enrollments/{}/approve", seg(&id)),
+                None,
+                &[],
+                t,
+            )?;
+            println!(
+                "approved {id} ({}): it is trusted from now on",
+                v["kind"].as_str().unwrap_or("?")
+            );
         }
         NodesCmd::Reject { id } => {
-            c.call("POST", &format!("/v1/enrollments/{}/reject", seg(&id)), None, &[], t)?;
+            c.call(
+                "POST",
+                &format!("/v1/enrollments/{}/reject", seg(&id)),
+                None,
+                &[],
+                t,
+            )?;
             println!("rejected {id}: it stays out");
         }
         NodesCmd::Revoke { id } => {

@@ -25,7 +25,8 @@ fn with_current_tls_pin(
         return Ok(doc);
     }
     let keys = super::common::load_keys(cfg)?;
-    crate::app::keyfile::published_identity(cfg, &keys).map_err(|e| Exit::usage(format!("{e:#}")).into())
+    crate::app::keyfile::published_identity(cfg, &keys)
+        .map_err(|e| Exit::usage(format!("{e:#}")).into())
 }
 
 /// Where the peers live: the data dir's store, or a database-backed gateway's tables

@@ -60,9 +60,8 @@ impl Upstream {
                 file.display()
             )
         })?;
-        let token = crate::enroll::Token::parse(&text).map_err(|e| {
-            format!("upstream.enroll_token_file {}: {e}", file.display())
-        })?;
+        let token = crate::enroll::Token::parse(&text)
+            .map_err(|e| format!("upstream.enroll_token_file {}: {e}", file.display()))?;
         self.gateway_id = token.claims.gateway_id;
         Ok(())
     }

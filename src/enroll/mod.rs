@@ -136,8 +136,8 @@ impl Token {
             .split_once('.')
             .ok_or_else(|| EnrollError::Malformed("no signature part".into()))?;
         let claims_bytes = b64_decode(c).map_err(|_| EnrollError::Malformed("claims".into()))?;
-        let sig = b64_decode_array::<64>(s)
-            .ok_or_else(|| EnrollError::Malformed("signature".into()))?;
+        let sig =
+            b64_decode_array::<64>(s).ok_or_else(|| EnrollError::Malformed("signature".into()))?;
         let claims: TokenClaims = serde_json::from_slice(&claims_bytes)
             .map_err(|e| EnrollError::Malformed(format!("claims: {e}")))?;
         if claims.v != 1 {
@@ -359,7 +359,8 @@ mod tests {
         back.check_gateway(&d).unwrap();
         // Another gateway under the same id: refused before anything is sent.
         let (k2, _) = gateway();
-        let imposter = IdentityDocument::new("gateway:main", "gateway", &k2, "2026-11-27T00:00:00Z");
+        let imposter =
+            IdentityDocument::new("gateway:main", "gateway", &k2, "2026-11-27T00:00:00Z");
         assert!(matches!(
             back.check_gateway(&imposter),
             Err(EnrollError::WrongGateway(_))

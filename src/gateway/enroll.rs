@@ -130,7 +130,10 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
         };
     }
     let Some(t) = f.token.filter(|t| !t.revoked) else {
-        return Decision::Refuse(codes::TOKEN_REVOKED, "the enrollment token was revoked".into());
+        return Decision::Refuse(
+            codes::TOKEN_REVOKED,
+            "the enrollment token was revoked".into(),
+        );
     };
     if f.now_ms >= t.claims.expires_at_ms {
         return Decision::Refuse(codes::TOKEN_EXPIRED, "the enrollment token expired".into());
@@ -307,7 +310,8 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
         .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
     let sealed: Sealed = serde_json::from_slice(&opened.plaintext)
         .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
-    let token = Token::parse(&sealed.token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+    let token =
+        Token::parse(&sealed.token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
     if token.claims.gateway_id != gw.cfg.node_id || !token.verify(&gw.keys.sign_pk()) {
         return Err(refused(
             codes::WRONG_GATEWAY,
@@ -317,7 +321,10 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
     let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
     let token_id = token.claims.id.clone();
     let decide = move |f: &Facts<'_>| decide(f, &token_id);
-    let decision = gw.state.enroll(&node, &token.claims.id, online, &decide).await?;
+    let decision = gw
+        .state
+        .enroll(&node, &token.claims.id, online, &decide)
+        .await?;
     let record = match decision {
         Decision::Refuse(code, msg) => {
             gw.publish(GatewayEvent::Enrollment {
@@ -392,7 +399,10 @@ pub async fn settle(
         .settle_enrollment(node_id, approve, gw.now_ms())
         .await?
         .ok_or_else(|| {
-            GatewayError::NotFound("not_found", format!("no enrollment of {node_id} is pending"))
+            GatewayError::NotFound(
+                "not_found",
+                format!("no enrollment of {node_id} is pending"),
+            )
         })?;
     let outcome = if approve { "approved" } else { "rejected" };
     tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());

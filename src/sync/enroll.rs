@@ -137,7 +137,12 @@ impl Enroller {
                     }
                 }
                 Attempt::Pending => {
-                    self.set("pending", Some(codes::PENDING_APPROVAL), Some("waiting for an operator's approval at the gateway".into()), None);
+                    self.set(
+                        "pending",
+                        Some(codes::PENDING_APPROVAL),
+                        Some("waiting for an operator's approval at the gateway".into()),
+                        None,
+                    );
                     backoff = RETRY_MIN;
                     PENDING_EVERY
                 }
@@ -238,7 +243,8 @@ impl Enroller {
         let mut nonce = [0u8; 16];
         rand_core::OsRng.fill_bytes(&mut nonce);
         let nonce = b64_encode(&nonce);
-        let failed = |what: &str, e: &dyn std::fmt::Display| Attempt::Failed(format!("{what} {url}: {e}"));
+        let failed =
+            |what: &str, e: &dyn std::fmt::Display| Attempt::Failed(format!("{what} {url}: {e}"));
         let resp = http
             .get(format!("{url}/v1/enroll"))
             .query(&[("node_id", node_id.as_str()), ("nonce", nonce.as_str())])
@@ -247,10 +253,12 @@ impl Enroller {
             .map_err(|e| failed("cannot reach", &e))?;
         let hello: Hello = answer_json(resp).await?;
         // Pinned before anything secret leaves the device.
-        token.check_gateway(&hello.gateway).map_err(|e| Attempt::Refused {
-            code: codes::WRONG_GATEWAY.into(),
-            reason: e.to_string(),
-        })?;
+        token
+            .check_gateway(&hello.gateway)
+            .map_err(|e| Attempt::Refused {
+                code: codes::WRONG_GATEWAY.into(),
+                reason: e.to_string(),
+            })?;
         let gw_keys = hello.gateway.verify().map_err(|e| Attempt::Refused {
             code: codes::WRONG_GATEWAY.into(),
             reason: e.to_string(),
@@ -315,7 +323,11 @@ impl Enroller {
 
     /// Trust the gateway as a hand enrollment does, then note the enrollment (and delete
     /// the token file when configured).
-    async fn trust_gateway(&self, gateway: &IdentityDocument, token_id: &str) -> Result<(), String> {
+    async fn trust_gateway(
+        &self,
+        gateway: &IdentityDocument,
+        token_id: &str,
+    ) -> Result<(), String> {
         let mut t = crate::daemon::trust::load(&self.store).map_err(|e| e.to_string())?;
         t.add(
             gateway.clone(),
@@ -352,7 +364,9 @@ impl Enroller {
 }
 
 /// The answer's JSON, or the attempt it stands for: a refusal code (4xx) or a retry.
-async fn answer_json<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> Result<T, Attempt> {
+async fn answer_json<T: serde::de::DeserializeOwned>(
+    resp: reqwest::Response,
+) -> Result<T, Attempt> {
     let status = resp.status().as_u16();
     let bytes = resp
         .bytes()
@@ -365,7 +379,12 @@ async fn answer_json<T: serde::de::DeserializeOwned>(resp: reqwest::Response) ->
     let err: Option<crate::sync::wire::ErrorAnswer> = serde_json::from_slice(&bytes).ok();
     let (code, message) = err
         .map(|e| (e.error.code, e.error.message))
-        .unwrap_or_else(|| (format!("http_{status}"), String::from_utf8_lossy(&bytes).into_owned()));
+        .unwrap_or_else(|| {
+            (
+                format!("http_{status}"),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            )
+        });
     if codes::is_final(&code) {
         return Err(Attempt::Refused {
             code,
@@ -392,7 +411,12 @@ mod tests {
         ] {
             assert!(codes::is_final(c), "{c}");
         }
-        for c in ["rate_limited", "storage_unavailable", "bad_request", codes::PENDING_APPROVAL] {
+        for c in [
+            "rate_limited",
+            "storage_unavailable",
+            "bad_request",
+            codes::PENDING_APPROVAL,
+        ] {
             assert!(!codes::is_final(c), "{c}");
         }
     }

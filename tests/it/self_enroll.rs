@@ -117,43 +117,129 @@ fn token_list(gw: &Home) -> Vec<Value> {
         .collect()
 }
 
+/// One config for every device of the fleet (no `outpost init` per device): the device
+/// names itself from SOURCE (its sysroot, `$OUTPOST_SYSROOT`), creates its keys at the
+/// first start and enrolls with the token file.
+const FLEET_TEMPLATE: &str =
+    "[identity]\nnode_id_from = \"SOURCE\"\nnode_id_prefix = \"node:pump-\"\n\
+     data_dir = \"DATA\"\n\n[api]\nlisten = \"127.0.0.1:0\"\n\n[upstream]\nurl = \"URL\"\n\
+     enroll_token_file = \"TOKEN\"\npoll_wait_s = 5\n";
+
+/// Device `i` of a fleet image: every third names itself from its machine id, its Pi
+/// serial or a file. Returns its home and sysroot.
+fn fleet_device(i: usize, url: &str, token: &str) -> (Home, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let put = |path: &str, text: String| {
+        let p = root.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let source = match i % 3 {
+        0 => {
+            put(
+                "etc/machine-id",
+                format!("{:032x}\n", 0xfeed_0000_u64 + i as u64),
+            );
+            "machine-id".to_string()
+        }
+        1 => {
+            put(
+                "proc/cpuinfo",
+                format!("processor\t: 0\nSerial\t\t: 10000000{:08x}\n", i),
+            );
+            "serial".to_string()
+        }
+        _ => {
+            put("etc/outpost/device-name", format!("station-{i}\n"));
+            "file:/etc/outpost/device-name".to_string()
+        }
+    };
+    let token_file = dir.path().join("enroll.token");
+    std::fs::write(&token_file, token).unwrap();
+    let cfg = FLEET_TEMPLATE
+        .replace("SOURCE", &source)
+        .replace("DATA", dir.path().join("data").to_str().unwrap())
+        .replace("URL", url)
+        .replace("TOKEN", token_file.to_str().unwrap());
+    std::fs::write(dir.path().join("outpost.toml"), cfg).unwrap();
+    let home = Home {
+        dir,
+        node_id: String::new(),
+        db: None,
+    };
+    (home, root)
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn twenty_nodes_enroll_with_one_token_and_the_twenty_first_is_refused() {
+async fn twenty_nodes_from_one_template_enroll_with_one_token_and_the_twenty_first_is_refused() {
     let (gw, gwd) = gateway();
     let url = gw_url(&gwd);
-    let token = make_token(&gw, &["--ttl", "1h", "--max-uses", "20", "--node-prefix", "node:pump-"]);
+    let token = make_token(
+        &gw,
+        &[
+            "--ttl",
+            "1h",
+            "--max-uses",
+            "20",
+            "--node-prefix",
+            "node:pump-",
+        ],
+    );
     let mut nodes = Vec::new();
     for i in 0..20 {
-        let (home, _) = enrolling_node(&format!("node:pump-{i}"), &url, &token);
-        let d = home.start();
-        nodes.push((home, d));
+        let (home, root) = fleet_device(i, &url, &token);
+        let d = home.start_with_env(&[("OUTPOST_SYSROOT", root.path().to_str().unwrap())]);
+        nodes.push((home, root, d));
     }
-    for (home, d) in &nodes {
+    let mut ids = std::collections::BTreeSet::new();
+    for (_, _, d) in &nodes {
         let e = enrollment_becomes(d, "enrolled").await;
-        assert_eq!(e["gateway_id"], "gateway:main", "{}", home.node_id);
+        assert_eq!(e["gateway_id"], "gateway:main", "{e}");
+        let id = status(d).await["node_id"].as_str().unwrap().to_string();
+        assert!(id.starts_with("node:pump-"), "{id}");
+        ids.insert(id);
     }
+    assert_eq!(ids.len(), 20, "one image, twenty names: {ids:?}");
     // Each receives commands (its queue is drained by its own sync).
-    for (home, _) in &nodes {
-        command_is_delivered(&gw, &gwd, &home.node_id).await;
+    for id in &ids {
+        command_is_delivered(&gw, &gwd, id).await;
     }
     let t = token_list(&gw);
     assert_eq!(t.len(), 1);
-    assert_eq!((t[0]["uses"].as_u64(), t[0]["state"].as_str()), (Some(20), Some("exhausted")));
+    assert_eq!(
+        (t[0]["uses"].as_u64(), t[0]["state"].as_str()),
+        (Some(20), Some("exhausted"))
+    );
 
-    let (extra, _) = enrolling_node("node:pump-20", &url, &token);
-    let d = extra.start();
+    let (extra, root) = fleet_device(20, &url, &token);
+    let d = extra.start_with_env(&[("OUTPOST_SYSROOT", root.path().to_str().unwrap())]);
     let e = enrollment_becomes(&d, "refused").await;
     assert_eq!(e["code"], "token_exhausted", "{e}");
-    assert!(d.log_text().contains("enrollment_refused"), "{}", d.log_text());
-    let o = extra.cli(&["status"]);
+    assert!(
+        d.log_text().contains("enrollment_refused"),
+        "{}",
+        d.log_text()
+    );
+    let o = std::process::Command::new(crate::harness::bin())
+        .args(["status", "--config", extra.config().to_str().unwrap()])
+        .env("OUTPOST_SYSROOT", root.path())
+        .env_remove("OUTPOST_CONFIG")
+        .output()
+        .unwrap();
     let shown = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(shown.contains("enrollment: refused") && shown.contains("token_exhausted"), "{shown}");
+    assert!(
+        shown.contains("enrollment: refused") && shown.contains("token_exhausted"),
+        "{}",
+        text(&o)
+    );
     // A restart of an enrolled node keeps it enrolled: no second use, nothing asked.
-    let (home, d0) = nodes.remove(0);
+    let (home, root, d0) = nodes.remove(0);
+    let id0 = status(&d0).await["node_id"].as_str().unwrap().to_string();
     d0.stop();
-    let d0 = home.start();
+    let d0 = home.start_with_env(&[("OUTPOST_SYSROOT", root.path().to_str().unwrap())]);
     enrollment_becomes(&d0, "enrolled").await;
-    command_is_delivered(&gw, &gwd, &home.node_id).await;
+    command_is_delivered(&gw, &gwd, &id0).await;
     assert_eq!(token_list(&gw)[0]["uses"], 20);
 }
 
@@ -205,7 +291,11 @@ async fn expired_revoked_foreign_and_impersonated_tokens_are_refused_and_said() 
     }
     // Nothing of them is trusted at the gateway.
     let o = gw.cli(&["trust", "ls"]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("no trusted peers"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("no trusted peers"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// A TCP relay to `upstream` that drops the answer to the first `POST /v1/enroll` (the
@@ -219,8 +309,12 @@ async fn answer_dropping_relay(upstream: std::net::SocketAddr) -> std::net::Sock
     let dropped = Arc::new(AtomicBool::new(false));
     tokio::spawn(async move {
         loop {
-            let Ok((client, _)) = l.accept().await else { return };
-            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else { continue };
+            let Ok((client, _)) = l.accept().await else {
+                return;
+            };
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
             let dropped = dropped.clone();
             tokio::spawn(async move {
                 let (mut cr, mut cw) = client.into_split();
@@ -234,7 +328,9 @@ async fn answer_dropping_relay(upstream: std::net::SocketAddr) -> std::net::Sock
                             Ok(0) | Err(_) => return,
                             Ok(n) => n,
                         };
-                        if buf[..n].starts_with(b"POST /v1/enroll") && !dropped.swap(true, Ordering::SeqCst) {
+                        if buf[..n].starts_with(b"POST /v1/enroll")
+                            && !dropped.swap(true, Ordering::SeqCst)
+                        {
                             flag.store(true, Ordering::SeqCst);
                         }
                         if sw.write_all(&buf[..n]).await.is_err() {
@@ -277,7 +373,10 @@ async fn a_lost_answer_still_ends_enrolled_with_one_use_consumed() {
         d.log_text()
     );
     let t = token_list(&gw);
-    assert_eq!((t[0]["uses"].as_u64(), t[0]["state"].as_str()), (Some(1), Some("exhausted")));
+    assert_eq!(
+        (t[0]["uses"].as_u64(), t[0]["state"].as_str()),
+        (Some(1), Some("exhausted"))
+    );
     command_is_delivered(&gw, &gwd, "node:lost").await;
 }
 
@@ -294,7 +393,11 @@ async fn manual_approval_rejection_and_a_reflashed_devices_rekey() {
     enrollment_becomes(&db, "pending").await;
     let o = gw.cli(&["nodes", "pending"]);
     let pending = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(pending.contains("node:a") && pending.contains("node:b"), "{}", text(&o));
+    assert!(
+        pending.contains("node:a") && pending.contains("node:b"),
+        "{}",
+        text(&o)
+    );
 
     let o = gw.cli(&["nodes", "approve", "node:a"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -336,7 +439,11 @@ async fn manual_approval_rejection_and_a_reflashed_devices_rekey() {
         assert!(std::time::Instant::now() < deadline, "{v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(gwd.log_text().contains("node_request_refused"), "{}", gwd.log_text());
+    assert!(
+        gwd.log_text().contains("node_request_refused"),
+        "{}",
+        gwd.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -358,7 +465,11 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
     }
     let o = gw.cli(&["nodes", "revoke", "node:old"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("3 queued messages refused"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("3 queued messages refused"),
+        "{}",
+        text(&o)
+    );
     let read = gw.token("gateway:main", &["read"], "10m");
     for id in &queued {
         let v: Value = http()
@@ -370,7 +481,11 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
             .json()
             .await
             .unwrap();
-        assert_eq!((v["state"].as_str(), v["reason"].as_str()), (Some("rejected"), Some("node_revoked")), "{v}");
+        assert_eq!(
+            (v["state"].as_str(), v["reason"].as_str()),
+            (Some("rejected"), Some("node_revoked")),
+            "{v}"
+        );
     }
     // Its next request: 401 node_revoked, said in its status.
     let d = n.start();
@@ -387,9 +502,11 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // An event says so.
-    let _ = wait_for("node_revoked in the gateway's log", Duration::from_secs(5), || {
-        gwd.log_text().contains("node_revoked").then_some(())
-    });
+    let _ = wait_for(
+        "node_revoked in the gateway's log",
+        Duration::from_secs(5),
+        || gwd.log_text().contains("node_revoked").then_some(()),
+    );
     // Reflashed (new keys, same id) with a new token: it enrolls again.
     let fresh = make_token(&gw, &["--max-uses", "1"]);
     let (again, _) = enrolling_node("node:old", &url, &fresh);

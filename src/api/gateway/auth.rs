@@ -110,7 +110,9 @@ fn clock_skew(gw: &Gateway, node_id: &str, ts: &str, sig: &str) -> ApiError {
 async fn retired(
     gw: &Gateway,
     node_id: &str,
-    verify: &impl Fn(&crate::envelope::TrustStore) -> Result<crate::envelope::VerifiedRequest, RequestSigError>,
+    verify: &impl Fn(
+        &crate::envelope::TrustStore,
+    ) -> Result<crate::envelope::VerifiedRequest, RequestSigError>,
 ) -> bool {
     let doc = match gw.state.revoked_node(node_id).await {
         Ok(Some(doc)) => doc,

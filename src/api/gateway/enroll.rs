@@ -42,7 +42,9 @@ pub async fn hello(
     QueryParams(q): QueryParams<HelloQuery>,
 ) -> ApiResult<Json<Hello>> {
     limited(&gw)?;
-    Ok(Json(crate::gateway::enroll::hello(&gw, &q.node_id, &q.nonce)?))
+    Ok(Json(crate::gateway::enroll::hello(
+        &gw, &q.node_id, &q.nonce,
+    )?))
 }
 
 /// `POST /v1/enroll`: 200 enrolled, 202 pending (both signed), or a refusal code.

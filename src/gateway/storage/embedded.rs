@@ -7,8 +7,8 @@ use super::{
     JobRecord, NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take,
     Upload,
 };
-use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
 use crate::envelope::{IdentityDocument, TrustStore};
+use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
 use crate::store::{
     Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store, StoredMessage,
 };

@@ -3,12 +3,12 @@
 //! uses and records (the gateway, under `enrolling`); `outpost enroll-token` writes
 //! only the token records, so neither overwrites the other's writes.
 
+use super::Embedded;
+use crate::envelope::{b64_encode, IdentityDocument};
 use crate::gateway::enroll::{
     trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
 use crate::gateway::storage::StateError;
-use super::Embedded;
-use crate::envelope::{b64_encode, IdentityDocument};
 use crate::store::names::{
     KV_GW_ENROLLMENTS as KV_RECORDS, KV_GW_ENROLL_TOKENS as KV_TOKENS,
     KV_GW_ENROLL_USES as KV_USES, Q_TO_NODE as Q_NODE,

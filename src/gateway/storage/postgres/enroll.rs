@@ -5,12 +5,12 @@
 
 use tokio_postgres::Transaction;
 
+use super::{i, listen, unavailable, Postgres, STATUS_KEEP_MS};
+use crate::envelope::{b64_encode, IdentityDocument};
 use crate::gateway::enroll::{
     Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
 use crate::gateway::storage::{GatewayState, StateError};
-use super::{i, listen, unavailable, Postgres, STATUS_KEEP_MS};
-use crate::envelope::{b64_encode, IdentityDocument};
 use crate::store::names::Q_TO_NODE as Q_NODE;
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
@@ -73,7 +73,11 @@ async fn trusted_node(
 }
 
 /// Trust `doc` as an enrolled node (replacing the row of its id) and tell every replica.
-async fn trust_node(tx: &Transaction<'_>, doc: &IdentityDocument, now_ms: u64) -> Result<(), StateError> {
+async fn trust_node(
+    tx: &Transaction<'_>,
+    doc: &IdentityDocument,
+    now_ms: u64,
+) -> Result<(), StateError> {
     tx.execute(
         "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
          VALUES ($1, 'node', $2, $3, $4, $5)

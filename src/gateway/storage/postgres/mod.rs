@@ -52,8 +52,8 @@ use super::{
     NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
 };
 use crate::config::PostgresConfig;
-use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
 use crate::envelope::{IdentityDocument, TrustStore};
+use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
 use crate::store::{ExpiredMessage, MessageStatus, QueueStat, StoreError};
 use pool::Pool;
 
