@@ -49,7 +49,7 @@ const REFUSED_EVERY: Duration = Duration::from_secs(600);
 #[derive(Debug)]
 enum Attempt {
     Enrolled {
-        gateway: IdentityDocument,
+        gateway: Box<IdentityDocument>,
         token_id: String,
     },
     Pending,
@@ -314,7 +314,7 @@ impl Enroller {
             .map_err(|e| failed("answer", &e))?;
         Ok(match claims.status {
             Standing::Enrolled => Attempt::Enrolled {
-                gateway: claims.gateway,
+                gateway: Box::new(claims.gateway),
                 token_id: claims.token_id,
             },
             Standing::Pending => Attempt::Pending,

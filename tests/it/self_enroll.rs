@@ -502,7 +502,7 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // An event says so.
-    let _ = wait_for(
+    wait_for(
         "node_revoked in the gateway's log",
         Duration::from_secs(5),
         || gwd.log_text().contains("node_revoked").then_some(()),
