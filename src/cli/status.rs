@@ -470,36 +470,5 @@ fn dechunk(body: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn the_summary_has_no_raw_json_and_an_aligned_table() {
-        let v = json!({"node_id": "node:a", "role": "node", "version": "0.1.0", "uptime_s": 75,
-            "upstream": {"state": "offline", "url": "http://gw:8787", "connected": false,
-                         "last_ok_ms": null, "last_error": "connection refused"},
-            "audit": {"size": 12, "synced_size": 3},
-            "queues": [{"queue": "outbox", "peer": "gateway:a-rather-long-gateway-name-here",
-                        "depth": 1234, "oldest_age_s": 5},
-                       {"queue": "inbox", "peer": "node:b", "depth": 2, "oldest_age_s": 4000}],
-            "clock": {"now_ms": 1, "wall_ms": 1, "behind_floor": false, "max_skew_s": 300}});
-        let out = summary(&v, 0);
-        assert!(!out.contains('{'), "{out}");
-        assert!(
-            out.contains("upstream: offline via http://gw:8787, last error: connection refused"),
-            "{out}"
-        );
-        let table: Vec<&str> = out
-            .lines()
-            .skip_while(|l| *l != "queues:")
-            .skip(1)
-            .collect();
-        assert_eq!(table.len(), 3, "{out}");
-        // Right-aligned columns end at the same place on every row.
-        let ends = |l: &str, word: &str| l.find(word).map(|i| i + word.len());
-        assert_eq!(ends(table[0], "DEPTH"), ends(table[1], "1234"), "{out}");
-        assert_eq!(ends(table[0], "DEPTH"), ends(table[2], " 2"), "{out}");
-        assert_eq!(table[1].find("gateway:"), table[0].find("PEER"), "{out}");
-    }
-}
+#[path = "status_tests.rs"]
+mod tests;

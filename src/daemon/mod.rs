@@ -6,6 +6,7 @@
 //! role (`app`) and the gateway role (`gateway`) build on this; neither imports the
 //! other's wiring.
 
+pub mod files;
 pub mod listen;
 pub mod lock;
 pub mod spread;

@@ -102,7 +102,7 @@ impl Gateway {
         let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
         // A data dir without its stored identity (an older layout) gives its own.
         let published =
-            crate::app::keyfile::published_identity(&cfg, &keys).unwrap_or_else(|_| me.clone());
+            crate::daemon::files::published_identity(&cfg, &keys).unwrap_or_else(|_| me.clone());
         let started_ms = state.now_ms();
         let (events, event_writer) = if state.is_shared() {
             let (log, rx) = EventLog::shared();

@@ -276,7 +276,7 @@ impl Enroller {
             code: codes::WRONG_GATEWAY.into(),
             reason: format!("the gateway's signed time: {e}"),
         })?;
-        let me = crate::app::keyfile::read_identity(&self.cfg.data_dir)
+        let me = crate::daemon::files::read_identity(&self.cfg.data_dir)
             .map_err(|e| failed("identity", &e))?;
         let plaintext = serde_json::to_vec(&Sealed {
             token: token.to_text(),
@@ -346,7 +346,7 @@ impl Enroller {
             enrolled_at_ms: self.store.now_ms(),
         };
         let bytes = serde_json::to_vec_pretty(&with).map_err(|e| e.to_string())?;
-        crate::app::keyfile::write_atomic(
+        crate::daemon::files::write_atomic(
             &crate::config::enrollment_path(&self.cfg.data_dir),
             &bytes,
             0o600,

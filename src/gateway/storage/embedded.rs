@@ -7,8 +7,7 @@ use super::{
     JobRecord, NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take,
     Upload,
 };
-use crate::envelope::{IdentityDocument, TrustStore};
-use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
+use crate::envelope::TrustStore;
 use crate::store::{
     Batch, ExpiredMessage, MessageStatus, NewMessage, QueueStat, Store, StoredMessage,
 };
@@ -420,49 +419,6 @@ impl GatewayState for Embedded {
     fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError> {
         crate::daemon::trust::load_since(&self.store, known)
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
-    }
-
-    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
-        Box::pin(self.token_add_now(token))
-    }
-
-    fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
-        Box::pin(async move { self.tokens_now() })
-    }
-
-    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
-        Box::pin(self.token_revoke_now(id))
-    }
-
-    fn enroll<'a>(
-        &'a self,
-        node: &'a IdentityDocument,
-        token_id: &'a str,
-        online: bool,
-        decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
-    ) -> Fut<'a, Decision> {
-        Box::pin(self.enroll_now(node, token_id, online, decide))
-    }
-
-    fn enrollments(&self) -> Fut<'_, Vec<EnrollmentRecord>> {
-        Box::pin(async move { self.records_now() })
-    }
-
-    fn settle_enrollment<'a>(
-        &'a self,
-        node_id: &'a str,
-        approve: bool,
-        now_ms: u64,
-    ) -> Fut<'a, Option<EnrollmentRecord>> {
-        Box::pin(self.settle_now(node_id, approve, now_ms))
-    }
-
-    fn revoke_node<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<Vec<String>>> {
-        Box::pin(self.revoke_node_now(node_id, now_ms))
-    }
-
-    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
-        Box::pin(async move { self.revoked_node_now(node_id) })
     }
 
     fn durable(&self) -> bool {

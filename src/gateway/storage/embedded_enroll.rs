@@ -8,7 +8,7 @@ use crate::envelope::{b64_encode, IdentityDocument};
 use crate::gateway::enroll::{
     trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
-use crate::gateway::storage::StateError;
+use crate::gateway::storage::{EnrollmentState, Fut, StateError};
 use crate::store::names::{
     KV_GW_ENROLLMENTS as KV_RECORDS, KV_GW_ENROLL_TOKENS as KV_TOKENS,
     KV_GW_ENROLL_USES as KV_USES, Q_TO_NODE as Q_NODE,
@@ -248,5 +248,50 @@ impl Embedded {
             .filter(|r| r.state == RecordState::Revoked)
             .max_by_key(|r| r.decided_at_ms)
             .map(|r| r.document))
+    }
+}
+
+impl EnrollmentState for Embedded {
+    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
+        Box::pin(self.token_add_now(token))
+    }
+
+    fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
+        Box::pin(async move { self.tokens_now() })
+    }
+
+    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
+        Box::pin(self.token_revoke_now(id))
+    }
+
+    fn enroll<'a>(
+        &'a self,
+        node: &'a IdentityDocument,
+        token_id: &'a str,
+        online: bool,
+        decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
+    ) -> Fut<'a, Decision> {
+        Box::pin(self.enroll_now(node, token_id, online, decide))
+    }
+
+    fn enrollments(&self) -> Fut<'_, Vec<EnrollmentRecord>> {
+        Box::pin(async move { self.records_now() })
+    }
+
+    fn settle_enrollment<'a>(
+        &'a self,
+        node_id: &'a str,
+        approve: bool,
+        now_ms: u64,
+    ) -> Fut<'a, Option<EnrollmentRecord>> {
+        Box::pin(self.settle_now(node_id, approve, now_ms))
+    }
+
+    fn revoke_node<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<Vec<String>>> {
+        Box::pin(self.revoke_node_now(node_id, now_ms))
+    }
+
+    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
+        Box::pin(async move { self.revoked_node_now(node_id) })
     }
 }

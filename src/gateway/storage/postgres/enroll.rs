@@ -10,7 +10,7 @@ use crate::envelope::{b64_encode, IdentityDocument};
 use crate::gateway::enroll::{
     Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
-use crate::gateway::storage::{GatewayState, StateError};
+use crate::gateway::storage::{EnrollmentState, Fut, GatewayState, StateError};
 use crate::store::names::Q_TO_NODE as Q_NODE;
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
@@ -367,5 +367,50 @@ impl Postgres {
             }
         }
         Ok(newest.map(|r| r.document))
+    }
+}
+
+impl EnrollmentState for Postgres {
+    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
+        Box::pin(self.token_add_now(token))
+    }
+
+    fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
+        Box::pin(self.tokens_now())
+    }
+
+    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
+        Box::pin(self.token_revoke_now(id))
+    }
+
+    fn enroll<'a>(
+        &'a self,
+        node: &'a IdentityDocument,
+        token_id: &'a str,
+        online: bool,
+        decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
+    ) -> Fut<'a, Decision> {
+        Box::pin(self.enroll_now(node, token_id, online, decide))
+    }
+
+    fn enrollments(&self) -> Fut<'_, Vec<EnrollmentRecord>> {
+        Box::pin(self.records_now())
+    }
+
+    fn settle_enrollment<'a>(
+        &'a self,
+        node_id: &'a str,
+        approve: bool,
+        now_ms: u64,
+    ) -> Fut<'a, Option<EnrollmentRecord>> {
+        Box::pin(self.settle_now(node_id, approve, now_ms))
+    }
+
+    fn revoke_node<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<Vec<String>>> {
+        Box::pin(self.revoke_node_now(node_id, now_ms))
+    }
+
+    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
+        Box::pin(self.revoked_node_now(node_id))
     }
 }
