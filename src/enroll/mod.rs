@@ -295,13 +295,16 @@ impl Answer {
     }
 }
 
+/// The code a node's status shows while its enrollment waits for an operator (the
+/// gateway answers 202, not an error).
+pub const PENDING_APPROVAL: &str = "pending_approval";
+
 /// Refusal codes of `POST /v1/enroll` (PROTOCOL §15.4), with their HTTP status.
 pub mod codes {
     pub const TOKEN_EXPIRED: &str = "token_expired";
     pub const TOKEN_EXHAUSTED: &str = "token_exhausted";
     pub const TOKEN_REVOKED: &str = "token_revoked";
     pub const WRONG_GATEWAY: &str = "wrong_gateway";
-    pub const PENDING_APPROVAL: &str = "pending_approval";
     pub const REJECTED: &str = "rejected";
     pub const DUPLICATE_NODE_ID: &str = "duplicate_node_id";
     pub const NODE_REVOKED: &str = "node_revoked";

@@ -139,7 +139,7 @@ impl Enroller {
                 Attempt::Pending => {
                     self.set(
                         "pending",
-                        Some(codes::PENDING_APPROVAL),
+                        Some(crate::enroll::PENDING_APPROVAL),
                         Some("waiting for an operator's approval at the gateway".into()),
                         None,
                     );
@@ -415,7 +415,7 @@ mod tests {
             "rate_limited",
             "storage_unavailable",
             "bad_request",
-            codes::PENDING_APPROVAL,
+            crate::enroll::PENDING_APPROVAL,
         ] {
             assert!(!codes::is_final(c), "{c}");
         }

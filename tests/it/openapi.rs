@@ -132,7 +132,12 @@ fn codes_in_source() -> BTreeSet<String> {
                 at = open;
             }
         }
-        for sig in ["fn code(&self) -> &'static str {", "impl DenyCode {"] {
+        // Enrollment's refusal codes are constants in one module (PROTOCOL §15.4).
+        for sig in [
+            "fn code(&self) -> &'static str {",
+            "impl DenyCode {",
+            "pub mod codes {",
+        ] {
             let mut at = 0;
             while let Some(i) = text[at..].find(sig) {
                 let open = at + i + sig.len();
