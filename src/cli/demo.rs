@@ -70,35 +70,22 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     ));
     let gw = Home::init(&root, "gateway", "gateway", GATEWAY_ID)?;
     let node = Home::init(&root, "node", "node", NODE_ID)?;
-    // Exchange identity documents: the gateway takes envelopes from the node; the node
-    // takes envelopes and capability tokens from the gateway.
-    let gw_doc = root.join("gateway.identity.json");
-    let node_doc = root.join("node.identity.json");
+    // The node enrolls itself with a one-use token (PROTOCOL §15): no identity documents
+    // copied by hand; it pins the gateway by the token and both end up trusting each other.
+    let enroll_token = node.dir.join("enroll.token");
     write(
-        &gw_doc,
-        &outpost(&["identity", "--json", "--config", &gw.cfg_arg()])?,
+        &enroll_token,
+        &outpost(&[
+            "enroll-token",
+            "create",
+            "--max-uses",
+            "1",
+            "--ttl",
+            "1h",
+            "--config",
+            &gw.cfg_arg(),
+        ])?,
     )?;
-    write(
-        &node_doc,
-        &outpost(&["identity", "--json", "--config", &node.cfg_arg()])?,
-    )?;
-    outpost(&[
-        "trust",
-        "add",
-        &node_doc.display().to_string(),
-        "--send",
-        "--config",
-        &gw.cfg_arg(),
-    ])?;
-    outpost(&[
-        "trust",
-        "add",
-        &gw_doc.display().to_string(),
-        "--send",
-        "--issue",
-        "--config",
-        &node.cfg_arg(),
-    ])?;
     let token = outpost(&[
         "token",
         "issue",
@@ -124,19 +111,20 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     write(
         &dropin.join("10-upstream.toml"),
         &format!(
-            "[upstream]\nurl = \"http://{}\"\ngateway_id = \"{GATEWAY_ID}\"\npoll_wait_s = 10\n",
-            g.addr
+            "[upstream]\nurl = \"http://{}\"\nenroll_token_file = \"{}\"\npoll_wait_s = 10\n",
+            g.addr,
+            enroll_token.display()
         ),
     )?;
     let (events, sse) = subscribe(&api, &g.url("/v1/events")).await?;
 
     let n = node.start().await?;
     s.say(&format!(
-        "node {NODE_ID} up on {}; connecting upstream",
+        "node {NODE_ID} up on {}; enrolling with a one-use token, then connecting upstream",
         n.addr
     ));
     wait_polling(&api, &g.url("/v1/nodes"), true).await?;
-    s.say("node is online at the gateway (holding a long-poll)");
+    s.say("node enrolled and online at the gateway (holding a long-poll)");
 
     // 1. Live call.
     let (st, body) = api
