@@ -36,6 +36,14 @@ pub enum AuditEvent {
     /// Refusals over the audit budget, counted instead of written one by one: `detail`
     /// is `reason=count,…` for the minute before it.
     RefusalSummary,
+    /// The gateway's own log (PROTOCOL §15.6): a device enrolled or waits for approval.
+    Enroll,
+    /// An operator approved a pending enrollment (a re-key retires the old key).
+    Approve,
+    /// An operator rejected a pending enrollment.
+    Reject,
+    /// An operator retired a node.
+    Revoke,
 }
 
 impl AuditEvent {
@@ -49,6 +57,10 @@ impl AuditEvent {
             Self::DeadLetter => "dead_letter",
             Self::Checkpoint => "checkpoint",
             Self::RefusalSummary => "refusal_summary",
+            Self::Enroll => "enroll",
+            Self::Approve => "approve",
+            Self::Reject => "reject",
+            Self::Revoke => "revoke",
         }
     }
 }

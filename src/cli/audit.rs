@@ -7,6 +7,10 @@ use crate::audit::{to_hex, AuditLog};
 
 pub fn audit_cmd(arg: &ConfigArg, cmd: AuditCmd) -> anyhow::Result<()> {
     let cfg = load_config(arg)?;
+    #[cfg(feature = "gateway")]
+    if cfg.role == crate::config::Role::Gateway {
+        return gateway_audit(&cfg, cmd);
+    }
     let store = open_store(&cfg)?;
     let log = match AuditLog::open(StoreAudit::new(store.clone())) {
         Ok(l) => l,
@@ -21,9 +25,55 @@ pub fn audit_cmd(arg: &ConfigArg, cmd: AuditCmd) -> anyhow::Result<()> {
             .into());
         }
     };
-    let res = match cmd {
+    let res = run(&cfg, &log, cmd);
+    store.close();
+    res
+}
+
+/// The gateway's own log (enrollments, approvals, retirements: PROTOCOL §15.6), read
+/// from its state (the store, or the replicas' database) and checked like a node's.
+/// It is written only by the running gateway: `checkpoint --now` is not offered.
+#[cfg(feature = "gateway")]
+fn gateway_audit(cfg: &crate::config::Config, cmd: AuditCmd) -> anyhow::Result<()> {
+    if matches!(cmd, AuditCmd::Checkpoint { now: true }) {
+        return Err(Exit::usage(
+            "the gateway signs a checkpoint with every append to its log; `outpost audit checkpoint` shows the latest",
+        )
+        .into());
+    }
+    let st = super::enroll_cmd::Opened::open(cfg)?;
+    let read = async {
+        let entries = st.state.audit_entries(&cfg.node_id).await?;
+        let checkpoints = st.state.audit_checkpoints(&cfg.node_id).await?;
+        Ok::<_, crate::gateway::storage::StateError>((entries, checkpoints))
+    };
+    let read = st.rt.block_on(read);
+    st.close();
+    let (entries, checkpoints) = read?;
+    let mem = crate::audit::MemoryAuditStorage::new();
+    use crate::audit::AuditStorage as _;
+    for (i, e) in entries.iter().enumerate() {
+        mem.append(i as u64, e).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    for (size, note) in &checkpoints {
+        mem.put_checkpoint(*size, note)
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let log = AuditLog::open(mem).map_err(|e| {
+        eprintln!("FAIL: {e}");
+        Exit::failed("audit log verification FAILED: the stored log cannot be replayed")
+    })?;
+    run(cfg, &log, cmd)
+}
+
+fn run<S: crate::audit::AuditStorage>(
+    cfg: &crate::config::Config,
+    log: &AuditLog<S>,
+    cmd: AuditCmd,
+) -> anyhow::Result<()> {
+    match cmd {
         AuditCmd::Verify { require_checkpoint } => {
-            let keys = load_keys(&cfg)?;
+            let keys = load_keys(cfg)?;
             let report = log.verify(&keys.sign_pk(), &cfg.node_id)?;
             if report.is_ok() {
                 let uncovered = report.entries - report.covered;
@@ -71,7 +121,7 @@ pub fn audit_cmd(arg: &ConfigArg, cmd: AuditCmd) -> anyhow::Result<()> {
             Ok(())
         }
         AuditCmd::Checkpoint { now: true } => {
-            let keys = load_keys(&cfg)?;
+            let keys = load_keys(cfg)?;
             // A fresh checkpoint of the current tree, signed and stored.
             let note = log.checkpoint(keys.signing_key(), &cfg.node_id)?;
             print!("{note}");
@@ -94,7 +144,5 @@ pub fn audit_cmd(arg: &ConfigArg, cmd: AuditCmd) -> anyhow::Result<()> {
             )
             .into()),
         },
-    };
-    store.close();
-    res
+    }
 }

@@ -46,13 +46,13 @@ pub enum EnrollTokenCmd {
 }
 
 /// The gateway's state, opened by a command on its host.
-struct Opened {
-    rt: tokio::runtime::Runtime,
-    state: Arc<dyn GatewayState>,
+pub struct Opened {
+    pub rt: tokio::runtime::Runtime,
+    pub state: Arc<dyn GatewayState>,
 }
 
 impl Opened {
-    fn open(cfg: &Config) -> anyhow::Result<Opened> {
+    pub fn open(cfg: &Config) -> anyhow::Result<Opened> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -78,7 +78,7 @@ impl Opened {
         Ok(Opened { rt, state })
     }
 
-    fn close(self) {
+    pub fn close(self) {
         let _ = self.rt.block_on(self.state.close());
     }
 }

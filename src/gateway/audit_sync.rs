@@ -85,7 +85,7 @@ pub fn verify_upload(
 
 /// `node`'s frontier from the cache, unless another replica extended the copy since
 /// (a shared state is asked for the size first), else read from the state.
-async fn frontier(
+pub(super) async fn frontier(
     gw: &Gateway,
     frontiers: &mut HashMap<String, Frontier>,
     node: &str,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
+use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
 use crate::envelope::{b64_encode, IdentityDocument, OpenContext, Rights, TrustStore};
 
@@ -356,6 +357,17 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
             if record.state == RecordState::Enrolled {
                 gw.recheck_trust(&record.node_id).await;
             }
+            super::own_audit::record(
+                gw,
+                vec![audit(
+                    AuditEvent::Enroll,
+                    AuditOutcome::Ok,
+                    &record.node_id,
+                    &record,
+                    outcome,
+                )],
+            )
+            .await;
             gw.events_committed().await;
             record
         }
@@ -380,6 +392,27 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
     })
 }
 
+/// The gateway audit entry of an enrollment decision: `detail` names the node, the
+/// kind and the token; `args_sha256` binds the device key.
+fn audit(
+    event: AuditEvent,
+    outcome: AuditOutcome,
+    actor: &str,
+    r: &EnrollmentRecord,
+    what: &str,
+) -> AuditRecord {
+    let mut a = AuditRecord::new(event, outcome)
+        .actor(actor)
+        .detail(format!(
+            "{} {what} {} {}",
+            r.node_id,
+            r.kind.as_str(),
+            r.token_id
+        ));
+    a.args_sha256 = Some(crate::audit::sha256_hex(r.node_sign_pk.as_bytes()));
+    a
+}
+
 /// Enrollments waiting for an operator.
 pub async fn pending(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError> {
     let mut all = gw.state.enrollments().await?;
@@ -391,6 +424,7 @@ pub async fn pending(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError
 /// re-key retires the old key: from then on only the new one is trusted.
 pub async fn settle(
     gw: &Gateway,
+    operator: &str,
     node_id: &str,
     approve: bool,
 ) -> Result<EnrollmentRecord, GatewayError> {
@@ -414,13 +448,24 @@ pub async fn settle(
     if approve {
         gw.recheck_trust(node_id).await;
     }
+    let (event, result) = if approve {
+        (AuditEvent::Approve, AuditOutcome::Ok)
+    } else {
+        (AuditEvent::Reject, AuditOutcome::Rejected)
+    };
+    super::own_audit::record(gw, vec![audit(event, result, operator, &r, outcome)]).await;
     gw.events_committed().await;
     Ok(r)
 }
 
 /// Retire `node_id`: its key is refused from now on (401 `node_revoked`), what was
 /// queued for it is refused with reason `node_revoked`, an event says so.
-pub async fn revoke_node(gw: &Gateway, node_id: &str) -> Result<Vec<String>, GatewayError> {
+pub async fn revoke_node(
+    gw: &Gateway,
+    operator: &str,
+    node_id: &str,
+) -> Result<Vec<String>, GatewayError> {
+    let retired = gw.trust().get(node_id).map(|p| p.doc.clone());
     let ids = gw
         .state
         .revoke_node(node_id, gw.now_ms())
@@ -439,6 +484,11 @@ pub async fn revoke_node(gw: &Gateway, node_id: &str) -> Result<Vec<String>, Gat
         messages: ids.len() as u64,
     });
     gw.recheck_trust(node_id).await;
+    let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
+        .actor(operator)
+        .detail(format!("{node_id} revoked {} queued refused", ids.len()));
+    a.args_sha256 = retired.map(|d| crate::audit::sha256_hex(b64_encode(&d.sign_pk).as_bytes()));
+    super::own_audit::record(gw, vec![a]).await;
     gw.events_committed().await;
     Ok(ids)
 }

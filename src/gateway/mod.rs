@@ -29,6 +29,7 @@ pub mod error;
 pub mod events;
 pub mod fleet;
 pub mod liveness;
+pub mod own_audit;
 pub mod state;
 pub mod storage;
 pub mod sweeper;

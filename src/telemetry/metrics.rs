@@ -248,8 +248,8 @@ families! {
         "Times the node's time was moved back to its gateway's signed time.";
     audit_size: "gauge" "outpost_audit_size" [] node
         "Entries in the local audit log.";
-    audit_append_failures_total: "counter" "outpost_audit_append_failures_total" [] node
-        "Audit entries that could not be stored (disk full or failing) for work answered without them: refusals, expiries, failed calls.";
+    audit_append_failures_total: "counter" "outpost_audit_append_failures_total" [] both
+        "Audit entries that could not be stored (disk full or failing) for work answered without them: a node's refusals, expiries, failed calls; a gateway's enrollment decisions.";
     audit_unsynced_entries: "gauge" "outpost_audit_unsynced_entries" [] node
         "Audit entries not yet confirmed by the gateway.";
     store_bytes: "gauge" "outpost_store_bytes" [] both

@@ -107,6 +107,32 @@ async fn command_is_delivered(gw: &Home, gwd: &Daemon, node: &str) {
     }
 }
 
+/// `outpost audit verify` on the gateway host passes; the events of its own log, in
+/// order (`event detail` per entry).
+fn gateway_audit(gw: &Home) -> Vec<String> {
+    let o = gw.cli(&["audit", "verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("audit log OK"),
+        "{}",
+        text(&o)
+    );
+    let o = gw.cli(&["audit", "export", "--jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let e: Value = serde_json::from_str(l).unwrap();
+            format!(
+                "{} {}",
+                e["event"].as_str().unwrap(),
+                e["detail"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 fn token_list(gw: &Home) -> Vec<Value> {
     let o = gw.cli(&["enroll-token", "list", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -428,6 +454,15 @@ async fn manual_approval_rejection_and_a_reflashed_devices_rekey() {
     assert!(o.status.success(), "{}", text(&o));
     enrollment_becomes(&dr, "enrolled").await;
     command_is_delivered(&gw, &gwd, "node:a").await;
+    // The gateway's own log holds every decision, verifiable on its host.
+    let log = gateway_audit(&gw);
+    let events: Vec<&str> = log.iter().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        events,
+        ["enroll", "enroll", "approve", "reject", "enroll", "approve"],
+        "{log:?}"
+    );
+    assert!(log[4].contains("node:a pending rekey"), "{log:?}");
     // The old key is refused from now on: the old device's data dir starts again.
     let old = a.start();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -506,6 +541,12 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
         "node_revoked in the gateway's log",
         Duration::from_secs(5),
         || gwd.log_text().contains("node_revoked").then_some(()),
+    );
+    let log = gateway_audit(&gw);
+    assert!(
+        log.last()
+            .is_some_and(|l| l.starts_with("revoke node:old revoked 3")),
+        "{log:?}"
     );
     // Reflashed (new keys, same id) with a new token: it enrolls again.
     let fresh = make_token(&gw, &["--max-uses", "1"]);

@@ -127,9 +127,9 @@ pub async fn approve(
     headers: HeaderMap,
     Path(node_id): Path<String>,
 ) -> ApiResult<Json<EnrollmentView>> {
-    require(&gw, &headers, Need::Scope("admin"))?;
+    let operator = require(&gw, &headers, Need::Scope("admin"))?;
     Ok(Json(
-        crate::gateway::enroll::settle(&gw, &node_id, true)
+        crate::gateway::enroll::settle(&gw, &operator, &node_id, true)
             .await?
             .into(),
     ))
@@ -141,9 +141,9 @@ pub async fn reject(
     headers: HeaderMap,
     Path(node_id): Path<String>,
 ) -> ApiResult<Json<EnrollmentView>> {
-    require(&gw, &headers, Need::Scope("admin"))?;
+    let operator = require(&gw, &headers, Need::Scope("admin"))?;
     Ok(Json(
-        crate::gateway::enroll::settle(&gw, &node_id, false)
+        crate::gateway::enroll::settle(&gw, &operator, &node_id, false)
             .await?
             .into(),
     ))
@@ -169,8 +169,8 @@ pub async fn revoke_node(
     headers: HeaderMap,
     JsonBody(b): JsonBody<RetireBody>,
 ) -> ApiResult<Json<Retired>> {
-    require(&gw, &headers, Need::Scope("admin"))?;
-    let ids = crate::gateway::enroll::revoke_node(&gw, &b.node_id).await?;
+    let operator = require(&gw, &headers, Need::Scope("admin"))?;
+    let ids = crate::gateway::enroll::revoke_node(&gw, &operator, &b.node_id).await?;
     Ok(Json(Retired {
         ok: true,
         node_id: b.node_id,

@@ -386,6 +386,20 @@ impl GatewayState for Embedded {
         })
     }
 
+    fn audit_checkpoints<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<(u64, String)>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for (k, v) in self.store.kv_list(&ns_audit_checkpoints(node))? {
+                let size = k
+                    .parse()
+                    .map_err(|_| StateError::Corrupt(format!("audit checkpoint key {k}")))?;
+                out.push((size, String::from_utf8_lossy(&v).into_owned()));
+            }
+            out.sort();
+            Ok(out)
+        })
+    }
+
     fn audit_entry<'a>(&'a self, node: &'a str, index: u64) -> Fut<'a, Option<Vec<u8>>> {
         Box::pin(async move {
             Ok(self

@@ -364,6 +364,8 @@ pub trait GatewayState: EnrollmentState + Send + Sync {
             Ok(out)
         })
     }
+    /// The checkpoints stored with a node's audit copy, `(size, signed note)` by size.
+    fn audit_checkpoints<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<(u64, String)>>;
     /// Store a verified extension and its checkpoint in one transaction.
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()>;
 

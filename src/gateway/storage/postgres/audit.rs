@@ -116,3 +116,18 @@ pub(super) async fn extend(
     tx.commit().await.map_err(unavailable)?;
     Ok(())
 }
+
+pub(super) async fn checkpoints(
+    pg: &Postgres,
+    node: &str,
+) -> Result<Vec<(u64, String)>, StateError> {
+    let c = pg.pool.get().await?;
+    let rows = c
+        .query(
+            "SELECT size, note FROM audit_checkpoints WHERE node_id = $1 ORDER BY size",
+            &[&node],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(rows.into_iter().map(|r| (u(r.get(0)), r.get(1))).collect())
+}

@@ -358,6 +358,10 @@ impl GatewayState for Postgres {
         Box::pin(audit::sizes(self, nodes))
     }
 
+    fn audit_checkpoints<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<(u64, String)>> {
+        Box::pin(audit::checkpoints(self, node))
+    }
+
     fn audit_extend<'a>(&'a self, node: &'a str, ext: AuditExtension) -> Fut<'a, ()> {
         Box::pin(audit::extend(self, node, ext))
     }
