@@ -280,39 +280,8 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
         tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
         GatewayError::Enroll(code, msg)
     };
-    node.verify()
-        .map_err(|e| GatewayError::BadRequest(format!("node document: {e}")))?;
-    if node.role != "node" {
-        return Err(GatewayError::BadRequest("only a node enrolls".into()));
-    }
-    let env: crate::envelope::Envelope = serde_json::from_value(req.envelope)
-        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e}")))?;
-    if env.sender_node_id != node.node_id || env.payload_type != crate::enroll::PAYLOAD_TYPE {
-        return Err(GatewayError::BadRequest(
-            "the envelope must be an ENROLL from the node the document names".into(),
-        ));
-    }
-    // Opening proves the node holds the document's signing key, and keeps the token
-    // secret from anyone on the way.
-    let mut one = TrustStore::new();
-    one.add(node.clone(), NODE_RIGHTS)
-        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
-    let ctx = OpenContext {
-        me: &gw.cfg.node_id,
-        keys: &gw.keys,
-        trust: &one,
-        now_ms: gw.now_ms(),
-        skew_ms: gw.skew_ms(),
-        max_bytes: 16 * 1024,
-        max_ttl_ms: 3_600_000,
-        pruned_ahead: None,
-    };
-    let opened = crate::envelope::open_parsed(&env, &ctx, &|_, _| false)
-        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
-    let sealed: Sealed = serde_json::from_slice(&opened.plaintext)
-        .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
-    let token =
-        Token::parse(&sealed.token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+    let token = open_request(gw, &node, req.envelope)?;
+    let token = Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
     if token.claims.gateway_id != gw.cfg.node_id || !token.verify(&gw.keys.sign_pk()) {
         return Err(refused(
             codes::WRONG_GATEWAY,
@@ -338,40 +307,87 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
         }
         Decision::Answer(r) => r,
         Decision::Record { record, .. } => {
-            let outcome = match record.state {
-                RecordState::Enrolled => "enrolled",
-                _ => "pending",
-            };
-            tracing::info!(
-                event = "node_enrollment",
-                node = %record.node_id,
-                outcome,
-                kind = record.kind.as_str(),
-                token = %record.token_id,
-            );
-            gw.publish(GatewayEvent::Enrollment {
-                node_id: record.node_id.clone(),
-                outcome: outcome.into(),
-                detail: record.kind.as_str().into(),
-            });
-            if record.state == RecordState::Enrolled {
-                gw.recheck_trust(&record.node_id).await;
-            }
-            super::own_audit::record(
-                gw,
-                vec![audit(
-                    AuditEvent::Enroll,
-                    AuditOutcome::Ok,
-                    &record.node_id,
-                    &record,
-                    outcome,
-                )],
-            )
-            .await;
-            gw.events_committed().await;
+            recorded(gw, &record).await;
             record
         }
     };
+    Ok(answer(gw, &record))
+}
+
+/// Check the request's document and open its envelope: the sealed token text. Opening
+/// proves the node holds the document's signing key, and kept the token secret from
+/// anyone on the way.
+fn open_request(
+    gw: &Gateway,
+    node: &IdentityDocument,
+    envelope: serde_json::Value,
+) -> Result<String, GatewayError> {
+    node.verify()
+        .map_err(|e| GatewayError::BadRequest(format!("node document: {e}")))?;
+    if node.role != "node" {
+        return Err(GatewayError::BadRequest("only a node enrolls".into()));
+    }
+    let env: crate::envelope::Envelope = serde_json::from_value(envelope)
+        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e}")))?;
+    if env.sender_node_id != node.node_id || env.payload_type != crate::enroll::PAYLOAD_TYPE {
+        return Err(GatewayError::BadRequest(
+            "the envelope must be an ENROLL from the node the document names".into(),
+        ));
+    }
+    let mut one = TrustStore::new();
+    one.add(node.clone(), NODE_RIGHTS)
+        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let ctx = OpenContext {
+        me: &gw.cfg.node_id,
+        keys: &gw.keys,
+        trust: &one,
+        now_ms: gw.now_ms(),
+        skew_ms: gw.skew_ms(),
+        max_bytes: 16 * 1024,
+        max_ttl_ms: 3_600_000,
+        pruned_ahead: None,
+    };
+    let opened = crate::envelope::open_parsed(&env, &ctx, &|_, _| false)
+        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
+    let sealed: Sealed = serde_json::from_slice(&opened.plaintext)
+        .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
+    Ok(sealed.token)
+}
+
+/// A new record was written: log it, publish it, audit it, and trust it here at once.
+async fn recorded(gw: &Gateway, record: &EnrollmentRecord) {
+    let outcome = match record.state {
+        RecordState::Enrolled => "enrolled",
+        _ => "pending",
+    };
+    tracing::info!(
+        event = "node_enrollment",
+        node = %record.node_id,
+        outcome,
+        kind = record.kind.as_str(),
+        token = %record.token_id,
+    );
+    gw.publish(GatewayEvent::Enrollment {
+        node_id: record.node_id.clone(),
+        outcome: outcome.into(),
+        detail: record.kind.as_str().into(),
+    });
+    if record.state == RecordState::Enrolled {
+        gw.recheck_trust(&record.node_id).await;
+    }
+    let entry = audit(
+        AuditEvent::Enroll,
+        AuditOutcome::Ok,
+        &record.node_id,
+        record,
+        outcome,
+    );
+    super::own_audit::record(gw, vec![entry]).await;
+    gw.events_committed().await;
+}
+
+/// The signed answer for `record`: enrolled (200) or pending (202).
+fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
     let standing = match record.state {
         RecordState::Enrolled => Standing::Enrolled,
         _ => Standing::Pending,
@@ -386,10 +402,10 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
         gateway: gw.identity(),
         now_ms: gw.now_ms(),
     };
-    Ok(Answered {
+    Answered {
         standing,
         answer: Answer::sign(&gw.keys, &claims),
-    })
+    }
 }
 
 /// The gateway audit entry of an enrollment decision: `detail` names the node, the

@@ -137,27 +137,87 @@ fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// A node request refused: the answer says nothing of why (a prober learns nothing);
+/// the log line names the node it claims to be, the reason and the fix.
+fn refused(node: &str, why: &str, fix: &str) -> ApiError {
+    tracing::warn!(event = "node_request_refused", node, reason = why, fix);
+    ApiError::unauthorized("request signature missing or invalid")
+}
+
+/// The three PROTOCOL §5 headers: node, timestamp, signature.
+fn signature_headers(h: &HeaderMap) -> Result<(String, String, String), ApiError> {
+    let get = |name: &str, why: &str| {
+        header_str(h, name)
+            .map(str::to_string)
+            .ok_or_else(|| refused("-", why, "the request lacks outpost headers"))
+    };
+    Ok((
+        get(HEADER_NODE, "no Outpost-Node")?,
+        get(HEADER_TIMESTAMP, "no Outpost-Timestamp")?,
+        get(HEADER_SIGNATURE, "no Outpost-Signature")?,
+    ))
+}
+
+/// What a verification failed with, as the answer: the signed time for a stale
+/// timestamp, `node_revoked` for a retired key, else the one refusal.
+async fn verify_failed(
+    gw: &Gateway,
+    e: RequestSigError,
+    (node_id, ts, sig): (&str, &str, &str),
+    verify: &impl Fn(
+        &crate::envelope::TrustStore,
+    ) -> Result<crate::envelope::VerifiedRequest, RequestSigError>,
+) -> ApiError {
+    match e {
+        RequestSigError::Stale => clock_skew(gw, node_id, ts, sig),
+        RequestSigError::UnknownNode if retired(gw, node_id, verify).await => {
+            tracing::warn!(event = "node_request_refused", node = %node_id, reason = "node_revoked", fix = "the node was retired (`outpost nodes revoke`); a reflashed device enrolls again with a new key");
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                crate::enroll::codes::NODE_REVOKED,
+                "this node was retired by the gateway's operator",
+            )
+        }
+        e @ RequestSigError::UnknownNode => refused(
+            node_id,
+            &e.to_string(),
+            "this gateway does not trust that node: `outpost trust add <its identity document> --send`",
+        ),
+        e => refused(
+            node_id,
+            &e.to_string(),
+            "a key it is not trusted with (a reflashed or rotated device: `outpost trust add` its new identity document), or a forgery",
+        ),
+    }
+}
+
+/// Refuse a request seen before (the in-memory window, and a shared state's record
+/// across replicas: the signature is kept as long as its timestamp can pass the check).
+async fn first_use(
+    gw: &Gateway,
+    node_id: &str,
+    v: &crate::envelope::VerifiedRequest,
+) -> Result<(), ApiError> {
+    // A shared state remembers signatures itself; the in-memory window would only
+    // duplicate it (≈300 B a request for the skew window).
+    if !gw.state.is_shared() {
+        let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
+        seen.insert(v, gw.now_ms())
+            .map_err(|e| refused(node_id, &e.to_string(), "a replayed request"))?;
+    }
+    let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
+    if !gw.state.first_use(&v.signature, keep_until).await? {
+        return Err(refused(node_id, "request replayed", "a replayed request"));
+    }
+    Ok(())
+}
+
 impl FromRequest<Arc<Gateway>> for SignedNode {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, gw: &Arc<Gateway>) -> Result<Self, ApiError> {
-        // The answer says nothing of why (a prober learns nothing); the log line names
-        // the node it claims to be, the reason and the fix.
-        let refused = |node: &str, why: &str, fix: &str| {
-            tracing::warn!(event = "node_request_refused", node, reason = why, fix);
-            ApiError::unauthorized("request signature missing or invalid")
-        };
-        let unauthorized = |why: &str| refused("-", why, "the request lacks outpost headers");
         let (parts, body) = req.into_parts();
-        let node_id = header_str(&parts.headers, HEADER_NODE)
-            .ok_or_else(|| unauthorized("no Outpost-Node"))?
-            .to_string();
-        let ts = header_str(&parts.headers, HEADER_TIMESTAMP)
-            .ok_or_else(|| unauthorized("no Outpost-Timestamp"))?
-            .to_string();
-        let sig = header_str(&parts.headers, HEADER_SIGNATURE)
-            .ok_or_else(|| unauthorized("no Outpost-Signature"))?
-            .to_string();
+        let (node_id, ts, sig) = signature_headers(&parts.headers)?;
         let path_and_query = parts
             .uri
             .path_and_query()
@@ -196,29 +256,7 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
         }
         let v = match r {
             Ok(v) => v,
-            Err(RequestSigError::Stale) => return Err(clock_skew(gw, &node_id, &ts, &sig)),
-            Err(e @ RequestSigError::UnknownNode) => {
-                if retired(gw, &node_id, &verify).await {
-                    tracing::warn!(event = "node_request_refused", node = %node_id, reason = "node_revoked", fix = "the node was retired (`outpost nodes revoke`); a reflashed device enrolls again with a new key");
-                    return Err(ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        crate::enroll::codes::NODE_REVOKED,
-                        "this node was retired by the gateway's operator",
-                    ));
-                }
-                return Err(refused(
-                    &node_id,
-                    &e.to_string(),
-                    "this gateway does not trust that node: `outpost trust add <its identity document> --send`",
-                ))
-            }
-            Err(e) => {
-                return Err(refused(
-                    &node_id,
-                    &e.to_string(),
-                    "a key it is not trusted with (a reflashed or rotated device: `outpost trust add` its new identity document), or a forgery",
-                ))
-            }
+            Err(e) => return Err(verify_failed(gw, e, (&node_id, &ts, &sig), &verify).await),
         };
         if !v.rights.send {
             return Err(refused(
@@ -228,27 +266,14 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             ));
         }
         // The path names the node; it must be the signer.
-        let path_node = parts.uri.path().split('/').nth(3).unwrap_or("");
-        if path_node != node_id {
+        if parts.uri.path().split('/').nth(3).unwrap_or("") != node_id {
             return Err(refused(
                 &node_id,
                 "path names another node",
                 "a node asks only for its own path",
             ));
         }
-        // A shared state remembers signatures itself (below); the in-memory window
-        // would only duplicate it (≈300 B a request for the skew window).
-        if !gw.state.is_shared() {
-            let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
-            seen.insert(&v, gw.now_ms())
-                .map_err(|e| refused(&node_id, &e.to_string(), "a replayed request"))?;
-        }
-        // Replicas sharing a database: a request replayed to another replica is refused
-        // there too (the signature is kept as long as its timestamp can pass the check).
-        let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
-        if !gw.state.first_use(&v.signature, keep_until).await? {
-            return Err(refused(&node_id, "request replayed", "a replayed request"));
-        }
+        first_use(gw, &node_id, &v).await?;
         gw.seen(&node_id).await;
         Ok(SignedNode { node_id, body })
     }
