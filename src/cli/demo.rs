@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use procs::{events_of, now_ms, outpost, subscribe, Api, Home};
+use procs::{events_of, now_ms, outpost, subscribe, Api, Daemon, Events, Home};
 
 const GATEWAY_ID: &str = "gateway:main";
 const NODE_ID: &str = "node:pump-17";
@@ -62,14 +62,83 @@ fn write(path: &PathBuf, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The demo's gateway and node, running, and the operator's API client with the
+/// gateway's event stream.
+struct Stage {
+    node: Home,
+    g: Daemon,
+    n: Daemon,
+    api: Api,
+    events: Events,
+    sse: tokio::task::JoinHandle<()>,
+}
+
 async fn story(root: PathBuf) -> anyhow::Result<()> {
     let s = Story { t0: Instant::now() };
     s.say(&format!(
         "setting up a gateway and a node in {}",
         root.display()
     ));
-    let gw = Home::init(&root, "gateway", "gateway", GATEWAY_ID)?;
-    let node = Home::init(&root, "node", "node", NODE_ID)?;
+    let Stage {
+        node,
+        g,
+        n,
+        api,
+        events,
+        sse,
+    } = stage(&root, &s).await?;
+    live_call(&s, &api, &g).await?;
+    let (queued, setpoint) = outage(&s, &api, &g, n).await?;
+    let back = Instant::now();
+    let n = node.start().await?;
+    s.say("node back online: pending count → stored flush → live");
+    let results = results_after_reconnect(&api, &g, &queued).await?;
+    let drain = back.elapsed();
+    s.say(&format!(
+        "all {results} results arrived upstream {:.2}s after reconnect",
+        drain.as_secs_f64()
+    ));
+    let stored_order = delivered_in_order(&events, &queued, &setpoint)?;
+    let audit = audit_synced(&s, &api, &g, &n).await?;
+    n.stop().await?;
+    g.stop().await?;
+    sse.abort();
+    let expired = events_of(&events, "expired");
+    let summary = [
+        ("live calls answered (200)", 1u64),
+        ("queued while offline (202)", (QUEUED_CALLS + 1) as u64),
+        (
+            "delivered after reconnect (was_stored)",
+            stored_order.len() as u64,
+        ),
+        ("expired in queue (never delivered)", expired.len() as u64),
+        ("results received upstream", results as u64),
+        ("audit entries synced + verified", audit),
+    ];
+    println!("\n  outpost demo summary");
+    println!("  {:-<48}", "");
+    for (k, v) in summary {
+        println!("  {k:<40} {v:>6}");
+    }
+    println!(
+        "  {:<40} {:>5.2}s",
+        "time to drain after reconnect",
+        drain.as_secs_f64()
+    );
+    println!("  {:<40} {:>5.2}s", "total", s.t0.elapsed().as_secs_f64());
+    expect(
+        expired.len() == 1,
+        "exactly one message expired",
+        &json!(expired),
+    )?;
+    println!("\ndemo OK");
+    Ok(())
+}
+
+/// Gateway and node set up, the node enrolled with a one-use token and polling.
+async fn stage(root: &std::path::Path, s: &Story) -> anyhow::Result<Stage> {
+    let gw = Home::init(root, "gateway", "gateway", GATEWAY_ID)?;
+    let node = Home::init(root, "node", "node", NODE_ID)?;
     // The node enrolls itself with a one-use token (PROTOCOL §15): no identity documents
     // copied by hand; it pins the gateway by the token and both end up trusting each other.
     let enroll_token = node.dir.join("enroll.token");
@@ -126,7 +195,18 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     wait_polling(&api, &g.url("/v1/nodes"), true).await?;
     s.say("node enrolled and online at the gateway (holding a long-poll)");
 
-    // 1. Live call.
+    Ok(Stage {
+        node,
+        g,
+        n,
+        api,
+        events,
+        sse,
+    })
+}
+
+/// Act 1: a tool call answered live.
+async fn live_call(s: &Story, api: &Api, g: &Daemon) -> anyhow::Result<()> {
     let (st, body) = api
         .post(
             &g.url("/v1/tool_call"),
@@ -141,10 +221,20 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     )?;
     s.say(&format!("live tool call → 200: {}", body["result"]["text"]));
 
-    // 2. Outage.
+    Ok(())
+}
+
+/// Acts 2–4: the node goes away; tool calls and a short-lived setpoint are queued; the
+/// setpoint expires. Returns the queued calls' ids and the setpoint's.
+async fn outage(
+    s: &Story,
+    api: &Api,
+    g: &Daemon,
+    n: Daemon,
+) -> anyhow::Result<(Vec<String>, String)> {
     n.stop().await?;
     s.say("node stopped (SIGTERM): the site lost its uplink");
-    wait_polling(&api, &g.url("/v1/nodes"), false).await?;
+    wait_polling(api, &g.url("/v1/nodes"), false).await?;
 
     // 3. Queue work while it is away.
     let mut queued = Vec::new();
@@ -188,12 +278,17 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
     .await?;
     s.say("setpoint expired in the gateway queue (reason timeout_in_queue); it will never be delivered");
 
-    // 5. Recovery.
-    let back = Instant::now();
-    let n = node.start().await?;
-    s.say("node back online: pending count → stored flush → live");
+    Ok((queued, setpoint))
+}
+
+/// Act 5: every queued call's result arrives upstream; returns how many.
+async fn results_after_reconnect(
+    api: &Api,
+    g: &Daemon,
+    queued: &[String],
+) -> anyhow::Result<usize> {
     let mut results = 0;
-    for id in &queued {
+    for id in queued {
         let url = g.url(&format!("/v1/messages/{id}"));
         let r = poll_async(
             "a queued call's result",
@@ -207,12 +302,17 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
         expect(r["ok"] == true, "queued call succeeded on the node", &r)?;
         results += 1;
     }
-    let drain = back.elapsed();
-    s.say(&format!(
-        "all {results} results arrived upstream {:.2}s after reconnect",
-        drain.as_secs_f64()
-    ));
-    let delivered = events_of(&events, "delivered");
+    Ok(results)
+}
+
+/// The stored messages went out in FIFO order marked `was_stored`, and the expired
+/// setpoint never did; returns the stored messages in delivery order.
+fn delivered_in_order(
+    events: &Events,
+    queued: &[String],
+    setpoint: &str,
+) -> anyhow::Result<Vec<String>> {
+    let delivered = events_of(events, "delivered");
     let stored_order: Vec<String> = delivered
         .iter()
         .filter(|e| e["was_stored"] == true)
@@ -224,14 +324,15 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
         &json!({"queued": queued, "delivered_stored": stored_order}),
     )?;
     expect(
-        !delivered
-            .iter()
-            .any(|e| e["message_id"] == setpoint.as_str()),
+        !delivered.iter().any(|e| e["message_id"] == setpoint),
         "the expired setpoint was never delivered",
         &json!(setpoint),
     )?;
+    Ok(stored_order)
+}
 
-    // 6. Audit sync.
+/// Act 6: the node's audit log reaches the gateway, verified; returns its size.
+async fn audit_synced(s: &Story, api: &Api, g: &Daemon, n: &Daemon) -> anyhow::Result<u64> {
     let node_status = n.url("/v1/status");
     let nodes_url = g.url("/v1/nodes");
     let audit = poll_async("the audit log to sync", Duration::from_secs(30), || async {
@@ -246,39 +347,7 @@ async fn story(root: PathBuf) -> anyhow::Result<()> {
         "audit log synced: {audit} entries verified against the node's signed checkpoint"
     ));
 
-    n.stop().await?;
-    g.stop().await?;
-    sse.abort();
-    let expired = events_of(&events, "expired");
-    let summary = [
-        ("live calls answered (200)", 1u64),
-        ("queued while offline (202)", (QUEUED_CALLS + 1) as u64),
-        (
-            "delivered after reconnect (was_stored)",
-            stored_order.len() as u64,
-        ),
-        ("expired in queue (never delivered)", expired.len() as u64),
-        ("results received upstream", results as u64),
-        ("audit entries synced + verified", audit),
-    ];
-    println!("\n  outpost demo summary");
-    println!("  {:-<48}", "");
-    for (k, v) in summary {
-        println!("  {k:<40} {v:>6}");
-    }
-    println!(
-        "  {:<40} {:>5.2}s",
-        "time to drain after reconnect",
-        drain.as_secs_f64()
-    );
-    println!("  {:<40} {:>5.2}s", "total", s.t0.elapsed().as_secs_f64());
-    expect(
-        expired.len() == 1,
-        "exactly one message expired",
-        &json!(expired),
-    )?;
-    println!("\ndemo OK");
-    Ok(())
+    Ok(audit)
 }
 
 fn expect(ok: bool, what: &str, detail: &Value) -> anyhow::Result<()> {

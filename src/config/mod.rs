@@ -263,35 +263,18 @@ fn merge_tables(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
-/// Semantic checks and defaults. Collects every problem before failing.
-pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
-    let mut errs = Vec::new();
-
-    let role = match raw
-        .identity
-        .role
-        .as_deref()
-        .unwrap_or("node")
-        .parse::<Role>()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            errs.push(format!("identity.role: {e}"));
-            Role::Node
-        }
-    };
-    let (node_id, create_keys) = identity::resolve(&raw.identity, role, &mut errs);
-    let data_dir = raw
-        .identity
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-
+/// `[api]`: listen address, body limit, TLS and plaintext (problems go to `errs`).
+fn check_api(
+    api: &raw::RawApi,
+    role: Role,
+    errs: &mut Vec<String>,
+) -> (SocketAddr, u64, Option<(PathBuf, PathBuf)>, bool) {
+    let raw_api = api;
     let default_listen = match role {
         Role::Node => NODE_DEFAULT_LISTEN,
         Role::Gateway => GATEWAY_DEFAULT_LISTEN,
     };
-    let listen_text = raw.api.listen.as_deref().unwrap_or(default_listen);
+    let listen_text = raw_api.listen.as_deref().unwrap_or(default_listen);
     let listen = match listen_text.parse::<SocketAddr>() {
         Ok(a) => a,
         Err(_) => {
@@ -303,12 +286,12 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
                 .unwrap_or(([127, 0, 0, 1], 8000).into())
         }
     };
-    let max_body_bytes = raw.api.max_body_bytes.unwrap_or(2 * 1024 * 1024);
+    let max_body_bytes = raw_api.max_body_bytes.unwrap_or(2 * 1024 * 1024);
     if max_body_bytes < 1024 {
         errs.push("api.max_body_bytes must be at least 1024".into());
     }
 
-    let tls = match (raw.api.tls_cert_file.clone(), raw.api.tls_key_file.clone()) {
+    let tls = match (raw_api.tls_cert_file.clone(), raw_api.tls_key_file.clone()) {
         (None, None) => None,
         (Some(c), Some(k)) => {
             if role != Role::Gateway {
@@ -324,7 +307,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     };
 
-    let allow_plaintext = raw.api.allow_plaintext.unwrap_or(false);
+    let allow_plaintext = raw_api.allow_plaintext.unwrap_or(false);
     if role == Role::Gateway && tls.is_none() && !allow_plaintext && !listen.ip().is_loopback() {
         errs.push(format!(
             "api.listen {listen} is beyond loopback but the gateway has no TLS: set \
@@ -333,20 +316,18 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         ));
     }
 
-    let http = http::check(&raw.api, role, &mut errs);
+    (listen, max_body_bytes, tls, allow_plaintext)
+}
 
-    let upstream = raw.upstream.map(|u| upstream::check(u, role, &mut errs));
-
-    let queue = queue::resolve(raw.queue, &mut errs);
-
-    let max_clock_skew_s = raw.security.max_clock_skew_s.unwrap_or(300);
-    if max_clock_skew_s > 3600 {
-        errs.push("security.max_clock_skew_s must be at most 3600".into());
-    }
-
+/// `[store]`: the engine, and the gateway's database when it is PostgreSQL.
+fn check_store(
+    store: &raw::RawStore,
+    role: Role,
+    errs: &mut Vec<String>,
+) -> (EngineKind, Option<PostgresConfig>) {
     // Parsed once, here: an engine this build cannot open is a config error.
     let mut gateway_db = None;
-    let store_engine = match raw.store.engine.as_deref().unwrap_or("sqlite") {
+    let store_engine = match store.engine.as_deref().unwrap_or("sqlite") {
         "sqlite" => EngineKind::Sqlite,
         #[cfg(feature = "sled")]
         "sled" => EngineKind::Sled,
@@ -356,7 +337,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             EngineKind::Sqlite
         }
         "postgres" => {
-            gateway_db = postgres::postgres_config(&raw.store, role, &mut errs);
+            gateway_db = postgres::postgres_config(store, role, errs);
             EngineKind::Sqlite
         }
         other => {
@@ -367,15 +348,20 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     };
     if gateway_db.is_none()
-        && (raw.store.postgres_url.is_some()
-            || raw.store.postgres_pool.is_some()
-            || raw.store.postgres_ca_file.is_some())
+        && (store.postgres_url.is_some()
+            || store.postgres_pool.is_some()
+            || store.postgres_ca_file.is_some())
     {
         errs.push("store.postgres_* keys need store.engine = \"postgres\"".into());
     }
 
+    (store_engine, gateway_db)
+}
+
+/// `[[tools]]`: names, no shadowing of built-ins, absolute commands.
+fn check_tools(tools: &[ExternalToolConfig], errs: &mut Vec<String>) {
     let mut names = std::collections::BTreeSet::new();
-    for t in &raw.tools {
+    for t in tools {
         if !valid_tool_name(&t.name) {
             errs.push(format!(
                 "tools: name {:?} must match [a-z][a-z0-9_]{{0,63}}",
@@ -400,6 +386,48 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             errs.push(format!("tools.{}: {e}", t.name));
         }
     }
+}
+
+/// Semantic checks and defaults. Collects every problem before failing.
+pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut errs = Vec::new();
+
+    let role = match raw
+        .identity
+        .role
+        .as_deref()
+        .unwrap_or("node")
+        .parse::<Role>()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            errs.push(format!("identity.role: {e}"));
+            Role::Node
+        }
+    };
+    let (node_id, create_keys) = identity::resolve(&raw.identity, role, &mut errs);
+    let data_dir = raw
+        .identity
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+
+    let (listen, max_body_bytes, tls, allow_plaintext) = check_api(&raw.api, role, &mut errs);
+
+    let http = http::check(&raw.api, role, &mut errs);
+
+    let upstream = raw.upstream.map(|u| upstream::check(u, role, &mut errs));
+
+    let queue = queue::resolve(raw.queue, &mut errs);
+
+    let max_clock_skew_s = raw.security.max_clock_skew_s.unwrap_or(300);
+    if max_clock_skew_s > 3600 {
+        errs.push("security.max_clock_skew_s must be at most 3600".into());
+    }
+
+    let (store_engine, gateway_db) = check_store(&raw.store, role, &mut errs);
+
+    check_tools(&raw.tools, &mut errs);
 
     let checkpoint_s = raw.audit.checkpoint_interval_s.unwrap_or(60);
     if !(1..=86_400).contains(&checkpoint_s) {
