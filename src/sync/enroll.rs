@@ -245,9 +245,9 @@ impl Enroller {
         let nonce = b64_encode(&nonce);
         let failed =
             |what: &str, e: &dyn std::fmt::Display| Attempt::Failed(format!("{what} {url}: {e}"));
+        // Node ids and b64url nonces are URL-safe as they are.
         let resp = http
-            .get(format!("{url}/v1/enroll"))
-            .query(&[("node_id", node_id.as_str()), ("nonce", nonce.as_str())])
+            .get(format!("{url}/v1/enroll?node_id={node_id}&nonce={nonce}"))
             .send()
             .await
             .map_err(|e| failed("cannot reach", &e))?;
@@ -302,9 +302,11 @@ impl Enroller {
             node: me.clone(),
             envelope: serde_json::to_value(&env).map_err(|e| failed("encode", &e))?,
         };
+        let body = serde_json::to_vec(&body).map_err(|e| failed("encode", &e))?;
         let resp = http
             .post(format!("{url}/v1/enroll"))
-            .json(&body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
             .send()
             .await
             .map_err(|e| failed("cannot reach", &e))?;
