@@ -67,6 +67,13 @@ pub enum GatewayEvent {
     NodeOffline {
         node_id: String,
     },
+    /// A token id was added to the revocation list (by `POST /v1/revocations` or the
+    /// console), by the token subject `by`.
+    Revoked {
+        jti: String,
+        version: u64,
+        by: String,
+    },
 }
 
 impl GatewayEvent {
@@ -80,6 +87,7 @@ impl GatewayEvent {
             Self::Result { .. } => "result",
             Self::NodeOnline { .. } => "node_online",
             Self::NodeOffline { .. } => "node_offline",
+            Self::Revoked { .. } => "revoked",
         }
     }
 

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
-//! behind one interface) · [`commands`] (tool calls, commands) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
+//! behind one interface) · [`commands`] (tool calls, commands) · [`console`] (what the
+//! operator's web console shows, its sessions) · [`revocations`] · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
 //! ack, revocations) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
 //! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
 //! live beside the node's, in `api::gateway`.
@@ -23,11 +24,13 @@
 
 pub mod audit_sync;
 pub mod commands;
+pub mod console;
 pub mod delivery;
 pub mod error;
 pub mod events;
 pub mod fleet;
 pub mod liveness;
+pub mod revocations;
 pub mod state;
 pub mod storage;
 pub mod sweeper;
