@@ -1,11 +1,11 @@
 //! The fleet page's chart: messages queued, delivered and expired per 5-minute bucket
 //! over the last hour, counted from the event log kept in memory (the last
-//! [`crate::gateway::events::REPLAY`] events: on a busy gateway they may cover less
-//! than the hour, which the chart then says).
+//! [`REPLAY`] events since this process started: on a busy or freshly started gateway
+//! they cover less than the hour, which the chart then says).
 
 use std::sync::Arc;
 
-use crate::gateway::events::{Event, GatewayEvent};
+use crate::gateway::events::{Event, GatewayEvent, REPLAY};
 
 pub const BUCKET_MS: u64 = 5 * 60_000;
 pub const BUCKETS: usize = 12;
@@ -16,17 +16,20 @@ pub struct Chart {
     pub queued: [u64; BUCKETS],
     pub delivered: [u64; BUCKETS],
     pub expired: [u64; BUCKETS],
-    /// The events in memory do not reach back the whole hour (some were dropped).
+    /// The events in memory reach back only to `covered_from_ms`, inside the hour (the
+    /// gateway started since, or older events left the ring).
     pub partial: bool,
+    pub covered_from_ms: u64,
 }
 
 impl Chart {
-    /// `complete`: the events in memory are all this gateway has published since it
-    /// started (nothing dropped from the ring).
-    pub fn of(events: &[Arc<Event>], complete: bool, now_ms: u64) -> Chart {
+    /// `covered_from_ms`: the events in memory are all there are from then on
+    /// ([`covered_from`]).
+    pub fn of(events: &[Arc<Event>], covered_from_ms: u64, now_ms: u64) -> Chart {
         let start = now_ms.saturating_sub(BUCKET_MS * BUCKETS as u64);
         let mut c = Chart {
-            partial: !complete && events.first().is_some_and(|e| e.ts_ms > start),
+            partial: covered_from_ms > start,
+            covered_from_ms,
             ..Chart::default()
         };
         for e in events {
@@ -53,6 +56,15 @@ impl Chart {
             .copied()
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// Since when the events in memory are complete: this process's start, unless the
+/// ring is full (older events were dropped), then its oldest event.
+pub fn covered_from(events: &[Arc<Event>], started_ms: u64) -> u64 {
+    match events.first() {
+        Some(first) if events.len() >= REPLAY - 1 => first.ts_ms.max(started_ms),
+        _ => started_ms,
     }
 }
 
@@ -113,7 +125,7 @@ mod tests {
             ),
             queued(now + 1), // a clock step: not in the future of the chart
         ];
-        let c = Chart::of(&events, true, now);
+        let c = Chart::of(&events, 0, now);
         assert_eq!(c.queued[0], 2);
         assert_eq!(c.queued[1], 1);
         assert_eq!(c.queued.iter().sum::<u64>(), 3);
@@ -127,10 +139,21 @@ mod tests {
     fn says_when_the_events_in_memory_do_not_cover_the_hour() {
         let now = 10 * 3_600_000;
         let recent = vec![queued(now - 60_000)];
-        assert!(Chart::of(&recent, false, now).partial);
-        // Nothing dropped: an hour with one event is the whole truth.
-        assert!(!Chart::of(&recent, true, now).partial);
-        let old = vec![queued(now - 2 * 3_600_000), queued(now - 60_000)];
-        assert!(!Chart::of(&old, false, now).partial);
+        // Started ten minutes ago: the hour is only partly known.
+        let from = covered_from(&recent, now - 600_000);
+        assert_eq!(from, now - 600_000);
+        assert!(Chart::of(&recent, from, now).partial);
+        // Up for a day, nothing dropped: an hour with one event is the whole truth.
+        let from = covered_from(&recent, now - 5 * 3_600_000);
+        assert!(!Chart::of(&recent, from, now).partial);
+        // A full ring: complete only from its oldest event on.
+        let full: Vec<_> = (0..REPLAY as u64)
+            .map(|i| queued(now - 1_000 + i / 10))
+            .collect();
+        let from = covered_from(&full, 0);
+        assert_eq!(from, now - 1_000);
+        let c = Chart::of(&full, from, now);
+        assert!(c.partial);
+        assert_eq!(c.queued[BUCKETS - 1], REPLAY as u64);
     }
 }

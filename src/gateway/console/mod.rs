@@ -256,7 +256,7 @@ pub fn page(mut rows: Vec<FleetRow>, q: &FleetQuery) -> (Vec<FleetRow>, usize, u
 /// The fleet page for `q`.
 pub async fn fleet(gw: &Gateway, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
     let nodes = super::fleet::nodes(gw).await?;
-    let (events, complete) = gw.events.replay(0);
+    let (events, _) = gw.events.replay(0);
     let now_ms = gw.now_ms();
     let all = rows(nodes, &events, gw.started_ms);
     let totals = totals(&all);
@@ -267,7 +267,7 @@ pub async fn fleet(gw: &Gateway, q: &FleetQuery) -> Result<FleetPage, GatewayErr
         matched,
         page,
         pages,
-        chart: chart::Chart::of(&events, complete, now_ms),
+        chart: chart::Chart::of(&events, chart::covered_from(&events, gw.started_ms), now_ms),
         now_ms,
     })
 }

@@ -82,6 +82,7 @@ pub async fn page(
     Query(p): Query<FleetParams>,
 ) -> Response {
     let q = p.query();
+    let last_event = c.gw.events.last_id();
     let fleet = match console::fleet(&c.gw, &q).await {
         Ok(f) => f,
         Err(e) => {
@@ -150,6 +151,7 @@ pub async fn page(
                 node: None,
                 gateway: &c.gw.cfg.node_id,
                 session: Some(&s.session),
+                last_event: Some(last_event),
             },
             main,
         ),
@@ -256,7 +258,7 @@ fn chart(c: &Chart) -> Markup {
     html! {
         section.chart {
             h2 { "Last hour" span.sub { " (per " (BUCKET_MS / 60_000) " min; max " (c.max()) ")" } }
-            @if c.partial { p.note { "Only the most recent events are kept in memory: the start of the hour is missing." } }
+            @if c.partial { p.note { "Counted from " (at(Some(c.covered_from_ms))) ": the events this gateway holds in memory begin there." } }
             svg viewBox={ "0 0 " (W) " " (H + 14) } role="img" aria-label="Messages queued, delivered and expired per 5 minutes" {
                 @for i in 0..BUCKETS {
                     @for (k, (name, values)) in series.iter().enumerate() {

@@ -16,6 +16,9 @@ pub struct Frame<'a> {
     pub node: Option<&'a str>,
     pub gateway: &'a str,
     pub session: Option<&'a Session>,
+    /// The newest event id when the page was rendered: the live stream resumes after
+    /// it, so nothing that happened between the render and the stream is missed.
+    pub last_event: Option<u64>,
 }
 
 pub fn page(f: Frame<'_>, main: Markup) -> Markup {
@@ -29,7 +32,7 @@ pub fn page(f: Frame<'_>, main: Markup) -> Markup {
                 link rel="stylesheet" href="/ui/assets/console.css";
                 script src="/ui/assets/console.js" defer {}
             }
-            body data-page=(f.page) data-node=[f.node] {
+            body data-page=(f.page) data-node=[f.node] data-last-event=[f.last_event] {
                 header.top {
                     a.brand href="/ui" { "outpost" }
                     span.gw { (f.gateway) }

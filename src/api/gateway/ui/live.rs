@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures_util::StreamExt;
@@ -19,12 +19,27 @@ use super::Console;
 /// The longest a stream runs before its session is checked again.
 pub const MAX_STREAM_MS: u64 = 5 * 60_000;
 
-pub async fn events(State(c): State<Arc<Console>>, s: ApiSession, headers: HeaderMap) -> Response {
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct After {
+    /// The newest event id the page was rendered with (`data-last-event`).
+    #[serde(default)]
+    pub after: Option<u64>,
+}
+
+/// `GET /ui/events[?after=ID]`: from after `Last-Event-ID` (a reconnect), else after
+/// `after` (the page's first connection), else from the next event.
+pub async fn events(
+    State(c): State<Arc<Console>>,
+    s: ApiSession,
+    headers: HeaderMap,
+    Query(q): Query<After>,
+) -> Response {
     let gw = &c.gw;
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or(q.after);
     let rx = gw.events.subscribe();
     let backlog = match after {
         Some(after) => crate::api::gateway::events::backlog(gw, after).await,
@@ -38,4 +53,18 @@ pub async fn events(State(c): State<Arc<Console>>, s: ApiSession, headers: Heade
         .min(MAX_STREAM_MS);
     let until = tokio::time::sleep(Duration::from_millis(left));
     resp.map(|body| Body::from_stream(body.into_data_stream().take_until(until)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_is_read_from_the_query() {
+        let uri: axum::http::Uri = "http://x/ui/events?after=1795748766461000".parse().unwrap();
+        let Query(q) = Query::<After>::try_from_uri(&uri).unwrap();
+        assert_eq!(q.after, Some(1_795_748_766_461_000));
+        let uri: axum::http::Uri = "http://x/ui/events".parse().unwrap();
+        assert_eq!(Query::<After>::try_from_uri(&uri).unwrap().0.after, None);
+    }
 }

@@ -50,6 +50,7 @@ fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
             node: None,
             gateway: &c.gw.cfg.node_id,
             session: None,
+            last_event: None,
         },
         main,
     )

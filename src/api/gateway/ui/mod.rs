@@ -11,7 +11,9 @@
 //!   checked before anything else runs) and carry the session's CSRF token (the
 //!   sign-in: a per-browser nonce cookie instead, as there is no session yet);
 //! - every answer carries a strict Content-Security-Policy (scripts and styles only
-//!   from `/ui/assets`, nothing inline), `nosniff`, `no-referrer` and `no-store`.
+//!   from `/ui/assets`, nothing inline), `nosniff`, `Referrer-Policy: same-origin`
+//!   (no referrer to any other site; see [`security_headers`] for why not
+//!   `no-referrer`) and `no-store`.
 //!
 //! Layout: [`session`] (cookies, the session extractors, CSRF) · [`layout`] (the page
 //! frame, formatting) · [`login`] · [`fleet`] · [`node`] · [`actions`] · [`live`] (SSE).
@@ -111,9 +113,13 @@ async fn security_headers(mut resp: Response) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // Not `no-referrer`: under it browsers send `Origin: null` with every form POST
+    // (the Fetch standard's "append a request Origin header"), and the Origin check
+    // above could not tell this console's forms from a sandboxed frame's. `same-origin`
+    // sends no referrer to any other origin either.
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     if !h.contains_key(header::CACHE_CONTROL) {

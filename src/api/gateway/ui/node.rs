@@ -32,6 +32,7 @@ pub async fn page(
     Path(id): Path<String>,
     Query(p): Query<NodeParams>,
 ) -> Response {
+    let last_event = c.gw.events.last_id();
     let n = match console::node(&c.gw, &id).await {
         Ok(n) => n,
         Err(e) => {
@@ -96,6 +97,7 @@ pub async fn page(
                 node: Some(&r.node_id),
                 gateway: &c.gw.cfg.node_id,
                 session: Some(&s.session),
+                last_event: Some(last_event),
             },
             main,
         ),

@@ -85,7 +85,9 @@
 
   var KINDS = ['queued', 'delivered', 'expired', 'rejected', 'dead', 'result', 'node_online', 'node_offline'];
   if (window.EventSource && (page === 'fleet' || page === 'node')) {
-    var es = new EventSource('/ui/events');
+    // From the newest event the page was rendered with: nothing falls in between.
+    var after = body.getAttribute('data-last-event');
+    var es = new EventSource('/ui/events' + (after ? '?after=' + encodeURIComponent(after) : ''));
     es.onopen = function () { if (live) { live.textContent = 'live'; live.className = 'live on'; } };
     es.onerror = function () { if (live) { live.textContent = 'reconnecting'; live.className = 'live'; } };
     KINDS.forEach(function (kind) {
