@@ -246,6 +246,18 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         "the page was reloaded"
     );
     b.screenshot("fleet.png").await;
+    // Typing in the filter box narrows the rows shown, without asking the server.
+    c.find(Css("#filter"))
+        .await
+        .unwrap()
+        .send_keys("node:b")
+        .await
+        .unwrap();
+    let shown = b
+        .js("return Array.from(document.querySelectorAll('tr[data-node-id]')).filter(function (r) { return !r.hidden; }).map(function (r) { return r.getAttribute('data-node-id'); })")
+        .await;
+    assert_eq!(shown, serde_json::json!(["node:b"]));
+    assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
 
     // A command from node:a's page.
     c.find(Css(r#"tr[data-node-id="node:a"] a"#))
