@@ -258,6 +258,8 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         .await;
     assert_eq!(shown, serde_json::json!(["node:b"]));
     assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
+    b.js("var f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input')); return 1")
+        .await;
 
     // A command from node:a's page.
     c.find(Css(r#"tr[data-node-id="node:a"] a"#))
