@@ -246,6 +246,19 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         "the page was reloaded"
     );
     b.screenshot("fleet.png").await;
+    // On a phone's width the page does not scroll sideways (only the table may, inside
+    // its own box), and the less important columns fold away.
+    c.set_window_size(390, 844).await.unwrap();
+    let overflow = b
+        .js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .await;
+    assert_eq!(overflow, 0, "the page is wider than a phone's screen");
+    let since_shown = b
+        .js("return getComputedStyle(document.querySelector('td.wide')).display")
+        .await;
+    assert_eq!(since_shown, "none");
+    b.screenshot("fleet-phone.png").await;
+    c.set_window_size(1280, 900).await.unwrap();
     // Typing in the filter box narrows the rows shown, without asking the server.
     c.find(Css("#filter"))
         .await
