@@ -61,18 +61,18 @@ pub enum GatewayEvent {
         node_id: String,
         ok: bool,
     },
-    NodeOnline {
-        node_id: String,
-    },
-    NodeOffline {
-        node_id: String,
-    },
     /// A token id was added to the revocation list (by `POST /v1/revocations` or the
     /// console), by the token subject `by`.
     Revoked {
         jti: String,
         version: u64,
         by: String,
+    },
+    NodeOnline {
+        node_id: String,
+    },
+    NodeOffline {
+        node_id: String,
     },
 }
 
@@ -85,9 +85,9 @@ impl GatewayEvent {
             Self::Rejected { .. } => "rejected",
             Self::Dead { .. } => "dead",
             Self::Result { .. } => "result",
+            Self::Revoked { .. } => "revoked",
             Self::NodeOnline { .. } => "node_online",
             Self::NodeOffline { .. } => "node_offline",
-            Self::Revoked { .. } => "revoked",
         }
     }
 

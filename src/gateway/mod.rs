@@ -13,8 +13,8 @@
 //!
 //! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
 //! behind one interface) · [`commands`] (tool calls, commands) · [`console`] (what the
-//! operator's web console shows, its sessions) · [`revocations`] · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
-//! ack, revocations) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
+//! operator's web console shows, its sessions) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
+//! ack, revocations, revoking a token) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
 //! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
 //! live beside the node's, in `api::gateway`.
 //!
@@ -30,7 +30,6 @@ pub mod error;
 pub mod events;
 pub mod fleet;
 pub mod liveness;
-pub mod revocations;
 pub mod state;
 pub mod storage;
 pub mod sweeper;

@@ -75,7 +75,7 @@ pub async fn revoke(
 ) -> ApiResult<Response> {
     let by = require(&gw, &headers, Need::Scope("admin"))?;
     Ok(
-        match crate::gateway::revocations::revoke(&gw, &by, &b.jti).await? {
+        match crate::gateway::delivery::revoke(&gw, &by, &b.jti).await? {
             Revoked::Duplicate => {
                 Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
             }

@@ -1,6 +1,6 @@
 //! What an admin session can do: queue a command for a node (`gateway::commands::
 //! command`, the flow behind `POST /v1/commands`) and revoke a token by its id
-//! (`gateway::revocations::revoke`, behind `POST /v1/revocations`). Each checks the
+//! (`gateway::delivery::revoke`, behind `POST /v1/revocations`). Each checks the
 //! session's CSRF token, then admin, then hands over to the domain; its answer is a
 //! redirect to the page that shows the outcome, its refusal a readable error page with
 //! the JSON API's status.
@@ -110,7 +110,7 @@ pub async fn revoke(
         return r;
     }
     let jti = f.jti.trim();
-    match crate::gateway::revocations::revoke(&c.gw, &s.session.subject, jti).await {
+    match crate::gateway::delivery::revoke(&c.gw, &s.session.subject, jti).await {
         Ok(r) => Redirect::to(&revoked_location(jti, r)).into_response(),
         Err(e) => refused(e, "Token not revoked"),
     }

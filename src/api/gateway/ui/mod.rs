@@ -1,6 +1,6 @@
 //! The operator's web console (`/ui`, docs/CONSOLE.md): server-rendered HTML over the
 //! same domain code as the JSON API — the read model `gateway::console`, the command
-//! flow `gateway::commands`, revocation `gateway::revocations` — behind a sign-in with a
+//! flow `gateway::commands`, revocation `gateway::delivery::revoke` — behind a sign-in with a
 //! gateway token.
 //!
 //! Security at this edge, for every route below:
