@@ -285,7 +285,8 @@ pub struct NodePage {
     pub now_ms: u64,
 }
 
-/// The node an event is about, if any.
+/// The node an event is about, if any. Event kinds not listed here are about no single
+/// node, as far as the console's node page is concerned.
 pub fn event_node(e: &GatewayEvent) -> Option<&str> {
     match e {
         GatewayEvent::Queued { node_id, .. }
@@ -296,7 +297,7 @@ pub fn event_node(e: &GatewayEvent) -> Option<&str> {
         | GatewayEvent::Result { node_id, .. }
         | GatewayEvent::NodeOnline { node_id }
         | GatewayEvent::NodeOffline { node_id } => Some(node_id),
-        GatewayEvent::Revoked { .. } => None,
+        _ => None,
     }
 }
 
