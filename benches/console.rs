@@ -290,10 +290,7 @@ async fn main() {
             .click()
             .await
             .unwrap();
-        b.wait_for("the fleet page", 30, || async {
-            (c.current_url().await.ok()?.path() == "/ui").then_some(())
-        })
-        .await;
+        b.wait_for_page("/ui").await;
         let browser_runs = runs.min(10);
         println!("browser load (chromium {} headless; navigation start → load event end, from performance.timing; and the WebDriver navigation's wall time):",
             browser_version());

@@ -135,6 +135,30 @@ impl Browser {
         }
     }
 
+    /// Wait until the browser shows `path` and that document has finished loading (a
+    /// click does not wait for the navigation it starts).
+    pub async fn wait_for_page(&self, path: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let url = self.client.current_url().await.ok();
+            let state = self
+                .client
+                .execute("return document.readyState", vec![])
+                .await
+                .ok();
+            if url.as_ref().is_some_and(|u| u.path() == path)
+                && state.as_ref().is_some_and(|s| s == "complete")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {path}: at {url:?}, readyState {state:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Run `script` in the page and return its value.
     pub async fn js(&self, script: &str) -> Value {
         self.client.execute(script, vec![]).await.unwrap()

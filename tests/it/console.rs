@@ -121,6 +121,13 @@ fn fleet(poll_wait_s: u64) -> (Home, Home, Home, Daemon, String) {
     );
     pair(&gw_home, &b);
     let admin = gw_home.token("gateway:main", &["admin"], "1h");
+    // The running gateway reads the trust store again within about a second.
+    crate::harness::wait_for("node:b enrolled", Duration::from_secs(20), || {
+        let o = gw_home.cli(&["nodes", "--json"]);
+        String::from_utf8_lossy(&o.stdout)
+            .contains("node:b")
+            .then_some(())
+    });
     (gw_home, a, b, gw, admin)
 }
 
@@ -202,10 +209,7 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         .click()
         .await
         .unwrap();
-    b.wait_for("the fleet page", 20, || async {
-        (c.current_url().await.ok()?.path() == "/ui").then_some(())
-    })
-    .await;
+    b.wait_for_page("/ui").await;
     assert!(c.get_named_cookie("outpost_session").await.is_ok());
     let rows = c.find_all(Css("tr[data-node-id]")).await.unwrap();
     assert_eq!(rows.len(), 2);
@@ -281,10 +285,7 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         .click()
         .await
         .unwrap();
-    b.wait_for("node:a's page", 20, || async {
-        (c.current_url().await.ok()?.path() == "/ui/nodes/node:a").then_some(())
-    })
-    .await;
+    b.wait_for_page("/ui/nodes/node:a").await;
     c.find(Css("#command_type"))
         .await
         .unwrap()
@@ -311,6 +312,7 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
                 .map(|(_, v)| v.into_owned())
         })
         .await;
+    b.wait_for_page("/ui/nodes/node:a").await;
     let r = http()
         .get(gw.url(&format!("/v1/messages/{sent}")))
         .bearer_auth(&admin)

@@ -13,7 +13,7 @@ use axum::Form;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::fleet::{encode, revoked_location};
+use super::fleet::{encode, encode_segment, revoked_location};
 use super::layout;
 use super::session::{admin_refusal, csrf_refusal, PageSession};
 use super::Console;
@@ -83,7 +83,7 @@ pub async fn command(
             tracing::info!(event = "console_command_queued", subject = %s.session.subject, node = %node_id, message_id = %message_id);
             Redirect::to(&format!(
                 "/ui/nodes/{}?sent={}",
-                encode(&node_id),
+                encode_segment(&node_id),
                 encode(&message_id)
             ))
             .into_response()

@@ -65,11 +65,22 @@ fn href(q: &FleetQuery, sort: SortKey, descending: bool, page: usize) -> String 
 
 /// Percent-encoding for a query value (everything but unreserved characters).
 pub fn encode(v: &str) -> String {
+    encode_but(v, b"")
+}
+
+/// Percent-encoding for one path segment: `:` and `@` may stay (RFC 3986 `pchar`), so
+/// a node's page is `/ui/nodes/node:a` wherever the link comes from.
+pub fn encode_segment(v: &str) -> String {
+    encode_but(v, b":@")
+}
+
+fn encode_but(v: &str, keep: &[u8]) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                 (b as char).to_string()
             }
+            b if keep.contains(&b) => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -313,6 +324,8 @@ mod tests {
             page: "-1".into(),
             ..FleetParams::default()
         };
+        assert_eq!(encode_segment("node:a/b c"), "node:a%2Fb%20c");
+        assert_eq!(encode("node:a"), "node%3Aa");
         assert_eq!(p.query().sort, SortKey::Node);
         assert_eq!(p.query().page, 1);
     }
