@@ -7,6 +7,8 @@
 #          gcc (builds the bundled SQLite and the power-cut tests' LD_PRELOAD shim),
 #          nftables + faketime + ethtool (the fault harness, scripts/chaos.py: packet faults, clock
 #          steps, offloads off for the reordering forwarder)
+#          chromium + chromium-driver, when no /usr/bin/chromedriver (the console's browser tests,
+#          tests/it/console.rs, drive Debian's headless chromium; nothing downloads a browser)
 #          postgresql, when no /usr/lib/postgresql/*/bin/initdb (the gateway's PostgreSQL tests
 #          start their own clusters from those binaries, tests/it/pg.rs; the package is
 #          installed with create_main_cluster = false, so no system cluster is made or started)
@@ -61,6 +63,14 @@ else
   as_root "${APT_INSTALL[@]}" postgresql
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
     || { echo "setup-ci: postgresql installed but no /usr/lib/postgresql/*/bin/initdb" >&2; exit 1; }
+fi
+
+if [ -x /usr/bin/chromedriver ] && { [ -x /usr/lib/chromium/chromium ] || [ -x /usr/bin/chromium ]; }; then
+  echo "==> chromium + chromedriver present (skip)"
+else
+  echo "==> apt-get install chromium chromium-driver"
+  apt_update
+  as_root "${APT_INSTALL[@]}" chromium chromium-driver
 fi
 
 if python3 -m pip show oelint-adv 2>/dev/null | grep -qx "Version: $OELINT_ADV_VERSION"; then

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{NodeAck, PullBatch, RevocationList, Take, QUEUE_TO_NODE};
+use super::storage::{NodeAck, PullBatch, RevocationList, Revoked, Take, QUEUE_TO_NODE};
 use crate::telemetry::MessageEvent;
 
 /// Upper bound of a long-poll, whatever the node asks for.
@@ -218,4 +218,27 @@ pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, 
 /// Revoked token ids added after version `since`, and the current version.
 pub async fn revocations(gw: &Gateway, since: u64) -> Result<RevocationList, GatewayError> {
     Ok(gw.state.revocations(since).await?)
+}
+
+/// Revoke `jti` on behalf of token subject `by` — the one flow behind `POST
+/// /v1/revocations` and the console's revoke form; nodes fetch the list
+/// ([`revocations`]) and refuse the token offline from then on. Leaves a `revoked`
+/// event when it was added (a repeat changes nothing and says so).
+pub async fn revoke(gw: &Gateway, by: &str, jti: &str) -> Result<Revoked, GatewayError> {
+    if jti.is_empty() || jti.len() > 128 {
+        return Err(GatewayError::BadRequest(
+            "jti must be 1..=128 characters".into(),
+        ));
+    }
+    let r = gw.state.revoke(jti).await?;
+    if let Revoked::Added { version } = r {
+        tracing::info!(event = "token_revoked", jti = %jti, version, by = %by);
+        gw.publish(GatewayEvent::Revoked {
+            jti: jti.to_string(),
+            version,
+            by: by.to_string(),
+        });
+        gw.events_committed().await;
+    }
+    Ok(r)
 }

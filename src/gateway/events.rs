@@ -61,6 +61,13 @@ pub enum GatewayEvent {
         node_id: String,
         ok: bool,
     },
+    /// A token id was added to the revocation list (by `POST /v1/revocations` or the
+    /// console), by the token subject `by`.
+    Revoked {
+        jti: String,
+        version: u64,
+        by: String,
+    },
     NodeOnline {
         node_id: String,
     },
@@ -91,6 +98,7 @@ impl GatewayEvent {
             Self::Rejected { .. } => "rejected",
             Self::Dead { .. } => "dead",
             Self::Result { .. } => "result",
+            Self::Revoked { .. } => "revoked",
             Self::NodeOnline { .. } => "node_online",
             Self::NodeOffline { .. } => "node_offline",
             Self::Enrollment { .. } => "enrollment",

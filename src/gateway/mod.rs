@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
-//! behind one interface) · [`commands`] (tool calls, commands) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
-//! ack, revocations) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
+//! behind one interface) · [`commands`] (tool calls, commands) · [`console`] (what the
+//! operator's web console shows, its sessions) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
+//! ack, revocations, revoking a token) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
 //! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
 //! live beside the node's, in `api::gateway`.
 //!
@@ -23,6 +24,7 @@
 
 pub mod audit_sync;
 pub mod commands;
+pub mod console;
 pub mod delivery;
 pub mod enroll;
 pub mod error;

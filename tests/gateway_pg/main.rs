@@ -30,6 +30,10 @@
 /// Gateways made by `Home::init` in this binary keep their state in PostgreSQL.
 pub const GATEWAY_ENGINE: &str = "postgres";
 
+#[path = "../it/browser.rs"]
+mod browser;
+#[path = "../it/console.rs"]
+mod console;
 #[path = "../it/enroll.rs"]
 mod enroll;
 #[path = "../it/failover.rs"]

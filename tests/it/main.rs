@@ -9,6 +9,8 @@
 pub const GATEWAY_ENGINE: &str = "embedded";
 
 mod audit;
+mod browser;
+mod console;
 mod demo;
 mod diskfull;
 mod docs;

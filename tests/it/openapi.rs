@@ -87,6 +87,12 @@ fn registered_routes() -> BTreeSet<(String, String)> {
             let open = at + i + ".route(".len();
             let args = call_args(&text, open);
             let (path, after) = next_literal(args, 0).expect("a route path literal");
+            at = open;
+            // The operator's console (`/ui`, docs/CONSOLE.md) is HTML for browsers behind
+            // a session cookie, not part of the JSON API these documents describe.
+            if path == "/ui" || path.starts_with("/ui/") {
+                continue;
+            }
             let handlers = &args[after..];
             for m in METHODS {
                 // `get(` as a word: not the tail of `forget(`.

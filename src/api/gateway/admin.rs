@@ -73,23 +73,19 @@ pub async fn revoke(
     headers: HeaderMap,
     JsonBody(b): JsonBody<RevokeBody>,
 ) -> ApiResult<Response> {
-    require(&gw, &headers, Need::Scope("admin"))?;
-    if b.jti.is_empty() || b.jti.len() > 128 {
-        return Err(ApiError::bad_request("jti must be 1..=128 characters"));
-    }
-    Ok(match gw.state.revoke(&b.jti).await? {
-        Revoked::Duplicate => {
-            Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
-        }
-        Revoked::Added { version } => {
-            tracing::info!(event = "token_revoked", jti = %b.jti, version);
-            (
+    let by = require(&gw, &headers, Need::Scope("admin"))?;
+    Ok(
+        match crate::gateway::delivery::revoke(&gw, &by, &b.jti).await? {
+            Revoked::Duplicate => {
+                Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
+            }
+            Revoked::Added { version } => (
                 StatusCode::CREATED,
                 Json(json!({"ok": true, "jti": b.jti, "version": version})),
             )
-                .into_response()
-        }
-    })
+                .into_response(),
+        },
+    )
 }
 
 pub async fn healthz() -> Json<Value> {

@@ -29,7 +29,16 @@ pub use crate::api::bearer;
 
 /// Check the caller's bearer token for `need`; returns the token subject.
 pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<String, ApiError> {
-    let token = bearer(headers).unwrap_or("");
+    authorize(gw, bearer(headers).unwrap_or(""), need).map(|c| c.sub)
+}
+
+/// Check `token` for `need` as [`require`] does (the console's sign-in form hands it
+/// over instead of a header); returns its claims.
+pub fn authorize(
+    gw: &Gateway,
+    token: &str,
+    need: Need<'_>,
+) -> Result<crate::token::Claims, ApiError> {
     let req = TokenRequest {
         node_id: &gw.cfg.node_id,
         need,
@@ -66,7 +75,7 @@ pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<Stri
         return Err(e.into());
     }
     match d {
-        Decision::Allow { claims } => Ok(claims.sub),
+        Decision::Allow { claims } => Ok(claims),
         Decision::Deny { code, reason } => {
             let status = crate::api::error::deny_status(code);
             Err(ApiError::new(

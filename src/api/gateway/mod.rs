@@ -9,6 +9,7 @@ pub mod enroll;
 pub mod error;
 pub mod events;
 pub mod node;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use axum::Router;
 use crate::gateway::Gateway;
 
 /// All routes of PROTOCOL §11 and §12 plus health, readiness, metrics, `POST /v1/revocations` and
-/// `GET /v1/nodes/{id}/audit`.
+/// `GET /v1/nodes/{id}/audit`, and the operator's console under `/ui` ([`ui`]).
 pub fn router(gw: Arc<Gateway>) -> Router {
     let limit = gw.cfg.max_body_bytes as usize;
     Router::new()
@@ -49,6 +50,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/v1/nodes/{id}/revocations", get(node::revocations))
         .route("/openapi.json", get(crate::api::openapi::gateway))
+        .merge(ui::router(gw.clone()))
         .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             crate::api::ApiError::new(

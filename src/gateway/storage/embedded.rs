@@ -4,8 +4,8 @@
 
 use super::{
     AuditExtension, CommandKey, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage,
-    JobRecord, NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take,
-    Upload,
+    JobRecord, NewJob, NodeAck, PullBatch, Queued, QueuedMessage, RevocationList, Revoked,
+    StateError, Take, Upload,
 };
 use crate::envelope::TrustStore;
 use crate::store::{
@@ -322,6 +322,39 @@ impl GatewayState for Embedded {
 
     fn message_status<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<MessageStatus>> {
         Box::pin(async move { Ok(self.store.status(message_id)?) })
+    }
+
+    fn queued_for<'a>(&'a self, node: &'a str, limit: usize) -> Fut<'a, Vec<QueuedMessage>> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut out = Vec::new();
+            let mut after = None;
+            // Pages past what expired and the sweep has not removed yet.
+            while out.len() < limit {
+                let page =
+                    self.store
+                        .list(Q_NODE, Some(node), after.as_deref(), limit - out.len())?;
+                out.extend(
+                    page.items
+                        .into_iter()
+                        .filter(|m| m.expires_at_ms > now)
+                        .map(|m| QueuedMessage {
+                            message_id: m.message_id,
+                            payload_type: m.payload_type,
+                            priority: m.priority,
+                            created_at_ms: m.created_at_ms,
+                            expires_at_ms: m.expires_at_ms,
+                            attempts: m.attempts,
+                            max_attempts: m.max_attempts,
+                        }),
+                );
+                match page.next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            Ok(out)
+        })
     }
 
     fn queue_stats(&self) -> Fut<'_, Vec<QueueStat>> {

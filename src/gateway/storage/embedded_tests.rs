@@ -112,3 +112,54 @@ async fn a_command_key_is_stored_with_its_command_only_and_kept_until_its_time()
         None
     );
 }
+
+/// The console's node page: what waits for one node, in pull order (priority first,
+/// then arrival), other nodes' messages and what expired (before any sweep) left out.
+#[tokio::test]
+async fn queued_for_lists_one_nodes_queue_in_pull_order_without_the_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(
+        dir.path(),
+        crate::store::StoreOptions::default(),
+        std::sync::Arc::new(clock.clone()),
+    )
+    .unwrap();
+    let state = Embedded::new(store);
+    let urgent = ForNode {
+        priority: 5,
+        ..command("urgent", T0 + 60_000)
+    };
+    let other = ForNode {
+        node_id: "node:b".into(),
+        ..command("other", T0 + 60_000)
+    };
+    for m in [
+        command("first", T0 + 60_000),
+        command("short", T0 + 1_000),
+        urgent,
+        other,
+    ] {
+        assert_eq!(state.queue_command(m, None).await.unwrap(), Queued::Queued);
+    }
+    let ids = |v: Vec<QueuedMessage>| v.into_iter().map(|m| m.message_id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(state.queued_for("node:a", 10).await.unwrap()),
+        ["urgent", "first", "short"]
+    );
+    clock.advance_ms(1_000);
+    let listed = state.queued_for("node:a", 10).await.unwrap();
+    assert_eq!(ids(listed.clone()), ["urgent", "first"]);
+    assert_eq!(listed[0].priority, 5);
+    assert_eq!(listed[1].expires_at_ms, T0 + 60_000);
+    assert_eq!(listed[1].payload_type, "COMMAND");
+    assert_eq!(
+        ids(state.queued_for("node:a", 1).await.unwrap()),
+        ["urgent"]
+    );
+    assert_eq!(
+        ids(state.queued_for("node:b", 10).await.unwrap()),
+        ["other"]
+    );
+    assert!(state.queued_for("node:c", 10).await.unwrap().is_empty());
+}

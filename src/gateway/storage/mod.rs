@@ -207,6 +207,19 @@ pub enum Upload {
     Inbox(InboxMessage),
 }
 
+/// A message waiting in a node's queue, as the console lists it (no envelope).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedMessage {
+    pub message_id: String,
+    pub payload_type: String,
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub attempts: u32,
+    /// Deliveries before it is dead-lettered; 0 = until expiry.
+    pub max_attempts: u32,
+}
+
 /// Outcome of a revocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Revoked {
@@ -329,6 +342,9 @@ pub trait GatewayState: EnrollmentState + Send + Sync {
 
     /// Where a message (command or inbox message) is now.
     fn message_status<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<MessageStatus>>;
+    /// Up to `limit` messages waiting for `node`, in the order a pull hands them out,
+    /// never one that expired (even before the sweep removed it).
+    fn queued_for<'a>(&'a self, node: &'a str, limit: usize) -> Fut<'a, Vec<QueuedMessage>>;
     /// Depth, head age and bytes per node queue (and the inbox, by sender).
     fn queue_stats(&self) -> Fut<'_, Vec<QueueStat>>;
     /// Dead-letter what expired (each message exactly once).

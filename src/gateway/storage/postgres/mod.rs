@@ -36,6 +36,7 @@ mod live;
 mod peers;
 mod pool;
 mod queue;
+mod queued;
 pub mod schema;
 mod settle;
 mod status;
@@ -49,7 +50,8 @@ use tokio_postgres::error::SqlState;
 use super::Notice;
 use super::{
     AuditExtension, CommandKey, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
-    NewJob, NodeAck, PullBatch, Queued, RevocationList, Revoked, StateError, Take, Upload,
+    NewJob, NodeAck, PullBatch, Queued, QueuedMessage, RevocationList, Revoked, StateError, Take,
+    Upload,
 };
 use crate::config::PostgresConfig;
 use crate::envelope::TrustStore;
@@ -317,6 +319,10 @@ impl GatewayState for Postgres {
 
     fn message_status<'a>(&'a self, message_id: &'a str) -> Fut<'a, Option<MessageStatus>> {
         Box::pin(async move { status::status(self, message_id).await })
+    }
+
+    fn queued_for<'a>(&'a self, node: &'a str, limit: usize) -> Fut<'a, Vec<QueuedMessage>> {
+        Box::pin(queued::list(self, node, limit))
     }
 
     fn queue_stats(&self) -> Fut<'_, Vec<QueueStat>> {

@@ -1,0 +1,117 @@
+//! What an admin session can do: queue a command for a node (`gateway::commands::
+//! command`, the flow behind `POST /v1/commands`) and revoke a token by its id
+//! (`gateway::delivery::revoke`, behind `POST /v1/revocations`). Each checks the
+//! session's CSRF token, then admin, then hands over to the domain; its answer is a
+//! redirect to the page that shows the outcome, its refusal a readable error page with
+//! the JSON API's status.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::fleet::{encode, encode_segment, revoked_location};
+use super::layout;
+use super::session::{admin_refusal, csrf_refusal, PageSession};
+use super::Console;
+use crate::api::ApiError;
+use crate::gateway::commands::{self, Command};
+
+#[derive(Debug, Deserialize)]
+pub struct CommandForm {
+    #[serde(default)]
+    pub csrf: String,
+    #[serde(default)]
+    pub command_type: String,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default)]
+    pub ttl_s: String,
+}
+
+fn refused(e: impl Into<ApiError>, title: &str) -> Response {
+    let e = e.into();
+    layout::error_page(e.status, title, &e.message)
+}
+
+/// `POST /ui/nodes/{id}/commands`.
+pub async fn command(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    Path(node_id): Path<String>,
+    Form(f): Form<CommandForm>,
+) -> Response {
+    if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
+        return r;
+    }
+    let body = match f.body.trim() {
+        "" => Value::Null,
+        text => match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                return refused(
+                    ApiError::bad_request(format!("the body is not JSON: {e}")),
+                    "Command not queued",
+                )
+            }
+        },
+    };
+    let ttl_s = match f.ttl_s.trim() {
+        "" => None,
+        t => match t.parse::<u64>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return refused(
+                    ApiError::bad_request("the TTL must be a whole number of seconds"),
+                    "Command not queued",
+                )
+            }
+        },
+    };
+    let cmd = Command {
+        node_id: node_id.clone(),
+        command_type: f.command_type.trim().to_string(),
+        body,
+        ttl_s,
+        message_id: None,
+    };
+    match commands::command(&c.gw, &s.session.subject, cmd).await {
+        Ok((message_id, _expires)) => {
+            tracing::info!(event = "console_command_queued", subject = %s.session.subject, node = %node_id, message_id = %message_id);
+            Redirect::to(&format!(
+                "/ui/nodes/{}?sent={}",
+                encode_segment(&node_id),
+                encode(&message_id)
+            ))
+            .into_response()
+        }
+        Err(e) => refused(e, "Command not queued"),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RevokeForm {
+    #[serde(default)]
+    pub csrf: String,
+    #[serde(default)]
+    pub jti: String,
+}
+
+/// `POST /ui/revocations`.
+pub async fn revoke(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    Form(f): Form<RevokeForm>,
+) -> Response {
+    if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
+        return r;
+    }
+    let jti = f.jti.trim();
+    match crate::gateway::delivery::revoke(&c.gw, &s.session.subject, jti).await {
+        Ok(r) => Redirect::to(&revoked_location(jti, r)).into_response(),
+        Err(e) => refused(e, "Token not revoked"),
+    }
+}

@@ -1,0 +1,176 @@
+//! Sign-in and sign-out. The form posts a gateway token in the field `token`; a token
+//! with `read` (or `admin`) makes a session, `admin` one that may act. The token itself
+//! is never logged, stored or sent back.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::layout::{self, Frame};
+use super::session::{cookie, set_cookie, PageSession, LOGIN_COOKIE, SESSION_COOKIE};
+use super::Console;
+use crate::api::gateway::auth::authorize;
+use crate::gateway::console::sessions::{random_hex, same, SignIn};
+use crate::token::Need;
+
+/// How long the sign-in form's nonce lives.
+const LOGIN_NONCE_S: u64 = 3_600;
+/// Longest token the form takes (a PASETO token with a few scopes is ~400 bytes).
+const MAX_TOKEN_LEN: usize = 8_192;
+
+fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
+    let main = html! {
+        section.login {
+            h1 { "Sign in" }
+            p {
+                "Paste a gateway token: " code { "read" } " to look, " code { "admin" }
+                " to act. On the gateway host: "
+                code { "outpost token issue --aud " (c.gw.cfg.node_id) " --scope admin --ttl 12h" }
+            }
+            @if let Some(e) = error {
+                p.error #login-error role="alert" { (e) }
+            }
+            form method="post" action="/ui/login" {
+                input type="hidden" name="login_csrf" value=(nonce);
+                label for="token" { "Token" }
+                textarea #token name="token" rows="4" required autocomplete="off" spellcheck="false" {}
+                button type="submit" { "Sign in" }
+            }
+        }
+    };
+    layout::page(
+        Frame {
+            title: "Sign in",
+            page: "login",
+            node: None,
+            gateway: &c.gw.cfg.node_id,
+            session: None,
+            last_event: None,
+        },
+        main,
+    )
+}
+
+/// The form with a fresh nonce (also set as a cookie the POST must match).
+fn form_response(c: &Console, status: StatusCode, error: Option<&str>) -> Response {
+    let nonce = random_hex();
+    let mut r = layout::html_response(status, form_markup(c, &nonce, error));
+    r.headers_mut().append(
+        header::SET_COOKIE,
+        set_cookie(c, LOGIN_COOKIE, &nonce, LOGIN_NONCE_S),
+    );
+    r
+}
+
+/// `GET /ui/login`.
+pub async fn form(State(c): State<Arc<Console>>) -> Response {
+    form_response(&c, StatusCode::OK, None)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SignInForm {
+    #[serde(default)]
+    pub token: String,
+    #[serde(default)]
+    pub login_csrf: String,
+}
+
+/// `POST /ui/login`.
+pub async fn sign_in(
+    State(c): State<Arc<Console>>,
+    headers: HeaderMap,
+    Form(f): Form<SignInForm>,
+) -> Response {
+    let now = c.gw.now_ms();
+    let nonce_ok = cookie(&headers, LOGIN_COOKIE).is_some_and(|n| same(n, &f.login_csrf));
+    if !nonce_ok {
+        tracing::warn!(
+            event = "console_sign_in_refused",
+            reason = "sign-in nonce missing or wrong"
+        );
+        return form_response(
+            &c,
+            StatusCode::FORBIDDEN,
+            Some("This sign-in form is out of date; it has been reloaded. Paste the token again."),
+        );
+    }
+    if !c.sessions.sign_in_allowed(now) {
+        tracing::warn!(
+            event = "console_sign_in_refused",
+            reason = "too many failed sign-ins"
+        );
+        return form_response(
+            &c,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some("Too many failed sign-ins: wait a minute and try again."),
+        );
+    }
+    let token = f.token.trim();
+    let claims = if token.len() > MAX_TOKEN_LEN {
+        Err(crate::api::ApiError::unauthorized("that is not a token"))
+    } else {
+        authorize(&c.gw, token, Need::Scope("read"))
+    };
+    let claims = match claims {
+        Ok(claims) => claims,
+        Err(e) => {
+            c.sessions.sign_in_failed(now);
+            tracing::warn!(event = "console_sign_in_refused", reason = %e.code);
+            let msg = format!("That token was not accepted: {}", e.message);
+            return form_response(&c, e.status, Some(&msg));
+        }
+    };
+    let admin = authorize(&c.gw, token, Need::Scope("admin")).is_ok();
+    let token_expires_ms = crate::token::parse_rfc3339_ms(&claims.exp).unwrap_or(now);
+    let (value, s) = c.sessions.create(
+        SignIn {
+            subject: claims.sub,
+            jti: claims.jti,
+            admin,
+            token_expires_ms,
+        },
+        now,
+    );
+    tracing::info!(event = "console_signed_in", subject = %s.subject, admin, expires_ms = s.expires_ms);
+    let mut r = Redirect::to("/ui").into_response();
+    let h = r.headers_mut();
+    h.append(
+        header::SET_COOKIE,
+        set_cookie(
+            &c,
+            SESSION_COOKIE,
+            &value,
+            s.expires_ms.saturating_sub(now) / 1000,
+        ),
+    );
+    h.append(header::SET_COOKIE, set_cookie(&c, LOGIN_COOKIE, "", 0));
+    r
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
+/// `POST /ui/logout`: the session is deleted, not only the cookie.
+pub async fn sign_out(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Some(r) = super::session::csrf_refusal(&s.session, &f.csrf) {
+        return r;
+    }
+    c.sessions.remove(&s.cookie);
+    tracing::info!(event = "console_signed_out", subject = %s.session.subject);
+    let mut r = Redirect::to("/ui/login").into_response();
+    r.headers_mut()
+        .append(header::SET_COOKIE, set_cookie(&c, SESSION_COOKIE, "", 0));
+    r
+}

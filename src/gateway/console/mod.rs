@@ -1,0 +1,340 @@
+//! The operator's console as a read model: what the fleet page and a node's page show,
+//! built from the same sources as `GET /v1/nodes` ([`super::fleet::nodes`]), the
+//! state's per-node queue listing and the event log kept in memory. No HTTP here (the
+//! pages are `api::gateway::ui`); the shaping — filter, sort, pages, totals, the
+//! chart's buckets, "since when" — is plain functions of their inputs and `now`.
+//!
+//! Layout: this file (fleet and node views) · [`chart`] (events per 5-minute bucket) ·
+//! [`sessions`] (sign-in sessions, the failed sign-in limiter).
+
+pub mod chart;
+pub mod sessions;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::error::GatewayError;
+use super::events::{Event, GatewayEvent};
+use super::fleet::NodeView;
+use super::liveness::{DEAD_MS, ONLINE_MS, STALE_MS};
+use super::state::Gateway;
+use super::storage::QueuedMessage;
+
+/// Rows per fleet page: 2,000 nodes are ten pages, each rendered in a few ms.
+pub const PAGE_ROWS: usize = 200;
+/// Queued messages a node page lists (the queue's head, in pull order).
+pub const NODE_QUEUE_ROWS: usize = 200;
+/// Recent events a node page lists.
+pub const NODE_EVENTS: usize = 50;
+
+/// What the liveness column says: the four states of [`super::liveness`] plus `never`
+/// for a node not heard from since this gateway started (there `offline`).
+pub fn liveness_label(v: &NodeView) -> &'static str {
+    if v.last_seen.is_none() && !v.polling {
+        "never"
+    } else {
+        v.liveness
+    }
+}
+
+/// Since when the node has been in its current liveness state, where that is known:
+/// `online` from its last `node_online` event; `stale`, `offline` and `dead` from when
+/// its silence crossed that state's threshold; `never` from the gateway's start.
+pub fn liveness_since(
+    label: &str,
+    last_seen: Option<u64>,
+    online_since: Option<u64>,
+    started_ms: u64,
+) -> Option<u64> {
+    match (label, last_seen) {
+        ("online", _) => online_since.or(last_seen),
+        ("stale", Some(s)) => Some(s + ONLINE_MS),
+        ("offline", Some(s)) => Some(s + STALE_MS),
+        ("dead", Some(s)) => Some(s + DEAD_MS),
+        ("never", _) => Some(started_ms),
+        _ => None,
+    }
+}
+
+/// Sort keys of the fleet table (`?sort=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    Node,
+    Liveness,
+    LastSeen,
+    Queue,
+    Oldest,
+    Audit,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 6] = [
+        SortKey::Node,
+        SortKey::Liveness,
+        SortKey::LastSeen,
+        SortKey::Queue,
+        SortKey::Oldest,
+        SortKey::Audit,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortKey::Node => "node",
+            SortKey::Liveness => "liveness",
+            SortKey::LastSeen => "last_seen",
+            SortKey::Queue => "queue",
+            SortKey::Oldest => "oldest",
+            SortKey::Audit => "audit",
+        }
+    }
+}
+
+/// What the fleet page was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetQuery {
+    /// Case-insensitive substring of the node id or its liveness label.
+    pub filter: String,
+    pub sort: SortKey,
+    pub descending: bool,
+    /// 1-based.
+    pub page: usize,
+}
+
+impl Default for FleetQuery {
+    fn default() -> Self {
+        Self {
+            filter: String::new(),
+            sort: SortKey::Node,
+            descending: false,
+            page: 1,
+        }
+    }
+}
+
+/// One row of the fleet table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetRow {
+    pub node_id: String,
+    /// `online`, `stale`, `offline`, `dead` or `never`.
+    pub liveness: &'static str,
+    pub since_ms: Option<u64>,
+    pub polling: bool,
+    pub can_connect: bool,
+    pub last_seen_ms: Option<u64>,
+    pub queue_depth: u64,
+    pub oldest_age_s: u64,
+    pub audit_size: u64,
+}
+
+/// Counts over the whole fleet (not only the page shown).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub nodes: usize,
+    pub online: usize,
+    pub stale: usize,
+    pub offline: usize,
+    pub dead: usize,
+    pub never: usize,
+    pub polling: usize,
+    pub queued: u64,
+}
+
+/// The fleet page: one page of rows, the totals, and the chart.
+#[derive(Debug, Clone)]
+pub struct FleetPage {
+    pub rows: Vec<FleetRow>,
+    pub totals: Totals,
+    /// Rows that passed the filter.
+    pub matched: usize,
+    pub page: usize,
+    pub pages: usize,
+    pub chart: chart::Chart,
+    pub now_ms: u64,
+}
+
+/// Liveness rank for sorting: the states that need attention first when descending.
+fn liveness_rank(l: &str) -> u8 {
+    match l {
+        "online" => 0,
+        "stale" => 1,
+        "offline" => 2,
+        "dead" => 3,
+        _ => 4,
+    }
+}
+
+/// Rows from `GET /v1/nodes`'s views and the events in memory. (No dead-letter column:
+/// the gateway's pull delivery never dead-letters, PROTOCOL §11.)
+pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec<FleetRow> {
+    let mut online_since: HashMap<&str, u64> = HashMap::new();
+    for e in events {
+        if let GatewayEvent::NodeOnline { node_id } = &e.event {
+            online_since.insert(node_id.as_str(), e.ts_ms);
+        }
+    }
+    nodes
+        .into_iter()
+        .map(|v| {
+            let label = liveness_label(&v);
+            FleetRow {
+                since_ms: liveness_since(
+                    label,
+                    v.last_seen,
+                    online_since.get(v.node_id.as_str()).copied(),
+                    started_ms,
+                ),
+                liveness: label,
+                polling: v.polling,
+                can_connect: v.can_connect,
+                last_seen_ms: v.last_seen,
+                queue_depth: v.queue_depth,
+                oldest_age_s: v.oldest_age_s,
+                audit_size: v.audit_size,
+                node_id: v.node_id,
+            }
+        })
+        .collect()
+}
+
+pub fn totals(rows: &[FleetRow]) -> Totals {
+    let mut t = Totals {
+        nodes: rows.len(),
+        ..Totals::default()
+    };
+    for r in rows {
+        match r.liveness {
+            "online" => t.online += 1,
+            "stale" => t.stale += 1,
+            "offline" => t.offline += 1,
+            "dead" => t.dead += 1,
+            _ => t.never += 1,
+        }
+        t.polling += usize::from(r.polling);
+        t.queued += r.queue_depth;
+    }
+    t
+}
+
+/// Filter, sort (ties by node id, so pages are stable) and cut one page out; returns
+/// the page's rows, how many matched, the page number (clamped) and the page count.
+pub fn page(mut rows: Vec<FleetRow>, q: &FleetQuery) -> (Vec<FleetRow>, usize, usize, usize) {
+    let needle = q.filter.trim().to_lowercase();
+    if !needle.is_empty() {
+        rows.retain(|r| r.node_id.to_lowercase().contains(&needle) || r.liveness == needle);
+    }
+    rows.sort_by(|a, b| {
+        let o = match q.sort {
+            SortKey::Node => std::cmp::Ordering::Equal,
+            SortKey::Liveness => liveness_rank(a.liveness).cmp(&liveness_rank(b.liveness)),
+            SortKey::LastSeen => a.last_seen_ms.cmp(&b.last_seen_ms),
+            SortKey::Queue => a.queue_depth.cmp(&b.queue_depth),
+            SortKey::Oldest => a.oldest_age_s.cmp(&b.oldest_age_s),
+            SortKey::Audit => a.audit_size.cmp(&b.audit_size),
+        };
+        let o = o.then_with(|| a.node_id.cmp(&b.node_id));
+        if q.descending {
+            o.reverse()
+        } else {
+            o
+        }
+    });
+    let matched = rows.len();
+    let pages = matched.div_ceil(PAGE_ROWS).max(1);
+    let page = q.page.clamp(1, pages);
+    let rows = rows
+        .into_iter()
+        .skip((page - 1) * PAGE_ROWS)
+        .take(PAGE_ROWS)
+        .collect();
+    (rows, matched, page, pages)
+}
+
+/// The fleet page for `q`.
+pub async fn fleet(gw: &Gateway, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
+    let nodes = super::fleet::nodes(gw).await?;
+    let (events, _) = gw.events.replay(0);
+    let now_ms = gw.now_ms();
+    let all = rows(nodes, &events, gw.started_ms);
+    let totals = totals(&all);
+    let (rows, matched, page, pages) = page(all, q);
+    Ok(FleetPage {
+        rows,
+        totals,
+        matched,
+        page,
+        pages,
+        chart: chart::Chart::of(&events, chart::covered_from(&events, gw.started_ms), now_ms),
+        now_ms,
+    })
+}
+
+/// A node's page.
+#[derive(Debug, Clone)]
+pub struct NodePage {
+    pub row: FleetRow,
+    /// The head of its queue, in pull order.
+    pub queued: Vec<QueuedMessage>,
+    /// Its events among those in memory, newest first.
+    pub events: Vec<Arc<Event>>,
+    /// Its `result` events among those in memory, newest first.
+    pub results: Vec<Arc<Event>>,
+    pub now_ms: u64,
+}
+
+/// The node an event is about, if any. Event kinds not listed here are about no single
+/// node, as far as the console's node page is concerned.
+pub fn event_node(e: &GatewayEvent) -> Option<&str> {
+    match e {
+        GatewayEvent::Queued { node_id, .. }
+        | GatewayEvent::Delivered { node_id, .. }
+        | GatewayEvent::Expired { node_id, .. }
+        | GatewayEvent::Rejected { node_id, .. }
+        | GatewayEvent::Dead { node_id, .. }
+        | GatewayEvent::Result { node_id, .. }
+        | GatewayEvent::NodeOnline { node_id }
+        | GatewayEvent::NodeOffline { node_id } => Some(node_id),
+        _ => None,
+    }
+}
+
+/// The page of enrolled node `node_id`; `UnknownNode` otherwise.
+pub async fn node(gw: &Gateway, node_id: &str) -> Result<NodePage, GatewayError> {
+    if gw.enrolled(node_id).await.is_none() {
+        return Err(GatewayError::UnknownNode(node_id.to_string()));
+    }
+    let view = super::fleet::nodes(gw)
+        .await?
+        .into_iter()
+        .find(|v| v.node_id == node_id)
+        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+    let (events, _) = gw.events.replay(0);
+    let row = rows(vec![view], &events, gw.started_ms)
+        .pop()
+        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+    let mine: Vec<Arc<Event>> = events
+        .iter()
+        .rev()
+        .filter(|e| event_node(&e.event) == Some(node_id))
+        .cloned()
+        .collect();
+    let results = mine
+        .iter()
+        .filter(|e| matches!(e.event, GatewayEvent::Result { .. }))
+        .take(NODE_EVENTS)
+        .cloned()
+        .collect();
+    Ok(NodePage {
+        row,
+        queued: gw.state.queued_for(node_id, NODE_QUEUE_ROWS).await?,
+        events: mine.into_iter().take(NODE_EVENTS).collect(),
+        results,
+        now_ms: gw.now_ms(),
+    })
+}
+
+#[cfg(test)]
+mod tests;
