@@ -53,42 +53,6 @@ impl Embedded {
         }
     }
 
-    fn inbox_message(m: InboxMessage) -> NewMessage {
-        NewMessage {
-            queue: Q_INBOX.into(),
-            peer: m.from_node,
-            message_id: m.message_id,
-            payload_type: m.payload_type,
-            priority: m.priority,
-            created_at_ms: m.created_at_ms,
-            expires_at_ms: m.expires_at_ms,
-            body: m.record,
-            max_attempts: Some(0),
-            dedup_until_ms: Some(m.remember_until_ms),
-        }
-    }
-
-    fn file(batch: &mut Batch, r: FiledResult) {
-        batch
-            .kv_put(KV_RESULTS, &r.request_id, r.plaintext)
-            .remember(SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms);
-    }
-
-    fn new_message(&self, m: ForNode) -> NewMessage {
-        NewMessage {
-            queue: Q_NODE.into(),
-            peer: m.node_id,
-            message_id: m.message_id,
-            payload_type: m.payload_type,
-            priority: m.priority,
-            created_at_ms: m.created_at_ms,
-            expires_at_ms: m.expires_at_ms,
-            body: m.envelope,
-            max_attempts: Some(m.max_attempts),
-            dedup_until_ms: None,
-        }
-    }
-
     /// Queue `msg` after the changes of `before`, in one transaction.
     async fn enqueue(&self, msg: NewMessage, before: Batch) -> Result<Queued, StateError> {
         let mut batch = before;
@@ -495,6 +459,9 @@ impl GatewayState for Embedded {
 
 #[path = "embedded_pull.rs"]
 mod pull;
+
+#[path = "embedded_records.rs"]
+mod records;
 
 #[path = "embedded_enroll.rs"]
 mod enroll;

@@ -1,0 +1,46 @@
+//! What the gateway's records become in the embedded store: queue messages, KV rows.
+
+use super::super::{FiledResult, ForNode, InboxMessage};
+use super::Embedded;
+use crate::store::names::{
+    KV_GW_RESULTS as KV_RESULTS, Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS,
+};
+use crate::store::{Batch, NewMessage};
+
+impl Embedded {
+    pub(super) fn inbox_message(m: InboxMessage) -> NewMessage {
+        NewMessage {
+            queue: Q_INBOX.into(),
+            peer: m.from_node,
+            message_id: m.message_id,
+            payload_type: m.payload_type,
+            priority: m.priority,
+            created_at_ms: m.created_at_ms,
+            expires_at_ms: m.expires_at_ms,
+            body: m.record,
+            max_attempts: Some(0),
+            dedup_until_ms: Some(m.remember_until_ms),
+        }
+    }
+
+    pub(super) fn file(batch: &mut Batch, r: FiledResult) {
+        batch
+            .kv_put(KV_RESULTS, &r.request_id, r.plaintext)
+            .remember(SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms);
+    }
+
+    pub(super) fn new_message(&self, m: ForNode) -> NewMessage {
+        NewMessage {
+            queue: Q_NODE.into(),
+            peer: m.node_id,
+            message_id: m.message_id,
+            payload_type: m.payload_type,
+            priority: m.priority,
+            created_at_ms: m.created_at_ms,
+            expires_at_ms: m.expires_at_ms,
+            body: m.envelope,
+            max_attempts: Some(m.max_attempts),
+            dedup_until_ms: None,
+        }
+    }
+}
