@@ -38,14 +38,14 @@ fn field(html: &str, name: &str) -> Option<String> {
 }
 
 /// A console session over plain HTTP.
-struct Session {
+pub(crate) struct Session {
     base: String,
-    origin: String,
+    pub(crate) origin: String,
     cookie: String,
 }
 
 /// Sign in with `token`: the answer, and the session when one was made.
-async fn sign_in(gw: &Daemon, token: &str) -> (reqwest::Response, Option<Session>) {
+pub(crate) async fn sign_in(gw: &Daemon, token: &str) -> (reqwest::Response, Option<Session>) {
     let c = client();
     let r = c.get(gw.url("/ui/login")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -73,7 +73,7 @@ async fn sign_in(gw: &Daemon, token: &str) -> (reqwest::Response, Option<Session
 }
 
 impl Session {
-    async fn get(&self, path: &str) -> reqwest::Response {
+    pub(crate) async fn get(&self, path: &str) -> reqwest::Response {
         client()
             .get(format!("{}{path}", self.base))
             .header(COOKIE, &self.cookie)
@@ -83,12 +83,12 @@ impl Session {
     }
 
     /// The CSRF token of this session (from the fleet page's sign-out form).
-    async fn csrf(&self) -> String {
+    pub(crate) async fn csrf(&self) -> String {
         let html = self.get("/ui").await.text().await.unwrap();
         field(&html, "csrf").expect("a csrf field")
     }
 
-    async fn post(
+    pub(crate) async fn post(
         &self,
         path: &str,
         origin: Option<&str>,

@@ -556,3 +556,95 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
     enrollment_becomes(&dn, "enrolled").await;
     command_is_delivered(&gw, &gwd, "node:old").await;
 }
+
+/// The console (issue 28) acts on enrollment: an admin approves a pending device and
+/// retires a node from the browser's forms; a read-only session cannot; both decisions
+/// land in the gateway's audit log under the operator's token subject.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_approves_and_retires_from_the_console() {
+    use crate::console::sign_in;
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+    let manual = make_token(&gw, &["--max-uses", "5", "--approve", "manual"]);
+    let (a, _) = enrolling_node("node:a", &url, &manual);
+    let da = a.start();
+    enrollment_becomes(&da, "pending").await;
+
+    let read = gw.token("gateway:main", &["read"], "1h");
+    let (_, reader) = sign_in(&gwd, &read).await;
+    let reader = reader.expect("a read session");
+    let page = reader.get("/ui").await.text().await.unwrap();
+    assert!(page.contains("data-enrollment=\"node:a\""), "{page}");
+    assert!(
+        !page.contains("/ui/enrollments/node:a/approve"),
+        "read-only sees no decision"
+    );
+    let csrf = reader.csrf().await;
+    let r = reader
+        .post(
+            "/ui/enrollments/node:a/approve",
+            Some(&reader.origin),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), 403);
+
+    let admin_token = gw.token("gateway:main", &["admin"], "1h");
+    let (_, admin) = sign_in(&gwd, &admin_token).await;
+    let admin = admin.expect("an admin session");
+    let csrf = admin.csrf().await;
+    // Without the session's CSRF token: refused, nothing decided.
+    let r = admin
+        .post(
+            "/ui/enrollments/node:a/approve",
+            Some(&admin.origin),
+            &[("csrf", "forged")],
+        )
+        .await;
+    assert_eq!(r.status(), 403);
+    let r = admin
+        .post(
+            "/ui/enrollments/node:a/approve",
+            Some(&admin.origin),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    enrollment_becomes(&da, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:a").await;
+    let page = admin.get("/ui").await.text().await.unwrap();
+    assert!(
+        !page.contains("data-enrollment=\"node:a\""),
+        "decided: no longer pending"
+    );
+
+    let r = admin
+        .post(
+            "/ui/nodes/node:a/retire",
+            Some(&admin.origin),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = status(&da).await;
+        if v["upstream"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("node_revoked"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = gateway_audit(&gw);
+    assert!(
+        log.iter().any(|l| l.starts_with("approve node:a")),
+        "{log:?}"
+    );
+    assert!(
+        log.iter().any(|l| l.starts_with("revoke node:a")),
+        "{log:?}"
+    );
+}

@@ -115,3 +115,60 @@ pub async fn revoke(
         Err(e) => refused(e, "Token not revoked"),
     }
 }
+
+#[derive(Debug, Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
+/// `POST /ui/enrollments/{node_id}/approve` and `…/reject`: an operator's decision on a
+/// pending enrollment (`gateway::enroll::settle`, behind the same JSON routes).
+pub async fn settle(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    Path((node_id, decision)): Path<(String, String)>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
+        return r;
+    }
+    let approve = match decision.as_str() {
+        "approve" => true,
+        "reject" => false,
+        _ => {
+            return refused(
+                ApiError::not_found("not_found", "no such decision"),
+                "Not decided",
+            )
+        }
+    };
+    match crate::gateway::enroll::settle(&c.gw, &s.session.subject, &node_id, approve).await {
+        Ok(_) => Redirect::to(&format!(
+            "/ui?decided={}&node={}",
+            if approve { "approved" } else { "rejected" },
+            encode(&node_id)
+        ))
+        .into_response(),
+        Err(e) => refused(e, "Enrollment not decided"),
+    }
+}
+
+/// `POST /ui/nodes/{id}/retire`: retire a node (`gateway::enroll::revoke_node`, behind
+/// `POST /v1/node_revocations`).
+pub async fn retire(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    Path(node_id): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
+        return r;
+    }
+    match crate::gateway::enroll::revoke_node(&c.gw, &s.session.subject, &node_id).await {
+        Ok(_) => {
+            Redirect::to(&format!("/ui?decided=retired&node={}", encode(&node_id))).into_response()
+        }
+        Err(e) => refused(e, "Node not retired"),
+    }
+}

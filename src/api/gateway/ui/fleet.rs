@@ -36,6 +36,11 @@ pub struct FleetParams {
     pub revoked: String,
     #[serde(default)]
     pub dup: String,
+    /// After an enrollment decision or a retirement: what happened to which node.
+    #[serde(default)]
+    pub decided: String,
+    #[serde(default)]
+    pub node: String,
 }
 
 impl FleetParams {
@@ -101,6 +106,28 @@ pub async fn page(
             return layout::error_page(e.status, "The fleet cannot be read", &e.message);
         }
     };
+    // Enrollments waiting for an operator: shown to every session, decided by admins.
+    let pending = crate::gateway::enroll::pending(&c.gw)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(event = "enrollments_unreadable", error = %e);
+            Vec::new()
+        });
+    let decided = match p.decided.as_str() {
+        "approved" => Some(format!(
+            "{} is enrolled: it connects on its next try.",
+            p.node
+        )),
+        "rejected" => Some(format!(
+            "{}'s enrollment was rejected: it stays out.",
+            p.node
+        )),
+        "retired" => Some(format!(
+            "{} is retired: its requests are refused (node_revoked), its queue was refused.",
+            p.node
+        )),
+        _ => None,
+    };
     let notice = (!p.revoked.is_empty()).then(|| {
         if p.dup == "1" {
             format!("Token {} was already revoked.", p.revoked)
@@ -113,6 +140,7 @@ pub async fn page(
     });
     let main = html! {
         @if let Some(n) = &notice { p.notice role="status" { (n) } }
+        @if let Some(n) = &decided { p.notice role="status" { (n) } }
         (totals(&fleet.totals))
         (chart(&fleet.chart))
         section.fleet {
@@ -140,7 +168,7 @@ pub async fn page(
             }
             (pager(&q, &fleet))
         }
-        (pending_enrollments())
+        (pending_enrollments(&pending, &s.session, c.gw.now_ms()))
         @if s.session.admin {
             section.actions {
                 h2 { "Revoke a token" }
@@ -179,11 +207,52 @@ pub async fn rows_fragment(
     Ok(layout::html_response(StatusCode::OK, rows(&fleet)))
 }
 
-/// HOOK: pending enrollments. The node enrollment flow (a separate change) shows the
-/// requests waiting for an operator's decision here; until it lands this renders
-/// nothing.
-fn pending_enrollments() -> Markup {
-    html! {}
+/// Enrollments waiting for an operator (manual tokens, and re-keys of reflashed
+/// devices: PROTOCOL §15), each row `data-enrollment="<node id>"` with approve and
+/// reject for an admin session.
+fn pending_enrollments(
+    pending: &[crate::gateway::enroll::EnrollmentRecord],
+    session: &crate::gateway::console::sessions::Session,
+    now_ms: u64,
+) -> Markup {
+    html! {
+        @if !pending.is_empty() {
+            section.pending #pending-enrollments {
+                h2 { "Waiting for approval" span.sub { " (" (pending.len()) ")" } }
+                div.scroll {
+                    table {
+                        thead { tr {
+                            th { "Node" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th { "Asked" }
+                            @if session.admin { th { "Decision" } }
+                        } }
+                        tbody {
+                            @for r in pending {
+                                tr data-enrollment=(r.node_id) data-kind=(r.kind.as_str()) {
+                                    td { (r.node_id) }
+                                    td { @if r.kind == crate::gateway::enroll::Kind::Rekey { "re-key (reflashed?)" } @else { "new" } }
+                                    td.wide title=(r.node_sign_pk) { (r.node_sign_pk.chars().take(12).collect::<String>()) "…" }
+                                    td.wide { (r.token_id) }
+                                    td { (super::layout::ago(Some(r.created_at_ms), now_ms)) }
+                                    @if session.admin {
+                                        td.decide {
+                                            form method="post" action={ "/ui/enrollments/" (encode_segment(&r.node_id)) "/approve" } {
+                                                input type="hidden" name="csrf" value=(session.csrf);
+                                                button type="submit" name="decision" value="approve" { "Approve" }
+                                            }
+                                            form method="post" action={ "/ui/enrollments/" (encode_segment(&r.node_id)) "/reject" } {
+                                                input type="hidden" name="csrf" value=(session.csrf);
+                                                button type="submit" name="decision" value="reject" { "Reject" }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn th(q: &FleetQuery, key: SortKey, label: &str, class: &str) -> Markup {

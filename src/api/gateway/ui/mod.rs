@@ -70,6 +70,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
         .route("/ui/nodes/{id}/queue", get(node::queue_fragment))
         .route("/ui/nodes/{id}/commands", post(actions::command))
         .route("/ui/revocations", post(actions::revoke))
+        .route("/ui/enrollments/{id}/{decision}", post(actions::settle))
+        .route("/ui/nodes/{id}/retire", post(actions::retire))
         .route("/ui/events", get(live::events))
         .route("/ui/login", get(login::form).post(login::sign_in))
         .route("/ui/logout", post(login::sign_out))

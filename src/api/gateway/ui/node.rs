@@ -74,6 +74,12 @@ pub async fn page(
                     input #ttl_s type="number" name="ttl_s" min="1";
                     button type="submit" { "Queue command" }
                 }
+                h2 { "Retire this node" }
+                form.retire method="post" action={ "/ui/nodes/" (r.node_id) "/retire" } {
+                    input type="hidden" name="csrf" value=(s.session.csrf);
+                    p.note { "Its requests are refused from now on (node_revoked) and what is queued for it is refused; a reflashed device enrolls again with a new token." }
+                    button type="submit" { "Retire" }
+                }
             }
         } @else {
             p.note { "Read-only session: sign in with an admin token to send commands." }
