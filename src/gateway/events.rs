@@ -87,6 +87,18 @@ pub enum GatewayEvent {
         node_id: String,
         messages: u64,
     },
+    /// An audit upload of the node was refused (`audit_gap`, `audit_mismatch`): its log
+    /// and the gateway's copy disagree — an alarm until an upload extends the copy again.
+    AuditRefused {
+        node_id: String,
+        code: String,
+        confirmed_size: u64,
+    },
+    /// The node's audit copy was extended again after a refusal (the alarm is over).
+    AuditResumed {
+        node_id: String,
+        size: u64,
+    },
 }
 
 impl GatewayEvent {
@@ -103,6 +115,8 @@ impl GatewayEvent {
             Self::NodeOffline { .. } => "node_offline",
             Self::Enrollment { .. } => "enrollment",
             Self::NodeRevoked { .. } => "node_revoked",
+            Self::AuditRefused { .. } => "audit_refused",
+            Self::AuditResumed { .. } => "audit_resumed",
         }
     }
 

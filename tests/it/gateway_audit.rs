@@ -63,6 +63,22 @@ async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
         .await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "audit_gap");
+    // The operator's console shows the alarm on the node's page and its fleet row.
+    let admin = f.home.token("gateway:main", &["admin"], "1h");
+    let (_, ui) = crate::console::sign_in(&f.gw, &admin).await;
+    let ui = ui.expect("a console session");
+    let page = ui
+        .get(&format!("/ui/nodes/{NODE}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("id=\"audit-alarm\"") && page.contains("audit_gap"),
+        "{page}"
+    );
+    let fleet = ui.get("/ui").await.text().await.unwrap();
+    assert!(fleet.contains("data-audit-alarm=\"audit_gap\""), "{fleet}");
     // Mismatch: checkpoint over other entries.
     let other = entries(100, 6);
     let (st, v) = f
@@ -78,4 +94,12 @@ async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
     let (_, s) = f.signed("GET", &path, None, |_, _| {}).await;
     assert_eq!(s["size"], 6);
     assert!(f.gw.log_text().contains("audit_alert"), "alerts are logged");
+    // Extended again: the alarm is over.
+    let page = ui
+        .get(&format!("/ui/nodes/{NODE}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("id=\"audit-alarm\""), "{page}");
 }

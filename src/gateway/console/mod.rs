@@ -128,6 +128,9 @@ pub struct FleetRow {
     pub queue_depth: u64,
     pub oldest_age_s: u64,
     pub audit_size: u64,
+    /// The node's last audit upload was refused (`audit_gap`, `audit_mismatch`) and none
+    /// extended the copy since (among the events in memory): the code and when.
+    pub audit_alarm: Option<(String, u64)>,
 }
 
 /// Counts over the whole fleet (not only the page shown).
@@ -171,9 +174,19 @@ fn liveness_rank(l: &str) -> u8 {
 /// the gateway's pull delivery never dead-letters, PROTOCOL §11.)
 pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec<FleetRow> {
     let mut online_since: HashMap<&str, u64> = HashMap::new();
+    let mut alarms: HashMap<&str, Option<(String, u64)>> = HashMap::new();
     for e in events {
-        if let GatewayEvent::NodeOnline { node_id } = &e.event {
-            online_since.insert(node_id.as_str(), e.ts_ms);
+        match &e.event {
+            GatewayEvent::NodeOnline { node_id } => {
+                online_since.insert(node_id.as_str(), e.ts_ms);
+            }
+            GatewayEvent::AuditRefused { node_id, code, .. } => {
+                alarms.insert(node_id.as_str(), Some((code.clone(), e.ts_ms)));
+            }
+            GatewayEvent::AuditResumed { node_id, .. } => {
+                alarms.insert(node_id.as_str(), None);
+            }
+            _ => {}
         }
     }
     nodes
@@ -194,6 +207,7 @@ pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec
                 queue_depth: v.queue_depth,
                 oldest_age_s: v.oldest_age_s,
                 audit_size: v.audit_size,
+                audit_alarm: alarms.get(v.node_id.as_str()).cloned().flatten(),
                 node_id: v.node_id,
             }
         })
@@ -296,7 +310,11 @@ pub fn event_node(e: &GatewayEvent) -> Option<&str> {
         | GatewayEvent::Dead { node_id, .. }
         | GatewayEvent::Result { node_id, .. }
         | GatewayEvent::NodeOnline { node_id }
-        | GatewayEvent::NodeOffline { node_id } => Some(node_id),
+        | GatewayEvent::NodeOffline { node_id }
+        | GatewayEvent::Enrollment { node_id, .. }
+        | GatewayEvent::NodeRevoked { node_id, .. }
+        | GatewayEvent::AuditRefused { node_id, .. }
+        | GatewayEvent::AuditResumed { node_id, .. } => Some(node_id),
         _ => None,
     }
 }

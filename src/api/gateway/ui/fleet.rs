@@ -290,7 +290,11 @@ fn row(r: &FleetRow, now_ms: u64) -> Markup {
             td.wide title=(at(r.last_seen_ms)) { (ago(r.last_seen_ms, now_ms)) }
             td.num { (r.queue_depth) }
             td.num { @if r.queue_depth > 0 { (dur(r.oldest_age_s)) } @else { "—" } }
-            td.num.wide { (r.audit_size) }
+            @if let Some((code, _)) = &r.audit_alarm {
+                td.num.wide.alarm data-audit-alarm=(code) title="the node's last audit upload was refused: its log and the gateway's copy disagree" { "⚠ " (code) " · " (r.audit_size) }
+            } @else {
+                td.num.wide { (r.audit_size) }
+            }
         }
     }
 }
@@ -411,6 +415,7 @@ mod tests {
             queue_depth: 0,
             oldest_age_s: 0,
             audit_size: 0,
+            audit_alarm: None,
         };
         let h = row(&r, 0).into_string();
         assert!(

@@ -48,6 +48,13 @@ pub async fn page(
                 "Its state: " code { "GET /v1/messages/" (p.sent) }
             }
         }
+        @if let Some((code, at_ms)) = &r.audit_alarm {
+            p.alarm #audit-alarm role="alert" data-audit-alarm=(code) {
+                "Audit alarm: the node's last audit upload was refused (" (code) ", " (ago(Some(*at_ms), n.now_ms)) "). "
+                "Its log and the gateway's copy disagree: entries were lost or rewritten on the device, or someone else signs as it. "
+                "The copy keeps the " (r.audit_size) " entries verified before; nothing was merged."
+            }
+        }
         h1 { (r.node_id) " " span class={ "state " (r.liveness) } #node-liveness data-liveness=(r.liveness) { (r.liveness) } }
         dl.facts {
             dt { "Since" } dd title=(at(r.since_ms)) { (ago(r.since_ms, n.now_ms)) }
