@@ -184,7 +184,7 @@ fi
 
 SIZES=()
 report_sizes() {
-  log "stripped node binary sizes (--no-default-features, release)"
+  log "stripped node binary sizes (--no-default-features, profile device)"
   local row
   for row in "${SIZES[@]}"; do
     awk -v t="${row% *}" -v s="${row#* }" 'BEGIN { printf "  %-32s %10d bytes  %.2f MiB\n", t, s, s / 1048576 }'

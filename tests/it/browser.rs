@@ -165,7 +165,7 @@ impl Browser {
     }
 
     /// Save a PNG of the page to `$OUTPOST_CONSOLE_SCREENSHOTS/<name>` when that is set
-    /// (docs/console/ holds the ones of a run).
+    /// (docs/img/console-*.png are the ones of a run).
     pub async fn screenshot(&self, name: &str) {
         let Some(dir) = std::env::var_os("OUTPOST_CONSOLE_SCREENSHOTS") else {
             return;

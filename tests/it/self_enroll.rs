@@ -648,3 +648,55 @@ async fn an_operator_approves_and_retires_from_the_console() {
         "{log:?}"
     );
 }
+
+/// In a real browser (issue 28): a device waiting for manual approval is listed, an
+/// admin clicks *Approve*, the row goes and the device enrolls.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_an_admin_approves_a_pending_enrollment() {
+    use fantoccini::Locator::Css;
+    let Some(b) = crate::browser::start("enrollment approval browser test").await else {
+        return;
+    };
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+    let manual = make_token(&gw, &["--max-uses", "5", "--approve", "manual"]);
+    let (pump, _) = enrolling_node("node:pump-7", &url, &manual);
+    let dp = pump.start();
+    enrollment_becomes(&dp, "pending").await;
+
+    let admin = gw.token("gateway:main", &["admin"], "1h");
+    let c = &b.client;
+    c.goto(&gwd.url("/ui/login")).await.unwrap();
+    c.find(Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(&admin)
+        .await
+        .unwrap();
+    c.find(Css("form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for_page("/ui").await;
+    let row = r#"tr[data-enrollment="node:pump-7"]"#;
+    assert_eq!(b.attr(row, "data-kind").await.as_deref(), Some("new"));
+    b.screenshot("fleet-pending.png").await;
+    c.find(Css(&format!("{row} button[value=approve]")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for("the decision's notice", 20, || async {
+        let html = c.source().await.ok()?;
+        (html.contains("node:pump-7 is enrolled")
+            && !html.contains("data-enrollment=\"node:pump-7\""))
+        .then_some(())
+    })
+    .await;
+    enrollment_becomes(&dp, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:pump-7").await;
+    b.close().await;
+}
