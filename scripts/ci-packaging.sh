@@ -177,7 +177,7 @@ if [ "$exe" != /bin/true ]; then
   # The whole drop-in through the real config checker, on a device whose machine id is
   # known, with a real token (minted by a scratch gateway) where the image puts it.
   "$exe" init --role gateway --node-id gateway:ci --data-dir "$scratch/fleet/gw" \
-    --config "$scratch/fleet/gw.toml" >/dev/null
+    --config "$scratch/fleet/gw.toml" >/dev/null 2>&1
   "$exe" enroll-token create --max-uses 200 --config "$scratch/fleet/gw.toml" \
     >"$scratch/fleet/enroll.token" 2>/dev/null || fail "enroll-token create"
   sed -i "s|^enroll_token_file = .*|enroll_token_file = \"$scratch/fleet/enroll.token\"|" \
