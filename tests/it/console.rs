@@ -641,3 +641,65 @@ async fn failed_sign_ins_are_rate_limited() {
     assert_eq!(r.status(), 429);
     assert!(s.is_none());
 }
+
+/// An admin calls a tool from a node's page: the call goes through the same flow as
+/// `POST /v1/tool_call`, and its result arrives upstream.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_calls_a_tool_from_the_node_page() {
+    let (_gw_home, a_home, _b_home, gw, admin) = fleet(2);
+    let _a = a_home.start();
+    let (_, s) = sign_in(&gw, &admin).await;
+    let s = s.expect("an admin session");
+    let page = s.get("/ui/nodes/node:a").await.text().await.unwrap();
+    assert!(page.contains("/ui/nodes/node:a/tool_calls"), "{page}");
+    let csrf = s.csrf().await;
+    let r = s
+        .post(
+            "/ui/nodes/node:a/tool_calls",
+            Some(&s.origin),
+            &[
+                ("csrf", csrf.as_str()),
+                ("tool_name", "echo"),
+                ("tool_args", r#"{"reading": 7}"#),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    let to = r.headers()[LOCATION].to_str().unwrap().to_string();
+    let id = to
+        .split("sent=")
+        .nth(1)
+        .expect("the message id")
+        .to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: Value = http()
+            .get(gw.url(&format!("/v1/messages/{id}")))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["result"]["ok"] == true {
+            assert_eq!(v["result"]["result"]["reading"], 7, "{v}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Arguments that are not JSON: a readable refusal, nothing queued.
+    let r = s
+        .post(
+            "/ui/nodes/node:a/tool_calls",
+            Some(&s.origin),
+            &[
+                ("csrf", csrf.as_str()),
+                ("tool_name", "echo"),
+                ("tool_args", "{"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+}

@@ -67,16 +67,22 @@ async fn audit_sync_extends_and_refuses_gaps_and_mismatches() {
     let admin = f.home.token("gateway:main", &["admin"], "1h");
     let (_, ui) = crate::console::sign_in(&f.gw, &admin).await;
     let ui = ui.expect("a console session");
-    let page = ui
-        .get(&format!("/ui/nodes/{NODE}"))
-        .await
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        page.contains("id=\"audit-alarm\"") && page.contains("audit_gap"),
-        "{page}"
-    );
+    // Events reach the console's view at once on the embedded engine, and through the
+    // database's event log (a moment later) on PostgreSQL.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let page = ui
+            .get(&format!("/ui/nodes/{NODE}"))
+            .await
+            .text()
+            .await
+            .unwrap();
+        if page.contains("id=\"audit-alarm\"") && page.contains("audit_gap") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let fleet = ui.get("/ui").await.text().await.unwrap();
     assert!(fleet.contains("data-audit-alarm=\"audit_gap\""), "{fleet}");
     // Mismatch: checkpoint over other entries.

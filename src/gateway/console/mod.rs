@@ -174,14 +174,22 @@ fn liveness_rank(l: &str) -> u8 {
 /// the gateway's pull delivery never dead-letters, PROTOCOL §11.)
 pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec<FleetRow> {
     let mut online_since: HashMap<&str, u64> = HashMap::new();
-    let mut alarms: HashMap<&str, Option<(String, u64)>> = HashMap::new();
+    // The newest audit refusal per node: (code, when, the copy's size then).
+    let mut alarms: HashMap<&str, Option<(String, u64, u64)>> = HashMap::new();
     for e in events {
         match &e.event {
             GatewayEvent::NodeOnline { node_id } => {
                 online_since.insert(node_id.as_str(), e.ts_ms);
             }
-            GatewayEvent::AuditRefused { node_id, code, .. } => {
-                alarms.insert(node_id.as_str(), Some((code.clone(), e.ts_ms)));
+            GatewayEvent::AuditRefused {
+                node_id,
+                code,
+                confirmed_size,
+            } => {
+                alarms.insert(
+                    node_id.as_str(),
+                    Some((code.clone(), e.ts_ms, *confirmed_size)),
+                );
             }
             GatewayEvent::AuditResumed { node_id, .. } => {
                 alarms.insert(node_id.as_str(), None);
@@ -207,7 +215,14 @@ pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec
                 queue_depth: v.queue_depth,
                 oldest_age_s: v.oldest_age_s,
                 audit_size: v.audit_size,
-                audit_alarm: alarms.get(v.node_id.as_str()).cloned().flatten(),
+                // Over once the copy grew past what it held at the refusal (an upload
+                // extended it since, at whichever replica).
+                audit_alarm: alarms
+                    .get(v.node_id.as_str())
+                    .cloned()
+                    .flatten()
+                    .filter(|(_, _, kept)| v.audit_size <= *kept)
+                    .map(|(code, at, _)| (code, at)),
                 node_id: v.node_id,
             }
         })

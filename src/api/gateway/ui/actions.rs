@@ -172,3 +172,64 @@ pub async fn retire(
         Err(e) => refused(e, "Node not retired"),
     }
 }
+
+#[derive(Debug, Deserialize)]
+pub struct ToolCallForm {
+    #[serde(default)]
+    pub csrf: String,
+    #[serde(default)]
+    pub tool_name: String,
+    #[serde(default)]
+    pub tool_args: String,
+}
+
+/// `POST /ui/nodes/{id}/tool_calls`: a tool call on the node through the flow behind
+/// `POST /v1/tool_call` (the gateway mints the node a token for exactly that tool). It
+/// does not wait: the node page shows the result when it arrives (its `result` event).
+pub async fn tool_call(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    Path(node_id): Path<String>,
+    Form(f): Form<ToolCallForm>,
+) -> Response {
+    if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
+        return r;
+    }
+    let tool_args = match f.tool_args.trim() {
+        "" => Value::Object(Default::default()),
+        text => match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                return refused(
+                    ApiError::bad_request(format!("the arguments are not JSON: {e}")),
+                    "Tool call not queued",
+                )
+            }
+        },
+    };
+    let call = commands::ToolCall {
+        node_id: node_id.clone(),
+        tool_name: f.tool_name.trim().to_string(),
+        tool_args,
+        job_id: None,
+        ttl_s: None,
+        wait: std::time::Duration::ZERO,
+        token: None,
+    };
+    match commands::tool_call(&c.gw, &s.session.subject, call).await {
+        Ok(outcome) => {
+            let id = match outcome {
+                commands::ToolCallOutcome::Answered { message_id, .. }
+                | commands::ToolCallOutcome::Queued { message_id, .. } => message_id,
+            };
+            tracing::info!(event = "console_tool_call_queued", subject = %s.session.subject, node = %node_id, message_id = %id);
+            Redirect::to(&format!(
+                "/ui/nodes/{}?sent={}",
+                encode_segment(&node_id),
+                encode(&id)
+            ))
+            .into_response()
+        }
+        Err(e) => refused(e, "Tool call not queued"),
+    }
+}

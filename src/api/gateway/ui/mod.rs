@@ -72,6 +72,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
         .route("/ui/revocations", post(actions::revoke))
         .route("/ui/enrollments/{id}/{decision}", post(actions::settle))
         .route("/ui/nodes/{id}/retire", post(actions::retire))
+        .route("/ui/nodes/{id}/tool_calls", post(actions::tool_call))
         .route("/ui/events", get(live::events))
         .route("/ui/login", get(login::form).post(login::sign_in))
         .route("/ui/logout", post(login::sign_out))

@@ -81,6 +81,15 @@ pub async fn page(
                     input #ttl_s type="number" name="ttl_s" min="1";
                     button type="submit" { "Queue command" }
                 }
+                h2 { "Call a tool" }
+                form method="post" action={ "/ui/nodes/" (r.node_id) "/tool_calls" } {
+                    input type="hidden" name="csrf" value=(s.session.csrf);
+                    label for="tool_name" { "Tool" }
+                    input #tool_name type="text" name="tool_name" required maxlength="64" placeholder="e.g. sysinfo";
+                    label for="tool_args" { "Arguments (JSON, optional)" }
+                    textarea #tool_args name="tool_args" rows="3" spellcheck="false" placeholder="{}" {}
+                    button type="submit" { "Call" }
+                }
                 h2 { "Retire this node" }
                 form.retire method="post" action={ "/ui/nodes/" (r.node_id) "/retire" } {
                     input type="hidden" name="csrf" value=(s.session.csrf);
