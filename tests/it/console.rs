@@ -703,3 +703,82 @@ async fn an_admin_calls_a_tool_from_the_node_page() {
         .await;
     assert_eq!(r.status(), 400);
 }
+
+/// In a real browser, without a reload: a node going away turns its badge from online,
+/// a command that waited for it expires on its page, and the node coming back turns the
+/// badge online again.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_a_node_goes_away_a_command_expires_and_it_comes_back() {
+    use fantoccini::Locator::Css;
+    let Some(b) = browser::start("console offline/expiry browser test").await else {
+        return;
+    };
+    let (_gw_home, a_home, _b_home, gw, admin) = fleet(2);
+    let a = a_home.start();
+    b.wait_for("node:a online", 30, || async {
+        liveness_of(&gw, &admin, "node:a")
+            .await
+            .filter(|l| l == "online")
+    })
+    .await;
+    let c = &b.client;
+    c.goto(&gw.url("/ui/login")).await.unwrap();
+    c.find(Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(&admin)
+        .await
+        .unwrap();
+    c.find(Css("form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for_page("/ui").await;
+    c.goto(&gw.url("/ui/nodes/node:a")).await.unwrap();
+    b.wait_for_page("/ui/nodes/node:a").await;
+    b.js("window.__outpostNoReload = 1; return 1").await;
+    let badge = || async { b.attr("#node-liveness", "data-liveness").await };
+    assert_eq!(badge().await.as_deref(), Some("online"));
+
+    // The site loses its uplink: after the online window (30 s) the badge changes.
+    a.stop();
+    b.wait_for("node:a no longer online", 60, || async {
+        badge().await.filter(|l| l != "online")
+    })
+    .await;
+    // A command with a 2 s TTL waits for it, and expires: its page says so, live.
+    let r = http()
+        .post(gw.url("/v1/commands"))
+        .bearer_auth(&admin)
+        .json(
+            &serde_json::json!({"target": {"node_id": "node:a"}, "command_type": "setpoint",
+                                  "body": {"v": 1}, "ttl_s": 2}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    b.wait_for("the expiry in the node's events", 30, || async {
+        let text = b
+            .js("return document.getElementById('node-events').textContent")
+            .await;
+        text.as_str()
+            .filter(|t| t.contains("expired"))
+            .map(str::to_string)
+    })
+    .await;
+    // Back online.
+    let _a = a_home.start();
+    b.wait_for("node:a online again", 30, || async {
+        badge().await.filter(|l| l == "online")
+    })
+    .await;
+    assert_eq!(
+        b.js("return window.__outpostNoReload || 0").await,
+        1,
+        "the page was reloaded"
+    );
+    b.close().await;
+}
