@@ -29,37 +29,20 @@ fn with_current_tls_pin(
         .map_err(|e| Exit::usage(format!("{e:#}")).into())
 }
 
-/// Where the peers live: the data dir's store, or a database-backed gateway's tables
-/// (which every replica reads; they reload on the change's `NOTIFY`).
+/// Where the peers live: a node's store, or a gateway's state (its store or the
+/// replicas' database: the same `GatewayState` the running gateway writes through, which
+/// announces the change to every replica).
 enum Book {
     Store(crate::store::Store),
-    #[cfg(feature = "postgres")]
-    Database {
-        rt: tokio::runtime::Runtime,
-        state: std::sync::Arc<crate::gateway::storage::postgres::Postgres>,
-    },
+    #[cfg(feature = "gateway")]
+    Gateway(super::enroll_cmd::Opened),
 }
 
 impl Book {
     fn open(cfg: &crate::config::Config) -> anyhow::Result<Book> {
-        #[cfg(feature = "postgres")]
-        if let Some(db) = &cfg.gateway_db {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let state = rt
-                .block_on(crate::gateway::storage::postgres::Postgres::open(
-                    db,
-                    &cfg.queue,
-                    crate::clock::system(),
-                ))
-                .map_err(|e| {
-                    Exit::failed(format!(
-                        "cannot open the gateway's database {}: {e}",
-                        crate::config::redact_url(&db.url)
-                    ))
-                })?;
-            return Ok(Book::Database { rt, state });
+        #[cfg(feature = "gateway")]
+        if cfg.role == crate::config::Role::Gateway {
+            return Ok(Book::Gateway(super::enroll_cmd::Opened::open(cfg)?));
         }
         Ok(Book::Store(open_store(cfg)?))
     }
@@ -67,30 +50,24 @@ impl Book {
     fn load(&self) -> anyhow::Result<crate::envelope::TrustStore> {
         match self {
             Book::Store(s) => trust::load(s),
-            #[cfg(feature = "postgres")]
-            Book::Database { state, .. } => {
-                use crate::gateway::storage::GatewayState;
-                Ok(state.load_trust()?)
-            }
+            #[cfg(feature = "gateway")]
+            Book::Gateway(g) => Ok(g.state.load_trust()?),
         }
     }
 
     fn save(&self, t: &crate::envelope::TrustStore) -> anyhow::Result<()> {
         match self {
             Book::Store(s) => trust::save(s, t),
-            #[cfg(feature = "postgres")]
-            Book::Database { rt, state } => {
-                use crate::gateway::storage::GatewayState;
-                Ok(rt.block_on(state.save_trust(t))?)
-            }
+            #[cfg(feature = "gateway")]
+            Book::Gateway(g) => Ok(g.rt.block_on(g.state.save_trust(t))?),
         }
     }
 
     fn close(self) {
         match self {
             Book::Store(s) => s.close(),
-            #[cfg(feature = "postgres")]
-            Book::Database { .. } => {}
+            #[cfg(feature = "gateway")]
+            Book::Gateway(g) => g.close(),
         }
     }
 }

@@ -432,6 +432,28 @@ impl GatewayState for Embedded {
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
     }
 
+    fn uploads_seen<'a>(
+        &'a self,
+        message_ids: &'a [String],
+    ) -> Fut<'a, std::collections::HashSet<String>> {
+        Box::pin(self.uploads_seen_now(message_ids))
+    }
+
+    fn audit_size<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
+        Box::pin(async move { Ok(self.audit_entries(node).await?.len() as u64) })
+    }
+
+    fn audit_sizes<'a>(
+        &'a self,
+        nodes: &'a [String],
+    ) -> Fut<'a, std::collections::HashMap<String, u64>> {
+        Box::pin(self.audit_sizes_now(nodes))
+    }
+
+    fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
+        Box::pin(self.save_trust_now(t))
+    }
+
     fn durable(&self) -> bool {
         !self.store.sync_failed()
     }
@@ -465,6 +487,9 @@ mod records;
 
 #[path = "embedded_enroll.rs"]
 mod enroll;
+
+#[path = "embedded_shared.rs"]
+mod shared;
 
 #[cfg(test)]
 #[path = "embedded_tests.rs"]

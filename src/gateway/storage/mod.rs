@@ -29,6 +29,7 @@ pub mod embedded;
 mod enrollments;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod shared;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -36,6 +37,7 @@ use std::pin::Pin;
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 pub use enrollments::EnrollmentState;
+pub use shared::SharedState;
 
 /// Queue names the state reports in [`QueueStat::queue`] (and `/v1/status`, metrics
 /// and logs show): messages waiting for a node (`peer` = the node)…
@@ -272,7 +274,7 @@ pub struct NodeSeen {
 }
 
 /// The gateway's durable state. See the module documentation for the contract.
-pub trait GatewayState: EnrollmentState + Send + Sync {
+pub trait GatewayState: EnrollmentState + SharedState + Send + Sync {
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
     /// clock for the embedded engine).
     fn now_ms(&self) -> u64;
@@ -307,17 +309,7 @@ pub trait GatewayState: EnrollmentState + Send + Sync {
     fn uploads_seen<'a>(
         &'a self,
         message_ids: &'a [String],
-    ) -> Fut<'a, std::collections::HashSet<String>> {
-        Box::pin(async move {
-            let mut seen = std::collections::HashSet::new();
-            for id in message_ids {
-                if self.upload_seen(id).await? {
-                    seen.insert(id.clone());
-                }
-            }
-            Ok(seen)
-        })
-    }
+    ) -> Fut<'a, std::collections::HashSet<String>>;
 
     /// A pull of `node` begins: returns its number, which supersedes every earlier
     /// pull of the node (their next [`Self::take_batch`] is `superseded`), and wakes
@@ -364,22 +356,12 @@ pub trait GatewayState: EnrollmentState + Send + Sync {
     fn audit_entry<'a>(&'a self, node: &'a str, index: u64) -> Fut<'a, Option<Vec<u8>>>;
     /// How many entries a node's audit copy holds (replicas ask before trusting their
     /// cached view of it).
-    fn audit_size<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
-        Box::pin(async move { Ok(self.audit_entries(node).await?.len() as u64) })
-    }
+    fn audit_size<'a>(&'a self, node: &'a str) -> Fut<'a, u64>;
     /// [`Self::audit_size`] of many nodes at once (`GET /v1/nodes` on a fleet).
     fn audit_sizes<'a>(
         &'a self,
         nodes: &'a [String],
-    ) -> Fut<'a, std::collections::HashMap<String, u64>> {
-        Box::pin(async move {
-            let mut out = std::collections::HashMap::new();
-            for n in nodes {
-                out.insert(n.clone(), self.audit_size(n).await?);
-            }
-            Ok(out)
-        })
-    }
+    ) -> Fut<'a, std::collections::HashMap<String, u64>>;
     /// The checkpoints stored with a node's audit copy, `(size, signed note)` by size.
     fn audit_checkpoints<'a>(&'a self, node: &'a str) -> Fut<'a, Vec<(u64, String)>>;
     /// Store a verified extension and its checkpoint in one transaction.
@@ -391,11 +373,6 @@ pub trait GatewayState: EnrollmentState + Send + Sync {
     /// held), with its fingerprint (never 0); `None` when unchanged. The trust cache
     /// asks on every miss and about once a second, so "unchanged" must be cheap.
     fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError>;
-    /// A lookup of `node_id` missed: where this state's trust store is a copy that may
-    /// lag (a database other processes write), bring that peer's entry up to date.
-    fn refresh_peer<'a>(&'a self, _node_id: &'a str) -> Fut<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
     /// False once the state can no longer make writes durable (a failed fsync): the
     /// watchdog stops pinging so systemd restarts the gateway.
     fn durable(&self) -> bool;
@@ -406,85 +383,6 @@ pub trait GatewayState: EnrollmentState + Send + Sync {
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
 
-    /// True when other processes (replicas) share this state: events then live in it
-    /// ([`Self::append_events`], [`Self::events_after`]).
-    fn is_shared(&self) -> bool {
-        false
-    }
-
-    /// Commit events (`(ts_ms, event as JSON)`) durably, still without ids
-    /// ([`Self::sequence_events`] gives them theirs). With no events, returns the newest
-    /// id given so far. Only called on a shared state.
-    fn append_events(&self, _events: Vec<(u64, String)>) -> Fut<'_, u64> {
-        Box::pin(async { Err(StateError::Unavailable("events are kept in memory".into())) })
-    }
-
-    /// Give the committed events that have none their ids, in commit order across
-    /// replicas (whichever replica committed them, including events committed with a
-    /// message: [`ForNode::event`]), and announce them; returns how many. Only called on
-    /// a shared state.
-    fn sequence_events(&self) -> Fut<'_, u64> {
-        Box::pin(async { Ok(0) })
-    }
-
-    /// Committed events after `after`, oldest first: `(id, ts_ms, event as JSON)`.
-    fn events_after(&self, _after: u64, _limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// Shared state: `node` was heard from at `now_ms`; true when it was not online
-    /// before (exactly one replica gets true for one transition).
-    fn node_heard<'a>(&'a self, _node: &'a str, _now_ms: u64) -> Fut<'a, bool> {
-        Box::pin(async { Ok(false) })
-    }
-
-    /// Shared state: this replica holds long-polls of `nodes` (so they are heard from
-    /// at `now_ms`) until at least `until_ms`.
-    fn nodes_polling(&self, _nodes: Vec<String>, _now_ms: u64, _until_ms: u64) -> Fut<'_, ()> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Shared state: the long-poll of `node` this replica claimed until `until_ms`
-    /// ended because its connection closed: the claim ends at `now_ms`, unless a newer
-    /// poll (any replica's) has claimed a later time since.
-    fn poll_abandoned<'a>(&'a self, _node: &'a str, _until_ms: u64, _now_ms: u64) -> Fut<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Shared state: mark offline the nodes online but not heard from since `silent_since_ms`
-    /// and polled nowhere at `now_ms`; returns them (each transition to exactly one replica).
-    fn sweep_offline(&self, _silent_since_ms: u64, _now_ms: u64) -> Fut<'_, Vec<String>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// Shared state: what every replica knows of these nodes.
-    fn nodes_seen<'a>(
-        &'a self,
-        _nodes: &'a [String],
-    ) -> Fut<'a, std::collections::HashMap<String, NodeSeen>> {
-        Box::pin(async { Ok(std::collections::HashMap::new()) })
-    }
-
-    /// What other replicas commit, as it happens; `None` for a state only this process
-    /// writes.
-    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
-        None
-    }
-
-    /// Record a node request's signature until `keep_until_ms`; false when it was seen
-    /// before by any replica sharing this state. A state only this process writes
-    /// answers true: the gateway's own in-memory window is then the whole truth.
-    fn first_use<'a>(&'a self, _signature: &'a [u8; 64], _keep_until_ms: u64) -> Fut<'a, bool> {
-        Box::pin(async { Ok(true) })
-    }
-
-    /// Store the enrolled peers (`outpost trust add/remove` on a database-backed
-    /// gateway); the embedded store's CLI writes its own file directly.
-    fn save_trust<'a>(&'a self, _trust: &'a TrustStore) -> Fut<'a, ()> {
-        Box::pin(async {
-            Err(StateError::Unavailable(
-                "this state's trust store is written by the CLI on the data dir".into(),
-            ))
-        })
-    }
+    /// Store the enrolled peers (`outpost trust add/remove`, on either engine).
+    fn save_trust<'a>(&'a self, trust: &'a TrustStore) -> Fut<'a, ()>;
 }

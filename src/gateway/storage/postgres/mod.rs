@@ -37,6 +37,7 @@ mod peers;
 mod pool;
 mod queue;
 mod queued;
+mod replicas;
 pub mod schema;
 mod settle;
 mod status;
@@ -389,10 +390,6 @@ impl GatewayState for Postgres {
         }
     }
 
-    fn refresh_peer<'a>(&'a self, node_id: &'a str) -> Fut<'a, ()> {
-        Box::pin(async move { self.refresh_peer_now(node_id).await })
-    }
-
     fn durable(&self) -> bool {
         // Durability is the database's: a replica that cannot reach it answers 503 and
         // reconnects by itself; restarting it would not help.
@@ -414,53 +411,6 @@ impl GatewayState for Postgres {
 
     fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
         Box::pin(async move { self.save_trust_now(t).await })
-    }
-
-    fn first_use<'a>(&'a self, signature: &'a [u8; 64], keep_until_ms: u64) -> Fut<'a, bool> {
-        Box::pin(async move { self.first_use_now(signature, keep_until_ms).await })
-    }
-
-    fn is_shared(&self) -> bool {
-        true
-    }
-
-    fn node_heard<'a>(&'a self, node: &'a str, now_ms: u64) -> Fut<'a, bool> {
-        Box::pin(async move { live::heard(self, node, now_ms).await })
-    }
-
-    fn nodes_polling(&self, nodes: Vec<String>, now_ms: u64, until_ms: u64) -> Fut<'_, ()> {
-        Box::pin(async move { live::polling(self, nodes, now_ms, until_ms).await })
-    }
-
-    fn poll_abandoned<'a>(&'a self, node: &'a str, until_ms: u64, now_ms: u64) -> Fut<'a, ()> {
-        Box::pin(async move { live::poll_abandoned(self, node, until_ms, now_ms).await })
-    }
-
-    fn sweep_offline(&self, silent_since_ms: u64, now_ms: u64) -> Fut<'_, Vec<String>> {
-        Box::pin(async move { live::sweep_offline(self, silent_since_ms, now_ms).await })
-    }
-
-    fn nodes_seen<'a>(
-        &'a self,
-        nodes: &'a [String],
-    ) -> Fut<'a, std::collections::HashMap<String, super::NodeSeen>> {
-        Box::pin(async move { live::seen(self, nodes).await })
-    }
-
-    fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, u64> {
-        Box::pin(events::append(self, events))
-    }
-
-    fn sequence_events(&self) -> Fut<'_, u64> {
-        Box::pin(events::sequence(self))
-    }
-
-    fn events_after(&self, after: u64, limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
-        Box::pin(events::after(self, after, limit))
-    }
-
-    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
-        Some(self.notices.subscribe())
     }
 
     fn close(&self) -> Fut<'_, ()> {
