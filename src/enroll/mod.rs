@@ -195,6 +195,13 @@ impl Token {
     }
 }
 
+/// The `echo` of the hello's time statement for `nonce`: `enroll/<nonce>`. A request
+/// signature (the echo of a `clock_skew` statement, PROTOCOL §5) never contains `/`, so
+/// the two kinds of statement cannot stand in for each other.
+pub fn hello_echo(nonce: &str) -> String {
+    format!("enroll/{nonce}")
+}
+
 /// `GET /v1/enroll?node_id=&nonce=`: who the gateway is and its time, signed for this
 /// nonce (so a node whose clock says 1970 can stamp its request with the gateway's time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -419,6 +426,18 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A hello's time statement can never be taken as the answer to a node's
+        /// request: that echo is a request signature (base64url), which holds no `/`.
+        #[test]
+        fn a_hello_echo_is_never_a_request_signature(sig in proptest::array::uniform32(0u8..), nonce in "[A-Za-z0-9_-]{1,64}") {
+            let mut full = [0u8; 64];
+            full[..32].copy_from_slice(&sig);
+            full[32..].copy_from_slice(&sig);
+            proptest::prop_assert!(!b64_encode(&full).contains('/'));
+            proptest::prop_assert!(hello_echo(&nonce).contains('/'));
+            proptest::prop_assert_ne!(hello_echo(&nonce), b64_encode(&full));
+        }
+
         #[test]
         fn arbitrary_text_never_panics(s in ".{0,600}") {
             let _ = Token::parse(&s);

@@ -215,10 +215,17 @@ pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), Stri
 }
 
 /// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
+/// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
+/// statement echoes) is base64url and never holds a `/`, so this one can never pass as
+/// the answer to a node's request.
 pub fn hello(gw: &Gateway, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
-    if !crate::envelope::is_valid_node_id(node_id) || nonce.is_empty() || nonce.len() > 64 {
+    let nonce_ok = (1..=64).contains(&nonce.len())
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !crate::envelope::is_valid_node_id(node_id) || !nonce_ok {
         return Err(GatewayError::BadRequest(
-            "node_id must be a node id and nonce 1 to 64 characters".into(),
+            "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
         ));
     }
     Ok(Hello {
@@ -228,7 +235,7 @@ pub fn hello(gw: &Gateway, node_id: &str, nonce: &str) -> Result<Hello, GatewayE
             &gw.cfg.node_id,
             node_id,
             gw.now_ms(),
-            nonce,
+            &crate::enroll::hello_echo(nonce),
         ),
     })
 }

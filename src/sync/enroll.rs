@@ -270,7 +270,7 @@ impl Enroller {
             &hello.gateway.node_id,
             &gw_keys.sign,
             node_id,
-            &nonce,
+            &crate::enroll::hello_echo(&nonce),
         )
         .map_err(|e| Attempt::Refused {
             code: codes::WRONG_GATEWAY.into(),
