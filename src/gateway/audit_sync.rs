@@ -170,29 +170,7 @@ pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, 
     gw.state.audit_extend(node, ext).await?;
     tracing::info!(event = "audit_synced", node_id = %node, size, "audit log extended and verified");
     frontiers.insert(node.to_string(), new);
-    if alarmed(gw, node) {
-        gw.publish(super::events::GatewayEvent::AuditResumed {
-            node_id: node.to_string(),
-            size,
-        });
-    }
     Ok(size)
-}
-
-/// Whether the newest audit event of `node` among the events in memory is a refusal
-/// (an extension then ends the alarm with `audit_resumed`).
-fn alarmed(gw: &Gateway, node: &str) -> bool {
-    use super::events::GatewayEvent as E;
-    let (events, _) = gw.events.replay(0);
-    events
-        .iter()
-        .rev()
-        .find_map(|e| match &e.event {
-            E::AuditRefused { node_id, .. } if node_id == node => Some(true),
-            E::AuditResumed { node_id, .. } if node_id == node => Some(false),
-            _ => None,
-        })
-        .unwrap_or(false)
 }
 
 /// The confirmed size and root of `node`'s copy.

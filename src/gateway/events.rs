@@ -88,16 +88,12 @@ pub enum GatewayEvent {
         messages: u64,
     },
     /// An audit upload of the node was refused (`audit_gap`, `audit_mismatch`): its log
-    /// and the gateway's copy disagree — an alarm until an upload extends the copy again.
+    /// and the gateway's copy disagree — an alarm until the copy grows past
+    /// `confirmed_size` (an upload extended it again).
     AuditRefused {
         node_id: String,
         code: String,
         confirmed_size: u64,
-    },
-    /// The node's audit copy was extended again after a refusal (the alarm is over).
-    AuditResumed {
-        node_id: String,
-        size: u64,
     },
 }
 
@@ -116,7 +112,6 @@ impl GatewayEvent {
             Self::Enrollment { .. } => "enrollment",
             Self::NodeRevoked { .. } => "node_revoked",
             Self::AuditRefused { .. } => "audit_refused",
-            Self::AuditResumed { .. } => "audit_resumed",
         }
     }
 

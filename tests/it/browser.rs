@@ -175,6 +175,27 @@ impl Browser {
         std::fs::write(Path::new(&dir).join(name), png).unwrap();
     }
 
+    /// Sign in to the console at `base` (the gateway's URL) with `token` and wait for
+    /// the fleet page.
+    pub async fn sign_in(&self, base: &str, token: &str) {
+        use fantoccini::Locator::Css;
+        let c = &self.client;
+        c.goto(&format!("{base}/ui/login")).await.unwrap();
+        c.find(Css("#token"))
+            .await
+            .unwrap()
+            .send_keys(token)
+            .await
+            .unwrap();
+        c.find(Css("form button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        self.wait_for_page("/ui").await;
+    }
+
     pub async fn close(self) {
         let _ = self.client.clone().close().await;
     }

@@ -709,7 +709,6 @@ async fn an_admin_calls_a_tool_from_the_node_page() {
 /// badge online again.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_a_browser_a_node_goes_away_a_command_expires_and_it_comes_back() {
-    use fantoccini::Locator::Css;
     let Some(b) = browser::start("console offline/expiry browser test").await else {
         return;
     };
@@ -722,20 +721,7 @@ async fn in_a_browser_a_node_goes_away_a_command_expires_and_it_comes_back() {
     })
     .await;
     let c = &b.client;
-    c.goto(&gw.url("/ui/login")).await.unwrap();
-    c.find(Css("#token"))
-        .await
-        .unwrap()
-        .send_keys(&admin)
-        .await
-        .unwrap();
-    c.find(Css("form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.wait_for_page("/ui").await;
+    b.sign_in(&gw.url(""), &admin).await;
     c.goto(&gw.url("/ui/nodes/node:a")).await.unwrap();
     b.wait_for_page("/ui/nodes/node:a").await;
     b.js("window.__outpostNoReload = 1; return 1").await;

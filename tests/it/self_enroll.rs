@@ -75,6 +75,22 @@ async fn enrollment_becomes(d: &Daemon, state: &str) -> Value {
     }
 }
 
+/// Wait until the node's status says its gateway refused it as retired.
+async fn refused_as_revoked(d: &Daemon) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = status(d).await;
+        if v["upstream"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("node_revoked"))
+        {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn gw_url(d: &Daemon) -> String {
     format!("http://{}", d.addr)
 }
@@ -524,18 +540,7 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
     }
     // Its next request: 401 node_revoked, said in its status.
     let d = n.start();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = status(&d).await;
-        if v["upstream"]["last_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("node_revoked"))
-        {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{v}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    refused_as_revoked(&d).await;
     // An event says so.
     wait_for(
         "node_revoked in the gateway's log",
@@ -626,18 +631,7 @@ async fn an_operator_approves_and_retires_from_the_console() {
         )
         .await;
     assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = status(&da).await;
-        if v["upstream"]["last_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("node_revoked"))
-        {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{v}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    refused_as_revoked(&da).await;
     let log = gateway_audit(&gw);
     assert!(
         log.iter().any(|l| l.starts_with("approve node:a")),
@@ -666,20 +660,7 @@ async fn in_a_browser_an_admin_approves_a_pending_enrollment() {
 
     let admin = gw.token("gateway:main", &["admin"], "1h");
     let c = &b.client;
-    c.goto(&gwd.url("/ui/login")).await.unwrap();
-    c.find(Css("#token"))
-        .await
-        .unwrap()
-        .send_keys(&admin)
-        .await
-        .unwrap();
-    c.find(Css("form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.wait_for_page("/ui").await;
+    b.sign_in(&gwd.url(""), &admin).await;
     let row = r#"tr[data-enrollment="node:pump-7"]"#;
     assert_eq!(b.attr(row, "data-kind").await.as_deref(), Some("new"));
     b.screenshot("fleet-pending.png").await;

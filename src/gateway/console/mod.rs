@@ -175,7 +175,7 @@ fn liveness_rank(l: &str) -> u8 {
 pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec<FleetRow> {
     let mut online_since: HashMap<&str, u64> = HashMap::new();
     // The newest audit refusal per node: (code, when, the copy's size then).
-    let mut alarms: HashMap<&str, Option<(String, u64, u64)>> = HashMap::new();
+    let mut alarms: HashMap<&str, (String, u64, u64)> = HashMap::new();
     for e in events {
         match &e.event {
             GatewayEvent::NodeOnline { node_id } => {
@@ -186,13 +186,7 @@ pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec
                 code,
                 confirmed_size,
             } => {
-                alarms.insert(
-                    node_id.as_str(),
-                    Some((code.clone(), e.ts_ms, *confirmed_size)),
-                );
-            }
-            GatewayEvent::AuditResumed { node_id, .. } => {
-                alarms.insert(node_id.as_str(), None);
+                alarms.insert(node_id.as_str(), (code.clone(), e.ts_ms, *confirmed_size));
             }
             _ => {}
         }
@@ -219,9 +213,8 @@ pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec
                 // extended it since, at whichever replica).
                 audit_alarm: alarms
                     .get(v.node_id.as_str())
-                    .cloned()
-                    .flatten()
                     .filter(|(_, _, kept)| v.audit_size <= *kept)
+                    .cloned()
                     .map(|(code, at, _)| (code, at)),
                 node_id: v.node_id,
             }
@@ -328,8 +321,7 @@ pub fn event_node(e: &GatewayEvent) -> Option<&str> {
         | GatewayEvent::NodeOffline { node_id }
         | GatewayEvent::Enrollment { node_id, .. }
         | GatewayEvent::NodeRevoked { node_id, .. }
-        | GatewayEvent::AuditRefused { node_id, .. }
-        | GatewayEvent::AuditResumed { node_id, .. } => Some(node_id),
+        | GatewayEvent::AuditRefused { node_id, .. } => Some(node_id),
         _ => None,
     }
 }
