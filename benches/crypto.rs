@@ -123,6 +123,7 @@ fn main() {
     let ctx = OpenContext {
         me: "node:pump-17",
         keys: &node,
+        previous_keys: None,
         trust: &trust,
         now_ms: now,
         skew_ms: 300_000,

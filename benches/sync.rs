@@ -440,6 +440,7 @@ fn crypto_ceiling(n: usize) -> (f64, f64) {
                         let ctx = OpenContext {
                             me: "node:b1",
                             keys: node,
+                            previous_keys: None,
                             trust,
                             now_ms: now,
                             skew_ms: 60_000,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::envelope::{Keys, TrustStore};
+use crate::envelope::{KeyRing, Keys, TrustStore};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -17,8 +17,9 @@ pub use crate::store::names::{KV_META, KV_REVOKED};
 pub struct Base {
     pub(super) cfg: Arc<Config>,
     pub(super) store: Store,
-    pub(super) keys: Arc<Keys>,
-    trust: crate::daemon::trust::TrustCache,
+    /// Switched whole by a key rotation (`identity rotate`) while the node runs.
+    pub(super) keys: Arc<KeyRing>,
+    pub(super) trust: crate::daemon::trust::TrustCache,
     pub(super) metrics: Arc<Metrics>,
     pub(super) clock: SharedClock,
     pub(super) life: Lifecycle,
@@ -36,7 +37,7 @@ impl Base {
         Self {
             cfg: Arc::new(cfg),
             store,
-            keys: Arc::new(keys),
+            keys: Arc::new(KeyRing::from(keys)),
             trust,
             metrics: Arc::new(Metrics::new()),
             clock,

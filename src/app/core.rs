@@ -48,6 +48,16 @@ pub trait Upstream: Send + Sync {
 impl NodeCore {
     pub fn open(cfg: Config) -> anyhow::Result<Self> {
         let clock = clock::system();
+        let now_ms = clock.now_ms();
+        // A key switch cut short after keys.json and before identity.json: finish it
+        // (keys.json only ever changes after the gateway accepted the rotation).
+        if let Some(rot) = super::rotation::pending(&cfg.data_dir)? {
+            let on_disk = Keys::load(&keyfile::keys_path(&cfg.data_dir))?;
+            if on_disk.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk {
+                super::rotation::finish(&cfg.data_dir, &rot, now_ms)?;
+            }
+        }
+        let previous = super::rotation::load_previous(&cfg.data_dir, now_ms)?;
         let keys = Keys::load(&keyfile::keys_path(&cfg.data_dir))?;
         let identity = keyfile::read_identity(&cfg.data_dir)?;
         if identity.node_id != cfg.node_id
@@ -61,8 +71,14 @@ impl NodeCore {
         }
         let store = super::open_store(&cfg, clock.clone())?;
         let trust = crate::daemon::trust::TrustCache::load(&store, &identity, store.now_ms())?;
+        if let Some((old, until)) = &previous {
+            trust.set_me_previous(old, until.to_owned())?;
+        }
         let tools = super::build_registry(&cfg)?;
         let base = Arc::new(Base::new(cfg, store, keys, trust, clock));
+        if let Some((old, until)) = previous {
+            base.keys.set_previous(old, until);
+        }
         let recorder = Arc::new(Recorder::open(base.clone())?);
         let auth = Arc::new(Authorizer::new(base.clone()));
         Ok(Self {
@@ -74,6 +90,25 @@ impl NodeCore {
             recorder,
             base,
         })
+    }
+
+    /// The gateway accepted this node's key rotation `rot`: switch the files, then
+    /// every flow at once (signing, sealing, opening, checkpoints), keeping the retired
+    /// pair to open what was sealed to it; the switch is recorded in the audit log and
+    /// covered by a checkpoint signed with the new key. Blocking (file I/O).
+    pub fn rotate_keys(&self, rot: &crate::envelope::KeyRotation) -> anyhow::Result<()> {
+        let now_ms = self.now_ms();
+        let (new, _old, until) = super::rotation::finish(&self.cfg().data_dir, rot, now_ms)?;
+        self.base.keys.rotate(new, until);
+        self.base
+            .trust
+            .rotate_me(rot, now_ms, until.saturating_sub(now_ms))?;
+        tracing::info!(
+            event = "key_rotated",
+            sign_pk = %crate::envelope::b64_encode(&rot.new_doc.sign_pk),
+            "this node's key pair was rotated; the gateway switched to the new key"
+        );
+        Ok(())
     }
 
     /// What every service shares.

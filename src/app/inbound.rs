@@ -359,12 +359,15 @@ async fn open_all(
 /// The security pipeline for one envelope (pure CPU plus dedup reads): callable from
 /// any thread, so a batch can be opened on all cores.
 pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenError> {
+    let now_ms = base.now_ms();
+    let (keys, previous) = (base.keys.current(), base.keys.previous(now_ms));
     let attempt = |trust: &crate::envelope::TrustStore| {
         let ctx = OpenContext {
             me: &base.cfg.node_id,
-            keys: &base.keys,
+            keys: &keys,
+            previous_keys: previous.as_deref(),
             trust,
-            now_ms: base.now_ms(),
+            now_ms,
             skew_ms: base.skew_ms(),
             max_bytes: base.cfg.queue.max_message_bytes as usize,
             max_ttl_ms: base.cfg.queue.max_ttl_s * 1000,

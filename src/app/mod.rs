@@ -17,6 +17,7 @@ pub mod offline;
 pub mod outbox;
 pub mod recorder;
 pub mod refusals;
+pub mod rotation;
 pub mod store_audit;
 pub mod tasks;
 pub mod upstream;

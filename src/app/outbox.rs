@@ -178,7 +178,7 @@ impl Outbox {
         }
         let sealed = seal_for(
             &self.base.cfg,
-            &self.base.keys,
+            &self.base.keys.current(),
             &self.base.trust(),
             self.base.now_ms(),
             to,

@@ -69,7 +69,7 @@ impl Recorder {
             if size == 0 || latest == Some(size) {
                 return Ok(());
             }
-            log.checkpoint(base.keys.signing_key(), &base.cfg.node_id)
+            log.checkpoint(base.keys.current().signing_key(), &base.cfg.node_id)
                 .map(|_| ())
         })
         .await;

@@ -88,6 +88,48 @@ impl NodeLink for Link {
             .and_then(|p| p.doc.tls_pin())
     }
 
+    fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation> {
+        match crate::app::rotation::pending(&self.0.cfg().data_dir) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(event = "rotation_unreadable", error = %format!("{e:#}"));
+                None
+            }
+        }
+    }
+
+    fn rotation_accepted(
+        &self,
+        rotation: crate::envelope::KeyRotation,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        let core = self.0.clone();
+        Box::pin(async move {
+            let c = core.clone();
+            let rot = rotation.clone();
+            tokio::task::spawn_blocking(move || c.rotate_keys(&rot))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("{e:#}"))?;
+            let detail = format!(
+                "{} -> {}",
+                crate::envelope::b64_encode(&rotation.old_sign_pk),
+                crate::envelope::b64_encode(&rotation.new_doc.sign_pk)
+            );
+            let gateway = core.cfg().upstream.as_ref().map(|u| u.gateway_id.clone());
+            core.recorder
+                .audit_event(
+                    crate::audit::AuditEvent::Rotate,
+                    crate::audit::AuditOutcome::Ok,
+                    "",
+                    gateway.as_deref(),
+                    Some(&detail),
+                )
+                .await;
+            core.recorder.checkpoint().await;
+            Ok(())
+        })
+    }
+
     fn audit_batch(
         &self,
         confirmed_size: u64,
@@ -103,7 +145,7 @@ impl NodeLink for Link {
                 log.sync_batch(
                     confirmed_size,
                     max_entries,
-                    core.base().keys.signing_key(),
+                    core.base().keys.current().signing_key(),
                     &core.cfg().node_id,
                 )
                 .map(Some)
@@ -162,7 +204,7 @@ pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: Cancellation
     }));
     let enroller = Enroller {
         cfg: core.base().cfg.clone(),
-        keys: core.base().keys.clone(),
+        keys: core.base().keys.current(),
         store: core.base().store.clone(),
         status: status.clone(),
     };

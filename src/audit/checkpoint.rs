@@ -124,6 +124,24 @@ pub fn sign_checkpoint(key: &SigningKey, origin: &str, size: u64, root: &Hash) -
     sign_note(key, origin, &body(origin, size, root))
 }
 
+/// [`parse_and_verify`] with any of `keys` (a node's key history: checkpoints signed
+/// before a key rotation carry the retired key's signature). The first key that
+/// verifies wins; with none, the error the last key gave.
+pub fn parse_and_verify_any(
+    note: &str,
+    keys: &[VerifyingKey],
+    expected_origin: &str,
+) -> Result<Checkpoint, CheckpointError> {
+    let mut last = Err(CheckpointError::Malformed("no key to verify with"));
+    for key in keys.iter().rev() {
+        last = parse_and_verify(note, key, expected_origin);
+        if last.is_ok() {
+            break;
+        }
+    }
+    last
+}
+
 /// Parse a note and verify it was signed by `key` under the name `expected_origin`.
 pub fn parse_and_verify(
     note: &str,

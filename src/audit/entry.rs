@@ -44,6 +44,8 @@ pub enum AuditEvent {
     Reject,
     /// An operator retired a node.
     Revoke,
+    /// A node replaced its key pair by a signed rotation (PROTOCOL §15.7).
+    Rotate,
 }
 
 impl AuditEvent {
@@ -61,6 +63,7 @@ impl AuditEvent {
             Self::Approve => "approve",
             Self::Reject => "reject",
             Self::Revoke => "revoke",
+            Self::Rotate => "rotate",
         }
     }
 }

@@ -91,5 +91,5 @@ fn appends_queued_behind_a_slow_write_share_one_batch() {
     assert_eq!(idx, (1..=20).collect::<Vec<u64>>());
     assert_eq!(storage.batches.load(std::sync::atomic::Ordering::SeqCst), 2);
     log.checkpoint(&key(), NODE).unwrap();
-    assert!(log.verify(&key().verifying_key(), NODE).unwrap().is_ok());
+    assert!(log.verify(&[key().verifying_key()], NODE).unwrap().is_ok());
 }

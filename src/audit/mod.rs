@@ -24,8 +24,8 @@ pub mod verify;
 mod tests;
 
 pub use checkpoint::{
-    origin_for, parse_and_verify, sign_checkpoint, sign_note, verify_note, Checkpoint,
-    CheckpointError,
+    origin_for, parse_and_verify, parse_and_verify_any, sign_checkpoint, sign_note, verify_note,
+    Checkpoint, CheckpointError,
 };
 pub use entry::{
     json_sha256_hex, sha256_hex, to_hex, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,

@@ -36,7 +36,7 @@ fn filled(n: u64) -> (Arc<MemoryAuditStorage>, AuditLog<Arc<MemoryAuditStorage>>
 }
 
 fn verify(log: &AuditLog<Arc<MemoryAuditStorage>>) -> VerifyReport {
-    log.verify(&key().verifying_key(), NODE).unwrap()
+    log.verify(&[key().verifying_key()], NODE).unwrap()
 }
 
 #[test]
@@ -257,12 +257,12 @@ fn sync_batches_extend_the_gateway_tree_step_by_step() {
     let mut gateway = Frontier::new();
     let b1 = log.sync_batch(0, 4, &key(), NODE).unwrap();
     assert_eq!((b1.from, b1.size, b1.entries.len()), (0, 4, 4));
-    let ext = verify_extension(&gateway, &b1.entries, &b1.checkpoint, &vk, NODE).unwrap();
+    let ext = verify_extension(&gateway, &b1.entries, &b1.checkpoint, &[vk], NODE).unwrap();
     gateway =
         Frontier::from_subtree_hashes(ext.frontier.size(), &ext.frontier.subtree_hashes()).unwrap();
     let b2 = log.sync_batch(4, 100, &key(), NODE).unwrap();
     assert_eq!((b2.from, b2.size), (4, 10));
-    let ext = verify_extension(&gateway, &b2.entries, &b2.checkpoint, &vk, NODE).unwrap();
+    let ext = verify_extension(&gateway, &b2.entries, &b2.checkpoint, &[vk], NODE).unwrap();
     assert_eq!(ext.frontier.root(), log.root());
     assert_eq!(ext.leaf_hashes.len(), 6);
     // Checkpoints signed for sync are stored and checked by verify.
@@ -282,12 +282,12 @@ fn gateway_refuses_gaps_reorders_alterations_and_forks() {
         base.push(leaf_hash(e));
     }
     let b = log.sync_batch(3, 100, &key(), NODE).unwrap();
-    assert!(verify_extension(&base, &b.entries, &b.checkpoint, &vk, NODE).is_ok());
+    assert!(verify_extension(&base, &b.entries, &b.checkpoint, &[vk], NODE).is_ok());
 
     let mut gap = b.entries.clone();
     gap.remove(1);
     assert_eq!(
-        verify_extension(&base, &gap, &b.checkpoint, &vk, NODE),
+        verify_extension(&base, &gap, &b.checkpoint, &[vk], NODE),
         Err(ExtensionError::IndexMismatch {
             position: 4,
             claimed: 5
@@ -296,7 +296,7 @@ fn gateway_refuses_gaps_reorders_alterations_and_forks() {
     let mut swapped = b.entries.clone();
     swapped.swap(0, 1);
     assert!(matches!(
-        verify_extension(&base, &swapped, &b.checkpoint, &vk, NODE),
+        verify_extension(&base, &swapped, &b.checkpoint, &[vk], NODE),
         Err(ExtensionError::IndexMismatch {
             position: 3,
             claimed: 4
@@ -308,11 +308,11 @@ fn gateway_refuses_gaps_reorders_alterations_and_forks() {
         .replace("job-5", "job-9")
         .into_bytes();
     assert_eq!(
-        verify_extension(&base, &altered, &b.checkpoint, &vk, NODE),
+        verify_extension(&base, &altered, &b.checkpoint, &[vk], NODE),
         Err(ExtensionError::RootMismatch { size: 8 })
     );
     assert!(matches!(
-        verify_extension(&base, &b.entries[..4], &b.checkpoint, &vk, NODE),
+        verify_extension(&base, &b.entries[..4], &b.checkpoint, &[vk], NODE),
         Err(ExtensionError::SizeMismatch {
             checkpoint: 8,
             computed: 7
@@ -324,12 +324,12 @@ fn gateway_refuses_gaps_reorders_alterations_and_forks() {
         fork.push(leaf_hash(format!("other-{i}").as_bytes()));
     }
     assert_eq!(
-        verify_extension(&fork, &b.entries, &b.checkpoint, &vk, NODE),
+        verify_extension(&fork, &b.entries, &b.checkpoint, &[vk], NODE),
         Err(ExtensionError::RootMismatch { size: 8 })
     );
     let stranger = SigningKey::from_bytes(&[1; 32]).verifying_key();
     assert!(matches!(
-        verify_extension(&base, &b.entries, &b.checkpoint, &stranger, NODE),
+        verify_extension(&base, &b.entries, &b.checkpoint, &[stranger], NODE),
         Err(ExtensionError::Checkpoint(_))
     ));
 }

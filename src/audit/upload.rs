@@ -11,7 +11,7 @@
 
 use ed25519_dalek::VerifyingKey;
 
-use super::checkpoint::{origin_for, parse_and_verify, Checkpoint, CheckpointError};
+use super::checkpoint::{origin_for, parse_and_verify_any, Checkpoint, CheckpointError};
 use super::merkle::{leaf_hash, Frontier, Hash};
 
 /// What the node uploads: entries `[from, size)` and a note signed for `size`.
@@ -48,15 +48,16 @@ pub enum ExtensionError {
 }
 
 /// Check that `entries` continue the tree summarised by `known` and that `note` is the
-/// node's signature over the result. Pure; the caller stores on `Ok` only.
+/// node's signature over the result, by one of `keys` (its key, and the one a rotation
+/// retired while that key's grace lasts). Pure; the caller stores on `Ok` only.
 pub fn verify_extension<B: AsRef<[u8]>>(
     known: &Frontier,
     entries: &[B],
     note: &str,
-    key: &VerifyingKey,
+    keys: &[VerifyingKey],
     node_id: &str,
 ) -> Result<Extension, ExtensionError> {
-    let checkpoint = parse_and_verify(note, key, &origin_for(node_id))?;
+    let checkpoint = parse_and_verify_any(note, keys, &origin_for(node_id))?;
     let mut frontier = known.clone();
     let mut leaf_hashes = Vec::with_capacity(entries.len());
     for e in entries {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use ed25519_dalek::VerifyingKey;
 
-use super::checkpoint::{origin_for, parse_and_verify, CheckpointError};
+use super::checkpoint::{origin_for, parse_and_verify_any, CheckpointError};
 use super::log::{stream, AuditError, AuditLog, AuditStorage};
 use super::merkle::{leaf_hash, Frontier, Hash};
 use super::upload::claimed_index;
@@ -53,7 +53,10 @@ impl<S: AuditStorage> AuditLog<S> {
     ///
     /// Does not touch the in-memory frontier: it answers "do the stored bytes hold up",
     /// which is what `outpost audit verify` promises.
-    pub fn verify(&self, key: &VerifyingKey, node_id: &str) -> Result<VerifyReport, AuditError> {
+    ///
+    /// `keys` is every signing key the log's owner has had (oldest first): a checkpoint
+    /// verifies with any of them.
+    pub fn verify(&self, keys: &[VerifyingKey], node_id: &str) -> Result<VerifyReport, AuditError> {
         let origin = origin_for(node_id);
         let mut failures = Vec::new();
         // size → expected root, from every checkpoint whose signature checks out.
@@ -61,7 +64,7 @@ impl<S: AuditStorage> AuditLog<S> {
         let checkpoints = self.storage.checkpoints().map_err(AuditError::Storage)?;
         let checkpoints_checked = checkpoints.len();
         for (size, note) in &checkpoints {
-            match parse_and_verify(note, key, &origin) {
+            match parse_and_verify_any(note, keys, &origin) {
                 Ok(cp) if cp.size != *size => {
                     failures.push(VerifyFailure::CheckpointSizeMismatch {
                         stored: *size,

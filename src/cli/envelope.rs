@@ -49,6 +49,7 @@ pub fn envelope_cmd(cfg: &ConfigArg, cmd: EnvelopeCmd) -> anyhow::Result<()> {
             let ctx = OpenContext {
                 me: &cfg.node_id,
                 keys: &keys,
+                previous_keys: None,
                 trust: &t,
                 now_ms: now,
                 skew_ms: cfg.max_clock_skew_s * 1000,

@@ -16,6 +16,39 @@ pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `outpost identity rotate`: leave a rotation for the running node (it delivers it on
+/// its next sync), and with `--wait` watch it complete.
+pub fn rotate(cfg: &ConfigArg, wait_s: u64) -> anyhow::Result<()> {
+    let cfg = load_config(cfg)?;
+    let now_ms = crate::clock::system().now_ms();
+    let rot =
+        crate::app::rotation::begin(&cfg, now_ms).map_err(|e| Exit::failed(format!("{e:#}")))?;
+    let new_pk = crate::envelope::b64_encode(&rot.new_doc.sign_pk);
+    eprintln!(
+        "key rotation to {new_pk} is waiting for the gateway: the running node delivers it \
+         on its next sync and switches when the gateway accepts"
+    );
+    if wait_s == 0 {
+        println!("{new_pk}");
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_s);
+    while crate::app::rotation::pending(&cfg.data_dir)?.is_some() {
+        if std::time::Instant::now() >= deadline {
+            return Err(Exit::failed(format!(
+                "the rotation is still waiting after {wait_s}s: is the node running and \
+                 connected to its gateway? (`outpost status`; it completes on its own once \
+                 it is)"
+            ))
+            .into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    eprintln!("rotated: the gateway and this node now use {new_pk}");
+    println!("{new_pk}");
+    Ok(())
+}
+
 /// The stored document, with the TLS pin of the certificate a gateway serves now.
 fn with_current_tls_pin(
     cfg: &crate::config::Config,

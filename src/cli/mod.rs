@@ -78,6 +78,20 @@ pub struct ConfigArg {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum IdentityCmd {
+    /// Replace this node's key pair: a new pair and a statement signed by the old and
+    /// the new key, which the running node delivers to its gateway on its next sync;
+    /// both switch when the gateway accepts (PROTOCOL §15.7). Nothing queued is lost:
+    /// the retired key still opens what was sealed to it for 7 days.
+    Rotate {
+        /// Wait up to this many seconds for the running node to complete the rotation
+        /// (0: do not wait).
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a config, keys and store for a new node or gateway.
     Init {
@@ -123,13 +137,15 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
-    /// Print this identity document.
+    /// Print this identity document (or rotate its keys: `identity rotate`).
     Identity {
         #[command(flatten)]
         cfg: ConfigArg,
         /// One line of JSON (what `trust add` on a peer reads).
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        cmd: Option<IdentityCmd>,
     },
     /// Manage trusted peers.
     Trust {
@@ -416,7 +432,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             crate::config::NO_GATEWAY
         ))
         .into()),
-        Command::Identity { cfg, json } => identity::identity(&cfg, json),
+        Command::Identity {
+            cfg,
+            cmd: Some(IdentityCmd::Rotate { wait }),
+            ..
+        } => identity::rotate(&cfg, wait),
+        Command::Identity {
+            cfg,
+            json,
+            cmd: None,
+        } => identity::identity(&cfg, json),
         Command::Trust { cfg, cmd } => identity::trust_cmd(&cfg, cmd),
         Command::Token { cfg, cmd } => token::token_cmd(&cfg, cmd),
         Command::Envelope { cfg, cmd } => envelope::envelope_cmd(&cfg, cmd),

@@ -27,7 +27,7 @@ pub fn put(batch: &mut crate::store::Batch, t: &TrustStore) {
 /// What a running role verifies with: the persisted peers plus its own identity, which
 /// may always issue tokens for itself (`outpost token issue` on the device).
 pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustStore> {
-    with_me(load(store)?, me)
+    with_me(load(store)?, &me_peer(me)?)
 }
 
 /// The trust store a running role verifies with, shared by its handlers.
@@ -46,7 +46,8 @@ pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustSt
 /// counter), and only a change is parsed.
 pub struct TrustCache {
     load: Loader,
-    me: IdentityDocument,
+    /// This role's own entry (a key rotation replaces it while the role runs).
+    me: std::sync::RwLock<crate::envelope::Peer>,
     current: std::sync::RwLock<std::sync::Arc<TrustStore>>,
     /// The source's fingerprint of `current` (0: none yet).
     fingerprint: std::sync::atomic::AtomicU64,
@@ -89,15 +90,23 @@ pub fn load_since(store: &Store, known: u64) -> anyhow::Result<Option<(u64, Trus
 }
 
 /// The peers plus `me` as an issuer (see [`effective`]).
-fn with_me(mut t: TrustStore, me: &IdentityDocument) -> anyhow::Result<TrustStore> {
-    if t.get(&me.node_id).is_none() {
-        t.add(
-            me.clone(),
-            Rights {
-                send: false,
-                issue: true,
-            },
-        )?;
+/// This role's own entry: its document, allowed to issue tokens.
+fn me_peer(me: &IdentityDocument) -> anyhow::Result<crate::envelope::Peer> {
+    let mut t = TrustStore::new();
+    t.add(
+        me.clone(),
+        Rights {
+            send: false,
+            issue: true,
+        },
+    )?;
+    t.remove(&me.node_id)
+        .ok_or_else(|| anyhow::anyhow!("own identity vanished"))
+}
+
+fn with_me(mut t: TrustStore, me: &crate::envelope::Peer) -> anyhow::Result<TrustStore> {
+    if t.get(&me.doc.node_id).is_none() {
+        t.insert(me.clone());
     }
     Ok(t)
 }
@@ -112,10 +121,11 @@ impl TrustCache {
     /// The cache over any source of peers.
     pub fn with_loader(load: Loader, me: &IdentityDocument, now_ms: u64) -> anyhow::Result<Self> {
         let (fp, t) = load(0)?.ok_or_else(|| anyhow::anyhow!("the trust store did not load"))?;
-        let t = with_me(t, me)?;
+        let me = me_peer(me)?;
+        let t = with_me(t, &me)?;
         Ok(Self {
             load,
-            me: me.clone(),
+            me: std::sync::RwLock::new(me),
             current: std::sync::RwLock::new(std::sync::Arc::new(t)),
             fingerprint: std::sync::atomic::AtomicU64::new(fp),
             checked_at_ms: std::sync::atomic::AtomicU64::new(now_ms),
@@ -160,13 +170,64 @@ impl TrustCache {
     }
 
     /// Ask the source (the caller holds `checking`).
+    /// After a restart inside a rotation's grace: tokens this role issued with its
+    /// retired key (`old`) still verify until `until_ms`.
+    pub fn set_me_previous(
+        &self,
+        old: &crate::envelope::Keys,
+        until_ms: u64,
+    ) -> anyhow::Result<()> {
+        let mut me = self.me.write().unwrap_or_else(|p| p.into_inner());
+        let doc = IdentityDocument::new(&me.doc.node_id, &me.doc.role, old, "1970-01-01T00:00:00Z");
+        let keys = doc.verify()?;
+        me.previous = Some(crate::envelope::Retired {
+            doc,
+            keys,
+            until_ms,
+        });
+        drop(me);
+        let _one_at_a_time = self.checking.lock().unwrap_or_else(|p| p.into_inner());
+        self.fingerprint
+            .store(0, std::sync::atomic::Ordering::Release);
+        self.check(
+            self.checked_at_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        Ok(())
+    }
+
+    /// This role rotated its own key (`rot`): tokens it issued with the retired key
+    /// still verify until `now_ms + grace_ms`, new ones verify with the new key.
+    pub fn rotate_me(
+        &self,
+        rot: &crate::envelope::KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> anyhow::Result<()> {
+        {
+            let mut me = self.me.write().unwrap_or_else(|p| p.into_inner());
+            let mut one = TrustStore::new();
+            one.insert(me.clone());
+            one.rotate(rot, now_ms, grace_ms)?;
+            *me = one
+                .remove(&rot.new_doc.node_id)
+                .ok_or_else(|| anyhow::anyhow!("own identity vanished"))?;
+        }
+        let _one_at_a_time = self.checking.lock().unwrap_or_else(|p| p.into_inner());
+        self.fingerprint
+            .store(0, std::sync::atomic::Ordering::Release);
+        self.check(now_ms);
+        Ok(())
+    }
+
     fn check(&self, now_ms: u64) {
         use std::sync::atomic::Ordering;
         self.checks_begun.fetch_add(1, Ordering::AcqRel);
         self.checked_at_ms.store(now_ms, Ordering::Relaxed);
         let known = self.fingerprint.load(Ordering::Acquire);
         match (self.load)(known).and_then(|r| {
-            r.map(|(fp, t)| with_me(t, &self.me).map(|t| (fp, t)))
+            let me = self.me.read().unwrap_or_else(|p| p.into_inner()).clone();
+            r.map(|(fp, t)| with_me(t, &me).map(|t| (fp, t)))
                 .transpose()
         }) {
             Ok(None) => {}

@@ -38,11 +38,13 @@
 
 mod hpke_base;
 mod identity;
+mod keyring;
 mod keys;
 mod node_id;
 mod open;
 mod pae;
 mod request_sig;
+mod rotation;
 mod seal;
 mod time_statement;
 mod trust;
@@ -56,6 +58,7 @@ pub use identity::{
     kex_pk_is_contributory, parse_kex_pk, parse_sign_pk, IdentityDocument, IdentityError,
     VerifiedKeys, IDENTITY_DOMAIN,
 };
+pub use keyring::KeyRing;
 pub use keys::{KeyFileError, Keys};
 pub use node_id::{is_valid_node_id, validate_node_id, InvalidNodeId};
 pub use open::{
@@ -67,12 +70,13 @@ pub use request_sig::{
     request_signed_bytes, sign_request, verify_request, RequestSigError, SeenSignatures,
     VerifiedRequest, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP, HTTP_DOMAIN,
 };
+pub use rotation::{KeyRotation, RotationError, ROTATION_DOMAIN, ROTATION_GRACE_MS};
 pub use seal::{hpke_derive_public, hpke_seal, seal, FixedRng, SealError, SealParams};
 pub use time_statement::{
     sign_time_statement, time_statement_signed_bytes, verify_time_statement, TimeStatement,
     TimeStatementError, TIME_DOMAIN,
 };
-pub use trust::{Peer, Rights, TrustError, TrustStore};
+pub use trust::{Peer, Retired, RetiredRow, Rights, Rotated, TrustError, TrustStore};
 pub use wire::{
     is_valid_message_id, is_valid_payload_type, Envelope, WireError, ENVELOPE_DOMAIN,
     ENVELOPE_SIG_DOMAIN, ENVELOPE_VERSION, SUITE,

@@ -23,6 +23,9 @@ pub struct OpenContext<'a> {
     /// Our node id: envelopes for anyone else are refused.
     pub me: &'a str,
     pub keys: &'a Keys,
+    /// The pair a key rotation retired, while its grace lasts: an envelope sealed to it
+    /// before the switch still opens.
+    pub previous_keys: Option<&'a Keys>,
     pub trust: &'a TrustStore,
     pub now_ms: u64,
     /// Clock-skew tolerance (config `security.max_clock_skew_s` × 1000).
@@ -178,17 +181,18 @@ pub fn open_parsed(
         }
     }
     let header = env.header_bytes();
-    verify_sender(env, ctx.trust, &header)?;
+    verify_sender(env, ctx.trust, &header, ctx.now_ms)?;
     if seen(&env.sender_node_id, &env.message_id) {
         return Err(OpenError::Duplicate);
     }
-    let plaintext = hpke_open(
-        ctx.keys,
-        &env.enc,
-        &hpke_info(&env.recipient_node_id),
-        &env.ciphertext,
-        &header,
-    )?;
+    let info = hpke_info(&env.recipient_node_id);
+    let opened = hpke_open(ctx.keys, &env.enc, &info, &env.ciphertext, &header);
+    let plaintext = match (opened, ctx.previous_keys) {
+        (Err(OpenError::DecryptFailed), Some(old)) => {
+            hpke_open(old, &env.enc, &info, &env.ciphertext, &header)?
+        }
+        (opened, _) => opened?,
+    };
     if !is_json_object(&plaintext) {
         return Err(OpenError::BadRequest(
             "plaintext is not a JSON object".into(),
@@ -224,8 +228,15 @@ fn check_time(env: &Envelope, now_ms: u64, skew_ms: u64, max_ttl_ms: u64) -> Res
     Ok(())
 }
 
-/// Sender trusted with `send`, and its strict Ed25519 signature over (H, enc, ciphertext).
-fn verify_sender(env: &Envelope, trust: &TrustStore, header: &[u8]) -> Result<(), OpenError> {
+/// Sender trusted with `send`, and its strict Ed25519 signature over (H, enc, ciphertext)
+/// by its key, or by the key it retired while that key's grace lasts (an envelope
+/// sealed before a rotation).
+fn verify_sender(
+    env: &Envelope,
+    trust: &TrustStore,
+    header: &[u8],
+    now_ms: u64,
+) -> Result<(), OpenError> {
     let peer = trust
         .get(&env.sender_node_id)
         .ok_or(OpenError::UnknownSender)?;
@@ -234,13 +245,14 @@ fn verify_sender(env: &Envelope, trust: &TrustStore, header: &[u8]) -> Result<()
     }
     let sig =
         <[u8; 64]>::try_from(env.signature.as_slice()).map_err(|_| OpenError::BadSignature)?;
-    peer.keys
-        .sign
-        .verify_strict(
-            &signed_pae(header, &env.enc, &env.ciphertext),
-            &Signature::from_bytes(&sig),
-        )
-        .map_err(|_| OpenError::BadSignature)
+    let (msg, sig) = (
+        signed_pae(header, &env.enc, &env.ciphertext),
+        Signature::from_bytes(&sig),
+    );
+    peer.sign_keys(now_ms)
+        .find(|k| k.verify_strict(&msg, &sig).is_ok())
+        .map(|_| ())
+        .ok_or(OpenError::BadSignature)
 }
 
 /// The relay check, for a hop that stores and forwards an envelope it cannot decrypt
@@ -256,7 +268,7 @@ pub fn check_relay(
 ) -> Result<(), OpenError> {
     env.check_syntax()?;
     check_time(env, now_ms, skew_ms, max_ttl_ms)?;
-    verify_sender(env, trust, &env.header_bytes())
+    verify_sender(env, trust, &env.header_bytes(), now_ms)
 }
 
 /// How long a receiver must remember `(sender, message_id)` after accepting it: until the

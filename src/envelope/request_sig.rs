@@ -113,10 +113,12 @@ pub fn verify_request(
     let sig = b64_decode_array::<64>(signature_b64).ok_or(RequestSigError::Malformed)?;
     let peer = trust.get(node_id).ok_or(RequestSigError::UnknownNode)?;
     let msg = request_signed_bytes(node_id, method, path_and_query, timestamp, body);
-    peer.keys
-        .sign
-        .verify_strict(&msg, &Signature::from_bytes(&sig))
-        .map_err(|_| RequestSigError::BadSignature)?;
+    // The retired key of a rotation still signs while its grace lasts: a node retrying
+    // the rotation request whose answer it lost, or one that has not switched yet.
+    let signature = Signature::from_bytes(&sig);
+    peer.sign_keys(now_ms)
+        .find(|k| k.verify_strict(&msg, &signature).is_ok())
+        .ok_or(RequestSigError::BadSignature)?;
     // After the signature: `Stale` says the node is who it claims and only its clock is
     // off, so the gateway may answer it with its own signed time (PROTOCOL §5). It costs
     // a stale request one verification more than checking the time first did.

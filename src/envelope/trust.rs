@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::identity::{IdentityDocument, IdentityError, VerifiedKeys};
+use super::identity::{parse_sign_pk, IdentityDocument, IdentityError, VerifiedKeys};
+use super::pae::serde_b64;
+use super::rotation::{KeyRotation, RotationError};
 
 /// What a trusted peer may do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +29,51 @@ pub struct Peer {
     pub doc: IdentityDocument,
     pub rights: Rights,
     pub keys: VerifiedKeys,
+    /// The key a rotation retired, still accepted for signatures until its deadline
+    /// (made before the switch: queued envelopes, a retried request).
+    pub previous: Option<Retired>,
+    /// Every signing key this peer has retired by rotation, oldest first: its audit
+    /// log's older checkpoints were signed with them.
+    pub retired: Vec<ed25519_dalek::VerifyingKey>,
+}
+
+/// A retired key inside its grace period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    pub doc: IdentityDocument,
+    pub keys: VerifiedKeys,
+    /// Signatures by this key are accepted while `now_ms < until_ms`.
+    pub until_ms: u64,
+}
+
+impl Peer {
+    /// The signing keys that may have signed something dated `now_ms`: the current one,
+    /// then the retired one while its grace lasts.
+    pub fn sign_keys(&self, now_ms: u64) -> impl Iterator<Item = &ed25519_dalek::VerifyingKey> {
+        std::iter::once(&self.keys.sign).chain(
+            self.previous
+                .as_ref()
+                .filter(|r| now_ms < r.until_ms)
+                .map(|r| &r.keys.sign),
+        )
+    }
+
+    /// Every key this peer ever signed with here, the current one last: what its audit
+    /// log's checkpoints are checked against.
+    pub fn key_history(&self) -> Vec<ed25519_dalek::VerifyingKey> {
+        let mut keys = self.retired.clone();
+        keys.push(self.keys.sign);
+        keys
+    }
+}
+
+/// What [`TrustStore::rotate`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotated {
+    /// The peer now has the new keys.
+    Applied,
+    /// It already had them (a retry of a rotation whose answer was lost).
+    AlreadyApplied,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -34,7 +81,23 @@ pub struct Peer {
 struct PeerRow {
     doc: IdentityDocument,
     rights: Rights,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous: Option<RetiredRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    retired: Vec<RetiredKey>,
 }
+
+/// The persisted form of [`Retired`] (its document is verified again on load).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetiredRow {
+    pub doc: IdentityDocument,
+    pub until_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(transparent)]
+struct RetiredKey(#[serde(with = "serde_b64")] Vec<u8>);
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +115,64 @@ pub enum TrustError {
     Malformed(String),
     #[error("trust store: unsupported format version {0}")]
     Version(u32),
+}
+
+impl Peer {
+    /// The persisted form of the rotation part (`None` when the peer never rotated).
+    pub fn rotation_row(&self) -> Option<String> {
+        if self.previous.is_none() && self.retired.is_empty() {
+            return None;
+        }
+        let row = RotationRow {
+            previous: self.previous.as_ref().map(|r| RetiredRow {
+                doc: r.doc.clone(),
+                until_ms: r.until_ms,
+            }),
+            retired: self
+                .retired
+                .iter()
+                .map(|k| RetiredKey(k.to_bytes().to_vec()))
+                .collect(),
+        };
+        serde_json::to_string(&row).ok()
+    }
+
+    /// Restore the rotation part from [`Peer::rotation_row`]'s text, checking it.
+    pub fn with_rotation_row(mut self, text: Option<&str>) -> Result<Self, TrustError> {
+        let Some(text) = text else {
+            return Ok(self);
+        };
+        let row: RotationRow =
+            serde_json::from_str(text).map_err(|e| TrustError::Malformed(e.to_string()))?;
+        self.previous = row.previous.map(retired_from_row).transpose()?;
+        self.retired = retired_keys(&row.retired)?;
+        Ok(self)
+    }
+}
+
+/// A peer's rotation history, as one column or record.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RotationRow {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous: Option<RetiredRow>,
+    #[serde(default)]
+    retired: Vec<RetiredKey>,
+}
+
+fn retired_from_row(r: RetiredRow) -> Result<Retired, TrustError> {
+    let keys = r.doc.verify()?;
+    Ok(Retired {
+        doc: r.doc,
+        keys,
+        until_ms: r.until_ms,
+    })
+}
+
+fn retired_keys(rows: &[RetiredKey]) -> Result<Vec<ed25519_dalek::VerifyingKey>, TrustError> {
+    rows.iter()
+        .map(|k| parse_sign_pk(&k.0).map_err(TrustError::from))
+        .collect()
 }
 
 /// The set of trusted peers, keyed by node id.
@@ -74,7 +195,61 @@ impl TrustStore {
     ) -> Result<Option<Peer>, TrustError> {
         let keys = doc.verify()?;
         let id = doc.node_id.clone();
-        Ok(self.peers.insert(id, Peer { doc, rights, keys }))
+        // The same key again (new rights): its rotation history stays.
+        let (previous, retired) = match self.peers.get(&id) {
+            Some(p) if p.keys.sign == keys.sign => (p.previous.clone(), p.retired.clone()),
+            _ => (None, Vec::new()),
+        };
+        let peer = Peer {
+            doc,
+            rights,
+            keys,
+            previous,
+            retired,
+        };
+        Ok(self.peers.insert(id, peer))
+    }
+
+    /// Insert (or replace) a peer whole, its rotation history included (a database row).
+    pub fn insert(&mut self, peer: Peer) {
+        self.peers.insert(peer.doc.node_id.clone(), peer);
+    }
+
+    /// Apply a key rotation of a trusted peer: after it, `rot.new_doc` is the peer's
+    /// document (same rights), the retired key is accepted until `now_ms + grace_ms`
+    /// and stays in the key history. A statement whose new document is already the
+    /// peer's is a retry: nothing changes.
+    pub fn rotate(
+        &mut self,
+        rot: &KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Result<Rotated, RotationError> {
+        let old = rot.verify()?;
+        let id = &rot.new_doc.node_id;
+        let peer = self
+            .peers
+            .get_mut(id)
+            .ok_or_else(|| RotationError::UnknownPeer(id.clone()))?;
+        if peer.doc.role != rot.new_doc.role {
+            return Err(RotationError::OtherPeer);
+        }
+        if peer.doc == rot.new_doc {
+            return Ok(Rotated::AlreadyApplied);
+        }
+        if peer.keys.sign != old {
+            return Err(RotationError::Stale(id.clone()));
+        }
+        let keys = rot.new_doc.verify()?;
+        let before = std::mem::replace(&mut peer.doc, rot.new_doc.clone());
+        peer.retired.push(peer.keys.sign);
+        peer.previous = Some(Retired {
+            doc: before,
+            keys: peer.keys,
+            until_ms: now_ms.saturating_add(grace_ms),
+        });
+        peer.keys = keys;
+        Ok(Rotated::Applied)
     }
 
     pub fn remove(&mut self, node_id: &str) -> Option<Peer> {
@@ -108,6 +283,15 @@ impl TrustStore {
                 .map(|p| PeerRow {
                     doc: p.doc.clone(),
                     rights: p.rights,
+                    previous: p.previous.as_ref().map(|r| RetiredRow {
+                        doc: r.doc.clone(),
+                        until_ms: r.until_ms,
+                    }),
+                    retired: p
+                        .retired
+                        .iter()
+                        .map(|k| RetiredKey(k.to_bytes().to_vec()))
+                        .collect(),
                 })
                 .collect(),
         };
@@ -124,7 +308,14 @@ impl TrustStore {
         }
         let mut store = Self::new();
         for row in file.peers {
-            store.add(row.doc, row.rights)?;
+            let keys = row.doc.verify()?;
+            store.insert(Peer {
+                doc: row.doc,
+                rights: row.rights,
+                keys,
+                previous: row.previous.map(retired_from_row).transpose()?,
+                retired: retired_keys(&row.retired)?,
+            });
         }
         Ok(store)
     }
@@ -133,7 +324,7 @@ impl TrustStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::Keys;
+    use crate::envelope::{KeyRotation, Keys, RotationError};
 
     #[test]
     fn add_get_remove_roundtrip() {
@@ -158,6 +349,64 @@ mod tests {
         assert_eq!(t.list().count(), 1);
         assert!(t.remove("gateway:main").is_some());
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_rotation_switches_keys_keeps_the_old_one_for_the_grace_and_survives_a_reload() {
+        let old = Keys::generate();
+        let new = Keys::generate();
+        let d = IdentityDocument::new("node:a", "node", &old, "2026-11-22T06:00:00Z");
+        let nd = IdentityDocument::new("node:a", "node", &new, "2026-11-27T06:00:00Z");
+        let rot = KeyRotation::new(&old, &new, nd.clone());
+        let mut t = TrustStore::new();
+        assert_eq!(
+            t.rotate(&rot, 1_000, 500),
+            Err(RotationError::UnknownPeer("node:a".into()))
+        );
+        let rights = Rights {
+            send: true,
+            issue: false,
+        };
+        t.add(d.clone(), rights).unwrap();
+        assert_eq!(t.rotate(&rot, 1_000, 500), Ok(Rotated::Applied));
+        assert_eq!(t.rotate(&rot, 2_000, 500), Ok(Rotated::AlreadyApplied));
+        let p = t.get("node:a").unwrap();
+        assert_eq!(p.doc, nd);
+        assert_eq!(p.rights, rights);
+        let keys = |now| p.sign_keys(now).copied().collect::<Vec<_>>();
+        assert_eq!(keys(1_499), vec![new.sign_pk(), old.sign_pk()]);
+        assert_eq!(keys(1_500), vec![new.sign_pk()]);
+        assert_eq!(p.key_history(), vec![old.sign_pk(), new.sign_pk()]);
+        let back = TrustStore::from_bytes(&t.to_bytes()).unwrap();
+        assert_eq!(back, t);
+        let row = p.rotation_row();
+        let mut bare = TrustStore::new();
+        bare.add(nd, rights).unwrap();
+        let restored = bare
+            .get("node:a")
+            .unwrap()
+            .clone()
+            .with_rotation_row(row.as_deref())
+            .unwrap();
+        assert_eq!(&restored, p);
+        // The old key cannot rotate again: it is no longer the trusted one.
+        let other = Keys::generate();
+        let od = IdentityDocument::new("node:a", "node", &other, "2026-11-27T07:00:00Z");
+        assert_eq!(
+            t.rotate(&KeyRotation::new(&old, &other, od), 3_000, 500),
+            Err(RotationError::Stale("node:a".into()))
+        );
+        // A second rotation retires the first new key; the history keeps both.
+        let third = Keys::generate();
+        let td = IdentityDocument::new("node:a", "node", &third, "2026-11-28T06:00:00Z");
+        t.rotate(&KeyRotation::new(&new, &third, td), 4_000, 500)
+            .unwrap();
+        let p = t.get("node:a").unwrap();
+        assert_eq!(
+            p.key_history(),
+            vec![old.sign_pk(), new.sign_pk(), third.sign_pk()]
+        );
+        assert_eq!(p.previous.as_ref().unwrap().keys.sign, new.sign_pk());
     }
 
     #[test]

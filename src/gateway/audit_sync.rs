@@ -58,7 +58,7 @@ pub fn verify_upload(
     stored: &dyn Fn(u64) -> Option<Vec<u8>>,
     entries: Vec<Vec<u8>>,
     note: &str,
-    key: &ed25519_dalek::VerifyingKey,
+    keys: &[ed25519_dalek::VerifyingKey],
     node_id: &str,
 ) -> Result<(Frontier, u64, Vec<Vec<u8>>), Refusal> {
     let size = old.size();
@@ -79,7 +79,7 @@ pub fn verify_upload(
         }
         fresh.push(e);
     }
-    let ext = verify_extension(old, &fresh, note, key, node_id)?;
+    let ext = verify_extension(old, &fresh, note, keys, node_id)?;
     Ok((ext.frontier, ext.checkpoint.size, fresh))
 }
 
@@ -133,7 +133,14 @@ async fn resent_prefix(
 /// Verify an upload from `node` against its stored copy and store the extension.
 /// Returns the new confirmed size. Uploads are serialised per gateway.
 pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, GatewayError> {
-    let Some(peer_key) = gw.trust().get(node).map(|p| p.keys.sign) else {
+    // Its key, and the one a rotation retired while that key's grace lasts (a
+    // checkpoint signed before the switch, uploaded after it).
+    let now = gw.now_ms();
+    let Some(peer_keys) = gw
+        .trust()
+        .get(node)
+        .map(|p| p.sign_keys(now).copied().collect::<Vec<_>>())
+    else {
         return Err(GatewayError::UnknownPeer);
     };
     let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
@@ -142,7 +149,7 @@ pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, 
     let resent = resent_prefix(gw, node, old.size(), &entries).await?;
     let stored = |i: u64| resent.get(&i).cloned();
     let (new, size, fresh) =
-        match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_key, node) {
+        match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_keys, node) {
             Ok(x) => x,
             Err(r) => {
                 tracing::error!(
@@ -235,7 +242,7 @@ mod tests {
             &none,
             all[..3].to_vec(),
             &note(&k, &all[..3]),
-            &vk,
+            &[vk],
             "node:a",
         )
         .unwrap();
@@ -246,7 +253,7 @@ mod tests {
             &none,
             all[3..].to_vec(),
             &note(&k, &all),
-            &vk,
+            &[vk],
             "node:a",
         )
         .unwrap();
@@ -257,7 +264,7 @@ mod tests {
             &none,
             all[4..].to_vec(),
             &note(&k, &all),
-            &vk,
+            &[vk],
             "node:a",
         );
         assert_eq!(r.unwrap_err().code(), "audit_gap");
@@ -274,22 +281,28 @@ mod tests {
             &none,
             all[3..].to_vec(),
             &note(&k, &other),
-            &vk,
+            &[vk],
             "node:a",
         );
         assert_eq!(r.unwrap_err().code(), "audit_mismatch");
         // Resending already-confirmed entries must match what is stored.
         let stored_ok = |i: u64| all.get(i as usize).cloned();
-        assert!(
-            verify_upload(&f3, &stored_ok, all.clone(), &note(&k, &all), &vk, "node:a").is_ok()
-        );
+        assert!(verify_upload(
+            &f3,
+            &stored_ok,
+            all.clone(),
+            &note(&k, &all),
+            &[vk],
+            "node:a"
+        )
+        .is_ok());
         let stored_bad = |_: u64| Some(b"{}".to_vec());
         let r = verify_upload(
             &f3,
             &stored_bad,
             all.clone(),
             &note(&k, &all),
-            &vk,
+            &[vk],
             "node:a",
         );
         assert_eq!(r.unwrap_err(), Refusal::Rewritten(0));
@@ -300,7 +313,7 @@ mod tests {
             &none,
             all[3..].to_vec(),
             &note(&k2, &all),
-            &vk,
+            &[vk],
             "node:a",
         );
         assert!(matches!(

@@ -313,6 +313,7 @@ fn open_request(
     let ctx = OpenContext {
         me: &gw.cfg.node_id,
         keys: &gw.keys,
+        previous_keys: None,
         trust: &one,
         now_ms: gw.now_ms(),
         skew_ms: gw.skew_ms(),

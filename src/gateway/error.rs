@@ -55,6 +55,9 @@ pub enum GatewayError {
     /// An enrollment (or a retired node's request) refused with a code of PROTOCOL §15.4.
     #[error("{1}")]
     Enroll(&'static str, String),
+    /// A key rotation statement refused (PROTOCOL §15.7).
+    #[error(transparent)]
+    Rotation(#[from] crate::envelope::RotationError),
     /// The gateway's durable state failed.
     #[error(transparent)]
     State(#[from] StateError),

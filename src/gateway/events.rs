@@ -87,6 +87,11 @@ pub enum GatewayEvent {
         node_id: String,
         messages: u64,
     },
+    /// The node replaced its key pair (PROTOCOL §15.7); `sign_pk` is the new key.
+    NodeRotated {
+        node_id: String,
+        sign_pk: String,
+    },
     /// An audit upload of the node was refused (`audit_gap`, `audit_mismatch`): its log
     /// and the gateway's copy disagree — an alarm until the copy grows past
     /// `confirmed_size` (an upload extended it again).
@@ -111,6 +116,7 @@ impl GatewayEvent {
             Self::NodeOffline { .. } => "node_offline",
             Self::Enrollment { .. } => "enrollment",
             Self::NodeRevoked { .. } => "node_revoked",
+            Self::NodeRotated { .. } => "node_rotated",
             Self::AuditRefused { .. } => "audit_refused",
         }
     }

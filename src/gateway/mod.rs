@@ -32,6 +32,7 @@ pub mod events;
 pub mod fleet;
 pub mod liveness;
 pub mod own_audit;
+pub mod rotation;
 pub mod state;
 pub mod storage;
 pub mod sweeper;

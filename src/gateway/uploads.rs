@@ -215,6 +215,7 @@ fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
     let ctx = OpenContext {
         me: &gw.cfg.node_id,
         keys: &gw.keys,
+        previous_keys: None,
         trust: &trust,
         now_ms: gw.now_ms(),
         skew_ms: gw.skew_ms(),

@@ -95,6 +95,14 @@ pub trait NodeLink: Send + Sync + 'static {
         let _ = peer;
         None
     }
+    /// A key rotation `outpost identity rotate` left for the gateway, if any (a file
+    /// read: asked while the link is up, every few seconds at most).
+    fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation>;
+    /// The gateway accepted `rotation`: switch to the new keys (files, then memory).
+    fn rotation_accepted(
+        &self,
+        rotation: crate::envelope::KeyRotation,
+    ) -> BoxFuture<'_, Result<(), String>>;
 }
 
 /// What `/v1/status` shows under `upstream`.

@@ -19,7 +19,7 @@ use ed25519_dalek::VerifyingKey;
 use super::wire::ErrorAnswer;
 use crate::config::Upstream;
 use crate::envelope::{
-    sign_request, verify_time_statement, Keys, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+    sign_request, verify_time_statement, KeyRing, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
 };
 
 /// The signing key the node's trust store pins for a peer id, if any.
@@ -104,7 +104,8 @@ pub struct Transport {
     bases: Vec<String>,
     current: std::sync::atomic::AtomicUsize,
     node_id: String,
-    keys: Arc<Keys>,
+    /// The node's keys (a key rotation switches them while the link runs).
+    keys: Arc<KeyRing>,
     /// `upstream.gateway_id` and how to find the key pinned for it.
     gateway_id: String,
     pinned: PinnedKey,
@@ -120,7 +121,7 @@ impl Transport {
     pub fn new(
         up: &Upstream,
         node_id: &str,
-        keys: Arc<Keys>,
+        keys: Arc<KeyRing>,
         pinned: PinnedKey,
     ) -> Result<Self, SyncError> {
         Self::with_tls_pin(up, node_id, keys, pinned, Arc::new(|| None))
@@ -132,7 +133,7 @@ impl Transport {
     pub fn with_tls_pin(
         up: &Upstream,
         node_id: &str,
-        keys: Arc<Keys>,
+        keys: Arc<KeyRing>,
         pinned: PinnedKey,
         tls_pin: crate::tls_pin::PinSource,
     ) -> Result<Self, SyncError> {
@@ -342,7 +343,7 @@ impl Transport {
         let bytes = body.unwrap_or_default();
         let now_ms = self.stamp(now_ms);
         let sig = sign_request(
-            &self.keys,
+            &self.keys.current(),
             &self.node_id,
             method.as_str(),
             &signed_pq,

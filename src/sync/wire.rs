@@ -156,6 +156,14 @@ pub struct AuditAnswer {
     pub size: u64,
 }
 
+/// `POST /v1/nodes/{id}/rotate` answer (PROTOCOL §15.7): `applied` is false when the
+/// gateway already had the new key (a retry after a lost answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RotateAnswer {
+    pub node_id: String,
+    pub applied: bool,
+}
+
 /// `GET /v1/nodes/{id}/revocations?since=N` answer: token ids revoked after version N,
 /// and the version to ask from next time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

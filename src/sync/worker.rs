@@ -14,7 +14,7 @@ use super::transport::{PinnedKey, SyncError, Transport};
 use super::wire::{AckAnswer, AckRejected, AckRequest, PullAnswer};
 use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
 use crate::config::Config;
-use crate::envelope::Keys;
+use crate::envelope::KeyRing;
 use crate::store::Store;
 use crate::telemetry::{Metrics, TimeMovedBack};
 use serde_json::value::RawValue;
@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 pub struct SyncDeps {
     pub cfg: Arc<Config>,
     pub store: Store,
-    pub keys: Arc<Keys>,
+    pub keys: Arc<KeyRing>,
     pub metrics: Arc<Metrics>,
     pub node: Arc<dyn NodeLink>,
 }
@@ -76,6 +76,7 @@ pub fn spawn(
         acking: None,
         failure: std::sync::Mutex::new(None),
         reporter: super::advice::Reporter::default(),
+        rotation_checked: None,
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -106,6 +107,8 @@ pub(super) struct Worker {
     pub(super) failure: std::sync::Mutex<Option<super::advice::Advice>>,
     /// When a failure is worth a log line.
     pub(super) reporter: super::advice::Reporter,
+    /// When the link last looked for a pending key rotation.
+    rotation_checked: Option<tokio::time::Instant>,
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
@@ -114,6 +117,9 @@ fn drop_prefetch(p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncE
         h.abort();
     }
 }
+
+/// How often a connected link looks for a pending key rotation (a file read).
+const ROTATION_CHECK: Duration = Duration::from_secs(3);
 
 /// How long a refused gateway time is extrapolated with the monotonic clock.
 const REFUSED_TIME_KEPT: Duration = Duration::from_secs(600);
@@ -154,6 +160,7 @@ impl Worker {
             if m.connected() {
                 self.set_refused_time(None);
                 self.reporter.ok();
+                self.maybe_rotate().await;
             }
             tracing::trace!(event = "sync_action", ?action);
             // A prefetched batch is only the answer to the flush pull that follows; an
@@ -189,6 +196,38 @@ impl Worker {
                 self.report(&ev);
                 self.confirmed_audit = None;
             }
+        }
+    }
+
+    /// Deliver a pending key rotation (PROTOCOL §15.7), asked for at most every
+    /// [`ROTATION_CHECK`] while connected. Signed with the current (retiring) key; on the
+    /// gateway's yes the node switches. A failure is logged and tried again later: the
+    /// rotation waits, nothing else does.
+    async fn maybe_rotate(&mut self) {
+        let now = tokio::time::Instant::now();
+        if self
+            .rotation_checked
+            .is_some_and(|t| now < t + ROTATION_CHECK)
+        {
+            return;
+        }
+        self.rotation_checked = Some(now);
+        let Some(rot) = self.deps.node.pending_rotation() else {
+            return;
+        };
+        let path = self.t.node_path("rotate");
+        let answer: Result<super::wire::RotateAnswer, SyncError> =
+            self.t.post(&path, &rot, self.now()).await;
+        let outcome = match answer {
+            Ok(_) => self.deps.node.rotation_accepted(rot).await,
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(
+                event = "key_rotation_failed",
+                error = %e,
+                "the key rotation waits: tried again in a few seconds"
+            );
         }
     }
 

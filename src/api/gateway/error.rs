@@ -74,6 +74,14 @@ impl From<GatewayError> for ApiError {
                 };
                 ApiError::new(status, code, msg)
             }
+            GatewayError::Rotation(r) => {
+                let status = match r {
+                    crate::envelope::RotationError::Stale(_) => StatusCode::CONFLICT,
+                    crate::envelope::RotationError::UnknownPeer(_) => StatusCode::UNAUTHORIZED,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                ApiError::new(status, r.code(), msg)
+            }
             GatewayError::State(s) => s.into(),
             GatewayError::Internal(detail) => ApiError::internal(detail),
         }

@@ -49,6 +49,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             post(node::audit_upload).get(node::audit_status),
         )
         .route("/v1/nodes/{id}/revocations", get(node::revocations))
+        .route("/v1/nodes/{id}/rotate", post(node::rotate))
         .route("/openapi.json", get(crate::api::openapi::gateway))
         .merge(ui::router(gw.clone()))
         .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })

@@ -11,10 +11,10 @@ use super::auth::SignedNode;
 use crate::api::json::{parse, QueryParams};
 use crate::api::ApiResult;
 use crate::gateway::storage::NodeAck;
-use crate::gateway::{audit_sync, delivery, uploads, Gateway};
+use crate::gateway::{audit_sync, delivery, rotation, uploads, Gateway};
 use crate::sync::wire::{
     AckAnswer, AckRequest, AuditAnswer, AuditStatus, AuditUpload, PullAnswer, Revocations,
-    UploadAnswer, UploadRequest,
+    RotateAnswer, UploadAnswer, UploadRequest,
 };
 
 #[derive(Debug, Deserialize)]
@@ -98,5 +98,18 @@ pub async fn revocations(
     Ok(Json(Revocations {
         revoked: list.revoked,
         version: list.version,
+    }))
+}
+
+/// A node's key rotation statement, signed by the key it retires (PROTOCOL §15.7).
+pub async fn rotate(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<RotateAnswer>> {
+    let body: crate::envelope::KeyRotation = parse(&signed.body)?;
+    let applied = rotation::rotate_node(&gw, &signed.node_id, &body).await?;
+    Ok(Json(RotateAnswer {
+        node_id: signed.node_id,
+        applied,
     }))
 }

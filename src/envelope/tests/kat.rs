@@ -283,6 +283,7 @@ fn file_envelopes_open_with_file_keys() {
         let ctx = OpenContext {
             me: v["recipient"]["node_id"].as_str().unwrap(),
             keys: &recipient,
+            previous_keys: None,
             trust: &trust,
             now_ms: env.created_at_ms,
             skew_ms: 0,

@@ -90,6 +90,7 @@ pub(crate) fn ctx(w: &World, now_ms: u64) -> OpenContext<'_> {
     OpenContext {
         me: ME,
         keys: &w.node,
+        previous_keys: None,
         trust: &w.trust,
         now_ms,
         skew_ms: SKEW,

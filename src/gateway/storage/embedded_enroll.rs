@@ -4,7 +4,7 @@
 //! only the token records, so neither overwrites the other's writes.
 
 use super::Embedded;
-use crate::envelope::{b64_encode, IdentityDocument};
+use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::enroll::{
     trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
@@ -293,5 +293,25 @@ impl EnrollmentState for Embedded {
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
         Box::pin(async move { self.revoked_node_now(node_id) })
+    }
+
+    fn rotate_node<'a>(
+        &'a self,
+        rotation: &'a KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Fut<'a, Result<Rotated, RotationError>> {
+        Box::pin(async move {
+            let _one = self.enrolling.lock().await;
+            let mut trust = self.trust_now()?;
+            match trust.rotate(rotation, now_ms, grace_ms) {
+                Ok(Rotated::Applied) => {}
+                other => return Ok(other),
+            }
+            let mut batch = Batch::new();
+            crate::daemon::trust::put(&mut batch, &trust);
+            self.store.commit(batch).await?;
+            Ok(Ok(Rotated::Applied))
+        })
     }
 }

@@ -3,7 +3,7 @@
 //! approval or retirement changes — each write one transaction with what it implies.
 
 use super::Fut;
-use crate::envelope::IdentityDocument;
+use crate::envelope::{IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
 
 /// Enrollment's state, which every [`super::GatewayState`] keeps too.
@@ -45,4 +45,13 @@ pub trait EnrollmentState: Send + Sync {
     /// The document of the newest retired key of `node_id`, if any (a request from a
     /// node the trust store does not know is checked against it: `node_revoked`).
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>>;
+    /// Apply a node's key rotation (PROTOCOL §15.7) in one transaction, with
+    /// [`crate::envelope::TrustStore::rotate`] on the node's row: afterwards its
+    /// document is the statement's and its retired key is accepted for `grace_ms`.
+    fn rotate_node<'a>(
+        &'a self,
+        rotation: &'a KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Fut<'a, Result<Rotated, RotationError>>;
 }

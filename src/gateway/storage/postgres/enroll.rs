@@ -6,7 +6,9 @@
 use tokio_postgres::Transaction;
 
 use super::{i, listen, unavailable, Postgres, STATUS_KEEP_MS};
-use crate::envelope::{b64_encode, IdentityDocument};
+use crate::envelope::{
+    b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError, TrustStore,
+};
 use crate::gateway::enroll::{
     Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
@@ -83,7 +85,9 @@ async fn trust_node(
          VALUES ($1, 'node', $2, $3, $4, $5)
          ON CONFLICT (node_id) DO UPDATE
              SET role = excluded.role, document = excluded.document,
-                 may_send = excluded.may_send, may_issue = excluded.may_issue",
+                 may_send = excluded.may_send, may_issue = excluded.may_issue,
+                 rotation = CASE WHEN peers.document = excluded.document
+                                 THEN peers.rotation END",
         &[
             &doc.node_id,
             &to_json(doc)?,
@@ -368,6 +372,47 @@ impl Postgres {
         }
         Ok(newest.map(|r| r.document))
     }
+
+    /// The node's row under its lock, [`TrustStore::rotate`] on it, the row written back.
+    pub(super) async fn rotate_node_now(
+        &self,
+        rot: &KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Result<Result<Rotated, RotationError>, StateError> {
+        let node_id = &rot.new_doc.node_id;
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        let row = tx
+            .query_opt(
+                "SELECT document, may_send, may_issue, rotation FROM peers
+                 WHERE node_id = $1 FOR UPDATE",
+                &[node_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut one = TrustStore::new();
+        if let Some(r) = &row {
+            one.insert(super::peers::peer_row(r)?);
+        }
+        match one.rotate(rot, now_ms, grace_ms) {
+            Ok(Rotated::Applied) => {}
+            other => return Ok(other),
+        }
+        let peer = one
+            .get(node_id)
+            .ok_or_else(|| StateError::Corrupt("peers: rotated peer vanished".into()))?;
+        tx.execute(
+            "UPDATE peers SET document = $2, rotation = $3 WHERE node_id = $1",
+            &[node_id, &to_json(&peer.doc)?, &peer.rotation_row()],
+        )
+        .await
+        .map_err(unavailable)?;
+        notify_trust(&tx).await?;
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_peer_now(node_id).await?;
+        Ok(Ok(Rotated::Applied))
+    }
 }
 
 impl EnrollmentState for Postgres {
@@ -412,5 +457,14 @@ impl EnrollmentState for Postgres {
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
         Box::pin(self.revoked_node_now(node_id))
+    }
+
+    fn rotate_node<'a>(
+        &'a self,
+        rotation: &'a KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Fut<'a, Result<Rotated, RotationError>> {
+        Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms))
     }
 }

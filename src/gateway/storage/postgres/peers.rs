@@ -5,7 +5,7 @@
 
 use super::super::{GatewayState, RevocationList, Revoked, StateError};
 use super::{i, listen, u, unavailable, Postgres};
-use crate::envelope::{IdentityDocument, Rights, TrustStore};
+use crate::envelope::{Peer, Rights, TrustStore};
 
 #[derive(Default)]
 pub(super) struct Revocations {
@@ -42,16 +42,14 @@ impl Postgres {
         let c = self.pool.get().await?;
         let rows = c
             .query(
-                "SELECT document, may_send, may_issue FROM peers ORDER BY node_id",
+                "SELECT document, may_send, may_issue, rotation FROM peers ORDER BY node_id",
                 &[],
             )
             .await
             .map_err(unavailable)?;
         let mut t = TrustStore::new();
         for r in rows {
-            let (doc, rights) = peer_row(&r)?;
-            t.add(doc, rights)
-                .map_err(|e| StateError::Corrupt(format!("peers: {e}")))?;
+            t.insert(peer_row(&r)?);
         }
         self.replace_trust(|copy| *copy = t);
         Ok(())
@@ -81,29 +79,23 @@ impl Postgres {
         let c = self.pool.get().await?;
         let row = c
             .query_opt(
-                "SELECT document, may_send, may_issue FROM peers WHERE node_id = $1",
+                "SELECT document, may_send, may_issue, rotation FROM peers WHERE node_id = $1",
                 &[&node_id],
             )
             .await
             .map_err(unavailable)?;
         let found = row.as_ref().map(peer_row).transpose()?;
-        let mut bad = None;
         self.replace_trust(|copy| match found {
-            Some((doc, rights)) => {
-                let same = copy
-                    .get(node_id)
-                    .is_some_and(|p| p.doc == doc && p.rights == rights);
-                if !same {
-                    if let Err(e) = copy.add(doc, rights) {
-                        bad = Some(StateError::Corrupt(format!("peers: {e}")));
-                    }
+            Some(peer) => {
+                if copy.get(node_id) != Some(&peer) {
+                    copy.insert(peer);
                 }
             }
             None => {
                 copy.remove(node_id);
             }
         });
-        bad.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// Replace the enrolled peers with `t` (what `outpost trust add/remove` edits), and
@@ -111,7 +103,9 @@ impl Postgres {
     pub(super) async fn save_trust_now(&self, t: &TrustStore) -> Result<(), StateError> {
         let (mut ids, mut roles, mut docs, mut send, mut issue) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut rotations: Vec<Option<String>> = Vec::new();
         for p in t.list() {
+            rotations.push(p.rotation_row());
             ids.push(p.doc.node_id.clone());
             roles.push(p.doc.role.clone());
             docs.push(
@@ -129,16 +123,19 @@ impl Postgres {
             .await
             .map_err(unavailable)?;
         tx.execute(
-            "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
-             SELECT n, r, d, s, i, $6
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[], $5::bool[]) AS x(n, r, d, s, i)
+            "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms, rotation)
+             SELECT n, r, d, s, i, $6, o
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[], $5::bool[], $7::text[])
+                  AS x(n, r, d, s, i, o)
              ON CONFLICT (node_id) DO UPDATE
                  SET role = excluded.role, document = excluded.document,
-                     may_send = excluded.may_send, may_issue = excluded.may_issue
-                 WHERE (peers.role, peers.document, peers.may_send, peers.may_issue)
+                     may_send = excluded.may_send, may_issue = excluded.may_issue,
+                     rotation = excluded.rotation
+                 WHERE (peers.role, peers.document, peers.may_send, peers.may_issue, peers.rotation)
                        IS DISTINCT FROM
-                       (excluded.role, excluded.document, excluded.may_send, excluded.may_issue)",
-            &[&ids, &roles, &docs, &send, &issue, &i(self.now_ms())],
+                       (excluded.role, excluded.document, excluded.may_send, excluded.may_issue,
+                        excluded.rotation)",
+            &[&ids, &roles, &docs, &send, &issue, &i(self.now_ms()), &rotations],
         )
         .await
         .map_err(unavailable)?;
@@ -240,12 +237,20 @@ pub(super) async fn revocations(pg: &Postgres, since: u64) -> Result<RevocationL
 }
 
 /// A `peers` row read as `SELECT document, may_send, may_issue`.
-fn peer_row(r: &tokio_postgres::Row) -> Result<(IdentityDocument, Rights), StateError> {
-    let doc = serde_json::from_str(r.get::<_, &str>(0))
-        .map_err(|e| StateError::Corrupt(format!("peers.document: {e}")))?;
+/// A `peers` row (`document, may_send, may_issue, rotation`), verified as
+/// [`TrustStore::add`] and [`Peer::with_rotation_row`] verify.
+pub(super) fn peer_row(r: &tokio_postgres::Row) -> Result<Peer, StateError> {
+    let corrupt = |e: &dyn std::fmt::Display| StateError::Corrupt(format!("peers: {e}"));
+    let doc: crate::envelope::IdentityDocument =
+        serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt(&e))?;
     let rights = Rights {
         send: r.get(1),
         issue: r.get(2),
     };
-    Ok((doc, rights))
+    let id = doc.node_id.clone();
+    let mut one = TrustStore::new();
+    one.add(doc, rights).map_err(|e| corrupt(&e))?;
+    let peer = one.remove(&id).ok_or_else(|| corrupt(&"vanished"))?;
+    peer.with_rotation_row(r.get::<_, Option<&str>>(3))
+        .map_err(|e| corrupt(&e))
 }

@@ -193,6 +193,11 @@ CREATE TABLE enrollments (
     PRIMARY KEY (node_id, sign_pk)
 );
 "#,
+    // 5: key rotation (PROTOCOL §15.7): a peer's retired keys (JSON: the one still in its
+    // grace period and every retired signing key), NULL for a peer that never rotated.
+    r#"
+ALTER TABLE peers ADD COLUMN rotation text;
+"#,
 ];
 
 /// The newest schema this binary knows.
