@@ -218,7 +218,7 @@ mod tests {
 
     fn node(dir: &Path) -> Config {
         let text = format!(
-            "node_id = \"node:rot\"\nrole = \"node\"\ndata_dir = \"{}\"\n",
+            "[identity]\nnode_id = \"node:rot\"\nrole = \"node\"\ndata_dir = \"{}\"\n",
             dir.display()
         );
         let p = dir.join("outpost.toml");

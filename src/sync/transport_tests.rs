@@ -1,4 +1,5 @@
 use super::*;
+use crate::envelope::Keys;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Found by the fault harness (scripts/chaos.py flap and crash, docs/RELIABILITY.md
@@ -51,7 +52,7 @@ async fn two_requests_in_one_millisecond_never_share_a_signature() {
     let t = Transport::new(
         &up,
         "node:a",
-        Arc::new(Keys::generate()),
+        Arc::new(KeyRing::from(Keys::generate())),
         Arc::new(|_| None),
     )
     .unwrap();
@@ -158,7 +159,7 @@ async fn a_verified_clock_skew_answer_is_clock_skew_without_failover() {
     let (url, mut heads) =
         skew_server(move |sig| sign_time_statement(&gw, "gateway:main", "node:a", real, sig)).await;
     let (second, mut second_heads) = skew_server(|_| unreachable!()).await;
-    let node = Arc::new(Keys::generate());
+    let node = Arc::new(KeyRing::from(Keys::generate()));
     let t = Transport::new(
         &upstream(vec![url, second]),
         "node:a",
@@ -205,7 +206,7 @@ async fn a_statement_that_does_not_verify_is_a_plain_401() {
         let t = Transport::new(
             &upstream(vec![url]),
             "node:a",
-            Arc::new(Keys::generate()),
+            Arc::new(KeyRing::from(Keys::generate())),
             Arc::new(move |_: &str| Some(pk)),
         )
         .unwrap();

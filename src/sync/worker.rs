@@ -160,6 +160,10 @@ impl Worker {
             if m.connected() {
                 self.set_refused_time(None);
                 self.reporter.ok();
+            }
+            // First thing at start (before the first pull opens what is queued), then
+            // while connected.
+            if m.connected() || self.rotation_checked.is_none() {
                 self.maybe_rotate().await;
             }
             tracing::trace!(event = "sync_action", ?action);

@@ -213,12 +213,12 @@ pub fn check_cached(
     if token.is_empty() {
         return Decision::deny(R::Missing);
     }
-    let (issuer, claims, times) = match cache.and_then(|c| c.lookup(token, trust)) {
+    let (issuer, claims, times) = match cache.and_then(|c| c.lookup(token, trust, now_ms)) {
         Some(hit) => hit,
-        None => match authenticate(token, trust) {
-            Ok((issuer, claims, times)) => {
+        None => match authenticate(token, trust, now_ms) {
+            Ok((issuer, key, claims, times)) => {
                 if let Some(c) = cache {
-                    c.insert(token, issuer, &claims, times);
+                    c.insert(token, &key, &claims, times);
                 }
                 (issuer, claims, times)
             }
@@ -247,25 +247,35 @@ pub fn check_cached(
     Decision::Allow { claims }
 }
 
-/// Authenticity: parse, known issuer, signature by the footer's issuer, well-formed
-/// claims naming that issuer. Everything here is a pure function of the token and the
-/// issuer's key, which is what makes it safe to memoize.
+/// Authenticity: parse, known issuer, signature by the footer's issuer (by its key, or
+/// by the key a rotation retired while that key's grace lasts: tokens issued before
+/// the rotation), well-formed claims naming that issuer. Everything here is a pure
+/// function of the token and the issuer's key, which is what makes it safe to memoize;
+/// the key it verified under is returned for the memo.
 fn authenticate<'t>(
     token: &str,
     trust: &'t TrustStore,
-) -> Result<(&'t Peer, Claims, ClaimTimes), DenyReason> {
+    now_ms: u64,
+) -> Result<(&'t Peer, [u8; 32], Claims, ClaimTimes), DenyReason> {
     use DenyReason as R;
     let parsed = Parsed::parse(token).map_err(|_| R::Malformed)?;
     let footer = parse_footer(parsed.footer()).map_err(|_| R::Malformed)?;
     let issuer = trust.get(&footer.kid).ok_or(R::UnknownIssuer)?;
-    let payload =
-        paseto::verify(issuer.keys.sign.as_bytes(), &parsed, b"").map_err(|_| R::BadSignature)?;
+    let (key, payload) = issuer
+        .sign_keys(now_ms)
+        .find_map(|k| {
+            Some((
+                *k.as_bytes(),
+                paseto::verify(k.as_bytes(), &parsed, b"").ok()?,
+            ))
+        })
+        .ok_or(R::BadSignature)?;
     let claims = parse_claims(&payload).map_err(|_| R::Malformed)?;
     let times = claims.validate().map_err(|_| R::Malformed)?;
     if claims.iss != footer.kid {
         return Err(R::Malformed);
     }
-    Ok((issuer, claims, times))
+    Ok((issuer, key, claims, times))
 }
 
 /// A bounded memo of successful signature checks: token text → (issuer id, the issuer
@@ -309,17 +319,18 @@ impl VerifyCache {
         &self,
         token: &str,
         trust: &'t TrustStore,
+        now_ms: u64,
     ) -> Option<(&'t Peer, Claims, ClaimTimes)> {
         let map = self.map.lock().ok()?;
         let v = map.get(token)?;
         let issuer = trust.get(&v.issuer)?;
-        if issuer.keys.sign.as_bytes() != &v.key {
+        if !issuer.sign_keys(now_ms).any(|k| k.as_bytes() == &v.key) {
             return None;
         }
         Some((issuer, v.claims.clone(), v.times))
     }
 
-    fn insert(&self, token: &str, issuer: &Peer, claims: &Claims, times: ClaimTimes) {
+    fn insert(&self, token: &str, key: &[u8; 32], claims: &Claims, times: ClaimTimes) {
         let Ok(mut map) = self.map.lock() else {
             return;
         };
@@ -330,7 +341,7 @@ impl VerifyCache {
             token.to_owned(),
             Verified {
                 issuer: claims.iss.clone(),
-                key: *issuer.keys.sign.as_bytes(),
+                key: *key,
                 claims: claims.clone(),
                 times,
             },

@@ -56,6 +56,8 @@ mod gateway_tls;
 mod gone_node;
 #[path = "../it/harness.rs"]
 mod harness;
+#[path = "../it/key_rotation.rs"]
+mod key_rotation;
 #[path = "../it/migrate_pg.rs"]
 mod migrate_pg;
 #[path = "../it/netns.rs"]

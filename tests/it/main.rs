@@ -27,6 +27,7 @@ mod gateway_tls;
 mod gone_node;
 mod harness;
 mod idle;
+mod key_rotation;
 mod layers;
 mod malformed;
 mod netns;

@@ -407,3 +407,41 @@ fn relay_check_verifies_without_decrypting() {
     assert_eq!(relay(&resigned, T0), Ok(()));
     assert_eq!(code(open_at(&w, &resigned, T0)), "decrypt_failed");
 }
+
+/// After a key rotation: an envelope sealed to the node's retired key opens only while
+/// the node still holds that key, and one signed by the sender's retired key verifies
+/// only during the grace the trust store gives it.
+#[test]
+fn rotation_grace_for_the_recipient_and_for_the_sender() {
+    use crate::envelope::{check_relay, KeyRotation, ROTATION_GRACE_MS};
+    let w = world();
+    let env = sealed(&w);
+    // The node rotated: its new keys cannot open it, the retired pair can.
+    let new_node = Keys::generate();
+    let mut c = ctx(&w, T0 + 1000);
+    c.keys = &new_node;
+    let bytes = env.to_json();
+    assert_eq!(code(open(&bytes, &c, &never_seen)), "decrypt_failed");
+    c.previous_keys = Some(&w.node);
+    assert_eq!(code(open(&bytes, &c, &never_seen)), "ok");
+
+    // The gateway rotated after sealing: its old signature holds during the grace only.
+    let mut trust = w.trust.clone();
+    let gw2 = Keys::generate();
+    let doc2 = IdentityDocument::new("gateway:main", "gateway", &gw2, "2025-11-23T08:00:00Z");
+    trust
+        .rotate(&KeyRotation::new(&w.gw, &gw2, doc2), T0, ROTATION_GRACE_MS)
+        .unwrap();
+    let mut c = ctx(&w, T0 + 1000);
+    c.trust = &trust;
+    assert_eq!(code(open(&bytes, &c, &never_seen)), "ok");
+    assert!(check_relay(&env, &trust, T0 + 1000, SKEW, 7 * 86_400_000).is_ok());
+    // Past the grace (the trust store's deadline), the old signature is refused.
+    let mut late = trust.clone();
+    let mut p = late.get("gateway:main").unwrap().clone();
+    p.previous.as_mut().unwrap().until_ms = T0 + 500;
+    late.insert(p);
+    let mut c = ctx(&w, T0 + 1000);
+    c.trust = &late;
+    assert_eq!(code(open(&bytes, &c, &never_seen)), "bad_signature");
+}

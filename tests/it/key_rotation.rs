@@ -1,0 +1,189 @@
+//! Key rotation of a node (PROTOCOL §15.7), on both gateway engines: `outpost identity
+//! rotate` while commands flow both ways. Commands queued before the switch (sealed to
+//! the retired key) still open, what the node sealed before it still verifies at the
+//! gateway, every message arrives exactly once, and `audit verify` passes on both sides.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{gateway_and_node, http, pair, text, wait_for, Daemon, Home};
+
+const NODE: &str = "node:rot";
+
+async fn command(g: &Daemon, token: &str, i: i64) {
+    let r = http()
+        .post(g.url("/v1/commands"))
+        .bearer_auth(token)
+        .json(&json!({"target": {"node_id": NODE}, "command_type": "ping", "body": {"i": i}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+}
+
+async fn node_sends(n: &Daemon, token: &str, k: i64) {
+    let r = http()
+        .post(n.url("/v1/outbox"))
+        .bearer_auth(token)
+        .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"k": k}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+}
+
+/// Take and acknowledge what `d`'s inbox holds; counts `payload[field]` per value.
+async fn drain(d: &Daemon, token: &str, field: &str, got: &mut BTreeMap<i64, usize>) {
+    let v: Value = http()
+        .get(d.url("/v1/inbox?limit=100"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for m in v["messages"].as_array().cloned().unwrap_or_default() {
+        if let Some(x) = m["payload"][field].as_i64() {
+            *got.entry(x).or_default() += 1;
+        }
+        let id = m["message_id"].as_str().unwrap();
+        let r = http()
+            .post(d.url(&format!("/v1/inbox/{id}/ack")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+}
+
+fn sign_pk(home: &Home) -> String {
+    let doc: Value = serde_json::from_str(&home.identity_json()).unwrap();
+    doc["sign_pk"].as_str().unwrap().to_string()
+}
+
+fn audit_events(home: &Home) -> Vec<Value> {
+    let o = home.cli(&["audit", "verify"]);
+    assert!(o.status.success(), "audit verify: {}", text(&o));
+    let o = home.cli(&["audit", "export", "--jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_rotates_its_key_while_commands_flow_both_ways() {
+    let (gw, node) = gateway_and_node(NODE, 1);
+    pair(&gw, &node);
+    let admin = gw.token("gateway:main", &["admin"], "1h");
+    // Issued by the node's own key, before the rotation: it keeps working after it.
+    let node_admin = node.token(NODE, &["admin"], "1h");
+    let old_pk = sign_pk(&node);
+    let g = gw.start();
+
+    let (mut to_node, mut to_gw) = (BTreeMap::new(), BTreeMap::new());
+    // A first run under the old key: its audit log gets checkpoints signed by it.
+    let n = node.start();
+    for i in 0..10 {
+        command(&g, &admin, i).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while to_node.len() < 10 {
+        assert!(std::time::Instant::now() < deadline, "{}", n.log_text());
+        drain(&n, &node_admin, "i", &mut to_node).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    n.stop();
+    // Commands queued while the node is away are sealed to the key it is about to
+    // retire. The node delivers the rotation first thing at its next start, before its
+    // first pull: these arrive after the switch and open only with the retired key.
+    for i in 10..20 {
+        command(&g, &admin, i).await;
+    }
+    let o = node.cli(&["identity", "rotate"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let new_pk = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert_ne!(new_pk, old_pk);
+    let again = node.cli(&["identity", "rotate"]);
+    assert!(!again.status.success(), "one rotation waits at a time");
+    assert_eq!(
+        sign_pk(&node),
+        old_pk,
+        "nothing switches before the gateway agrees"
+    );
+
+    let n = node.start();
+    // Both directions keep flowing while the rotation is delivered and applied.
+    for i in 20..80 {
+        command(&g, &admin, i).await;
+        node_sends(&n, &node_admin, i).await;
+        if i % 10 == 0 {
+            drain(&n, &node_admin, "i", &mut to_node).await;
+            drain(&g, &admin, "k", &mut to_gw).await;
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let rotation = node.data().join("rotation.json");
+    wait_for("the rotation to complete", Duration::from_secs(30), || {
+        (!rotation.exists()).then_some(())
+    });
+    assert_eq!(sign_pk(&node), new_pk);
+    // After the switch: more both ways, sealed and signed with the new key.
+    for i in 80..100 {
+        command(&g, &admin, i).await;
+        node_sends(&n, &node_admin, i).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while to_node.len() < 100 || to_gw.len() < 80 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not everything arrived: node has {} of 100, gateway {} of 80\n{}\n{}",
+            to_node.len(),
+            to_gw.len(),
+            n.log_text(),
+            g.log_text()
+        );
+        drain(&n, &node_admin, "i", &mut to_node).await;
+        drain(&g, &admin, "k", &mut to_gw).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        to_node,
+        (0..100).map(|i| (i, 1)).collect::<BTreeMap<_, _>>()
+    );
+    assert_eq!(to_gw, (20..100).map(|i| (i, 1)).collect::<BTreeMap<_, _>>());
+
+    // The switch is in both audit logs, naming the new key.
+    n.stop();
+    g.stop();
+    let node_log = audit_events(&node);
+    assert!(
+        node_log
+            .iter()
+            .any(|e| e["event"] == "rotate" && e["detail"].as_str().unwrap().contains(&new_pk)),
+        "{node_log:?}"
+    );
+    let gw_log = audit_events(&gw);
+    assert!(
+        gw_log.iter().any(|e| e["event"] == "rotate"
+            && e["actor"] == NODE
+            && e["detail"].as_str().unwrap().ends_with(&new_pk)),
+        "{gw_log:?}"
+    );
+    // The node's log verifies with its key history; with the new key alone its older
+    // checkpoints do not: the history is what makes it pass.
+    let o = node.cli(&["audit", "verify", "--require-checkpoint"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let history = node.data().join("key-history.json");
+    let aside = node.data().join("key-history.json.aside");
+    std::fs::rename(&history, &aside).unwrap();
+    let o = node.cli(&["audit", "verify"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    std::fs::rename(&aside, &history).unwrap();
+}
