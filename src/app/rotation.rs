@@ -104,14 +104,22 @@ pub fn audit_keys(data_dir: &Path, current: &Keys) -> anyhow::Result<Vec<Verifyi
     Ok(keys)
 }
 
-/// `outpost identity rotate`: a new key pair and the statement retiring the current
-/// one, for the running node (or its next start) to deliver. Refused while another
-/// rotation waits.
+/// `outpost identity rotate --prepare`: the new key pair only, in `keys.next.json`, so
+/// that it can be copied to every replica of a gateway before the rotation. Returns the
+/// new pair (an existing `keys.next.json` is kept).
+pub fn prepare(cfg: &Config) -> anyhow::Result<Keys> {
+    let next = next_keys_path(&cfg.data_dir);
+    if next.exists() {
+        return Ok(Keys::load(&next)?);
+    }
+    super::keyfile::create_keys(&next)
+}
+
+/// `outpost identity rotate`: the statement retiring the current key pair for the one
+/// in `keys.next.json` (made now unless `--prepare` made it), for the running role (or
+/// its next start) to apply: a node delivers it to its gateway, a gateway publishes it
+/// to its nodes. Refused while another rotation waits.
 pub fn begin(cfg: &Config, now_ms: u64) -> anyhow::Result<KeyRotation> {
-    anyhow::ensure!(
-        cfg.role == Role::Node,
-        "outpost identity rotate is for nodes; a gateway's key rotation is not supported yet"
-    );
     let dir = &cfg.data_dir;
     if let Some(p) = pending(dir)? {
         anyhow::bail!(
@@ -121,13 +129,17 @@ pub fn begin(cfg: &Config, now_ms: u64) -> anyhow::Result<KeyRotation> {
         );
     }
     let old = Keys::load(&keys_path(dir))?;
-    // A `keys.next.json` without `rotation.json` is from a rotate cut short: unused.
-    let next = next_keys_path(dir);
-    if next.exists() {
-        std::fs::remove_file(&next).with_context(|| format!("removing {}", next.display()))?;
-    }
-    let new = super::keyfile::create_keys(&next)?;
-    let doc = super::keyfile::new_identity(&cfg.node_id, cfg.role, &new, None)?;
+    // A `keys.next.json` without `rotation.json` was never used: from `--prepare`, or
+    // from a rotate cut short.
+    let new = prepare(cfg)?;
+    let tls_pin = match (&cfg.tls, cfg.role) {
+        (Some((cert, _)), Role::Gateway) => Some(
+            crate::tls_pin::spki_sha256_of_pem_file(cert)
+                .map_err(|e| anyhow::anyhow!("api.tls_cert_file {e}"))?,
+        ),
+        _ => None,
+    };
+    let doc = super::keyfile::new_identity(&cfg.node_id, cfg.role, &new, tls_pin)?;
     let statement = KeyRotation::new(&old, &new, doc);
     write_json(
         &rotation_path(dir),
@@ -191,7 +203,12 @@ pub fn finish(
     h.v = 1;
     let until = h.previous_until_ms;
     write_json(&history_path(data_dir), &h)?;
-    std::fs::remove_file(rotation_path(data_dir))?;
+    // A gateway replica applies a rotation another replica published: it has no
+    // `rotation.json` of its own.
+    match std::fs::remove_file(rotation_path(data_dir)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
     std::fs::File::open(data_dir)?.sync_all()?;
     Ok((new, old, until))
 }

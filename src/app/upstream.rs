@@ -17,7 +17,9 @@ use crate::audit::SyncBatch;
 use crate::sync::enroll::{EnrollStatus, Enroller, SharedStatus};
 use crate::sync::{BoxFuture, InboundOutcome, NodeLink, SyncDeps, SyncHandle};
 
-struct Link(Arc<NodeCore>);
+/// The node as its sync link sees it; `refused_rotation` is the new key of the last
+/// gateway rotation the node refused (said once, not with every pull).
+struct Link(Arc<NodeCore>, std::sync::Mutex<Option<Vec<u8>>>);
 
 impl NodeLink for Link {
     fn receive_batch(&self, envelopes: Vec<Vec<u8>>) -> BoxFuture<'_, Vec<InboundOutcome>> {
@@ -86,6 +88,68 @@ impl NodeLink for Link {
             .trust()
             .get(peer)
             .and_then(|p| p.doc.tls_pin())
+    }
+
+    fn gateway_rotated(&self, rotation: crate::envelope::KeyRotation) -> BoxFuture<'_, ()> {
+        let core = self.0.clone();
+        Box::pin(async move {
+            let base = core.base();
+            let gateway = rotation.new_doc.node_id.clone();
+            let known = base.trust().get(&gateway).map(|p| p.doc.clone());
+            let refused = self.1.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if known.as_ref() == Some(&rotation.new_doc)
+                || refused.as_deref() == Some(rotation.new_doc.sign_pk.as_slice())
+            {
+                return;
+            }
+            let b = base.clone();
+            let rot = rotation.clone();
+            let applied = tokio::task::spawn_blocking(move || {
+                let mut t = crate::daemon::trust::load(&b.store)?;
+                let r = t.rotate(&rot, b.now_ms(), crate::envelope::ROTATION_GRACE_MS)?;
+                if r == crate::envelope::Rotated::Applied {
+                    crate::daemon::trust::save(&b.store, &t)?;
+                }
+                anyhow::Ok(r)
+            })
+            .await;
+            match applied {
+                Ok(Ok(crate::envelope::Rotated::Applied)) => {
+                    base.recheck_trust();
+                    let new_pk = crate::envelope::b64_encode(&rotation.new_doc.sign_pk);
+                    tracing::info!(
+                        event = "gateway_key_rotated",
+                        gateway = %gateway,
+                        sign_pk = %new_pk,
+                        "the gateway rotated its key; this node trusts the new one"
+                    );
+                    let detail = format!(
+                        "{gateway} rotated {} -> {new_pk}",
+                        crate::envelope::b64_encode(&rotation.old_sign_pk)
+                    );
+                    core.recorder
+                        .audit_event(
+                            crate::audit::AuditEvent::Rotate,
+                            crate::audit::AuditOutcome::Ok,
+                            "",
+                            Some(&gateway),
+                            Some(&detail),
+                        )
+                        .await;
+                }
+                Ok(Ok(_)) => base.recheck_trust(),
+                Ok(Err(e)) => {
+                    *self.1.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(rotation.new_doc.sign_pk.clone());
+                    tracing::warn!(
+                        event = "gateway_rotation_refused",
+                        gateway = %gateway,
+                        error = %format!("{e:#}")
+                    )
+                }
+                Err(e) => tracing::warn!(event = "gateway_rotation_refused", error = %e),
+            }
+        })
     }
 
     fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation> {
@@ -241,7 +305,7 @@ fn spawn_sync(
         store: core.base().store.clone(),
         keys: core.base().keys.clone(),
         metrics: core.base().metrics.clone(),
-        node: Arc::new(Link(core.clone())),
+        node: Arc::new(Link(core.clone(), std::sync::Mutex::new(None))),
     };
     match crate::sync::spawn(deps, tracker, shutdown) {
         Ok(Some(h)) => match enrollment {

@@ -18,16 +18,34 @@ pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {
 
 /// `outpost identity rotate`: leave a rotation for the running node (it delivers it on
 /// its next sync), and with `--wait` watch it complete.
-pub fn rotate(cfg: &ConfigArg, wait_s: u64) -> anyhow::Result<()> {
+pub fn rotate(cfg: &ConfigArg, wait_s: u64, prepare: bool) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
+    if prepare {
+        let keys =
+            crate::app::rotation::prepare(&cfg).map_err(|e| Exit::failed(format!("{e:#}")))?;
+        eprintln!(
+            "new key pair in {}: copy it (0600, owned by the service user) into the data \
+             directory of every other replica, then run `outpost identity rotate` here",
+            crate::app::rotation::next_keys_path(&cfg.data_dir).display()
+        );
+        println!("{}", crate::envelope::b64_encode(keys.sign_pk().as_bytes()));
+        return Ok(());
+    }
     let now_ms = crate::clock::system().now_ms();
     let rot =
         crate::app::rotation::begin(&cfg, now_ms).map_err(|e| Exit::failed(format!("{e:#}")))?;
     let new_pk = crate::envelope::b64_encode(&rot.new_doc.sign_pk);
-    eprintln!(
-        "key rotation to {new_pk} is waiting for the gateway: the running node delivers it \
-         on its next sync and switches when the gateway accepts"
-    );
+    if cfg.role == crate::config::Role::Gateway {
+        eprintln!(
+            "key rotation to {new_pk} is waiting for the running gateway: it switches within \
+             seconds and hands the statement to every node with its next pull"
+        );
+    } else {
+        eprintln!(
+            "key rotation to {new_pk} is waiting for the gateway: the running node delivers \
+             it on its next sync and switches when the gateway accepts"
+        );
+    }
     if wait_s == 0 {
         println!("{new_pk}");
         return Ok(());
@@ -36,15 +54,18 @@ pub fn rotate(cfg: &ConfigArg, wait_s: u64) -> anyhow::Result<()> {
     while crate::app::rotation::pending(&cfg.data_dir)?.is_some() {
         if std::time::Instant::now() >= deadline {
             return Err(Exit::failed(format!(
-                "the rotation is still waiting after {wait_s}s: is the node running and \
-                 connected to its gateway? (`outpost status`; it completes on its own once \
-                 it is)"
+                "the rotation is still waiting after {wait_s}s: is the daemon running (and, \
+                 on a node, connected to its gateway)? (`outpost status`; it completes on \
+                 its own once it is)"
             ))
             .into());
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    eprintln!("rotated: the gateway and this node now use {new_pk}");
+    eprintln!(
+        "rotated: this {} now signs with {new_pk}",
+        cfg.role.as_str()
+    );
     println!("{new_pk}");
     Ok(())
 }

@@ -79,15 +79,21 @@ pub struct ConfigArg {
 
 #[derive(Debug, Subcommand)]
 pub enum IdentityCmd {
-    /// Replace this node's key pair: a new pair and a statement signed by the old and
-    /// the new key, which the running node delivers to its gateway on its next sync;
-    /// both switch when the gateway accepts (PROTOCOL §15.7). Nothing queued is lost:
-    /// the retired key still opens what was sealed to it for 7 days.
+    /// Replace this key pair: a new pair and a statement signed by the old and the new
+    /// key (PROTOCOL §15.7). On a node, the running node delivers it to its gateway on
+    /// its next sync and both switch when the gateway accepts; on a gateway, the running
+    /// gateway switches and hands the statement to every node with its next pull.
+    /// Nothing queued is lost: the retired key still opens what was sealed to it, and
+    /// its signatures are accepted, for 7 days.
     Rotate {
-        /// Wait up to this many seconds for the running node to complete the rotation
-        /// (0: do not wait).
+        /// Wait up to this many seconds for the running node or gateway to complete the
+        /// rotation (0: do not wait).
         #[arg(long, default_value_t = 0)]
         wait: u64,
+        /// Only make the new key pair (`keys.next.json`), to copy to every replica of a
+        /// gateway first; a later `identity rotate` uses it.
+        #[arg(long)]
+        prepare: bool,
     },
 }
 
@@ -434,9 +440,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         .into()),
         Command::Identity {
             cfg,
-            cmd: Some(IdentityCmd::Rotate { wait }),
+            cmd: Some(IdentityCmd::Rotate { wait, prepare }),
             ..
-        } => identity::rotate(&cfg, wait),
+        } => identity::rotate(&cfg, wait, prepare),
         Command::Identity {
             cfg,
             json,

@@ -11,7 +11,7 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
-use super::identity::{parse_sign_pk, IdentityDocument, IdentityError};
+use super::identity::{parse_kex_pk, parse_sign_pk, IdentityDocument, IdentityError};
 use super::keys::Keys;
 use super::pae::{pae, serde_b64};
 
@@ -31,6 +31,10 @@ pub struct KeyRotation {
     /// The Ed25519 key being retired (the one the receiver trusts today).
     #[serde(with = "serde_b64")]
     pub old_sign_pk: Vec<u8>,
+    /// The X25519 key being retired (with `old_sign_pk`, the retired identity's
+    /// fingerprint: what an enrollment token made before the rotation pins).
+    #[serde(with = "serde_b64")]
+    pub old_kex_pk: Vec<u8>,
     /// The new identity document: same `node_id` and `role`, new keys.
     pub new_doc: IdentityDocument,
     /// Signature by the retired key over [`KeyRotation::signed_bytes`].
@@ -73,11 +77,13 @@ impl KeyRotation {
     /// The statement retiring `old` for `new` (whose document is `new_doc`).
     pub fn new(old: &Keys, new: &Keys, new_doc: IdentityDocument) -> Self {
         let old_sign_pk = old.sign_pk().to_bytes().to_vec();
-        let msg = signed_bytes(&old_sign_pk, &new_doc);
+        let old_kex_pk = old.kex_pk().to_bytes().to_vec();
+        let msg = signed_bytes(&old_sign_pk, &old_kex_pk, &new_doc);
         Self {
             old_sig: old.sign(&msg).to_vec(),
             new_sig: new.sign(&msg).to_vec(),
             old_sign_pk,
+            old_kex_pk,
             new_doc,
         }
     }
@@ -85,7 +91,7 @@ impl KeyRotation {
     /// What both keys sign: the domain, the retired key and every signed field of the
     /// new document, its self-signature included.
     pub fn signed_bytes(&self) -> Vec<u8> {
-        signed_bytes(&self.old_sign_pk, &self.new_doc)
+        signed_bytes(&self.old_sign_pk, &self.old_kex_pk, &self.new_doc)
     }
 
     /// The new document and both signatures (strict Ed25519). Says nothing about whether
@@ -93,6 +99,7 @@ impl KeyRotation {
     pub fn verify(&self) -> Result<VerifyingKey, RotationError> {
         let new = self.new_doc.verify()?;
         let old = parse_sign_pk(&self.old_sign_pk)?;
+        parse_kex_pk(&self.old_kex_pk)?;
         if old == new.sign {
             return Err(RotationError::SameKey);
         }
@@ -107,12 +114,13 @@ impl KeyRotation {
     }
 }
 
-fn signed_bytes(old_sign_pk: &[u8], d: &IdentityDocument) -> Vec<u8> {
+fn signed_bytes(old_sign_pk: &[u8], old_kex_pk: &[u8], d: &IdentityDocument) -> Vec<u8> {
     pae(&[
         ROTATION_DOMAIN.as_bytes(),
         d.node_id.as_bytes(),
         d.role.as_bytes(),
         old_sign_pk,
+        old_kex_pk,
         &d.sign_pk,
         &d.kex_pk,
         d.created_at.as_bytes(),
@@ -147,6 +155,9 @@ mod tests {
         let (_, _, rot) = statement();
         let mut x = rot.clone();
         x.old_sign_pk = Keys::generate().sign_pk().to_bytes().to_vec();
+        assert_eq!(x.verify(), Err(RotationError::BadSignature));
+        let mut x = rot.clone();
+        x.old_kex_pk = Keys::generate().kex_pk().to_bytes().to_vec();
         assert_eq!(x.verify(), Err(RotationError::BadSignature));
         let mut x = rot.clone();
         x.old_sig[5] ^= 1;

@@ -237,7 +237,7 @@ impl TrustStore {
         if peer.doc == rot.new_doc {
             return Ok(Rotated::AlreadyApplied);
         }
-        if peer.keys.sign != old {
+        if peer.keys.sign != old || peer.keys.kex.as_slice() != rot.old_kex_pk {
             return Err(RotationError::Stale(id.clone()));
         }
         let keys = rot.new_doc.verify()?;

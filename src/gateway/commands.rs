@@ -121,8 +121,15 @@ async fn seal_and_queue(
     };
     let pt = serde_json::to_vec(plaintext)
         .map_err(|e| GatewayError::Internal(format!("payload: {e}")))?;
-    let env = seal(&gw.keys, &gw.cfg.node_id, to, &params, &pt, &mut OsRng)
-        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let env = seal(
+        &gw.keys.current(),
+        &gw.cfg.node_id,
+        to,
+        &params,
+        &pt,
+        &mut OsRng,
+    )
+    .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
     let live = gw.polling(&to.node_id);
     let event = GatewayEvent::Queued {
         message_id: message_id.to_string(),
@@ -368,7 +375,7 @@ fn node_token(
         &uuid::Uuid::now_v7().to_string(),
     )
     .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
-    issue(&gw.keys, &claims).map_err(|e| GatewayError::Internal(e.to_string()))
+    issue(&gw.keys.current(), &claims).map_err(|e| GatewayError::Internal(e.to_string()))
 }
 
 /// The result filed for `message_id`, waiting up to `wait` for it (woken by `result`

@@ -231,7 +231,7 @@ pub fn hello(gw: &Gateway, node_id: &str, nonce: &str) -> Result<Hello, GatewayE
     Ok(Hello {
         gateway: gw.identity(),
         time: crate::envelope::sign_time_statement(
-            &gw.keys,
+            &gw.keys.current(),
             &gw.cfg.node_id,
             node_id,
             gw.now_ms(),
@@ -255,7 +255,14 @@ pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answere
     };
     let token = open_request(gw, &node, req.envelope)?;
     let token = Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
-    if token.claims.gateway_id != gw.cfg.node_id || !token.verify(&gw.keys.sign_pk()) {
+    // Tokens made before this gateway's key rotation verify with the retired key
+    // while its grace lasts.
+    let now = gw.now_ms();
+    let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
+        .into_iter()
+        .flatten()
+        .any(|k| token.verify(&k.sign_pk()));
+    if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
         return Err(refused(
             codes::WRONG_GATEWAY,
             "the token was not issued by this gateway".into(),
@@ -310,12 +317,14 @@ fn open_request(
     let mut one = TrustStore::new();
     one.add(node.clone(), NODE_RIGHTS)
         .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let now_ms = gw.now_ms();
+    let (keys, previous) = (gw.keys.current(), gw.keys.previous(now_ms));
     let ctx = OpenContext {
         me: &gw.cfg.node_id,
-        keys: &gw.keys,
-        previous_keys: None,
+        keys: &keys,
+        previous_keys: previous.as_deref(),
         trust: &one,
-        now_ms: gw.now_ms(),
+        now_ms,
         skew_ms: gw.skew_ms(),
         max_bytes: 16 * 1024,
         max_ttl_ms: 3_600_000,
@@ -378,7 +387,7 @@ fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
     };
     Answered {
         standing,
-        answer: Answer::sign(&gw.keys, &claims),
+        answer: Answer::sign(&gw.keys.current(), &claims),
     }
 }
 

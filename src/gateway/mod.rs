@@ -145,6 +145,19 @@ fn assemble(
     state: Arc<dyn GatewayState>,
     shutdown: CancellationToken,
 ) -> Result<Gateway, StartError> {
+    let now_ms = state.now_ms();
+    let dir = &cfg.data_dir;
+    // A key switch cut short after keys.json and before identity.json: finish it.
+    let recover = || -> anyhow::Result<Option<(Keys, u64)>> {
+        if let Some(rot) = crate::app::rotation::pending(dir)? {
+            let on_disk = Keys::load(&dir.join("keys.json"))?;
+            if on_disk.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk {
+                crate::app::rotation::finish(dir, &rot, now_ms)?;
+            }
+        }
+        crate::app::rotation::load_previous(dir, now_ms)
+    };
+    let previous = recover().map_err(|e| StartError::Trust(format!("{e:#}")))?;
     let keys = Keys::load(&cfg.data_dir.join("keys.json"))?;
     let me = crate::envelope::IdentityDocument::new(
         &cfg.node_id,
@@ -153,12 +166,20 @@ fn assemble(
         "1970-01-01T00:00:00Z",
     );
     let source = state.clone();
-    let now_ms = state.now_ms();
     let trust = crate::daemon::trust::TrustCache::with_loader(
         Box::new(move |known| source.load_trust_since(known).map_err(anyhow::Error::from)),
         &me,
         now_ms,
     )
     .map_err(|e| StartError::Trust(e.to_string()))?;
-    Ok(Gateway::new(cfg, state, keys, trust, shutdown))
+    if let Some((old, until)) = &previous {
+        trust
+            .set_me_previous(old, *until)
+            .map_err(|e| StartError::Trust(e.to_string()))?;
+    }
+    let gw = Gateway::new(cfg, state, keys, trust, shutdown);
+    if let Some((old, until)) = previous {
+        gw.keys.set_previous(old, until);
+    }
+    Ok(gw)
 }

@@ -40,7 +40,7 @@ pub async fn append(gw: &Gateway, records: Vec<AuditRecord>) -> Result<u64, Gate
             next.push(leaf_hash(e));
         }
         let note = sign_checkpoint(
-            gw.keys.signing_key(),
+            gw.keys.current().signing_key(),
             &origin_for(&me),
             next.size(),
             &next.root(),

@@ -52,3 +52,112 @@ pub async fn rotate_node(
     gw.events_committed().await;
     Ok(true)
 }
+
+/// How often the gateway looks for its own pending rotation (a file read) and, on a
+/// database-backed gateway, asks the database for one another replica published.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+const SHARED_EVERY_TICKS: u32 = 5;
+/// A replica that cannot follow a published rotation says so at most this often.
+const WARN_EVERY_MS: u64 = 60_000;
+
+/// This gateway's own key rotation (`outpost identity rotate` on its host): apply it
+/// when it appears, and on a database-backed gateway follow one another replica
+/// published. Runs until shutdown.
+pub async fn watch(gw: std::sync::Arc<Gateway>) {
+    let mut tick: u32 = 0;
+    let mut warned_at: Option<u64> = None;
+    loop {
+        if let Err(e) = own_tick(&gw, tick, &mut warned_at).await {
+            tracing::warn!(event = "gateway_rotation_failed", error = %format!("{e:#}"));
+        }
+        tick = tick.wrapping_add(1);
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+    }
+}
+
+async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyhow::Result<()> {
+    let dir = gw.cfg.data_dir.clone();
+    let mine = gw.keys.current().sign_pk().to_bytes();
+    if let Some(rot) = crate::app::rotation::pending(&dir)? {
+        if rot.old_sign_pk == mine {
+            return apply_own(gw, rot).await;
+        }
+    }
+    // The published one: at start, then every few ticks on a shared database (another
+    // replica may have rotated); the embedded gateway is the only writer.
+    if tick > 0 && !(gw.state.is_shared() && tick % SHARED_EVERY_TICKS == 0) {
+        return Ok(());
+    }
+    let Some((rot, until)) = gw.state.gateway_rotation().await? else {
+        return Ok(());
+    };
+    *gw.rotation.write().unwrap_or_else(|p| p.into_inner()) = Some((rot.clone(), until));
+    if rot.new_doc.sign_pk == mine || rot.old_sign_pk != mine {
+        return Ok(());
+    }
+    // Another replica switched: follow it with the new pair copied here.
+    let next = crate::app::rotation::next_keys_path(&dir);
+    let have = crate::envelope::Keys::load(&next)
+        .is_ok_and(|k| k.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk);
+    if have {
+        return apply_own(gw, rot).await;
+    }
+    let now = gw.now_ms();
+    if warned_at.is_none_or(|t| now.saturating_sub(t) >= WARN_EVERY_MS) {
+        *warned_at = Some(now);
+        tracing::error!(
+            event = "gateway_rotation_not_followed",
+            new_sign_pk = %b64_encode(&rot.new_doc.sign_pk),
+            path = %next.display(),
+            "another replica rotated this gateway's key and this replica has not got the new \
+             key pair: copy keys.next.json from the replica that made it (`outpost identity \
+             rotate --prepare`) to this path; until then this replica signs with the retired \
+             key, which nodes accept only until the grace ends"
+        );
+    }
+    Ok(())
+}
+
+/// Switch this gateway to the keys of `rot`: publish the statement first (so nodes
+/// learn the new key even if this replica stops right after), then the files (crash
+/// safe, [`crate::app::rotation::finish`]), then every flow at once.
+async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
+    let now = gw.now_ms();
+    let until = match gw.state.gateway_rotation().await? {
+        Some((r, until)) if r == rot => until,
+        _ => now.saturating_add(ROTATION_GRACE_MS),
+    };
+    gw.state.put_gateway_rotation(&rot, until).await?;
+    let (dir, r) = (gw.cfg.data_dir.clone(), rot.clone());
+    let (new, _old, _) =
+        tokio::task::spawn_blocking(move || crate::app::rotation::finish(&dir, &r, now)).await??;
+    gw.set_identity(&new);
+    gw.keys.rotate(new, until);
+    gw.trust_cache()
+        .rotate_me(&rot, now, until.saturating_sub(now))?;
+    *gw.rotation.write().unwrap_or_else(|p| p.into_inner()) = Some((rot.clone(), until));
+    let new_pk = b64_encode(&rot.new_doc.sign_pk);
+    tracing::info!(
+        event = "gateway_key_rotated",
+        sign_pk = %new_pk,
+        "this gateway's key pair was rotated; nodes learn the new key on their next pull"
+    );
+    gw.publish(GatewayEvent::NodeRotated {
+        node_id: gw.cfg.node_id.clone(),
+        sign_pk: new_pk.clone(),
+    });
+    let mut a = AuditRecord::new(AuditEvent::Rotate, AuditOutcome::Ok)
+        .actor(&gw.cfg.node_id)
+        .detail(format!(
+            "{} rotated {} -> {new_pk}",
+            gw.cfg.node_id,
+            b64_encode(&rot.old_sign_pk)
+        ));
+    a.args_sha256 = Some(crate::audit::sha256_hex(new_pk.as_bytes()));
+    super::own_audit::record(gw, vec![a]).await;
+    gw.events_committed().await;
+    Ok(())
+}

@@ -13,7 +13,7 @@ use super::liveness::{classify, Liveness};
 use super::storage::GatewayState;
 use crate::audit::Frontier;
 use crate::config::Config;
-use crate::envelope::{IdentityDocument, Keys, SeenSignatures, TrustStore};
+use crate::envelope::{IdentityDocument, KeyRing, Keys, SeenSignatures, TrustStore};
 use crate::telemetry::Metrics;
 
 /// Per-node runtime state (not persisted: after a restart every node is `offline` until
@@ -42,10 +42,13 @@ pub struct Gateway {
     pub cfg: Arc<Config>,
     /// Everything durable: queues, jobs, results, inbox, revocations, audit copies.
     pub state: Arc<dyn GatewayState>,
-    pub keys: Arc<Keys>,
-    pub me: IdentityDocument,
+    /// This gateway's keys; its own key rotation switches them while it runs.
+    pub keys: Arc<KeyRing>,
     /// The document nodes are given (stored identity with the current TLS pin).
-    published: IdentityDocument,
+    published: std::sync::RwLock<IdentityDocument>,
+    /// This gateway's newest key rotation and the end of its grace (PROTOCOL §15.7):
+    /// handed to nodes with their pulls until then.
+    pub(super) rotation: std::sync::RwLock<Option<(crate::envelope::KeyRotation, u64)>>,
     trust: crate::daemon::trust::TrustCache,
     pub metrics: Arc<Metrics>,
     pub events: EventLog,
@@ -75,6 +78,14 @@ pub struct Gateway {
     enroll_bucket: Mutex<super::enroll::Bucket>,
 }
 
+/// The stored identity with the current TLS pin; a data dir without its stored
+/// identity (an older layout) gives the keys' own document.
+fn published_or_own(cfg: &Config, keys: &Keys) -> IdentityDocument {
+    crate::daemon::files::published_identity(cfg, keys).unwrap_or_else(|_| {
+        IdentityDocument::new(&cfg.node_id, "gateway", keys, "1970-01-01T00:00:00Z")
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -99,10 +110,7 @@ impl Gateway {
         shutdown: CancellationToken,
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;
-        let me = IdentityDocument::new(&cfg.node_id, "gateway", &keys, "1970-01-01T00:00:00Z");
-        // A data dir without its stored identity (an older layout) gives its own.
-        let published =
-            crate::daemon::files::published_identity(&cfg, &keys).unwrap_or_else(|_| me.clone());
+        let published = published_or_own(&cfg, &keys);
         let started_ms = state.now_ms();
         let (events, event_writer) = if state.is_shared() {
             let (log, rx) = EventLog::shared();
@@ -114,9 +122,9 @@ impl Gateway {
         Self {
             cfg: Arc::new(cfg),
             state,
-            keys: Arc::new(keys),
-            me,
-            published,
+            keys: Arc::new(KeyRing::from(keys)),
+            published: std::sync::RwLock::new(published),
+            rotation: std::sync::RwLock::new(None),
             trust,
             metrics: Arc::new(Metrics::gateway()),
             events,
@@ -148,7 +156,32 @@ impl Gateway {
 
     /// This gateway's identity document as nodes are given it.
     pub fn identity(&self) -> IdentityDocument {
-        self.published.clone()
+        self.published
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// After this gateway's key rotation: the document of the new keys.
+    pub(super) fn set_identity(&self, keys: &Keys) {
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) =
+            published_or_own(&self.cfg, keys);
+    }
+
+    /// The trust cache (this gateway's own entry changes with its key rotation).
+    pub(super) fn trust_cache(&self) -> &crate::daemon::trust::TrustCache {
+        &self.trust
+    }
+
+    /// The key rotation handed to nodes with their pulls, while its grace lasts.
+    pub fn rotation_for_nodes(&self) -> Option<crate::envelope::KeyRotation> {
+        let now = self.now_ms();
+        self.rotation
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|(_, until)| now < *until)
+            .map(|(r, _)| r.clone())
     }
 
     pub fn skew_ms(&self) -> u64 {

@@ -212,12 +212,16 @@ const PARALLEL_FROM: usize = 8;
 
 fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
     let trust = gw.trust();
+    let now_ms = gw.now_ms();
+    // What a node sealed to this gateway's retired key (before its rotation) opens
+    // while that key's grace lasts.
+    let (keys, previous) = (gw.keys.current(), gw.keys.previous(now_ms));
     let ctx = OpenContext {
         me: &gw.cfg.node_id,
-        keys: &gw.keys,
-        previous_keys: None,
+        keys: &keys,
+        previous_keys: previous.as_deref(),
         trust: &trust,
-        now_ms: gw.now_ms(),
+        now_ms,
         skew_ms: gw.skew_ms(),
         max_bytes: gw.cfg.queue.max_message_bytes as usize,
         max_ttl_ms: gw.cfg.queue.max_ttl_s * 1000,

@@ -50,6 +50,8 @@ pub const KV_GW_REVOCATIONS: &str = "gw_revocations";
 pub const KV_GW_ENROLL_TOKENS: &str = "gw_enroll_tokens";
 pub const KV_GW_ENROLL_USES: &str = "gw_enroll_uses";
 pub const KV_GW_ENROLLMENTS: &str = "gw_enrollments";
+/// KV: the gateway's own newest key rotation (one record, `current`).
+pub const KV_GW_ROTATION: &str = "gw_rotation";
 /// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
 pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
 pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";

@@ -98,6 +98,10 @@ pub trait NodeLink: Send + Sync + 'static {
     /// A key rotation `outpost identity rotate` left for the gateway, if any (a file
     /// read: asked while the link is up, every few seconds at most).
     fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation>;
+    /// The gateway handed over its own key rotation with a pull: trust its new key
+    /// (keeping the retired one for the grace), unless the node already does. Cheap
+    /// when nothing changes: it comes with every pull during the grace.
+    fn gateway_rotated(&self, rotation: crate::envelope::KeyRotation) -> BoxFuture<'_, ()>;
     /// The gateway accepted `rotation`: switch to the new keys (files, then memory).
     fn rotation_accepted(
         &self,

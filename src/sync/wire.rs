@@ -38,6 +38,10 @@ pub struct PullAnswer {
     pub envelopes: Vec<Box<RawValue>>,
     /// Messages queued for the node, this batch included.
     pub pending_count: u64,
+    /// The gateway's own key rotation while its grace lasts (PROTOCOL §15.7): the node
+    /// applies it to its trust store before it opens this batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_rotation: Option<crate::envelope::KeyRotation>,
 }
 
 /// `POST /v1/nodes/{id}/ack` body.

@@ -27,6 +27,7 @@ fn pull_answer() {
     let v = PullAnswer {
         envelopes: vec![RawValue::from_string(r#"{"v":1,"message_id":"m1"}"#.into()).unwrap()],
         pending_count: 3,
+        gateway_rotation: None,
     };
     let text = r#"{"envelopes":[{"v":1,"message_id":"m1"}],"pending_count":3}"#;
     assert_eq!(serde_json::to_string(&v).unwrap(), text);

@@ -378,10 +378,14 @@ impl Worker {
             Ok(r) => r,
             Err(ev) => return ev,
         };
-        let answer = match resp {
+        let mut answer = match resp {
             Ok(a) => a,
             Err(e) => return self.fail(&e),
         };
+        if let Some(rot) = answer.gateway_rotation.take() {
+            // Before the batch: its envelopes may be signed with the new key.
+            self.deps.node.gateway_rotated(rot).await;
+        }
         // A full batch of a longer backlog: ask for the next one now, after this batch's
         // last message, so the gateway reads and sends it while this one is opened,
         // stored and acknowledged. Only this batch's outcome decides whether it is used:

@@ -187,3 +187,102 @@ async fn a_node_rotates_its_key_while_commands_flow_both_ways() {
     assert!(!o.status.success(), "{}", text(&o));
     std::fs::rename(&aside, &history).unwrap();
 }
+
+async fn inbox_status(d: &Daemon, token: &str) -> u16 {
+    http()
+        .get(d.url("/v1/inbox?limit=1"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_rotates_its_key_while_commands_flow_both_ways() {
+    let (gw, node) = gateway_and_node(NODE, 1);
+    pair(&gw, &node);
+    // Issued by the gateway's key before its rotation: for the gateway itself, and for
+    // the node (which honours the gateway's tokens).
+    let admin = gw.token("gateway:main", &["admin"], "1h");
+    let at_node_old = gw.token(NODE, &["admin"], "1h");
+    let node_admin = node.token(NODE, &["admin"], "1h");
+    let old_pk = sign_pk(&gw);
+    let (mut to_node, mut to_gw) = (BTreeMap::new(), BTreeMap::new());
+    let g = gw.start();
+    let n = node.start();
+    for i in 0..20 {
+        command(&g, &admin, i).await;
+        node_sends(&n, &node_admin, i).await;
+    }
+    // Commands queued now are signed with the key the gateway is about to retire.
+    for i in 20..30 {
+        command(&g, &admin, i).await;
+    }
+    g.stop();
+    // Sealed to the retired key while the gateway is away.
+    for i in 20..40 {
+        node_sends(&n, &node_admin, i).await;
+    }
+    let o = gw.cli(&["identity", "rotate"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let new_pk = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert_ne!(new_pk, old_pk);
+    let g = gw.start();
+    let rotation = gw.data().join("rotation.json");
+    wait_for("the gateway to switch", Duration::from_secs(20), || {
+        (!rotation.exists()).then_some(())
+    });
+    assert_eq!(sign_pk(&gw), new_pk);
+    for i in 40..100 {
+        command(&g, &admin, i + 10).await;
+        node_sends(&n, &node_admin, i).await;
+        if i % 10 == 0 {
+            drain(&n, &node_admin, "i", &mut to_node).await;
+            drain(&g, &admin, "k", &mut to_gw).await;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while to_node.len() < 90 || to_gw.len() < 100 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not everything arrived: node has {} of 90, gateway {} of 100\n{}\n{}",
+            to_node.len(),
+            to_gw.len(),
+            n.log_text(),
+            g.log_text()
+        );
+        drain(&n, &node_admin, "i", &mut to_node).await;
+        drain(&g, &admin, "k", &mut to_gw).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let want_node: BTreeMap<i64, usize> = (0..30).chain(50..110).map(|i| (i, 1)).collect();
+    assert_eq!(to_node, want_node);
+    assert_eq!(to_gw, (0..100).map(|i| (i, 1)).collect::<BTreeMap<_, _>>());
+
+    // The node trusts the new key (a token the gateway issues now is honoured), and
+    // still the retired one during the grace (a token issued before).
+    let at_node_new = gw.token(NODE, &["admin"], "1h");
+    assert_eq!(inbox_status(&n, &at_node_new).await, 200);
+    assert_eq!(inbox_status(&n, &at_node_old).await, 200);
+    // The gateway honours its own tokens from before the rotation too.
+    assert_eq!(inbox_status(&g, &admin).await, 200);
+    n.stop();
+    g.stop();
+    let gw_log = audit_events(&gw);
+    assert!(
+        gw_log.iter().any(|e| e["event"] == "rotate"
+            && e["actor"] == "gateway:main"
+            && e["detail"].as_str().unwrap().ends_with(&new_pk)),
+        "{gw_log:?}"
+    );
+    let node_log = audit_events(&node);
+    assert!(
+        node_log.iter().any(|e| e["event"] == "rotate"
+            && e["actor"] == "gateway:main"
+            && e["detail"].as_str().unwrap().ends_with(&new_pk)),
+        "{node_log:?}"
+    );
+}

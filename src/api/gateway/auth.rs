@@ -105,7 +105,7 @@ fn clock_skew(gw: &Gateway, node_id: &str, ts: &str, sig: &str) -> ApiError {
         return ApiError::unauthorized("request signature missing or invalid");
     }
     ApiError::clock_skew(sign_time_statement(
-        &gw.keys,
+        &gw.keys.current(),
         &gw.cfg.node_id,
         node_id,
         now_ms,

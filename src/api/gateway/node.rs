@@ -37,6 +37,7 @@ pub async fn pull(
     Ok(Json(PullAnswer {
         envelopes: p.envelopes,
         pending_count: p.pending,
+        gateway_rotation: gw.rotation_for_nodes(),
     }))
 }
 

@@ -11,7 +11,7 @@ use crate::gateway::enroll::{
 use crate::gateway::storage::{EnrollmentState, Fut, StateError};
 use crate::store::names::{
     KV_GW_ENROLLMENTS as KV_RECORDS, KV_GW_ENROLL_TOKENS as KV_TOKENS,
-    KV_GW_ENROLL_USES as KV_USES, Q_TO_NODE as Q_NODE,
+    KV_GW_ENROLL_USES as KV_USES, KV_GW_ROTATION, Q_TO_NODE as Q_NODE,
 };
 use crate::store::Batch;
 
@@ -26,7 +26,23 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 /// The reason messages of a retired node are refused with.
 pub const NODE_REVOKED: &str = crate::enroll::codes::NODE_REVOKED;
 
+/// The gateway's own key rotation, as stored (both engines keep this JSON).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct GatewayRotation {
+    pub statement: KeyRotation,
+    pub until_ms: u64,
+}
+
 impl Embedded {
+    fn gateway_rotation_now(&self) -> Result<Option<(KeyRotation, u64)>, StateError> {
+        let Some(bytes) = self.store.kv_get(KV_GW_ROTATION, "current")? else {
+            return Ok(None);
+        };
+        let r: GatewayRotation = serde_json::from_slice(&bytes)
+            .map_err(|e| StateError::Corrupt(format!("gateway rotation: {e}")))?;
+        Ok(Some((r.statement, r.until_ms)))
+    }
+
     fn trust_now(&self) -> Result<crate::envelope::TrustStore, StateError> {
         crate::daemon::trust::load(&self.store)
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
@@ -293,6 +309,32 @@ impl EnrollmentState for Embedded {
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
         Box::pin(async move { self.revoked_node_now(node_id) })
+    }
+
+    fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()> {
+        Box::pin(async move {
+            if self
+                .gateway_rotation_now()?
+                .is_some_and(|(r, _)| &r == rotation)
+            {
+                return Ok(());
+            }
+            let mut batch = Batch::new();
+            batch.kv_put(
+                KV_GW_ROTATION,
+                "current",
+                json(&GatewayRotation {
+                    statement: rotation.clone(),
+                    until_ms,
+                }),
+            );
+            self.store.commit(batch).await?;
+            Ok(())
+        })
+    }
+
+    fn gateway_rotation(&self) -> Fut<'_, Option<(KeyRotation, u64)>> {
+        Box::pin(async move { self.gateway_rotation_now() })
     }
 
     fn rotate_node<'a>(

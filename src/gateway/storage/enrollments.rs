@@ -54,4 +54,10 @@ pub trait EnrollmentState: Send + Sync {
         now_ms: u64,
         grace_ms: u64,
     ) -> Fut<'a, Result<Rotated, RotationError>>;
+    /// Publish the gateway's own key rotation, handed to nodes with their pulls until
+    /// `until_ms` by every replica. Storing the statement it already holds keeps the
+    /// first deadline.
+    fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()>;
+    /// The gateway's newest key rotation and the end of its grace, if any.
+    fn gateway_rotation(&self) -> Fut<'_, Option<(KeyRotation, u64)>>;
 }

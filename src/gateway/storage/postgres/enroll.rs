@@ -467,4 +467,39 @@ impl EnrollmentState for Postgres {
     ) -> Fut<'a, Result<Rotated, RotationError>> {
         Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms))
     }
+
+    fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            c.execute(
+                "INSERT INTO gateway_rotation (id, statement, until_ms) VALUES (1, $1, $2)
+                 ON CONFLICT (id) DO UPDATE
+                     SET statement = excluded.statement, until_ms = excluded.until_ms
+                     WHERE gateway_rotation.statement <> excluded.statement",
+                &[&to_json(rotation)?, &i(until_ms)],
+            )
+            .await
+            .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn gateway_rotation(&self) -> Fut<'_, Option<(KeyRotation, u64)>> {
+        Box::pin(async move {
+            let c = self.pool.get().await?;
+            let row = c
+                .query_opt(
+                    "SELECT statement, until_ms FROM gateway_rotation WHERE id = 1",
+                    &[],
+                )
+                .await
+                .map_err(unavailable)?;
+            row.map(|r| {
+                let statement = serde_json::from_str(r.get::<_, &str>(0))
+                    .map_err(|e| corrupt("gateway_rotation", e))?;
+                Ok((statement, super::u(r.get(1))))
+            })
+            .transpose()
+        })
+    }
 }

@@ -194,9 +194,15 @@ CREATE TABLE enrollments (
 );
 "#,
     // 5: key rotation (PROTOCOL §15.7): a peer's retired keys (JSON: the one still in its
-    // grace period and every retired signing key), NULL for a peer that never rotated.
+    // grace period and every retired signing key), NULL for a peer that never rotated;
+    // the gateway's own newest rotation, handed to nodes by every replica.
     r#"
 ALTER TABLE peers ADD COLUMN rotation text;
+CREATE TABLE gateway_rotation (
+    id        integer PRIMARY KEY CHECK (id = 1),
+    statement text    NOT NULL,
+    until_ms  bigint  NOT NULL
+);
 "#,
 ];
 
