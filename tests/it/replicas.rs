@@ -371,3 +371,82 @@ async fn a_newer_pull_at_another_replica_supersedes_the_one_held() {
         "{m}"
     );
 }
+
+/// The gateway's own key rotation across replicas (PROTOCOL §15.7): the new pair made
+/// with `--prepare` and copied to one other replica, the rotation run on the first;
+/// the replica with the copy follows and signs with the new key, every replica hands
+/// the statement to nodes with their pulls, and a replica without the copy keeps the
+/// retired key and says what to do.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_follow_a_gateway_key_rotation() {
+    let Some(homes) = replicas(3) else { return };
+    let sim = SimNode::new(7);
+    sim.enroll(&homes[0]);
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let gws: Vec<Daemon> = homes.iter().map(Home::start).collect();
+
+    let o = homes[0].cli(&["identity", "rotate", "--prepare"]);
+    assert!(o.status.success(), "{}", crate::harness::text(&o));
+    let new_pk = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    std::fs::copy(
+        homes[0].data().join("keys.next.json"),
+        homes[1].data().join("keys.next.json"),
+    )
+    .unwrap();
+    let o = homes[0].cli(&["identity", "rotate", "--wait", "20"]);
+    assert!(o.status.success(), "{}", crate::harness::text(&o));
+    assert_eq!(String::from_utf8(o.stdout).unwrap().trim(), new_pk);
+
+    // The replica with the copy follows within its database check.
+    let doc_of = |h: &Home| -> Value {
+        serde_json::from_str(&crate::harness::read_file(&h.data().join("identity.json"))).unwrap()
+    };
+    crate::harness::wait_for("replica 1 to follow", Duration::from_secs(30), || {
+        (doc_of(&homes[1])["sign_pk"] == new_pk.as_str()).then_some(())
+    });
+    // The one without says so, and keeps the retired key.
+    crate::harness::wait_for(
+        "replica 2 to say it cannot follow",
+        Duration::from_secs(30),
+        || {
+            gws[2]
+                .log_text()
+                .contains("gateway_rotation_not_followed")
+                .then_some(())
+        },
+    );
+    assert_ne!(doc_of(&homes[2])["sign_pk"], new_pk.as_str());
+
+    // Every replica hands the statement to the node; what replica 1 queues now is
+    // signed with the new key.
+    let pq = format!("/v1/nodes/{}/pull?wait_s=0&max=10", sim.id);
+    for gw in &gws {
+        let (st, v) = sim.signed(gw, "GET", &pq, None).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(
+            v["gateway_rotation"]["new_doc"]["sign_pk"],
+            new_pk.as_str(),
+            "{v}"
+        );
+    }
+    command(&gws[1], &admin, &sim.id, 1, 600).await;
+    let (st, v) = sim.signed(&gws[1], "GET", &pq, None).await;
+    assert_eq!(st, 200, "{v}");
+    let new_doc: outpost::envelope::IdentityDocument =
+        serde_json::from_value(v["gateway_rotation"]["new_doc"].clone()).unwrap();
+    let mut only_new = outpost::envelope::TrustStore::new();
+    only_new
+        .add(
+            new_doc,
+            outpost::envelope::Rights {
+                send: true,
+                issue: false,
+            },
+        )
+        .unwrap();
+    let env =
+        outpost::envelope::Envelope::from_json(v["envelopes"][0].to_string().as_bytes()).unwrap();
+    let now = outpost::clock::system().now_ms();
+    outpost::envelope::check_relay(&env, &only_new, now, 300_000, 86_400_000)
+        .expect("signed with the new key");
+}
