@@ -159,6 +159,40 @@ impl Token {
         .is_ok()
     }
 
+    /// [`Token::check_gateway`] for a gateway that may have rotated its keys since the
+    /// token was made: a token pinning the retired keys is accepted when `rotation`
+    /// (both signatures checked) retires exactly those keys for `doc`, and the retired
+    /// key signed the token.
+    pub fn check_gateway_rotated(
+        &self,
+        doc: &IdentityDocument,
+        rotation: Option<&crate::envelope::KeyRotation>,
+    ) -> Result<(), EnrollError> {
+        let Some(rot) = rotation.filter(|_| fingerprint(doc) != self.claims.gateway_fp) else {
+            return self.check_gateway(doc);
+        };
+        let wrong = |why: String| EnrollError::WrongGateway(why);
+        doc.verify().map_err(|e| wrong(e.to_string()))?;
+        if rot.new_doc != *doc || doc.role != "gateway" || doc.node_id != self.claims.gateway_id {
+            return Err(wrong(format!(
+                "{} sent a key rotation for another document",
+                doc.node_id
+            )));
+        }
+        let old = rot.verify().map_err(|e| wrong(e.to_string()))?;
+        let mut h = Sha256::new();
+        h.update(&rot.old_sign_pk);
+        h.update(&rot.old_kex_pk);
+        if b64_encode(&h.finalize()) != self.claims.gateway_fp || !self.verify(&old) {
+            return Err(wrong(format!(
+                "{} answers with keys other than the token's fingerprint, and its key \
+                 rotation does not retire the token's keys (an impersonator?)",
+                doc.node_id
+            )));
+        }
+        Ok(())
+    }
+
     /// The node's check of a gateway's document before anything secret is sent: the
     /// document verifies, is a gateway's, is the one the token names (id and
     /// fingerprint), and signed the token.
@@ -209,6 +243,10 @@ pub fn hello_echo(nonce: &str) -> String {
 pub struct Hello {
     pub gateway: IdentityDocument,
     pub time: crate::envelope::TimeStatement,
+    /// The gateway's key rotation while its grace lasts: a token made before it pins
+    /// the retired keys, and this statement links them to `gateway` (PROTOCOL §15.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<crate::envelope::KeyRotation>,
 }
 
 /// `POST /v1/enroll`: the node's document (so the gateway can check the envelope's
@@ -381,6 +419,25 @@ mod tests {
             .unwrap()
             .check_gateway(&d)
             .is_err());
+    }
+
+    #[test]
+    fn a_token_made_before_a_gateway_rotation_pins_through_the_statement() {
+        let (k, d) = gateway();
+        let token = Token::sign(&k, claims(&d));
+        let k2 = Keys::generate();
+        let d2 = IdentityDocument::new("gateway:main", "gateway", &k2, "2026-11-28T00:00:00Z");
+        let rot = crate::envelope::KeyRotation::new(&k, &k2, d2.clone());
+        assert!(token.check_gateway(&d2).is_err());
+        token.check_gateway_rotated(&d2, Some(&rot)).unwrap();
+        token.check_gateway_rotated(&d, Some(&rot)).unwrap();
+        // A statement for another document, or retiring other keys: refused.
+        assert!(token.check_gateway_rotated(&d2, None).is_err());
+        let (k3, _) = gateway();
+        let d3 = IdentityDocument::new("gateway:main", "gateway", &k3, "2026-11-28T00:00:00Z");
+        assert!(token.check_gateway_rotated(&d3, Some(&rot)).is_err());
+        let other = crate::envelope::KeyRotation::new(&k3, &k2, d2.clone());
+        assert!(token.check_gateway_rotated(&d2, Some(&other)).is_err());
     }
 
     #[test]

@@ -229,6 +229,7 @@ pub fn hello(gw: &Gateway, node_id: &str, nonce: &str) -> Result<Hello, GatewayE
         ));
     }
     Ok(Hello {
+        rotation: gw.rotation_for_nodes(),
         gateway: gw.identity(),
         time: crate::envelope::sign_time_statement(
             &gw.keys.current(),

@@ -254,7 +254,7 @@ impl Enroller {
         let hello: Hello = answer_json(resp).await?;
         // Pinned before anything secret leaves the device.
         token
-            .check_gateway(&hello.gateway)
+            .check_gateway_rotated(&hello.gateway, hello.rotation.as_ref())
             .map_err(|e| Attempt::Refused {
                 code: codes::WRONG_GATEWAY.into(),
                 reason: e.to_string(),

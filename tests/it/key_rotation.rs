@@ -286,3 +286,25 @@ async fn a_gateway_rotates_its_key_while_commands_flow_both_ways() {
         "{node_log:?}"
     );
 }
+
+/// An enrollment token made before the gateway rotated its key pins the retired keys:
+/// the gateway's hello carries its rotation, which links them to its new document, so
+/// a device flashed with the old token still enrolls during the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_made_before_a_gateway_rotation_still_enrolls() {
+    use crate::self_enroll::{
+        command_is_delivered, enrolling_node, enrollment_becomes, gateway, gw_url, make_token,
+    };
+    let (gw, g) = gateway();
+    let token = make_token(&gw, &["--ttl", "1h", "--max-uses", "5"]);
+    let o = gw.cli(&["identity", "rotate", "--wait", "20"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (home, _) = enrolling_node("node:late", &gw_url(&g), &token);
+    let n = home.start();
+    enrollment_becomes(&n, "enrolled").await;
+    command_is_delivered(&gw, &g, "node:late").await;
+    // The node trusts the gateway's new document, not the retired one.
+    let o = home.cli(&["trust", "ls"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("gateway:main"), "{}", text(&o));
+}

@@ -10,14 +10,14 @@ use serde_json::Value;
 use crate::harness::{http, text, wait_for, Daemon, Home};
 
 /// A gateway on `0` with its token-minting CLI.
-fn gateway() -> (Home, Daemon) {
+pub fn gateway() -> (Home, Daemon) {
     let gw = Home::init("gateway", "gateway:main", "");
     let d = gw.start();
     (gw, d)
 }
 
 /// `outpost enroll-token create` on the gateway host: the token text (only it on stdout).
-fn make_token(gw: &Home, args: &[&str]) -> String {
+pub fn make_token(gw: &Home, args: &[&str]) -> String {
     let mut a = vec!["enroll-token", "create"];
     a.extend_from_slice(args);
     let o = gw.cli(&a);
@@ -29,7 +29,7 @@ fn make_token(gw: &Home, args: &[&str]) -> String {
 
 /// A node (its keys made by `init`) whose config names only the gateway's URL and a
 /// token file: no gateway id, nothing trusted.
-fn enrolling_node(id: &str, gw_url: &str, token: &str) -> (Home, PathBuf) {
+pub fn enrolling_node(id: &str, gw_url: &str, token: &str) -> (Home, PathBuf) {
     let home = Home::init("node", id, "");
     let file = home.dir.path().join("enroll.token");
     std::fs::write(&file, token).unwrap();
@@ -58,7 +58,7 @@ async fn status(d: &Daemon) -> Value {
 }
 
 /// Wait until the node's enrollment is `state`; returns the enrollment JSON.
-async fn enrollment_becomes(d: &Daemon, state: &str) -> Value {
+pub async fn enrollment_becomes(d: &Daemon, state: &str) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(40);
     loop {
         let v = status(d).await;
@@ -91,12 +91,12 @@ async fn refused_as_revoked(d: &Daemon) {
     }
 }
 
-fn gw_url(d: &Daemon) -> String {
+pub fn gw_url(d: &Daemon) -> String {
     format!("http://{}", d.addr)
 }
 
 /// `outpost command` to `node`, then wait until the gateway says it was delivered.
-async fn command_is_delivered(gw: &Home, gwd: &Daemon, node: &str) {
+pub async fn command_is_delivered(gw: &Home, gwd: &Daemon, node: &str) {
     let o = gw.cli(&["command", node, "ping", "--body", "{}"]);
     assert!(o.status.success(), "{}", text(&o));
     let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
