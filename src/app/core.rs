@@ -211,6 +211,13 @@ impl NodeCore {
             .collect();
         let wall = self.base.clock.now_ms();
         let cfg = &self.base.cfg;
+        // `none`, or the key a pending `outpost identity rotate` waits to switch to.
+        let rotation = match super::rotation::pending(&cfg.data_dir) {
+            Ok(Some(r)) => json!({"state": "pending",
+                                  "new_sign_pk": crate::envelope::b64_encode(&r.new_doc.sign_pk)}),
+            Ok(None) => json!({"state": "none"}),
+            Err(e) => json!({"state": "unreadable", "error": format!("{e:#}")}),
+        };
         Ok(json!({
             "node_id": cfg.node_id,
             "role": cfg.role.as_str(),
@@ -220,6 +227,8 @@ impl NodeCore {
             "upstream": self.upstream_status(),
             "queues": queues,
             "audit": {"size": self.recorder.size(), "synced_size": self.recorder.synced_size()},
+            "sign_pk": crate::envelope::b64_encode(self.base.keys.current().sign_pk().as_bytes()),
+            "key_rotation": rotation,
             "clock": {
                 "now_ms": now,
                 "wall_ms": wall,

@@ -236,6 +236,13 @@ pub fn summary(v: &Value, now_ms: u64) -> String {
             s(&v["audit"]["synced_size"])
         );
     }
+    if v["key_rotation"]["state"] == "pending" {
+        let _ = writeln!(
+            out,
+            "key rotation: to {} waits for the gateway (it completes on the next sync)",
+            s(&v["key_rotation"]["new_sign_pk"])
+        );
+    }
     if let Some(n) = v["nodes_enrolled"].as_u64() {
         let _ = writeln!(out, "nodes enrolled: {n}");
     }

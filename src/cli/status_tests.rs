@@ -29,3 +29,19 @@ fn the_summary_has_no_raw_json_and_an_aligned_table() {
     assert_eq!(ends(table[0], "DEPTH"), ends(table[2], " 2"), "{out}");
     assert_eq!(table[1].find("gateway:"), table[0].find("PEER"), "{out}");
 }
+
+#[test]
+fn a_pending_key_rotation_is_one_line_and_none_is_silent() {
+    let mut v = json!({"node_id": "node:a", "role": "node", "version": "0.1.0", "uptime_s": 5,
+        "upstream": {"state": "connected", "url": "http://gw:8787", "connected": true},
+        "audit": {"size": 1, "synced_size": 1}, "queues": [],
+        "key_rotation": {"state": "pending", "new_sign_pk": "NEWKEY"},
+        "clock": {"now_ms": 1, "wall_ms": 1, "behind_floor": false, "max_skew_s": 300}});
+    let out = summary(&v, 0);
+    assert!(
+        out.contains("key rotation: to NEWKEY waits for the gateway"),
+        "{out}"
+    );
+    v["key_rotation"] = json!({"state": "none"});
+    assert!(!summary(&v, 0).contains("key rotation"));
+}
