@@ -50,9 +50,10 @@ pub fn rotate(cfg: &ConfigArg, wait_s: u64, prepare: bool) -> anyhow::Result<()>
         println!("{new_pk}");
         return Ok(());
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_s);
+    let clock = crate::clock::system();
+    let deadline = clock.now_ms().saturating_add(wait_s.saturating_mul(1000));
     while crate::app::rotation::pending(&cfg.data_dir)?.is_some() {
-        if std::time::Instant::now() >= deadline {
+        if clock.now_ms() >= deadline {
             return Err(Exit::failed(format!(
                 "the rotation is still waiting after {wait_s}s: is the daemon running (and, \
                  on a node, connected to its gateway)? (`outpost status`; it completes on \
