@@ -51,13 +51,13 @@ impl NodeCore {
         let now_ms = clock.now_ms();
         // A key switch cut short after keys.json and before identity.json: finish it
         // (keys.json only ever changes after the gateway accepted the rotation).
-        if let Some(rot) = super::rotation::pending(&cfg.data_dir)? {
+        if let Some(rot) = crate::daemon::rotation::pending(&cfg.data_dir)? {
             let on_disk = Keys::load(&keyfile::keys_path(&cfg.data_dir))?;
             if on_disk.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk {
-                super::rotation::finish(&cfg.data_dir, &rot, now_ms)?;
+                crate::daemon::rotation::finish(&cfg.data_dir, &rot, now_ms)?;
             }
         }
-        let previous = super::rotation::load_previous(&cfg.data_dir, now_ms)?;
+        let previous = crate::daemon::rotation::load_previous(&cfg.data_dir, now_ms)?;
         let keys = Keys::load(&keyfile::keys_path(&cfg.data_dir))?;
         let identity = keyfile::read_identity(&cfg.data_dir)?;
         if identity.node_id != cfg.node_id
@@ -98,7 +98,8 @@ impl NodeCore {
     /// covered by a checkpoint signed with the new key. Blocking (file I/O).
     pub fn rotate_keys(&self, rot: &crate::envelope::KeyRotation) -> anyhow::Result<()> {
         let now_ms = self.now_ms();
-        let (new, _old, until) = super::rotation::finish(&self.cfg().data_dir, rot, now_ms)?;
+        let (new, _old, until) =
+            crate::daemon::rotation::finish(&self.cfg().data_dir, rot, now_ms)?;
         self.base.keys.rotate(new, until);
         self.base
             .trust
@@ -212,7 +213,7 @@ impl NodeCore {
         let wall = self.base.clock.now_ms();
         let cfg = &self.base.cfg;
         // `none`, or the key a pending `outpost identity rotate` waits to switch to.
-        let rotation = match super::rotation::pending(&cfg.data_dir) {
+        let rotation = match crate::daemon::rotation::pending(&cfg.data_dir) {
             Ok(Some(r)) => json!({"state": "pending",
                                   "new_sign_pk": crate::envelope::b64_encode(&r.new_doc.sign_pk)}),
             Ok(None) => json!({"state": "none"}),

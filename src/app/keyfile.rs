@@ -1,65 +1,19 @@
 //! Where a role keeps its files inside the data directory, and how they are written.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
 use crate::config::{Config, Role};
-use crate::envelope::{IdentityDocument, Keys};
+use crate::envelope::Keys;
 
 pub use crate::daemon::files::{
-    identity_path, parent_dir, published_identity, read_identity, write_atomic,
+    create_keys, create_private_dir, identity_path, keys_path, new_identity, parent_dir,
+    published_identity, read_identity, write_atomic, write_identity,
 };
-
-pub fn keys_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("keys.json")
-}
 
 pub fn store_dir(data_dir: &Path) -> PathBuf {
     crate::daemon::store_dir(data_dir)
-}
-
-/// The data dir holds keys: 0700, created if missing.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-}
-
-pub fn write_identity(data_dir: &Path, doc: &IdentityDocument) -> anyhow::Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(doc)?;
-    bytes.push(b'\n');
-    write_atomic(&identity_path(data_dir), &bytes, 0o644)?;
-    Ok(())
-}
-
-/// A new key pair written to `keys_path` (0600; temp file, fsync, rename, fsync of the
-/// directory: [`Keys::save`]), never over an existing one. `outpost init` and a node's
-/// first start both make their keys here.
-pub fn create_keys(keys_path: &Path) -> anyhow::Result<Keys> {
-    let keys = Keys::generate();
-    keys.save(keys_path)
-        .with_context(|| format!("writing {}", keys_path.display()))?;
-    Ok(keys)
-}
-
-/// The identity document of `keys`, dated now (whole seconds).
-pub fn new_identity(
-    node_id: &str,
-    role: Role,
-    keys: &Keys,
-    tls_pin: Option<[u8; 32]>,
-) -> anyhow::Result<IdentityDocument> {
-    let now_ms = crate::clock::system().now_ms();
-    let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
-        .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
-    Ok(IdentityDocument::with_tls_pin(
-        node_id,
-        role.as_str(),
-        keys,
-        &created_at,
-        tls_pin,
-    ))
 }
 
 /// A start without keys that the config, not a retry, must fix.

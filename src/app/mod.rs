@@ -17,7 +17,6 @@ pub mod offline;
 pub mod outbox;
 pub mod recorder;
 pub mod refusals;
-pub mod rotation;
 pub mod store_audit;
 pub mod tasks;
 pub mod upstream;

@@ -153,7 +153,7 @@ impl NodeLink for Link {
     }
 
     fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation> {
-        match crate::app::rotation::pending(&self.0.cfg().data_dir) {
+        match crate::daemon::rotation::pending(&self.0.cfg().data_dir) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(event = "rotation_unreadable", error = %format!("{e:#}"));

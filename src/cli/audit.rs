@@ -74,7 +74,7 @@ fn run<S: crate::audit::AuditStorage>(
     match cmd {
         AuditCmd::Verify { require_checkpoint } => {
             let keys = load_keys(cfg)?;
-            let history = crate::app::rotation::audit_keys(&cfg.data_dir, &keys)?;
+            let history = crate::daemon::rotation::audit_keys(&cfg.data_dir, &keys)?;
             let report = log.verify(&history, &cfg.node_id)?;
             if report.is_ok() {
                 let uncovered = report.entries - report.covered;

@@ -1,9 +1,30 @@
-//! `outpost identity` and `outpost trust add|ls|rm`.
+//! `outpost identity` (and `identity rotate`) and `outpost trust add|ls|rm`.
 
 use super::common::{load_config, load_identity, open_store, read_input};
 use super::{ConfigArg, Exit, TrustCmd};
 use crate::daemon::trust;
 use crate::envelope::{IdentityDocument, Rights};
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum IdentityCmd {
+    /// Replace this key pair: a new pair and a statement signed by the old and the new
+    /// key (PROTOCOL §15.7). On a node, the running node delivers it to its gateway on
+    /// its next sync and both switch when the gateway accepts; on a gateway, the running
+    /// gateway switches and hands the statement to every node with its next pull.
+    /// Nothing queued is lost: the retired key still opens what was sealed to it, and
+    /// its signatures are accepted, for 7 days.
+    Rotate {
+        /// Wait up to this many seconds for the running node or gateway to complete the
+        /// rotation (0: do not wait).
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+        /// Only make the new key pair (`keys.next.json`), to copy to every replica of a
+        /// gateway first; a later `identity rotate` uses it.
+        #[arg(long)]
+        prepare: bool,
+    },
+}
 
 pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
@@ -22,18 +43,18 @@ pub fn rotate(cfg: &ConfigArg, wait_s: u64, prepare: bool) -> anyhow::Result<()>
     let cfg = load_config(cfg)?;
     if prepare {
         let keys =
-            crate::app::rotation::prepare(&cfg).map_err(|e| Exit::failed(format!("{e:#}")))?;
+            crate::daemon::rotation::prepare(&cfg).map_err(|e| Exit::failed(format!("{e:#}")))?;
         eprintln!(
             "new key pair in {}: copy it (0600, owned by the service user) into the data \
              directory of every other replica, then run `outpost identity rotate` here",
-            crate::app::rotation::next_keys_path(&cfg.data_dir).display()
+            crate::daemon::rotation::next_keys_path(&cfg.data_dir).display()
         );
         println!("{}", crate::envelope::b64_encode(keys.sign_pk().as_bytes()));
         return Ok(());
     }
     let now_ms = crate::clock::system().now_ms();
     let rot =
-        crate::app::rotation::begin(&cfg, now_ms).map_err(|e| Exit::failed(format!("{e:#}")))?;
+        crate::daemon::rotation::begin(&cfg, now_ms).map_err(|e| Exit::failed(format!("{e:#}")))?;
     let new_pk = crate::envelope::b64_encode(&rot.new_doc.sign_pk);
     if cfg.role == crate::config::Role::Gateway {
         eprintln!(
@@ -52,7 +73,7 @@ pub fn rotate(cfg: &ConfigArg, wait_s: u64, prepare: bool) -> anyhow::Result<()>
     }
     let clock = crate::clock::system();
     let deadline = clock.now_ms().saturating_add(wait_s.saturating_mul(1000));
-    while crate::app::rotation::pending(&cfg.data_dir)?.is_some() {
+    while crate::daemon::rotation::pending(&cfg.data_dir)?.is_some() {
         if clock.now_ms() >= deadline {
             return Err(Exit::failed(format!(
                 "the rotation is still waiting after {wait_s}s: is the daemon running (and, \

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 pub mod audit;
 pub mod common;
 pub use common::error_line;
+pub use identity::IdentityCmd;
 pub mod config_cmd;
 #[cfg(feature = "gateway")]
 pub mod demo;
@@ -75,26 +76,6 @@ pub struct ConfigArg {
     /// Use ./outpost-dev (config, keys and store), creating it on first use; no root needed.
     #[arg(long, global = true)]
     pub dev: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum IdentityCmd {
-    /// Replace this key pair: a new pair and a statement signed by the old and the new
-    /// key (PROTOCOL §15.7). On a node, the running node delivers it to its gateway on
-    /// its next sync and both switch when the gateway accepts; on a gateway, the running
-    /// gateway switches and hands the statement to every node with its next pull.
-    /// Nothing queued is lost: the retired key still opens what was sealed to it, and
-    /// its signatures are accepted, for 7 days.
-    Rotate {
-        /// Wait up to this many seconds for the running node or gateway to complete the
-        /// rotation (0: do not wait).
-        #[arg(long, default_value_t = 0)]
-        wait: u64,
-        /// Only make the new key pair (`keys.next.json`), to copy to every replica of a
-        /// gateway first; a later `identity rotate` uses it.
-        #[arg(long)]
-        prepare: bool,
-    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,14 +1,15 @@
 //! Files a role keeps in its data directory that both roles and their shared parts
-//! read: the stored identity document, and how a file is written so that a power cut
-//! leaves the old or the new one.
+//! read: the key pair, the stored identity document, and how a file is written so that
+//! a power cut leaves the old or the new one.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::envelope::IdentityDocument;
+use crate::config::Role;
+use crate::envelope::{IdentityDocument, Keys};
 
 pub fn identity_path(data_dir: &Path) -> PathBuf {
     data_dir.join("identity.json")
@@ -77,5 +78,51 @@ pub fn published_identity(
         keys,
         &doc.created_at,
         Some(pin),
+    ))
+}
+
+pub fn keys_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("keys.json")
+}
+
+/// The data dir holds keys: 0700, created if missing.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+pub fn write_identity(data_dir: &Path, doc: &IdentityDocument) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(doc)?;
+    bytes.push(b'\n');
+    write_atomic(&identity_path(data_dir), &bytes, 0o644)?;
+    Ok(())
+}
+
+/// A new key pair written to `keys_path` (0600; temp file, fsync, rename, fsync of the
+/// directory: [`Keys::save`]), never over an existing one. `outpost init` and a node's
+/// first start both make their keys here.
+pub fn create_keys(keys_path: &Path) -> anyhow::Result<Keys> {
+    let keys = Keys::generate();
+    keys.save(keys_path)
+        .with_context(|| format!("writing {}", keys_path.display()))?;
+    Ok(keys)
+}
+
+/// The identity document of `keys`, dated now (whole seconds).
+pub fn new_identity(
+    node_id: &str,
+    role: Role,
+    keys: &Keys,
+    tls_pin: Option<[u8; 32]>,
+) -> anyhow::Result<IdentityDocument> {
+    let now_ms = crate::clock::system().now_ms();
+    let created_at = crate::token::format_rfc3339_ms(now_ms - now_ms % 1000)
+        .ok_or_else(|| anyhow::anyhow!("clock out of range"))?;
+    Ok(IdentityDocument::with_tls_pin(
+        node_id,
+        role.as_str(),
+        keys,
+        &created_at,
+        tls_pin,
     ))
 }

@@ -9,6 +9,7 @@
 pub mod files;
 pub mod listen;
 pub mod lock;
+pub mod rotation;
 pub mod spread;
 pub mod starting;
 pub mod trust;

@@ -149,13 +149,13 @@ fn assemble(
     let dir = &cfg.data_dir;
     // A key switch cut short after keys.json and before identity.json: finish it.
     let recover = || -> anyhow::Result<Option<(Keys, u64)>> {
-        if let Some(rot) = crate::app::rotation::pending(dir)? {
+        if let Some(rot) = crate::daemon::rotation::pending(dir)? {
             let on_disk = Keys::load(&dir.join("keys.json"))?;
             if on_disk.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk {
-                crate::app::rotation::finish(dir, &rot, now_ms)?;
+                crate::daemon::rotation::finish(dir, &rot, now_ms)?;
             }
         }
-        crate::app::rotation::load_previous(dir, now_ms)
+        crate::daemon::rotation::load_previous(dir, now_ms)
     };
     let previous = recover().map_err(|e| StartError::Trust(format!("{e:#}")))?;
     let keys = Keys::load(&cfg.data_dir.join("keys.json"))?;

@@ -81,7 +81,7 @@ pub async fn watch(gw: std::sync::Arc<Gateway>) {
 async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyhow::Result<()> {
     let dir = gw.cfg.data_dir.clone();
     let mine = gw.keys.current().sign_pk().to_bytes();
-    if let Some(rot) = crate::app::rotation::pending(&dir)? {
+    if let Some(rot) = crate::daemon::rotation::pending(&dir)? {
         if rot.old_sign_pk == mine {
             return apply_own(gw, rot).await;
         }
@@ -99,7 +99,7 @@ async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyho
         return Ok(());
     }
     // Another replica switched: follow it with the new pair copied here.
-    let next = crate::app::rotation::next_keys_path(&dir);
+    let next = crate::daemon::rotation::next_keys_path(&dir);
     let have = crate::envelope::Keys::load(&next)
         .is_ok_and(|k| k.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk);
     if have {
@@ -123,7 +123,7 @@ async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyho
 
 /// Switch this gateway to the keys of `rot`: publish the statement first (so nodes
 /// learn the new key even if this replica stops right after), then the files (crash
-/// safe, [`crate::app::rotation::finish`]), then every flow at once.
+/// safe, [`crate::daemon::rotation::finish`]), then every flow at once.
 async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
     let now = gw.now_ms();
     let until = match gw.state.gateway_rotation().await? {
@@ -133,7 +133,8 @@ async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
     gw.state.put_gateway_rotation(&rot, until).await?;
     let (dir, r) = (gw.cfg.data_dir.clone(), rot.clone());
     let (new, _old, _) =
-        tokio::task::spawn_blocking(move || crate::app::rotation::finish(&dir, &r, now)).await??;
+        tokio::task::spawn_blocking(move || crate::daemon::rotation::finish(&dir, &r, now))
+            .await??;
     gw.set_identity(&new);
     gw.keys.rotate(new, until);
     gw.trust_cache()

@@ -24,6 +24,7 @@ mod chores;
 pub mod enroll;
 pub mod machine;
 mod report;
+mod rotate;
 pub mod transport;
 pub mod wire;
 pub mod worker;

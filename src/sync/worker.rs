@@ -108,7 +108,7 @@ pub(super) struct Worker {
     /// When a failure is worth a log line.
     pub(super) reporter: super::advice::Reporter,
     /// When the link last looked for a pending key rotation.
-    rotation_checked: Option<tokio::time::Instant>,
+    pub(super) rotation_checked: Option<tokio::time::Instant>,
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
@@ -117,9 +117,6 @@ fn drop_prefetch(p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncE
         h.abort();
     }
 }
-
-/// How often a connected link looks for a pending key rotation (a file read).
-const ROTATION_CHECK: Duration = Duration::from_secs(3);
 
 /// How long a refused gateway time is extrapolated with the monotonic clock.
 const REFUSED_TIME_KEPT: Duration = Duration::from_secs(600);
@@ -200,38 +197,6 @@ impl Worker {
                 self.report(&ev);
                 self.confirmed_audit = None;
             }
-        }
-    }
-
-    /// Deliver a pending key rotation (PROTOCOL §15.7), asked for at most every
-    /// [`ROTATION_CHECK`] while connected. Signed with the current (retiring) key; on the
-    /// gateway's yes the node switches. A failure is logged and tried again later: the
-    /// rotation waits, nothing else does.
-    async fn maybe_rotate(&mut self) {
-        let now = tokio::time::Instant::now();
-        if self
-            .rotation_checked
-            .is_some_and(|t| now < t + ROTATION_CHECK)
-        {
-            return;
-        }
-        self.rotation_checked = Some(now);
-        let Some(rot) = self.deps.node.pending_rotation() else {
-            return;
-        };
-        let path = self.t.node_path("rotate");
-        let answer: Result<super::wire::RotateAnswer, SyncError> =
-            self.t.post(&path, &rot, self.now()).await;
-        let outcome = match answer {
-            Ok(_) => self.deps.node.rotation_accepted(rot).await,
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = outcome {
-            tracing::warn!(
-                event = "key_rotation_failed",
-                error = %e,
-                "the key rotation waits: tried again in a few seconds"
-            );
         }
     }
 

@@ -6,9 +6,7 @@
 use tokio_postgres::Transaction;
 
 use super::{i, listen, unavailable, Postgres, STATUS_KEEP_MS};
-use crate::envelope::{
-    b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError, TrustStore,
-};
+use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::enroll::{
     Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
@@ -19,7 +17,7 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
     StateError::Corrupt(format!("{what}: {e}"))
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StateError> {
+pub(super) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StateError> {
     serde_json::to_string(v).map_err(|e| corrupt("enrollment", e))
 }
 
@@ -101,7 +99,7 @@ async fn trust_node(
     notify_trust(tx).await
 }
 
-async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError> {
+pub(super) async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError> {
     tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
         .await
         .map_err(unavailable)?;
@@ -372,47 +370,6 @@ impl Postgres {
         }
         Ok(newest.map(|r| r.document))
     }
-
-    /// The node's row under its lock, [`TrustStore::rotate`] on it, the row written back.
-    pub(super) async fn rotate_node_now(
-        &self,
-        rot: &KeyRotation,
-        now_ms: u64,
-        grace_ms: u64,
-    ) -> Result<Result<Rotated, RotationError>, StateError> {
-        let node_id = &rot.new_doc.node_id;
-        let mut c = self.pool.get().await?;
-        let tx = c.transaction().await.map_err(unavailable)?;
-        let row = tx
-            .query_opt(
-                "SELECT document, may_send, may_issue, rotation FROM peers
-                 WHERE node_id = $1 FOR UPDATE",
-                &[node_id],
-            )
-            .await
-            .map_err(unavailable)?;
-        let mut one = TrustStore::new();
-        if let Some(r) = &row {
-            one.insert(super::peers::peer_row(r)?);
-        }
-        match one.rotate(rot, now_ms, grace_ms) {
-            Ok(Rotated::Applied) => {}
-            other => return Ok(other),
-        }
-        let peer = one
-            .get(node_id)
-            .ok_or_else(|| StateError::Corrupt("peers: rotated peer vanished".into()))?;
-        tx.execute(
-            "UPDATE peers SET document = $2, rotation = $3 WHERE node_id = $1",
-            &[node_id, &to_json(&peer.doc)?, &peer.rotation_row()],
-        )
-        .await
-        .map_err(unavailable)?;
-        notify_trust(&tx).await?;
-        tx.commit().await.map_err(unavailable)?;
-        self.refresh_peer_now(node_id).await?;
-        Ok(Ok(Rotated::Applied))
-    }
 }
 
 impl EnrollmentState for Postgres {
@@ -469,37 +426,10 @@ impl EnrollmentState for Postgres {
     }
 
     fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()> {
-        Box::pin(async move {
-            let c = self.pool.get().await?;
-            c.execute(
-                "INSERT INTO gateway_rotation (id, statement, until_ms) VALUES (1, $1, $2)
-                 ON CONFLICT (id) DO UPDATE
-                     SET statement = excluded.statement, until_ms = excluded.until_ms
-                     WHERE gateway_rotation.statement <> excluded.statement",
-                &[&to_json(rotation)?, &i(until_ms)],
-            )
-            .await
-            .map_err(unavailable)?;
-            Ok(())
-        })
+        Box::pin(self.put_gateway_rotation_now(rotation, until_ms))
     }
 
     fn gateway_rotation(&self) -> Fut<'_, Option<(KeyRotation, u64)>> {
-        Box::pin(async move {
-            let c = self.pool.get().await?;
-            let row = c
-                .query_opt(
-                    "SELECT statement, until_ms FROM gateway_rotation WHERE id = 1",
-                    &[],
-                )
-                .await
-                .map_err(unavailable)?;
-            row.map(|r| {
-                let statement = serde_json::from_str(r.get::<_, &str>(0))
-                    .map_err(|e| corrupt("gateway_rotation", e))?;
-                Ok((statement, super::u(r.get(1))))
-            })
-            .transpose()
-        })
+        Box::pin(self.gateway_rotation_now())
     }
 }

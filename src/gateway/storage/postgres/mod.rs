@@ -38,6 +38,7 @@ mod pool;
 mod queue;
 mod queued;
 mod replicas;
+mod rotation;
 pub mod schema;
 mod settle;
 mod status;

@@ -20,7 +20,7 @@ use anyhow::Context;
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 
-use super::keyfile::{keys_path, write_atomic, write_identity};
+use super::files::{keys_path, write_atomic, write_identity};
 use crate::config::{Config, Role};
 use crate::envelope::{b64_encode, parse_sign_pk, KeyRotation, Keys, ROTATION_GRACE_MS};
 
@@ -112,7 +112,7 @@ pub fn prepare(cfg: &Config) -> anyhow::Result<Keys> {
     if next.exists() {
         return Ok(Keys::load(&next)?);
     }
-    super::keyfile::create_keys(&next)
+    super::files::create_keys(&next)
 }
 
 /// `outpost identity rotate`: the statement retiring the current key pair for the one
@@ -139,7 +139,7 @@ pub fn begin(cfg: &Config, now_ms: u64) -> anyhow::Result<KeyRotation> {
         ),
         _ => None,
     };
-    let doc = super::keyfile::new_identity(&cfg.node_id, cfg.role, &new, tls_pin)?;
+    let doc = super::files::new_identity(&cfg.node_id, cfg.role, &new, tls_pin)?;
     let statement = KeyRotation::new(&old, &new, doc);
     write_json(
         &rotation_path(dir),
@@ -241,11 +241,11 @@ mod tests {
         let p = dir.join("outpost.toml");
         std::fs::write(&p, text).unwrap();
         let cfg = crate::config::load(&p).unwrap();
-        super::super::keyfile::create_private_dir(dir).unwrap();
-        let k = super::super::keyfile::create_keys(&keys_path(dir)).unwrap();
+        super::super::files::create_private_dir(dir).unwrap();
+        let k = super::super::files::create_keys(&keys_path(dir)).unwrap();
         write_identity(
             dir,
-            &super::super::keyfile::new_identity("node:rot", Role::Node, &k, None).unwrap(),
+            &super::super::files::new_identity("node:rot", Role::Node, &k, None).unwrap(),
         )
         .unwrap();
         cfg
@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(until, 2_000 + ROTATION_GRACE_MS);
         assert!(pending(dir).unwrap().is_none());
         assert_eq!(
-            super::super::keyfile::read_identity(dir).unwrap(),
+            super::super::files::read_identity(dir).unwrap(),
             rot.new_doc
         );
         assert_eq!(audit_keys(dir, &new).unwrap(), vec![old_pk, new.sign_pk()]);

@@ -1,0 +1,88 @@
+//! Key rotation on PostgreSQL (PROTOCOL §15.7): a node's rotation applied to its
+//! `peers` row under the row's lock, and the gateway's own newest rotation, one row
+//! every replica reads.
+
+use super::enroll::{notify_trust, to_json};
+use super::{i, unavailable, Postgres};
+use crate::envelope::{KeyRotation, Rotated, RotationError, TrustStore};
+use crate::gateway::storage::StateError;
+
+impl Postgres {
+    /// The node's row under its lock, [`TrustStore::rotate`] on it, the row written back.
+    pub(super) async fn rotate_node_now(
+        &self,
+        rot: &KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Result<Result<Rotated, RotationError>, StateError> {
+        let node_id = &rot.new_doc.node_id;
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        let row = tx
+            .query_opt(
+                "SELECT document, may_send, may_issue, rotation FROM peers
+                 WHERE node_id = $1 FOR UPDATE",
+                &[node_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut one = TrustStore::new();
+        if let Some(r) = &row {
+            one.insert(super::peers::peer_row(r)?);
+        }
+        match one.rotate(rot, now_ms, grace_ms) {
+            Ok(Rotated::Applied) => {}
+            other => return Ok(other),
+        }
+        let peer = one
+            .get(node_id)
+            .ok_or_else(|| StateError::Corrupt("peers: rotated peer vanished".into()))?;
+        tx.execute(
+            "UPDATE peers SET document = $2, rotation = $3 WHERE node_id = $1",
+            &[node_id, &to_json(&peer.doc)?, &peer.rotation_row()],
+        )
+        .await
+        .map_err(unavailable)?;
+        notify_trust(&tx).await?;
+        tx.commit().await.map_err(unavailable)?;
+        self.refresh_peer_now(node_id).await?;
+        Ok(Ok(Rotated::Applied))
+    }
+
+    pub(super) async fn put_gateway_rotation_now(
+        &self,
+        rotation: &KeyRotation,
+        until_ms: u64,
+    ) -> Result<(), StateError> {
+        let c = self.pool.get().await?;
+        c.execute(
+            "INSERT INTO gateway_rotation (id, statement, until_ms) VALUES (1, $1, $2)
+             ON CONFLICT (id) DO UPDATE
+                 SET statement = excluded.statement, until_ms = excluded.until_ms
+                 WHERE gateway_rotation.statement <> excluded.statement",
+            &[&to_json(rotation)?, &i(until_ms)],
+        )
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    pub(super) async fn gateway_rotation_now(
+        &self,
+    ) -> Result<Option<(KeyRotation, u64)>, StateError> {
+        let c = self.pool.get().await?;
+        let row = c
+            .query_opt(
+                "SELECT statement, until_ms FROM gateway_rotation WHERE id = 1",
+                &[],
+            )
+            .await
+            .map_err(unavailable)?;
+        row.map(|r| {
+            let statement = serde_json::from_str(r.get::<_, &str>(0))
+                .map_err(|e| StateError::Corrupt(format!("gateway_rotation: {e}")))?;
+            Ok((statement, super::u(r.get(1))))
+        })
+        .transpose()
+    }
+}
