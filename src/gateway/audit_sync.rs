@@ -91,7 +91,7 @@ pub(super) async fn frontier(
     node: &str,
 ) -> Result<Frontier, GatewayError> {
     if let Some(f) = frontiers.get(node) {
-        if !gw.state.is_shared() || gw.state.audit_size(node).await? == f.size() {
+        if gw.state.replicas().is_none() || gw.state.audit_size(node).await? == f.size() {
             return Ok(f.clone());
         }
     }
@@ -192,7 +192,7 @@ pub async fn status(gw: &Gateway, node: &str) -> Result<AuditStatus, GatewayErro
 
 /// Confirmed audit size of `node` (for `GET /v1/nodes`).
 pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
-    if gw.state.is_shared() {
+    if gw.state.replicas().is_some() {
         return gw.state.audit_size(node).await.unwrap_or(0);
     }
     let mut frontiers = gw.audit.lock().await;

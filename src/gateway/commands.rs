@@ -140,7 +140,8 @@ async fn seal_and_queue(
     // A shared state commits the event with the message: one commit before the 202.
     let staged = gw
         .state
-        .is_shared()
+        .replicas()
+        .is_some()
         .then(|| serde_json::to_string(&event).map(|json| (now, json)))
         .transpose()
         .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;

@@ -205,10 +205,6 @@ impl EventLog {
         self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn is_shared(&self) -> bool {
-        self.writer.is_some()
-    }
-
     pub fn publish(&self, ts_ms: u64, ev: GatewayEvent) {
         tracing::debug!(event = "gateway_event", kind = ev.name());
         if let Some(w) = &self.writer {

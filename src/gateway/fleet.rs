@@ -59,7 +59,7 @@ pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
         .map(|s| (s.peer.as_str(), s))
         .collect();
     // A shared state answers for all nodes at once; the embedded one from memory.
-    let audit_sizes = if gw.state.is_shared() {
+    let audit_sizes = if gw.state.replicas().is_some() {
         gw.state.audit_sizes(&ids).await?
     } else {
         std::collections::HashMap::new()

@@ -88,7 +88,7 @@ async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyho
     }
     // The published one: at start, then every few ticks on a shared database (another
     // replica may have rotated); the embedded gateway is the only writer.
-    if tick > 0 && !(gw.state.is_shared() && tick % SHARED_EVERY_TICKS == 0) {
+    if tick > 0 && !(gw.state.replicas().is_some() && tick % SHARED_EVERY_TICKS == 0) {
         return Ok(());
     }
     let Some((rot, until)) = gw.state.gateway_rotation().await? else {

@@ -112,7 +112,7 @@ impl Gateway {
         let skew_ms = cfg.max_clock_skew_s * 1000;
         let published = published_or_own(&cfg, &keys);
         let started_ms = state.now_ms();
-        let (events, event_writer) = if state.is_shared() {
+        let (events, event_writer) = if state.replicas().is_some() {
             let (log, rx) = EventLog::shared();
             (log, Some(rx))
         } else {
@@ -223,8 +223,10 @@ impl Gateway {
     /// add` may have written the peers since they were read (in another process, or
     /// through another replica). Read them again before refusing.
     pub async fn recheck_trust(&self, node_id: &str) {
-        if let Err(e) = self.state.refresh_peer(node_id).await {
-            tracing::warn!(event = "trust_reload_failed", node = %node_id, error = %e);
+        if let Some(replicas) = self.state.replicas() {
+            if let Err(e) = replicas.refresh_peer(node_id).await {
+                tracing::warn!(event = "trust_reload_failed", node = %node_id, error = %e);
+            }
         }
         self.trust.recheck(self.now_ms());
     }
@@ -290,7 +292,7 @@ impl Gateway {
             e.online = true;
             !was
         };
-        if self.state.is_shared() {
+        if let Some(replicas) = self.state.replicas() {
             // Every replica's view is the database's: written at most once a second per
             // node and replica; the transition is reported by the one replica that made it.
             let due = {
@@ -304,7 +306,7 @@ impl Gateway {
                 due
             };
             if due {
-                match self.state.node_heard(node_id, now).await {
+                match replicas.node_heard(node_id, now).await {
                     Ok(true) => {
                         tracing::info!(event = "node_online", node_id);
                         self.publish(GatewayEvent::NodeOnline {
@@ -329,13 +331,10 @@ impl Gateway {
     /// for up to `wait_ms` (at the pull's start). Returns the claim written, for
     /// [`Gateway::poll_abandoned`].
     pub async fn share_polling(&self, node: &str, wait_ms: u64) -> Option<u64> {
-        if !self.state.is_shared() {
-            return None;
-        }
+        let replicas = self.state.replicas()?;
         let now = self.now_ms();
         let until = now + wait_ms + POLLING_GRACE_MS;
-        match self
-            .state
+        match replicas
             .nodes_polling(vec![node.to_string()], now, until)
             .await
         {
@@ -354,8 +353,8 @@ impl Gateway {
         nodes: &[String],
     ) -> HashMap<String, (Liveness, Option<u64>, bool)> {
         let now = self.now_ms();
-        let shared = if self.state.is_shared() {
-            self.state.nodes_seen(nodes).await.unwrap_or_else(|e| {
+        let shared = if let Some(replicas) = self.state.replicas() {
+            replicas.nodes_seen(nodes).await.unwrap_or_else(|e| {
                 tracing::warn!(event = "liveness_unreadable", error = %e);
                 HashMap::new()
             })
@@ -435,7 +434,10 @@ impl Gateway {
         let (gw, node) = (self.clone(), node_id.to_string());
         rt.spawn(async move {
             let now = gw.now_ms();
-            if let Err(e) = gw.state.poll_abandoned(&node, until, now).await {
+            let Some(replicas) = gw.state.replicas() else {
+                return;
+            };
+            if let Err(e) = replicas.poll_abandoned(&node, until, now).await {
                 tracing::warn!(event = "liveness_not_written", error = %e);
             }
         });
@@ -449,9 +451,9 @@ impl Gateway {
     /// Emit `node_offline` for nodes that stopped being online (called by the sweeper).
     pub async fn check_offline(&self) {
         let now = self.now_ms();
-        if self.state.is_shared() {
+        if let Some(replicas) = self.state.replicas() {
             let silent_since = now.saturating_sub(super::liveness::ONLINE_MS);
-            match self.state.sweep_offline(silent_since, now).await {
+            match replicas.sweep_offline(silent_since, now).await {
                 Ok(gone) => {
                     for node_id in gone {
                         tracing::warn!(event = "node_offline", node_id = %node_id);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::events::GatewayEvent;
 use super::state::Gateway;
+use super::storage::SharedState;
 use crate::service::Notifier;
 use crate::telemetry::MessageEvent;
 
@@ -60,13 +61,14 @@ pub async fn run(gw: Arc<Gateway>) {
 /// new events every [`TICK`] in case a notice was lost. Returns at once for a state
 /// only this process writes.
 pub async fn follow(gw: Arc<Gateway>) {
-    let Some(mut rx) = gw.state.notices() else {
+    let Some(replicas) = gw.state.replicas() else {
         return;
     };
+    let mut rx = replicas.notices();
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     // Start with the newest REPLAY events in memory, for subscribers that resume.
     let mut after = loop {
-        match gw.state.append_events(Vec::new()).await {
+        match replicas.append_events(Vec::new()).await {
             Ok(newest) => break newest.saturating_sub(super::events::REPLAY as u64),
             Err(e) => tracing::warn!(event = "events_unreadable", error = %e),
         }
@@ -78,7 +80,7 @@ pub async fn follow(gw: Arc<Gateway>) {
     let mut read = true;
     loop {
         if read {
-            after = read_events(&gw, after).await;
+            after = read_events(&gw, replicas, after).await;
         }
         let first = tokio::select! {
             _ = gw.shutdown.cancelled() => return,
@@ -164,10 +166,10 @@ impl Wake {
 }
 
 /// Deliver committed events after `after` to subscribers; returns the newest id read.
-async fn read_events(gw: &Gateway, mut after: u64) -> u64 {
+async fn read_events(gw: &Gateway, replicas: &dyn SharedState, mut after: u64) -> u64 {
     use super::events::{Event, GatewayEvent};
     loop {
-        let rows = match gw.state.events_after(after, 1000).await {
+        let rows = match replicas.events_after(after, 1000).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(event = "events_unreadable", error = %e);
@@ -194,6 +196,9 @@ async fn read_events(gw: &Gateway, mut after: u64) -> u64 {
 /// that queued up meanwhile), retrying while the database is away. Returns at once for
 /// a state only this process writes.
 pub async fn write_events(gw: Arc<Gateway>) {
+    let Some(replicas) = gw.state.replicas() else {
+        return;
+    };
     let Some(mut rx) = gw
         .event_writer
         .lock()
@@ -240,9 +245,9 @@ pub async fn write_events(gw: Arc<Gateway>) {
                         take(m, &mut pending, &mut waiting, &mut sequence);
                     }
                     if !pending.is_empty() {
-                        let _ = gw.state.append_events(std::mem::take(&mut pending)).await;
+                        let _ = replicas.append_events(std::mem::take(&mut pending)).await;
                     }
-                    let _ = gw.state.sequence_events().await;
+                    let _ = replicas.sequence_events().await;
                     return;
                 }
             }
@@ -256,7 +261,7 @@ pub async fn write_events(gw: Arc<Gateway>) {
         let written = if pending.is_empty() {
             Ok(0)
         } else {
-            gw.state.append_events(pending.clone()).await
+            replicas.append_events(pending.clone()).await
         };
         match written {
             Ok(_) => {
@@ -270,7 +275,7 @@ pub async fn write_events(gw: Arc<Gateway>) {
                 // sequencers of all replicas take turns on one row.
                 if sequence && last_sequenced.elapsed() >= SEQUENCE_EVERY {
                     last_sequenced = tokio::time::Instant::now();
-                    match gw.state.sequence_events().await {
+                    match replicas.sequence_events().await {
                         Ok(_) => sequence = false,
                         Err(e) => {
                             tracing::warn!(event = "events_not_sequenced", error = %e);

@@ -207,16 +207,20 @@ async fn first_use(
     node_id: &str,
     v: &crate::envelope::VerifiedRequest,
 ) -> Result<(), ApiError> {
-    // A shared state remembers signatures itself; the in-memory window would only
-    // duplicate it (≈300 B a request for the skew window).
-    if !gw.state.is_shared() {
-        let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
-        seen.insert(v, gw.now_ms())
-            .map_err(|e| refused(node_id, &e.to_string(), "a replayed request"))?;
-    }
-    let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
-    if !gw.state.first_use(&v.signature, keep_until).await? {
-        return Err(refused(node_id, "request replayed", "a replayed request"));
+    // Replicas remember signatures in their shared state (every replica must refuse a
+    // replay another one saw); one process keeps its window in memory.
+    match gw.state.replicas() {
+        None => {
+            let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
+            seen.insert(v, gw.now_ms())
+                .map_err(|e| refused(node_id, &e.to_string(), "a replayed request"))?;
+        }
+        Some(replicas) => {
+            let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
+            if !replicas.first_use(&v.signature, keep_until).await? {
+                return Err(refused(node_id, "request replayed", "a replayed request"));
+            }
+        }
     }
     Ok(())
 }

@@ -18,9 +18,9 @@ pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
     let (mut kept, complete) = gw.events.replay(after);
     let mut frames = Vec::new();
     let mut last = after;
-    if !complete && gw.events.is_shared() {
-        match gw
-            .state
+    let replicas = gw.state.replicas().filter(|_| !complete);
+    if let Some(replicas) = replicas {
+        match replicas
             .events_after(after, crate::gateway::events::REPLAY)
             .await
         {

@@ -97,6 +97,10 @@ impl GatewayState for Embedded {
         self.store.now_ms()
     }
 
+    fn replicas(&self) -> Option<&dyn crate::gateway::storage::SharedState> {
+        None
+    }
+
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
         Box::pin(async move {
             let mut extra = Batch::new();

@@ -82,7 +82,7 @@ pub struct ForNode {
     pub envelope: Vec<u8>,
     /// Deliveries before it is dead-lettered; 0 = until expiry.
     pub max_attempts: u32,
-    /// A shared state ([`GatewayState::is_shared`]) commits this event (`(ts_ms, event
+    /// A shared state ([`GatewayState::replicas`]) commits this event (`(ts_ms, event
     /// as JSON)`) in the same transaction as the message, so the caller need not wait
     /// for a second commit; the embedded state ignores it (its events live in memory).
     pub event: Option<(u64, String)>,
@@ -274,10 +274,15 @@ pub struct NodeSeen {
 }
 
 /// The gateway's durable state. See the module documentation for the contract.
-pub trait GatewayState: EnrollmentState + SharedState + Send + Sync {
+pub trait GatewayState: EnrollmentState + Send + Sync {
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
     /// clock for the embedded engine).
     fn now_ms(&self) -> u64;
+
+    /// What replicas sharing this state share ([`SharedState`]); `None` for a state only
+    /// this process writes (the gateway then keeps events, liveness and the replay
+    /// window in its own memory).
+    fn replicas(&self) -> Option<&dyn SharedState>;
 
     /// Queue a sealed envelope for its node, with the caller's job binding (tool calls)
     /// in the same transaction.

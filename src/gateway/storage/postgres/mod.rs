@@ -231,6 +231,10 @@ impl GatewayState for Postgres {
         self.clock.now_ms()
     }
 
+    fn replicas(&self) -> Option<&dyn crate::gateway::storage::SharedState> {
+        Some(self)
+    }
+
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
         Box::pin(async move {
             let plain = job.is_none();

@@ -15,10 +15,6 @@ impl SharedState for Postgres {
         Box::pin(async move { self.first_use_now(signature, keep_until_ms).await })
     }
 
-    fn is_shared(&self) -> bool {
-        true
-    }
-
     fn node_heard<'a>(&'a self, node: &'a str, now_ms: u64) -> Fut<'a, bool> {
         Box::pin(async move { live::heard(self, node, now_ms).await })
     }
@@ -54,7 +50,7 @@ impl SharedState for Postgres {
         Box::pin(events::after(self, after, limit))
     }
 
-    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
-        Some(self.notices.subscribe())
+    fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
     }
 }
