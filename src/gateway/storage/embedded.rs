@@ -235,7 +235,7 @@ impl GatewayState for Embedded {
             let now = self.now_ms();
             let mut batch = Batch::new();
             batch.ack(Q_NODE, node, ack.delivered, now);
-            for (id, code) in &ack.rejected {
+            for (id, code) in self.queued_for_node(node, &ack.rejected)? {
                 batch.reject(Q_NODE, node, id, code, now);
             }
             let done = self.store.commit(batch).await?;
