@@ -14,8 +14,8 @@
 //!
 //! Left to other suites: what only replicas sharing one database show (events,
 //! liveness, notices, the shared replay window: `replicas`, `replicas_faults`), an
-//! outcome lost with the database (`replicas_faults`), and concurrent enqueues
-//! (`state_pg`, `enroll`).
+//! outcome lost with the database (`replicas_faults`), enqueues that arrive together
+//! (`state_pg`) and enrollments that race for one token's uses (`self_enroll`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
