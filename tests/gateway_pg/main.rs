@@ -8,7 +8,8 @@
 //!
 //! Only here: `readiness_pg`, `replicas`, `replicas_faults`, `migrate_pg` (replicas, faults of the
 //! database, migrations) and `state_pg` (the PostgreSQL state with a clock the test
-//! moves: the counterparts of the embedded state's unit tests).
+//! moves: the counterparts of the embedded state's unit tests). `state_conformance`, the
+//! state's contract with a clock the test moves, runs in both binaries.
 //!
 //! On the embedded engine only (the `it` binary), and why:
 //! - `powercut`: its gateway test rolls back the unsynced writes of the gateway's own
@@ -78,6 +79,8 @@ mod replicas_faults;
 mod self_enroll;
 #[path = "../it/sim.rs"]
 mod sim;
+#[path = "../it/state_conformance.rs"]
+mod state_conformance;
 #[path = "../it/state_pg.rs"]
 mod state_pg;
 #[path = "../it/sync_batches.rs"]

@@ -49,6 +49,8 @@ mod slow_clients;
 mod slow_clients_flood;
 mod slow_link;
 mod startup;
+#[cfg(feature = "gateway")]
+mod state_conformance;
 mod store_cli;
 mod sync_batches;
 mod sync_wire;

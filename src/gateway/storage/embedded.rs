@@ -105,6 +105,9 @@ impl GatewayState for Embedded {
         Box::pin(async move {
             let mut extra = Batch::new();
             if let Some(job) = job {
+                if self.id_taken(&msg.message_id)? {
+                    return Ok(Queued::Duplicate);
+                }
                 let record = serde_json::to_vec(&job.record)
                     .map_err(|e| StateError::Corrupt(format!("job record: {e}")))?;
                 extra.kv_put(KV_JOBS, &job.key, record).kv_put(
@@ -120,10 +123,7 @@ impl GatewayState for Embedded {
 
     fn queue_keyed_command(&self, msg: ForNode, key: CommandKey) -> Fut<'_, Queued> {
         Box::pin(async move {
-            // A batch's duplicate enqueue leaves its other changes in place: the key must
-            // not be written for a message id already taken. Nothing else writes this id
-            // meanwhile (the caller holds its lock; this engine has one process).
-            if self.store.status(&msg.message_id)?.is_some() {
+            if self.id_taken(&msg.message_id)? {
                 return Ok(Queued::Duplicate);
             }
             let record = serde_json::to_vec(&key)
@@ -239,7 +239,7 @@ impl GatewayState for Embedded {
             let now = self.now_ms();
             let mut batch = Batch::new();
             batch.ack(Q_NODE, node, ack.delivered, now);
-            for (id, code) in &ack.rejected {
+            for (id, code) in self.queued_for_node(node, &ack.rejected)? {
                 batch.reject(Q_NODE, node, id, code, now);
             }
             let done = self.store.commit(batch).await?;

@@ -1,11 +1,35 @@
 //! The embedded state's pull: the next batch for a node, after its previous one when
-//! the node pipelines (`Take::after`), cut to the batch's byte budget.
+//! the node pipelines (`Take::after`), cut to the batch's byte budget; and which
+//! refusals in the node's ack are its own to make.
 
 use super::{Delivery, PullBatch, StateError, Take};
 use super::{Embedded, Q_NODE};
-use crate::store::StoredMessage;
+use crate::store::{MessageState, StoredMessage};
 
 impl Embedded {
+    /// The refusals of an ack that name a message queued for `node`. The store records a
+    /// refusal of any id (a node refusing what it never stored), but a node's refusal of
+    /// an id it was never sent must change nothing: neither another node's message nor
+    /// an id no one has queued yet.
+    pub(super) fn queued_for_node<'r>(
+        &self,
+        node: &str,
+        rejected: &'r [(String, String)],
+    ) -> Result<Vec<(&'r str, &'r str)>, StateError> {
+        let mut out = Vec::new();
+        for (id, code) in rejected {
+            let queued = self.store.status(id)?.is_some_and(|s| {
+                s.queue == Q_NODE
+                    && s.peer == node
+                    && matches!(s.state, MessageState::Queued | MessageState::Delivering)
+            });
+            if queued {
+                out.push((id.as_str(), code.as_str()));
+            }
+        }
+        Ok(out)
+    }
+
     pub(super) async fn take_batch_now(
         &self,
         node: &str,

@@ -1,6 +1,6 @@
 //! What the gateway's records become in the embedded store: queue messages, KV rows.
 
-use super::super::{FiledResult, ForNode, InboxMessage};
+use super::super::{FiledResult, ForNode, InboxMessage, StateError};
 use super::Embedded;
 use crate::store::names::{
     KV_GW_RESULTS as KV_RESULTS, Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS,
@@ -8,6 +8,15 @@ use crate::store::names::{
 use crate::store::{Batch, NewMessage};
 
 impl Embedded {
+    /// The message id is known (queued or finished). Asked before a batch that writes
+    /// something with the message (a job binding, an idempotency key): a batch's
+    /// duplicate enqueue leaves its other changes in place, and a duplicate writes
+    /// nothing. Nothing else writes the id meanwhile: the caller holds its lock (keyed
+    /// commands) or made it just now (a job's), and this engine has one process.
+    pub(super) fn id_taken(&self, message_id: &str) -> Result<bool, StateError> {
+        Ok(self.store.status(message_id)?.is_some())
+    }
+
     pub(super) fn inbox_message(m: InboxMessage) -> NewMessage {
         NewMessage {
             queue: Q_INBOX.into(),
