@@ -79,7 +79,7 @@ mod replicas_faults;
 mod self_enroll;
 #[path = "../it/sim.rs"]
 mod sim;
-#[path = "../it/state_conformance.rs"]
+#[path = "../it/state_conformance/mod.rs"]
 mod state_conformance;
 #[path = "../it/state_pg.rs"]
 mod state_pg;

@@ -74,9 +74,18 @@ pub async fn stats(pg: &Postgres) -> Result<Vec<QueueStat>, StateError> {
     let c = pg.pool.get().await?;
     let rows = c
         .query(
-            "SELECT queue, peer, count(*), coalesce(sum(length(body)), 0)::bigint,
-                    min(created_at_ms)
-             FROM messages GROUP BY queue, peer ORDER BY queue, peer",
+            // The age of the message a pull hands out next (the head in
+            // `messages_fifo` order), as the embedded store answers: one index probe
+            // per recipient.
+            "SELECT s.queue, s.peer, s.n, s.bytes, h.created_at_ms
+             FROM (SELECT queue, peer, count(*) AS n,
+                          coalesce(sum(length(body)), 0)::bigint AS bytes
+                   FROM messages GROUP BY queue, peer) s
+             CROSS JOIN LATERAL (
+                 SELECT created_at_ms FROM messages m
+                 WHERE m.queue = s.queue AND m.peer = s.peer
+                 ORDER BY m.priority DESC, m.seq LIMIT 1) h
+             ORDER BY s.queue, s.peer",
             &[],
         )
         .await

@@ -1,0 +1,341 @@
+//! The trust store, key rotations, enrollment tokens, enrollments and retirements.
+
+use super::*;
+
+/// A peer's keys and document, made at a fixed date.
+fn peer(node_id: &str, role: &str, at: &str) -> (Keys, IdentityDocument) {
+    let keys = Keys::generate();
+    let doc = IdentityDocument::new(node_id, role, &keys, at);
+    (keys, doc)
+}
+
+const SEND: Rights = Rights {
+    send: true,
+    issue: false,
+};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_changes() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    assert!(state.load_trust().unwrap().is_empty());
+    let (fp0, empty) = state.load_trust_since(0).unwrap().expect("none held yet");
+    assert_ne!(fp0, 0);
+    assert!(empty.is_empty());
+
+    let mut trust = TrustStore::new();
+    let (_, admin) = peer("gateway:other", "gateway", "2026-11-20T06:00:00Z");
+    let (_, node) = peer("node:a", "node", "2026-11-20T06:00:00Z");
+    let issuer = Rights {
+        send: false,
+        issue: true,
+    };
+    trust.add(admin, issuer).unwrap();
+    trust.add(node, SEND).unwrap();
+    state.save_trust(&trust).await.unwrap();
+    assert_eq!(state.load_trust().unwrap(), trust);
+    let (fp1, loaded) = state.load_trust_since(fp0).unwrap().expect("changed");
+    assert_ne!(fp1, 0);
+    assert_ne!(fp1, fp0);
+    assert_eq!(loaded, trust);
+    assert_eq!(state.load_trust_since(fp1).unwrap(), None);
+
+    // The same peers saved again: unchanged.
+    state.save_trust(&trust).await.unwrap();
+    assert_eq!(state.load_trust_since(fp1).unwrap(), None);
+
+    // Other rights, then a peer removed: each a change.
+    trust
+        .add(trust.get("node:a").unwrap().doc.clone(), Rights::default())
+        .unwrap();
+    state.save_trust(&trust).await.unwrap();
+    let (fp2, loaded) = state
+        .load_trust_since(fp1)
+        .unwrap()
+        .expect("rights changed");
+    assert_ne!(fp2, fp1);
+    assert_eq!(loaded, trust);
+    trust.remove("node:a");
+    state.save_trust(&trust).await.unwrap();
+    let (fp3, loaded) = state.load_trust_since(fp2).unwrap().expect("peer removed");
+    assert_ne!(fp3, fp2);
+    assert_eq!(loaded, trust);
+
+    let e = e.reopen().await;
+    assert_eq!(e.state.load_trust().unwrap(), trust);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    const GRACE_MS: u64 = 3_600_000;
+    let (old, doc) = peer("node:r", "node", "2026-11-20T06:00:00Z");
+    let mut trust = TrustStore::new();
+    trust.add(doc, SEND).unwrap();
+    e.state.save_trust(&trust).await.unwrap();
+    let (fp, _) = e.state.load_trust_since(0).unwrap().unwrap();
+
+    let new = Keys::generate();
+    let new_doc = IdentityDocument::new("node:r", "node", &new, "2026-11-27T06:00:00Z");
+    let rotation = KeyRotation::new(&old, &new, new_doc.clone());
+    let applied = e.state.rotate_node(&rotation, T0, GRACE_MS).await.unwrap();
+    assert_eq!(applied, Ok(Rotated::Applied));
+    let rotated = e
+        .state
+        .load_trust()
+        .unwrap()
+        .get("node:r")
+        .cloned()
+        .unwrap();
+    assert_eq!(rotated.doc, new_doc);
+    assert_eq!(rotated.rights, SEND);
+    assert_eq!(rotated.previous.as_ref().unwrap().until_ms, T0 + GRACE_MS);
+    assert_eq!(rotated.key_history(), [old.sign_pk(), new.sign_pk()]);
+    let signers: Vec<_> = rotated.sign_keys(T0).copied().collect();
+    assert_eq!(signers, [new.sign_pk(), old.sign_pk()]);
+    assert!(e.state.load_trust_since(fp).unwrap().is_some(), "a change");
+
+    // A retry (its answer was lost) changes nothing, not even the grace.
+    let again = e.state.rotate_node(&rotation, T0 + 1_000, GRACE_MS).await;
+    assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
+    let peer_now = e.state.load_trust().unwrap().get("node:r").cloned();
+    assert_eq!(peer_now.as_ref(), Some(&rotated));
+
+    // The retired key cannot rotate again; an unknown peer cannot rotate at all.
+    let other = Keys::generate();
+    let other_doc = IdentityDocument::new("node:r", "node", &other, "2026-11-28T06:00:00Z");
+    let stale = KeyRotation::new(&old, &other, other_doc);
+    let refused = e.state.rotate_node(&stale, T0, GRACE_MS).await.unwrap();
+    assert_eq!(refused, Err(RotationError::Stale("node:r".into())));
+    let (stranger, _) = peer("node:x", "node", "2026-11-20T06:00:00Z");
+    let stranger_doc = IdentityDocument::new("node:x", "node", &other, "2026-11-28T06:00:00Z");
+    let unknown = KeyRotation::new(&stranger, &other, stranger_doc);
+    let refused = e.state.rotate_node(&unknown, T0, GRACE_MS).await.unwrap();
+    assert_eq!(refused, Err(RotationError::UnknownPeer("node:x".into())));
+    let peer_now = e.state.load_trust().unwrap().get("node:r").cloned();
+    assert_eq!(peer_now.as_ref(), Some(&rotated));
+
+    let e = e.reopen().await;
+    let reloaded = e.state.load_trust().unwrap().get("node:r").cloned();
+    assert_eq!(reloaded.as_ref(), Some(&rotated));
+    let again = e.state.rotate_node(&rotation, T0 + 2_000, GRACE_MS).await;
+    assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateways_own_rotation_keeps_its_first_deadline_until_a_newer_statement() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    assert_eq!(e.state.gateway_rotation().await.unwrap(), None);
+    let (k0, _) = peer("gateway:main", "gateway", "2026-11-20T06:00:00Z");
+    let (k1, d1) = peer("gateway:main", "gateway", "2026-11-27T06:00:00Z");
+    let (k2, d2) = peer("gateway:main", "gateway", "2026-11-28T06:00:00Z");
+    let first = KeyRotation::new(&k0, &k1, d1);
+    e.state
+        .put_gateway_rotation(&first, T0 + 1_000)
+        .await
+        .unwrap();
+    let held = e.state.gateway_rotation().await.unwrap();
+    assert_eq!(held, Some((first.clone(), T0 + 1_000)));
+    e.state
+        .put_gateway_rotation(&first, T0 + 9_000)
+        .await
+        .unwrap();
+    let held = e.state.gateway_rotation().await.unwrap();
+    assert_eq!(held, Some((first.clone(), T0 + 1_000)));
+    let second = KeyRotation::new(&k1, &k2, d2);
+    e.state
+        .put_gateway_rotation(&second, T0 + 5_000)
+        .await
+        .unwrap();
+    let held = e.state.gateway_rotation().await.unwrap();
+    assert_eq!(held, Some((second.clone(), T0 + 5_000)));
+    let e = e.reopen().await;
+    let held = e.state.gateway_rotation().await.unwrap();
+    assert_eq!(held, Some((second, T0 + 5_000)));
+}
+
+fn token(id: &str, approve: Approve) -> TokenRecord {
+    TokenRecord {
+        claims: TokenClaims {
+            v: 1,
+            id: id.into(),
+            gateway_id: "gateway:main".into(),
+            gateway_fp: "fp".into(),
+            tls_spki_sha256: None,
+            expires_at_ms: T0 + 3_600_000,
+            max_uses: 5,
+            node_prefix: None,
+            approve,
+        },
+        created_at_ms: T0,
+        revoked: false,
+        uses: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    assert!(state.enroll_tokens().await.unwrap().is_empty());
+    for id in ["tok-1", "tok-2"] {
+        state
+            .enroll_token_add(token(id, Approve::Auto))
+            .await
+            .unwrap();
+    }
+    let mut listed = state.enroll_tokens().await.unwrap();
+    listed.sort_by(|a, b| a.claims.id.cmp(&b.claims.id));
+    assert_eq!(
+        listed,
+        [token("tok-1", Approve::Auto), token("tok-2", Approve::Auto)]
+    );
+
+    assert_eq!(
+        state.enroll_token_revoke("tok-1").await.unwrap(),
+        Some(true)
+    );
+    assert_eq!(
+        state.enroll_token_revoke("tok-1").await.unwrap(),
+        Some(false)
+    );
+    assert_eq!(state.enroll_token_revoke("tok-9").await.unwrap(), None);
+    let revoked: BTreeSet<(String, bool)> = state
+        .enroll_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.claims.id, t.revoked))
+        .collect();
+    assert_eq!(
+        revoked,
+        BTreeSet::from([("tok-1".into(), true), ("tok-2".into(), false)])
+    );
+}
+
+/// Enroll `doc` with token `token_id`, deciding as the gateway does.
+async fn enroll(state: &dyn GatewayState, doc: &IdentityDocument, token_id: &str) -> Decision {
+    let token = token_id.to_string();
+    let decide = move |f: &outpost::gateway::enroll::Facts<'_>| decide(f, &token);
+    state.enroll(doc, token_id, false, &decide).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its_messages() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    state
+        .enroll_token_add(token("auto", Approve::Auto))
+        .await
+        .unwrap();
+    state
+        .enroll_token_add(token("manual", Approve::Manual))
+        .await
+        .unwrap();
+
+    // Auto approval: trusted at once, a use counted; the same device again is answered.
+    let (_, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
+    let Decision::Record { record, consume } = enroll(state, &f, "auto").await else {
+        panic!("not recorded");
+    };
+    assert!(consume);
+    assert_eq!(record.state, RecordState::Enrolled);
+    let trusted = state.load_trust().unwrap().get("node:f").cloned().unwrap();
+    assert_eq!((trusted.doc, trusted.rights), (f.clone(), NODE_RIGHTS));
+    assert_eq!(
+        enroll(state, &f, "auto").await,
+        Decision::Answer(record.clone())
+    );
+    let uses: HashMap<String, u64> = state
+        .enroll_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.claims.id, t.uses))
+        .collect();
+    assert_eq!(
+        uses,
+        HashMap::from([("auto".into(), 1), ("manual".into(), 0)])
+    );
+
+    // Manual approval: pending until an operator approves (or rejects).
+    let (_, g) = peer("node:g", "node", "2026-11-20T06:00:00Z");
+    let (_, h) = peer("node:h", "node", "2026-11-20T06:00:00Z");
+    for doc in [&g, &h] {
+        let Decision::Record { record, .. } = enroll(state, doc, "manual").await else {
+            panic!("not recorded");
+        };
+        assert_eq!(record.state, RecordState::Pending);
+    }
+    assert!(state.load_trust().unwrap().get("node:g").is_none());
+    let approved = state
+        .settle_enrollment("node:g", true, T0 + 5)
+        .await
+        .unwrap();
+    let approved = approved.expect("pending");
+    assert_eq!(approved.state, RecordState::Enrolled);
+    assert_eq!(approved.decided_at_ms, Some(T0 + 5));
+    assert_eq!(state.load_trust().unwrap().get("node:g").unwrap().doc, g);
+    assert_eq!(
+        state
+            .settle_enrollment("node:g", true, T0 + 6)
+            .await
+            .unwrap(),
+        None
+    );
+    let rejected = state
+        .settle_enrollment("node:h", false, T0 + 7)
+        .await
+        .unwrap();
+    assert_eq!(rejected.map(|r| r.state), Some(RecordState::Rejected));
+    assert!(state.load_trust().unwrap().get("node:h").is_none());
+    let mut records: Vec<(String, RecordState)> = state
+        .enrollments()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.node_id, r.state))
+        .collect();
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        records,
+        [
+            ("node:f".into(), RecordState::Enrolled),
+            ("node:g".into(), RecordState::Enrolled),
+            ("node:h".into(), RecordState::Rejected),
+        ]
+    );
+
+    // Retirement: out of the trust store, its queue refused with `node_revoked`.
+    for id in ["f1", "f2"] {
+        let q = state.queue_command(command("node:f", id), None).await;
+        assert_eq!(q.unwrap(), Queued::Queued);
+    }
+    assert_eq!(state.revoked_node("node:f").await.unwrap(), None);
+    let refused = state.revoke_node("node:f", T0 + 10).await.unwrap();
+    assert_eq!(sorted(refused.expect("trusted")), ["f1", "f2"]);
+    assert!(state.load_trust().unwrap().get("node:f").is_none());
+    let status = state.message_status("f1").await.unwrap().unwrap();
+    assert_eq!(status.state, MessageState::Rejected);
+    assert_eq!(
+        status.reason.as_deref(),
+        Some(outpost::enroll::codes::NODE_REVOKED)
+    );
+    assert!(pull(state, "node:f").await.deliveries.is_empty());
+    assert_eq!(state.revoked_node("node:f").await.unwrap(), Some(f));
+    assert_eq!(state.revoke_node("node:f", T0 + 11).await.unwrap(), None);
+    assert_eq!(
+        state.revoke_node("node:nobody", T0 + 11).await.unwrap(),
+        None
+    );
+}
