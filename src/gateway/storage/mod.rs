@@ -80,7 +80,9 @@ pub struct ForNode {
     pub expires_at_ms: u64,
     /// The envelope as JSON bytes, exactly as the node will receive it.
     pub envelope: Vec<u8>,
-    /// Deliveries before it is dead-lettered; 0 = until expiry.
+    /// `queue.max_attempts`, kept with the message for the console. The gateway does not
+    /// dead-letter by it (PROTOCOL §14: retries and dead letters are the node outbox's):
+    /// a message a node never acknowledges is handed out again until it expires.
     pub max_attempts: u32,
     /// A shared state ([`GatewayState::replicas`]) commits this event (`(ts_ms, event
     /// as JSON)`) in the same transaction as the message, so the caller need not wait
