@@ -46,7 +46,8 @@ impl KeyedLocks {
         }
     }
 
-    /// Keys with a live lock (held or awaited); for tests.
+    /// Keys with a live lock (held or awaited).
+    #[cfg(test)]
     pub fn live(&self) -> usize {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         map.values().filter(|w| w.strong_count() > 0).count()

@@ -35,24 +35,24 @@
 // library (its unit tests and the integration suites are separate).
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
-pub mod api;
-pub mod app;
+pub(crate) mod api;
+pub(crate) mod app;
 pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod daemon;
+pub(crate) mod daemon;
 pub mod enroll;
 pub mod envelope;
 #[cfg(feature = "gateway")]
 pub mod gateway;
-pub mod http_server;
-pub mod keyed_lock;
-pub mod roles;
-pub mod service;
+pub(crate) mod http_server;
+pub(crate) mod keyed_lock;
+pub(crate) mod roles;
+pub(crate) mod service;
 pub mod store;
 pub mod sync;
-pub mod telemetry;
-pub mod tls_pin;
+pub(crate) mod telemetry;
+pub(crate) mod tls_pin;
 pub mod token;
-pub mod tools;
+pub(crate) mod tools;

@@ -36,11 +36,13 @@ impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
+    #[cfg(feature = "gateway")]
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
     /// A signed node request whose timestamp is outside the skew, answered with the
     /// gateway's signed time so the node can tell how far off its clock is.
+    #[cfg(feature = "gateway")]
     pub fn clock_skew(time: TimeStatement) -> Self {
         Self {
             time: Some(Box::new(time)),
@@ -50,9 +52,6 @@ impl ApiError {
                 "request timestamp outside the allowed clock skew; see error.time",
             )
         }
-    }
-    pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, message)
@@ -64,33 +63,9 @@ impl ApiError {
             "the store is recovering or not writable",
         )
     }
-    pub fn queue_full(retry_after_s: u64) -> Self {
-        Self {
-            retry_after_s: Some(retry_after_s.max(1)),
-            ..Self::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "queue_full",
-                "the recipient's queue is at its cap; retry later",
-            )
-        }
-    }
-    pub fn storage_full() -> Self {
-        Self {
-            retry_after_s: Some(30),
-            ..Self::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "storage_full",
-                "the store is out of space; nothing was written",
-            )
-        }
-    }
-    /// Our own trouble (full queue or disk, shutting down, internal): the same request
-    /// may succeed later, so work behind it is kept and retried rather than dropped.
-    pub fn is_transient(&self) -> bool {
-        self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS
-    }
 
     /// An unexpected failure: logged with its detail, answered without it.
+    #[cfg(feature = "gateway")]
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(event = "internal_error", detail = %detail);
         Self::new(
@@ -190,8 +165,8 @@ impl From<crate::config::TtlError> for ApiError {
     }
 }
 
-/// A store failure as an API error (the gateway's handlers, which have no domain error
-/// type of their own yet).
+/// A store failure as an API error (the gateway's storage errors that wrap one).
+#[cfg(feature = "gateway")]
 pub fn store_error(e: StoreError) -> ApiError {
     NodeError::Store(e).into()
 }

@@ -9,9 +9,12 @@ pub mod json;
 pub mod node;
 pub mod openapi;
 #[cfg(feature = "gateway")]
+#[cfg(feature = "gateway")]
 pub mod starting;
 
-pub use error::{store_error, ApiError, ApiResult};
+#[cfg(feature = "gateway")]
+pub use error::store_error;
+pub use error::{ApiError, ApiResult};
 
 /// The bearer token of a request (`Authorization: Bearer <token>`), for both roles. The
 /// scheme is matched without regard to case (RFC 7235 §2.1: `bearer`, `BEARER`), any

@@ -22,8 +22,6 @@ use crate::config::Config;
 use crate::envelope::Keys;
 use crate::telemetry::Metrics;
 
-pub use super::base::{KV_META, KV_REVOKED};
-
 pub struct NodeCore {
     base: Arc<Base>,
     pub auth: Arc<Authorizer>,

@@ -67,7 +67,8 @@ impl RefusalBudget {
         Some(std::mem::take(&mut self.suppressed))
     }
 
-    /// Refusals counted and not yet summarised (for tests and status).
+    /// Refusals counted and not yet summarised.
+    #[cfg(test)]
     pub fn pending(&self) -> u64 {
         self.suppressed.values().sum()
     }

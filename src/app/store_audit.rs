@@ -12,9 +12,6 @@ impl StoreAudit {
     pub fn new(store: Store) -> Self {
         Self { store }
     }
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
 }
 
 /// Wait for a submitted write from sync code, also when called on a tokio worker

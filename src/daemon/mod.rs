@@ -11,6 +11,7 @@ pub mod listen;
 pub mod lock;
 pub mod rotation;
 pub mod spread;
+#[cfg(feature = "gateway")]
 pub mod starting;
 pub mod trust;
 

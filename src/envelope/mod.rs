@@ -71,7 +71,9 @@ pub use request_sig::{
     VerifiedRequest, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP, HTTP_DOMAIN,
 };
 pub use rotation::{KeyRotation, RotationError, ROTATION_DOMAIN, ROTATION_GRACE_MS};
-pub use seal::{hpke_derive_public, hpke_seal, seal, FixedRng, SealError, SealParams};
+#[cfg(test)]
+pub use seal::FixedRng;
+pub use seal::{hpke_derive_public, hpke_seal, seal, SealError, SealParams};
 pub use time_statement::{
     sign_time_statement, time_statement_signed_bytes, verify_time_statement, TimeStatement,
     TimeStatementError, TIME_DOMAIN,

@@ -38,7 +38,7 @@ pub enum SealError {
 /// Seal `plaintext` (a JSON object) from `sender` to `recipient`.
 ///
 /// `rng` supplies the 32-byte HPKE ephemeral IKM (RFC 9180 `GenerateKeyPair` =
-/// `DeriveKeyPair(random(32))`): pass `OsRng` in production and [`FixedRng`] to build
+/// `DeriveKeyPair(random(32))`): pass `OsRng` in production and the tests' `FixedRng` to build
 /// known-answer vectors. Ed25519 signing is deterministic, so the output is a pure
 /// function of inputs and the RNG bytes.
 pub fn seal<R: RngCore + CryptoRng>(
@@ -144,12 +144,14 @@ pub(crate) fn is_json_object(bytes: &[u8]) -> bool {
 /// Marked `CryptoRng` because the type system requires it; never use it outside tests
 /// and vector generation (the bytes are public). Panics-free: once exhausted it repeats
 /// from the start.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub struct FixedRng {
     bytes: Vec<u8>,
     pos: usize,
 }
 
+#[cfg(test)]
 impl FixedRng {
     pub fn new(bytes: &[u8]) -> Self {
         Self {
@@ -163,6 +165,7 @@ impl FixedRng {
     }
 }
 
+#[cfg(test)]
 impl RngCore for FixedRng {
     fn next_u32(&mut self) -> u32 {
         let mut b = [0u8; 4];
@@ -186,6 +189,7 @@ impl RngCore for FixedRng {
     }
 }
 
+#[cfg(test)]
 impl CryptoRng for FixedRng {}
 
 #[cfg(test)]

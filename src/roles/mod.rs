@@ -27,8 +27,6 @@ pub enum StartError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Other(String),
 }
 
 /// `outpost run`: build the runtime, bind, run the role until SIGTERM/SIGINT.

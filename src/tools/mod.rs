@@ -26,7 +26,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use registry::{Registry, RegistryError};
+pub use registry::Registry;
 
 /// A tool's public contract, as listed by `GET /v1/tools`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

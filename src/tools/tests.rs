@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::tools::registry::RegistryError;
 
 /// A tool running `/bin/sh <script>`; the script is written into `dir`.
 fn sh_tool(
