@@ -11,25 +11,24 @@
 //!
 //! ## Layout
 //!
-//! - [`app`]: wires the components of a role; owns cancellation, task tracking and drain.
-//! - [`daemon`]: what both roles' daemons share (addr file, trust cache, store options).
-//! - [`clock`]: the only place that reads the wall clock.
-//! - [`config`]: raw TOML structs → `check()` → resolved config; drop-ins.
-//! - [`store`]: the durable mailbox (engine seam, queues, dedup, blobs, results, audit rows).
-//! - [`envelope`]: identities, trust store logic, envelope v1 seal/open, request signatures.
-//! - [`token`]: PASETO v4.public capability tokens; pure `check`.
-//! - [`audit`]: RFC 6962 Merkle tree, canonical entries, signed checkpoints.
-//! - [`tools`]: tool registry, built-ins, external-process runner.
-//! - [`api`]: axum routers for node and gateway; one error → status mapping.
-//! - [`http_server`]: the HTTP edge both roles serve on: timeouts, connection cap, JSON
-//!   answers for unparseable requests, drain.
-//! - [`sync`]: node↔gateway protocol.
-//! - `gateway`: the upstream role (cargo feature `gateway`, on by default; the device
-//!   build has none).
-//! - [`keyed_lock`]: one async lock per key (job ids).
-//! - [`service`]: systemd notify/watchdog, journald, signals.
-//! - [`telemetry`]: metrics registry and named events.
-//! - [`cli`]: one file per subcommand family.
+//! Public (the integration tests and benchmarks use them): `clock`, `config`, `store`,
+//! `envelope`, `token`, `audit`, `enroll`, `sync`, `gateway` (cargo feature `gateway`,
+//! on by default; the device build has none), and `cli`, which the binary runs. The rest
+//! is the crate's own:
+//!
+//! - `roles`: the composition root: binds, wires a role's domain, HTTP edge and
+//!   background tasks, runs until shutdown, drains.
+//! - `app`: the node role's domain (`NodeCore` and its services over a shared `Base`).
+//! - `api`: the HTTP edge of both roles; the only mappings from domain errors to HTTP.
+//! - `http_server`: the HTTP/1.1 serve loop: timeouts, connection cap, TLS, drain.
+//! - `daemon`: what both roles share: addr file, key and identity files, key rotation
+//!   on disk, trust cache, store options.
+//! - `tools`: tool registry, built-ins, external-process runner.
+//! - `keyed_lock`, `service` (systemd notify/watchdog, journald, signals), `telemetry`
+//!   (metrics registry, named events), `tls_pin`.
+//!
+//! `docs/ARCHITECTURE.md` draws the layers and walks a tool call, a pulled envelope and
+//! a command through the files.
 
 // Functions stay readable at a glance (STYLE): over 100 lines is a lint error in the
 // library (its unit tests and the integration suites are separate).
