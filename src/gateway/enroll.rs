@@ -413,6 +413,11 @@ fn audit(
     a
 }
 
+/// Every enrollment record.
+pub async fn records(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError> {
+    Ok(gw.state.enrollments().await?)
+}
+
 /// Enrollments waiting for an operator.
 pub async fn pending(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError> {
     let mut all = gw.state.enrollments().await?;

@@ -55,6 +55,12 @@ pub enum GatewayError {
     /// An enrollment (or a retired node's request) refused with a code of PROTOCOL §15.4.
     #[error("{1}")]
     Enroll(&'static str, String),
+    /// A bearer token that does not allow the request (PROTOCOL §4).
+    #[error("{message}")]
+    Denied {
+        code: crate::token::DenyCode,
+        message: String,
+    },
     /// A key rotation statement refused (PROTOCOL §15.7).
     #[error(transparent)]
     Rotation(#[from] crate::envelope::RotationError),

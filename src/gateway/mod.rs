@@ -23,6 +23,7 @@
 //! `trust/peers` that `outpost trust add` writes.
 
 pub mod audit_sync;
+pub mod client_auth;
 pub mod commands;
 pub mod console;
 pub mod delivery;
@@ -30,7 +31,9 @@ pub mod enroll;
 pub mod error;
 pub mod events;
 pub mod fleet;
+pub mod inbox;
 pub mod liveness;
+pub mod node_auth;
 pub mod own_audit;
 pub mod rotation;
 pub mod state;

@@ -41,9 +41,9 @@ const POLLING_GRACE_MS: u64 = 3_000;
 pub struct Gateway {
     pub cfg: Arc<Config>,
     /// Everything durable: queues, jobs, results, inbox, revocations, audit copies.
-    pub state: Arc<dyn GatewayState>,
+    pub(super) state: Arc<dyn GatewayState>,
     /// This gateway's keys; its own key rotation switches them while it runs.
-    pub keys: Arc<KeyRing>,
+    pub(super) keys: Arc<KeyRing>,
     /// The document nodes are given (stored identity with the current TLS pin).
     published: std::sync::RwLock<IdentityDocument>,
     /// This gateway's newest key rotation and the end of its grace (PROTOCOL §15.7):
@@ -53,7 +53,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub events: EventLog,
     /// Shared state: the writer's end of the event log, taken by its task at start.
-    pub event_writer: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
+    pub(super) event_writer:
+        Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
     pub shutdown: CancellationToken,
     wake: Mutex<HashMap<String, Arc<NodeWake>>>,
     live: Mutex<HashMap<String, NodeLive>>,
@@ -61,19 +62,19 @@ pub struct Gateway {
     live_sent: Mutex<HashSet<String>>,
     /// Shared state: when this replica last wrote each node's liveness.
     heard_at: Mutex<HashMap<String, u64>>,
-    pub seen_sigs: Mutex<SeenSignatures>,
+    pub(super) seen_sigs: Mutex<SeenSignatures>,
     /// Per-node audit frontier, loaded lazily from the KV rows; the lock also serialises
     /// audit uploads per gateway so two cannot interleave.
-    pub audit: tokio::sync::Mutex<HashMap<String, Frontier>>,
-    pub progress: AtomicU64,
+    pub(super) audit: tokio::sync::Mutex<HashMap<String, Frontier>>,
+    pub(super) progress: AtomicU64,
     pub started_ms: u64,
     ready: AtomicBool,
     /// One lock per caller's job, so concurrent repeats queue one TASK_REQUEST.
-    pub job_locks: crate::keyed_lock::KeyedLocks,
+    pub(super) job_locks: crate::keyed_lock::KeyedLocks,
     /// Memo of bearer-token signature checks: an operator's client sends the same
     /// token with every command (time window, audience, scope and revocation are still
     /// decided on each request).
-    pub verify_cache: crate::token::VerifyCache,
+    pub(super) verify_cache: crate::token::VerifyCache,
     /// Unauthenticated enrollment requests answered (rate limit).
     enroll_bucket: Mutex<super::enroll::Bucket>,
 }
@@ -182,6 +183,35 @@ impl Gateway {
             .as_ref()
             .filter(|(_, until)| now < *until)
             .map(|(r, _)| r.clone())
+    }
+
+    /// Flush and close the state (at the end of a drain).
+    pub async fn close_state(&self) -> Result<(), super::storage::StateError> {
+        self.state.close().await
+    }
+
+    /// Whether the state can take writes now (a gateway whose database is away answers
+    /// every write 503: it is not ready either).
+    pub async fn writable(&self) -> Result<(), super::storage::StateError> {
+        self.state.ready().await
+    }
+
+    /// What waits in each queue (`/v1/status`).
+    pub async fn queue_stats(
+        &self,
+    ) -> Result<Vec<crate::store::QueueStat>, super::storage::StateError> {
+        self.state.queue_stats().await
+    }
+
+    /// Mirror the state's queue statistics into the gauges, just before `/metrics`
+    /// renders (one state query per scrape).
+    pub async fn refresh_gauges(&self) {
+        if let Ok(stats) = self.state.queue_stats().await {
+            self.metrics.set_queue_stats(&stats);
+            self.metrics
+                .store_bytes
+                .set(&[], stats.iter().map(|s| s.bytes as f64).sum());
+        }
     }
 
     pub fn skew_ms(&self) -> u64 {

@@ -75,7 +75,7 @@ pub async fn run(
         tracing::warn!(event = "drain_deadline_exceeded", deadline_ms = drain_ms);
     }
     crate::daemon::listen::remove_addr_file(&data_dir);
-    if let Err(e) = gw.state.close().await {
+    if let Err(e) = gw.close_state().await {
         tracing::warn!(event = "close_failed", error = %e);
     }
     tracing::info!(event = "stopped", %addr, role = "gateway");

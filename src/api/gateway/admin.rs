@@ -15,12 +15,8 @@ use super::auth::require;
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::gateway::storage::Revoked;
-use crate::gateway::Gateway;
-use crate::sync::wire::InboxRecord;
+use crate::gateway::{inbox, Gateway};
 use crate::token::Need;
-
-/// Most inbox messages one `GET /v1/inbox` lists.
-const INBOX_PAGE: usize = 500;
 
 #[derive(Debug, Deserialize)]
 pub struct InboxQuery {
@@ -34,17 +30,7 @@ pub async fn inbox(
     QueryParams(q): QueryParams<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
-    let rows = gw.state.inbox_list(q.from.as_deref(), INBOX_PAGE).await?;
-    let messages: Vec<InboxRecord> = rows
-        .iter()
-        .filter_map(|b| match InboxRecord::from_bytes(b) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                tracing::warn!(event = "inbox_record_unreadable", error = %e);
-                None
-            }
-        })
-        .collect();
+    let messages = inbox::list(&gw, q.from.as_deref()).await?;
     Ok(Json(json!({"messages": messages})))
 }
 
@@ -55,9 +41,7 @@ pub async fn inbox_ack(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
-    let Some(acked) = gw.state.inbox_ack(&id).await? else {
-        return Err(ApiError::not_found("not_found", "no such inbox message"));
-    };
+    let acked = inbox::ack(&gw, &id).await?;
     Ok(Json(json!({"ok": true, "message_id": id, "acked": acked})))
 }
 
@@ -98,7 +82,7 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> ApiResult<Json<Value>> {
     }
     // Ready means writes can be taken now: a gateway whose database is away answers
     // every write 503, so it must not be in a load balancer's rotation either.
-    match gw.state.ready().await {
+    match gw.writable().await {
         Ok(()) => Ok(Json(json!({"status": "ready"}))),
         Err(e) => Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -118,12 +102,7 @@ pub async fn metrics(
     if !peer.ip().is_loopback() {
         require(&gw, &headers, Need::Scope("read"))?;
     }
-    if let Ok(stats) = gw.state.queue_stats().await {
-        gw.metrics.set_queue_stats(&stats);
-        gw.metrics
-            .store_bytes
-            .set(&[], stats.iter().map(|s| s.bytes as f64).sum());
-    }
+    gw.refresh_gauges().await;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         gw.metrics.render(),
@@ -143,7 +122,6 @@ pub async fn status(
     }
     let now = gw.now_ms();
     let queues: Vec<Value> = gw
-        .state
         .queue_stats()
         .await?
         .into_iter()

@@ -109,7 +109,7 @@ pub async fn list(
     require(&gw, &headers, Need::Scope("read"))?;
     let records = match q.state.as_deref() {
         None | Some("pending") => crate::gateway::enroll::pending(&gw).await?,
-        Some("all") => gw.state.enrollments().await?,
+        Some("all") => crate::gateway::enroll::records(&gw).await?,
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "state must be pending or all, not {other:?}"

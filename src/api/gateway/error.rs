@@ -74,6 +74,9 @@ impl From<GatewayError> for ApiError {
                 };
                 ApiError::new(status, code, msg)
             }
+            GatewayError::Denied { code, message } => {
+                ApiError::new(crate::api::error::deny_status(code), code.as_str(), message)
+            }
             GatewayError::Rotation(r) => {
                 let status = match r {
                     crate::envelope::RotationError::Stale(_) => StatusCode::CONFLICT,

@@ -8,41 +8,19 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::events::{Event, GatewayEvent};
+use crate::gateway::events::Event;
 use crate::gateway::Gateway;
 
-/// The events a subscriber resuming after `after` missed: from memory, or from the
-/// shared state when memory does not reach back that far. Frames first (a `lagged`
-/// frame when some are gone for good), then the id of the newest one.
+/// The frames a subscriber resuming after `after` missed (a `lagged` frame first when
+/// some are gone for good), then the id of the newest one.
 pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
-    let (mut kept, complete) = gw.events.replay(after);
-    let mut frames = Vec::new();
-    let mut last = after;
-    let replicas = gw.state.replicas().filter(|_| !complete);
-    if let Some(replicas) = replicas {
-        match replicas
-            .events_after(after, crate::gateway::events::REPLAY)
-            .await
-        {
-            Ok(rows) => {
-                for (id, ts_ms, json) in rows {
-                    match serde_json::from_str::<GatewayEvent>(&json) {
-                        Ok(event) => frames.push(Event { id, ts_ms, event }.sse_frame()),
-                        Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
-                    }
-                    last = last.max(id);
-                }
-                kept.retain(|e| e.id > last);
-            }
-            Err(e) => {
-                tracing::warn!(event = "events_replay_failed", error = %e);
-                frames.push(lagged_frame(None));
-            }
-        }
-    } else if !complete {
+    let missed = crate::gateway::events::missed(gw, after).await;
+    let mut frames = Vec::with_capacity(missed.events.len() + 1);
+    if missed.lagged {
         frames.push(lagged_frame(None));
     }
-    for e in kept {
+    let mut last = after;
+    for e in missed.events {
         last = last.max(e.id);
         frames.push(e.sse_frame());
     }
@@ -118,7 +96,7 @@ mod tests {
         assert!(first.starts_with(b": outpost"));
         log.publish(
             1,
-            GatewayEvent::NodeOnline {
+            crate::gateway::events::GatewayEvent::NodeOnline {
                 node_id: "node:a".into(),
             },
         );
