@@ -242,14 +242,16 @@ impl Transport {
         now_ms: u64,
         extra_wait: Duration,
     ) -> Result<T, SyncError> {
-        self.call(
-            reqwest::Method::GET,
-            path_and_query,
-            None,
-            now_ms,
-            extra_wait,
-        )
-        .await
+        let (signed_pq, text) = self
+            .call(
+                reqwest::Method::GET,
+                path_and_query,
+                None,
+                now_ms,
+                extra_wait,
+            )
+            .await?;
+        decode(&signed_pq, &text)
     }
 
     /// Signed `POST` of a JSON body.
@@ -260,30 +262,32 @@ impl Transport {
         now_ms: u64,
     ) -> Result<T, SyncError> {
         let bytes = serde_json::to_vec(body).map_err(|e| SyncError::Setup(e.to_string()))?;
-        self.call(
-            reqwest::Method::POST,
-            path_and_query,
-            Some(bytes),
-            now_ms,
-            Duration::ZERO,
-        )
-        .await
+        let (signed_pq, text) = self
+            .call(
+                reqwest::Method::POST,
+                path_and_query,
+                Some(bytes),
+                now_ms,
+                Duration::ZERO,
+            )
+            .await?;
+        decode(&signed_pq, &text)
     }
 
-    /// Send a signed request to the replica in use and read the answer as `T`. A
-    /// connection error, a timeout or a 5xx moves to the next replica at once (each is
-    /// tried at most once per call); the one that answers stays in use. Every request
-    /// the node sends is safe to repeat (uploads and acks are deduplicated, pulls hand
-    /// out what is not acked). An answer that is not a `T` is [`SyncError::Malformed`]:
-    /// the worker fails the chore and backs off, exactly as for a network error.
-    async fn call<T: DeserializeOwned>(
+    /// Send a signed request to the replica in use; the path as signed and the body of a
+    /// 2xx answer. A connection error, a timeout or a 5xx moves to the next replica at
+    /// once (each is tried at most once per call); the one that answers stays in use.
+    /// Every request the node sends is safe to repeat (uploads and acks are
+    /// deduplicated, pulls hand out what is not acked). Not generic: one copy of the
+    /// request machinery serves every answer type ([`decode`] reads it).
+    async fn call(
         &self,
         method: reqwest::Method,
         path_and_query: &str,
         body: Option<Vec<u8>>,
         now_ms: u64,
         extra_wait: Duration,
-    ) -> Result<T, SyncError> {
+    ) -> Result<(String, Vec<u8>), SyncError> {
         use std::sync::atomic::Ordering;
         let n = self.bases.len().max(1);
         let first = self.current.load(Ordering::Relaxed) % n;
@@ -323,7 +327,7 @@ impl Transport {
         last.unwrap_or_else(|| Err(SyncError::Setup("no upstream URL".into())))
     }
 
-    async fn call_one<T: DeserializeOwned>(
+    async fn call_one(
         &self,
         base: &str,
         method: reqwest::Method,
@@ -331,7 +335,7 @@ impl Transport {
         body: Option<Vec<u8>>,
         now_ms: u64,
         extra_wait: Duration,
-    ) -> Result<T, SyncError> {
+    ) -> Result<(String, Vec<u8>), SyncError> {
         let url = reqwest::Url::parse(&format!("{base}{path_and_query}"))
             .map_err(|e| SyncError::Setup(e.to_string()))?;
         // Sign exactly what goes on the wire after URL normalisation.
@@ -376,15 +380,21 @@ impl Transport {
                 code: answer.map(|a| a.error.code).unwrap_or_default(),
             });
         }
-        serde_json::from_slice(&text).map_err(|e| {
-            tracing::warn!(
-                event = "gateway_answer_malformed",
-                path = %signed_pq,
-                error = %e
-            );
-            SyncError::Malformed(format!("{signed_pq}: {e}"))
-        })
+        Ok((signed_pq, text))
     }
+}
+
+/// A 2xx answer read as `T`. One that is not a `T` is [`SyncError::Malformed`]: the
+/// worker fails the chore and backs off, exactly as for a network error.
+fn decode<T: DeserializeOwned>(signed_pq: &str, text: &[u8]) -> Result<T, SyncError> {
+    serde_json::from_slice(text).map_err(|e| {
+        tracing::warn!(
+            event = "gateway_answer_malformed",
+            path = %signed_pq,
+            error = %e
+        );
+        SyncError::Malformed(format!("{signed_pq}: {e}"))
+    })
 }
 
 #[cfg(test)]
