@@ -173,13 +173,49 @@ pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, 
         .into_iter()
         .map(|(id, code)| (id, code.chars().take(64).collect()))
         .collect();
+    let event = |id: &String, was_stored: bool| match rejected
+        .iter()
+        .find(|(r, _)| r == id)
+        .map(|(_, c)| c)
+    {
+        Some(c) => GatewayEvent::Rejected {
+            message_id: id.clone(),
+            node_id: node.to_string(),
+            code: c.clone(),
+        },
+        None => GatewayEvent::Delivered {
+            message_id: id.clone(),
+            node_id: node.to_string(),
+            was_stored,
+        },
+    };
+    // Replicas commit each event with the removal it describes (a replica killed after
+    // the commit must not lose them); one process publishes them from memory after it.
+    let staged = match gw.state.replicas() {
+        Some(_) => {
+            let mut events = Vec::new();
+            for id in ack
+                .delivered
+                .iter()
+                .chain(rejected.iter().map(|(id, _)| id))
+            {
+                let json = serde_json::to_string(&event(id, gw.was_stored(id)))
+                    .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
+                events.push((id.clone(), json));
+            }
+            Some((gw.now_ms(), events))
+        }
+        None => None,
+    };
+    let with_ack = staged.is_some();
     let removed = gw
         .state
         .ack(
             node,
             NodeAck {
-                delivered: ack.delivered,
+                delivered: ack.delivered.clone(),
                 rejected: rejected.clone(),
+                events: staged,
             },
         )
         .await?;
@@ -198,20 +234,15 @@ pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, 
             reason: code.map(String::as_str),
         }
         .emit(&gw.metrics);
-        gw.publish(match code {
-            Some(c) => GatewayEvent::Rejected {
-                message_id: id.clone(),
-                node_id: node.to_string(),
-                code: c.clone(),
-            },
-            None => GatewayEvent::Delivered {
-                message_id: id.clone(),
-                node_id: node.to_string(),
-                was_stored,
-            },
-        });
+        if !with_ack {
+            gw.publish(event(id, was_stored));
+        }
     }
-    gw.events_committed().await;
+    if with_ack {
+        gw.events.sequence_soon();
+    } else {
+        gw.events_committed().await;
+    }
     Ok(removed)
 }
 

@@ -312,6 +312,11 @@ impl Gateway {
 
     /// `was_stored` for an acked message: false only if the node was holding a
     /// long-poll when it was enqueued (it went straight out); true if it waited.
+    /// [`Gateway::take_was_stored`] without forgetting it (before the ack commits).
+    pub fn was_stored(&self, message_id: &str) -> bool {
+        !lock(&self.live_sent).contains(message_id)
+    }
+
     pub fn take_was_stored(&self, message_id: &str) -> bool {
         !lock(&self.live_sent).remove(message_id)
     }

@@ -47,6 +47,7 @@ pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResul
     let ack = NodeAck {
         delivered: body.message_ids,
         rejected: body.rejected.into_iter().map(|r| (r.id, r.code)).collect(),
+        events: None,
     };
     let acked = delivery::ack(&gw, &signed.node_id, ack).await?;
     Ok(Json(AckAnswer { acked }))

@@ -173,6 +173,11 @@ pub struct PullBatch {
 pub struct NodeAck {
     pub delivered: Vec<String>,
     pub rejected: Vec<(String, String)>,
+    /// A shared state ([`GatewayState::replicas`]) commits, for each id it removes, its
+    /// event (`(message id, event as JSON)`, at `ts_ms`) in the same transaction, so a
+    /// replica that dies after the commit cannot lose it; the embedded state ignores
+    /// them (its events live in memory).
+    pub events: Option<(u64, Vec<(String, String)>)>,
 }
 
 /// A message a node sent to the gateway itself (not a result): kept in the inbox

@@ -159,6 +159,7 @@ fn delivered(ids: &[&str]) -> NodeAck {
     NodeAck {
         delivered: ids.iter().map(|s| s.to_string()).collect(),
         rejected: Vec::new(),
+        events: None,
     }
 }
 

@@ -126,6 +126,8 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
     let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
     let mut ids: Vec<&str> = ack.delivered.iter().map(String::as_str).collect();
     let rejected_ids: Vec<&str> = ack.rejected.iter().map(|(id, _)| id.as_str()).collect();
+    let (events_ts, events) = ack.events.clone().unwrap_or_default();
+    let (event_ids, event_json): (Vec<String>, Vec<String>) = events.into_iter().unzip();
     let codes: Vec<&str> = ack.rejected.iter().map(|(_, c)| c.as_str()).collect();
     ids.extend(&rejected_ids);
     if ids.is_empty() {
@@ -143,6 +145,13 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
                  INSERT INTO queue_depth (queue, peer, shard, n)
                  SELECT $1, $2, $7, -count(*) FROM gone HAVING count(*) > 0
                  ON CONFLICT (queue, peer, shard) DO UPDATE SET n = queue_depth.n + excluded.n
+                 RETURNING 1),
+             staged AS (
+                 INSERT INTO events_staged (ts_ms, event)
+                 SELECT $8, e.event
+                 FROM unnest($9::text[], $10::text[]) WITH ORDINALITY AS e(id, event, n)
+                 JOIN gone g ON g.message_id = e.id
+                 ORDER BY e.n
                  RETURNING 1)
              INSERT INTO message_status (message_id, state, queue, peer, attempts, reason, keep_until_ms)
              SELECT g.message_id,
@@ -155,7 +164,7 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
              RETURNING message_id",
         )
         .await?;
-    // One statement, its own commit. (The recipient is compared with `IS NOT DISTINCT
+    // One statement, its own commit, the events of what it removed with it. (The recipient is compared with `IS NOT DISTINCT
     // FROM` so that the plan looks the ids up by their unique index alone, not ANDed
     // with the recipient's whole queue range: docs/BENCHMARKS.md.)
     let rows = c
@@ -169,6 +178,9 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
                 &codes,
                 &keep,
                 &c.shard(),
+                &i(events_ts),
+                &event_ids,
+                &event_json,
             ],
         )
         .await
