@@ -53,7 +53,8 @@ if [ "${SKIP_DEB:-0}" != 1 ]; then
   echo "built $deb in $((SECONDS - s))s"
   dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
   dpkg-deb --contents "$deb"
-  case "$profile" in dev) deb_bin="target/debug/outpost" ;; *) deb_bin="target/$profile/outpost" ;; esac
+  tdir="${CARGO_TARGET_DIR:-target}"
+  case "$profile" in dev) deb_bin="$tdir/debug/outpost" ;; *) deb_bin="$tdir/$profile/outpost" ;; esac
 
   step "dpkg -i"
   # A golden image may carry the enrolment token before the package is installed, with
@@ -105,7 +106,9 @@ step "systemd-analyze verify"
 # verify wants ExecStart= to exist: check copies pointing at the built binary (or
 # /bin/true when the .deb step was skipped). The shipped units are otherwise unchanged.
 exe="/bin/true"
-if [ -n "$deb_bin" ] && [ -x "$deb_bin" ]; then exe="$(pwd)/$deb_bin"; fi
+if [ -n "$deb_bin" ] && [ -x "$deb_bin" ]; then
+  case "$deb_bin" in /*) exe="$deb_bin" ;; *) exe="$(pwd)/$deb_bin" ;; esac
+fi
 mkdir -p "$scratch/units"
 for u in outpost.service outpost-gateway.service; do
   sed "s|/usr/bin/outpost|$exe|g" "systemd/$u" >"$scratch/units/$u"
