@@ -27,7 +27,7 @@ impl Token {
                 doc.node_id
             )));
         }
-        let old = rot.verify().map_err(|e| wrong(e.to_string()))?;
+        let (old, _) = rot.verify().map_err(|e| wrong(e.to_string()))?;
         let mut h = Sha256::new();
         h.update(&rot.old_sign_pk);
         h.update(&rot.old_kex_pk);

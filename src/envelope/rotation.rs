@@ -11,7 +11,7 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
-use super::identity::{parse_kex_pk, parse_sign_pk, IdentityDocument, IdentityError};
+use super::identity::{parse_kex_pk, parse_sign_pk, IdentityDocument, IdentityError, VerifiedKeys};
 use super::keys::Keys;
 use super::pae::{pae, serde_b64};
 
@@ -94,9 +94,10 @@ impl KeyRotation {
         signed_bytes(&self.old_sign_pk, &self.old_kex_pk, &self.new_doc)
     }
 
-    /// The new document and both signatures (strict Ed25519). Says nothing about whether
-    /// the old key is trusted: [`super::TrustStore::rotate`] checks that.
-    pub fn verify(&self) -> Result<VerifyingKey, RotationError> {
+    /// The new document and both signatures (strict Ed25519): the retired signing key
+    /// and the new document's keys. Says nothing about whether the old key is trusted:
+    /// [`super::TrustStore::rotate`] checks that.
+    pub fn verify(&self) -> Result<(VerifyingKey, VerifiedKeys), RotationError> {
         let new = self.new_doc.verify()?;
         let old = parse_sign_pk(&self.old_sign_pk)?;
         parse_kex_pk(&self.old_kex_pk)?;
@@ -110,7 +111,7 @@ impl KeyRotation {
             key.verify_strict(&msg, &Signature::from_bytes(&sig))
                 .map_err(|_| RotationError::BadSignature)?;
         }
-        Ok(old)
+        Ok((old, new))
     }
 }
 
@@ -144,7 +145,7 @@ mod tests {
     #[test]
     fn a_statement_verifies_and_survives_json() {
         let (old, _, rot) = statement();
-        assert_eq!(rot.verify().unwrap(), old.sign_pk());
+        assert_eq!(rot.verify().unwrap().0, old.sign_pk());
         let back: KeyRotation =
             serde_json::from_str(&serde_json::to_string(&rot).unwrap()).unwrap();
         assert_eq!(back, rot);

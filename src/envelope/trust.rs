@@ -225,7 +225,7 @@ impl TrustStore {
         now_ms: u64,
         grace_ms: u64,
     ) -> Result<Rotated, RotationError> {
-        let old = rot.verify()?;
+        let (old, keys) = rot.verify()?;
         let id = &rot.new_doc.node_id;
         let peer = self
             .peers
@@ -240,7 +240,6 @@ impl TrustStore {
         if peer.keys.sign != old || peer.keys.kex.as_slice() != rot.old_kex_pk {
             return Err(RotationError::Stale(id.clone()));
         }
-        let keys = rot.new_doc.verify()?;
         let before = std::mem::replace(&mut peer.doc, rot.new_doc.clone());
         peer.retired.push(peer.keys.sign);
         peer.previous = Some(Retired {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{copy_dir, free_port, http, listen_on, pair, Daemon, Home};
-use crate::sim::command as command_to;
+use crate::sim::{command as command_to, node_sends};
 
 async fn command(g: &Daemon, token: &str, i: i64) {
     let r = http()
@@ -292,17 +292,6 @@ async fn wait_for_gateway_inbox(g: &Daemon, token: &str, want: &[i64], n: &Daemo
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn node_sends(n: &Daemon, token: &str, k: i64) {
-    let r = http()
-        .post(n.url("/v1/outbox"))
-        .bearer_auth(token)
-        .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"k": k}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
 }
 
 /// Wait (up to 30 s) until the gateway reports every one of `ids` delivered (acked by

@@ -6,32 +6,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::harness::{gateway_and_node, http, pair, text, wait_for, Daemon, Home};
+use crate::sim::node_sends;
 
 const NODE: &str = "node:rot";
 
 async fn command(g: &Daemon, token: &str, i: i64) {
-    let r = http()
-        .post(g.url("/v1/commands"))
-        .bearer_auth(token)
-        .json(&json!({"target": {"node_id": NODE}, "command_type": "ping", "body": {"i": i}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
-}
-
-async fn node_sends(n: &Daemon, token: &str, k: i64) {
-    let r = http()
-        .post(n.url("/v1/outbox"))
-        .bearer_auth(token)
-        .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"k": k}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+    crate::sim::command(g, token, NODE, i as usize, 600).await;
 }
 
 /// Take and acknowledge what `d`'s inbox holds; counts `payload[field]` per value.
@@ -57,6 +40,31 @@ async fn drain(d: &Daemon, token: &str, field: &str, got: &mut BTreeMap<i64, usi
             .await
             .unwrap();
         assert_eq!(r.status().as_u16(), 200);
+    }
+}
+
+/// Drain the node's inbox (`i`) and the gateway's (`k`) until they hold `want` distinct
+/// messages each (40 s at most).
+async fn drain_until(
+    [(n, node_token), (g, gw_token)]: [(&Daemon, &str); 2],
+    [to_node, to_gw]: [&mut BTreeMap<i64, usize>; 2],
+    want: [usize; 2],
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while to_node.len() < want[0] || to_gw.len() < want[1] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not everything arrived: node has {} of {}, gateway {} of {}\n{}\n{}",
+            to_node.len(),
+            want[0],
+            to_gw.len(),
+            want[1],
+            n.log_text(),
+            g.log_text()
+        );
+        drain(n, node_token, "i", to_node).await;
+        drain(g, gw_token, "k", to_gw).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -139,20 +147,8 @@ async fn a_node_rotates_its_key_while_commands_flow_both_ways() {
         command(&g, &admin, i).await;
         node_sends(&n, &node_admin, i).await;
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(40);
-    while to_node.len() < 100 || to_gw.len() < 80 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not everything arrived: node has {} of 100, gateway {} of 80\n{}\n{}",
-            to_node.len(),
-            to_gw.len(),
-            n.log_text(),
-            g.log_text()
-        );
-        drain(&n, &node_admin, "i", &mut to_node).await;
-        drain(&g, &admin, "k", &mut to_gw).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let sides = [(&n, node_admin.as_str()), (&g, admin.as_str())];
+    drain_until(sides, [&mut to_node, &mut to_gw], [100, 80]).await;
     assert_eq!(
         to_node,
         (0..100).map(|i| (i, 1)).collect::<BTreeMap<_, _>>()
@@ -244,20 +240,8 @@ async fn a_gateway_rotates_its_key_while_commands_flow_both_ways() {
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(40);
-    while to_node.len() < 90 || to_gw.len() < 100 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not everything arrived: node has {} of 90, gateway {} of 100\n{}\n{}",
-            to_node.len(),
-            to_gw.len(),
-            n.log_text(),
-            g.log_text()
-        );
-        drain(&n, &node_admin, "i", &mut to_node).await;
-        drain(&g, &admin, "k", &mut to_gw).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let sides = [(&n, node_admin.as_str()), (&g, admin.as_str())];
+    drain_until(sides, [&mut to_node, &mut to_gw], [90, 100]).await;
     let want_node: BTreeMap<i64, usize> = (0..30).chain(50..110).map(|i| (i, 1)).collect();
     assert_eq!(to_node, want_node);
     assert_eq!(to_gw, (0..100).map(|i| (i, 1)).collect::<BTreeMap<_, _>>());

@@ -195,3 +195,15 @@ pub fn inbox_ints(inbox: &Value) -> Vec<i64> {
         })
         .unwrap_or_default()
 }
+
+/// The node at `n` sends `{"k": k}` to `gateway:main` through its outbox (202).
+pub async fn node_sends(n: &Daemon, token: &str, k: i64) {
+    let r = http()
+        .post(n.url("/v1/outbox"))
+        .bearer_auth(token)
+        .json(&json!({"to": "gateway:main", "payload_type": "DATA", "payload": {"k": k}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+}
