@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use std::sync::Arc;
 
@@ -20,18 +20,30 @@ use crate::tools::Registry;
 /// Results are kept at least this long for `job_id` idempotency (PROTOCOL §7a).
 pub const RESULT_KEEP_MS: u64 = 25 * 3600 * 1000;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// What a caller asks to run: from the local API or a `TASK_REQUEST`.
+#[derive(Debug)]
 pub struct ToolCallRequest {
     pub job_id: Option<String>,
     pub tool_name: String,
-    #[serde(default = "empty_object")]
     pub tool_args: Value,
     pub token: Option<String>,
 }
 
-fn empty_object() -> Value {
-    json!({})
+/// Where a call's audit entry is: its index in the log and its leaf hash (hex).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub audit_index: u64,
+    pub audit_leaf_hash: String,
+}
+
+/// A call that ran: the tool's result and the evidence of its audit entry. A repeat of
+/// its job id is answered with this, as it was kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallDone {
+    pub job_id: String,
+    pub tool_name: String,
+    pub result: Value,
+    pub evidence: Evidence,
 }
 
 pub use crate::audit::sha256_hex;
@@ -43,7 +55,10 @@ pub struct StoredResult {
     pub subject: String,
     pub tool_name: String,
     pub args_sha256: String,
-    pub body: Value,
+    /// Named `body` on disk: results kept by earlier versions hold the HTTP answer
+    /// there, which reads as the same fields plus `ok: true`.
+    #[serde(rename = "body")]
+    pub done: ToolCallDone,
 }
 
 /// How a repeat of a stored job compares with the stored one.
@@ -107,7 +122,11 @@ impl ToolCalls {
 
     /// Run a tool call end to end. `actor` names who asked (for the audit log): the
     /// token's subject, or the envelope's sender for `TASK_REQUEST`s.
-    pub async fn tool_call(&self, req: ToolCallRequest, via: &str) -> Result<Value, NodeError> {
+    pub async fn tool_call(
+        &self,
+        req: ToolCallRequest,
+        via: &str,
+    ) -> Result<ToolCallDone, NodeError> {
         if !self.base.life.accepting() {
             return Err(NodeError::NotReady("shutting down; the call was not run"));
         }
@@ -210,14 +229,14 @@ impl ToolCalls {
         job: &Job<'_>,
         actor: &str,
         key: &str,
-    ) -> Result<Option<Value>, NodeError> {
+    ) -> Result<Option<ToolCallDone>, NodeError> {
         let stored = self.base.store.result_get(key).map_err(NodeError::Store)?;
         let Some(stored) = stored.and_then(|b| serde_json::from_slice::<StoredResult>(&b).ok())
         else {
             return Ok(None);
         };
         if stored.compare(actor, job.tool, &job.args_sha) == Repeat::Same {
-            return Ok(Some(stored.body));
+            return Ok(Some(stored.done));
         }
         self.note(job, actor, AuditOutcome::Refused, "job_id_conflict")
             .await;
@@ -237,7 +256,7 @@ impl ToolCalls {
         key: &str,
         result: Value,
         elapsed: Duration,
-    ) -> Result<Value, NodeError> {
+    ) -> Result<ToolCallDone, NodeError> {
         let result_bytes = serde_json::to_vec(&result).unwrap_or_default();
         if let Err(e) = self.result_fits(result_bytes.len()) {
             self.note(job, actor, AuditOutcome::Failed, e.code()).await;
@@ -248,20 +267,18 @@ impl ToolCalls {
         // A job id we minted cannot be repeated by anyone (the caller learns it from
         // this answer): its result is not kept.
         let keep = (!job.minted).then_some(key);
-        let (_, _, body) = self
+        let done = ToolCallDone {
+            job_id: job.id.clone(),
+            tool_name: job.tool.to_string(),
+            result,
+            evidence: Evidence::default(),
+        };
+        let done = self
             .recorder
-            .record_tool_success(
-                keep,
-                &job.id,
-                job.tool,
-                actor,
-                &job.args_sha,
-                &result_sha,
-                |index, leaf| success_body(&job.id, job.tool, result, index, leaf),
-            )
+            .record_tool_success(keep, actor, &job.args_sha, &result_sha, done)
             .await?;
         self.finished(job, "ok", Some(elapsed));
-        Ok(body)
+        Ok(done)
     }
 
     /// The call's audit entry for an outcome other than success (within the refusal
@@ -339,12 +356,31 @@ impl ToolCalls {
     }
 }
 
-pub fn success_body(job_id: &str, tool: &str, result: Value, index: u64, leaf_hex: &str) -> Value {
-    json!({
-        "ok": true,
-        "job_id": job_id,
-        "tool_name": tool,
-        "result": result,
-        "evidence": {"audit_index": index, "audit_leaf_hash": leaf_hex},
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result kept by an earlier version holds the HTTP answer (with `ok`) under
+    /// `body`: it still answers a repeat, and what this version keeps reads back as is.
+    #[test]
+    fn kept_results_read_in_both_layouts() {
+        let earlier = br#"{"subject":"ops","tool_name":"echo","args_sha256":"ab",
+            "body":{"ok":true,"job_id":"j1","tool_name":"echo","result":{"x":1},
+                    "evidence":{"audit_index":7,"audit_leaf_hash":"cd"}}}"#;
+        let read: StoredResult = serde_json::from_slice(earlier).unwrap();
+        let done = ToolCallDone {
+            job_id: "j1".into(),
+            tool_name: "echo".into(),
+            result: serde_json::json!({"x": 1}),
+            evidence: Evidence {
+                audit_index: 7,
+                audit_leaf_hash: "cd".into(),
+            },
+        };
+        assert_eq!(read.done, done);
+        assert_eq!(read.compare("ops", "echo", "ab"), Repeat::Same);
+        let again: StoredResult =
+            serde_json::from_slice(&serde_json::to_vec(&read).unwrap()).unwrap();
+        assert_eq!(again.done, done);
+    }
 }

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore};
 use sha2::Digest;
 
+use super::calls::ToolCallDone;
 use crate::store::{Batch, NewMessage};
 use crate::sync::wire::{TaskError, TaskResult};
 use crate::telemetry::MessageEvent;
@@ -338,14 +339,14 @@ pub fn outbox_message(
     }
 }
 
-pub fn task_result_ok(job_id: &str, request_id: &str, body: &Value) -> TaskResult {
+pub fn task_result_ok(job_id: &str, request_id: &str, done: ToolCallDone) -> TaskResult {
     TaskResult {
         error: None,
-        evidence: body.get("evidence").cloned().unwrap_or(Value::Null),
+        evidence: serde_json::to_value(&done.evidence).unwrap_or(Value::Null),
         job_id: job_id.to_string(),
         ok: true,
         request_id: Some(request_id.to_string()),
-        result: Some(body.get("result").cloned().unwrap_or(Value::Null)),
+        result: Some(done.result),
     }
 }
 

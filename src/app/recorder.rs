@@ -11,7 +11,7 @@ use super::store_audit::StoreAudit;
 use crate::audit::{leaf_hash, to_hex, AuditEvent, AuditLog, AuditOutcome, AuditRecord};
 use crate::store::{Batch, Committed, StoreError};
 
-use super::calls::{StoredResult, RESULT_KEEP_MS};
+use super::calls::{Evidence, StoredResult, ToolCallDone, RESULT_KEEP_MS};
 
 /// The node's audit log and what may be written to it: tool calls, envelopes,
 /// expiries, overflows, refusals (within their budget), checkpoints.
@@ -146,44 +146,43 @@ impl Recorder {
     pub async fn record_tool_success(
         &self,
         result_key: Option<&str>,
-        job_id: &str,
-        tool: &str,
         actor: &str,
         args_sha: &str,
         result_sha: &str,
-        body_for: impl FnOnce(u64, &str) -> serde_json::Value,
-    ) -> Result<(u64, String, serde_json::Value), NodeError> {
+        mut done: ToolCallDone,
+    ) -> Result<ToolCallDone, NodeError> {
         let mut rec = AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok);
-        rec.job_id = Some(job_id.into());
-        rec.tool_name = Some(tool.into());
+        rec.job_id = Some(done.job_id.clone());
+        rec.tool_name = Some(done.tool_name.clone());
         rec.actor = Some(actor.into());
         rec.args_sha256 = Some(args_sha.into());
         rec.result_sha256 = Some(result_sha.into());
         // The answer carries the entry's index and leaf hash, known only under the
-        // audit lock: build it there, and store it in the same atomic request.
+        // audit lock: fill them in there, and store the result in the same batch.
         let keep = self.base.now_ms() + RESULT_KEEP_MS;
-        let mut body = serde_json::Value::Null;
-        let (index, leaf) = self
-            .append_durable(rec, |index, leaf, batch| {
-                body = body_for(index, leaf);
-                let Some(result_key) = result_key else {
-                    return;
-                };
-                let stored = StoredResult {
-                    subject: actor.to_string(),
-                    tool_name: tool.to_string(),
-                    args_sha256: args_sha.to_string(),
-                    body: body.clone(),
-                };
-                batch.result_put(
-                    result_key,
-                    serde_json::to_vec(&stored).unwrap_or_default(),
-                    keep,
-                );
-            })
-            .await
-            .map_err(NodeError::Store)?;
-        Ok((index, leaf, body))
+        self.append_durable(rec, |index, leaf, batch| {
+            done.evidence = Evidence {
+                audit_index: index,
+                audit_leaf_hash: leaf.to_string(),
+            };
+            let Some(result_key) = result_key else {
+                return;
+            };
+            let stored = StoredResult {
+                subject: actor.to_string(),
+                tool_name: done.tool_name.clone(),
+                args_sha256: args_sha.to_string(),
+                done: done.clone(),
+            };
+            batch.result_put(
+                result_key,
+                serde_json::to_vec(&stored).unwrap_or_default(),
+                keep,
+            );
+        })
+        .await
+        .map_err(NodeError::Store)?;
+        Ok(done)
     }
 
     /// A refused, failed or timed-out call. Best effort: the refusal is answered even

@@ -97,7 +97,7 @@ async fn run_one(core: &NodeCore, requester: &str, message_id: &str, body: &[u8]
         Ok(mut r) => {
             r.job_id.get_or_insert_with(|| job_id.clone());
             match core.calls.tool_call(r, requester).await {
-                Ok(body) => task_result_ok(&job_id, message_id, &body),
+                Ok(done) => task_result_ok(&job_id, message_id, done),
                 Err(NodeError::NotReady(_)) => return false, // shutting down: leave it queued
                 Err(e) => task_result_err(&job_id, message_id, &e),
             }
