@@ -5,10 +5,10 @@
 pub mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
+pub mod health;
 pub mod json;
 pub mod node;
 pub mod openapi;
-#[cfg(feature = "gateway")]
 #[cfg(feature = "gateway")]
 pub mod starting;
 
@@ -27,18 +27,6 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// Counts an answered request in `outpost_http_requests_total` by status class (both
-/// roles).
-pub fn count_response(metrics: &crate::telemetry::Metrics, resp: &axum::response::Response) {
-    let class = match resp.status().as_u16() {
-        200..=299 => "2xx",
-        400..=499 => "4xx",
-        500..=599 => "5xx",
-        _ => "other",
-    };
-    metrics.http_requests_total.inc(&[class]);
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use super::recorder::Recorder;
 use crate::clock;
 use crate::config::Config;
 use crate::envelope::Keys;
+use crate::telemetry::status::{AuditStatus, ClockStatus, KeyRotationStatus, QueueStatus, Status};
 use crate::telemetry::Metrics;
 
 pub struct NodeCore {
@@ -199,41 +200,44 @@ impl NodeCore {
     }
 
     /// `GET /v1/status`.
-    pub fn status_json(&self) -> Result<Value, NodeError> {
+    pub fn status(&self) -> Result<Status, NodeError> {
         let now = self.now_ms();
         let stats = self.base.store.queue_stats(now).map_err(NodeError::Store)?;
-        let queues: Vec<Value> = stats
-            .iter()
-            .map(|s| {
-                json!({"queue": s.queue, "peer": s.peer, "depth": s.depth, "oldest_age_s": s.oldest_age_s})
-            })
-            .collect();
         let wall = self.base.clock.now_ms();
         let cfg = &self.base.cfg;
         // `none`, or the key a pending `outpost identity rotate` waits to switch to.
-        let rotation = match crate::daemon::rotation::pending(&cfg.data_dir) {
-            Ok(Some(r)) => json!({"state": "pending",
-                                  "new_sign_pk": crate::envelope::b64_encode(&r.new_doc.sign_pk)}),
-            Ok(None) => json!({"state": "none"}),
-            Err(e) => json!({"state": "unreadable", "error": format!("{e:#}")}),
-        };
-        Ok(json!({
-            "node_id": cfg.node_id,
-            "role": cfg.role.as_str(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "store": self.base.cfg.store_description(),
-            "uptime_s": now.saturating_sub(self.base.life.started_ms) / 1000,
-            "upstream": self.upstream_status(),
-            "queues": queues,
-            "audit": {"size": self.recorder.size(), "synced_size": self.recorder.synced_size()},
-            "sign_pk": crate::envelope::b64_encode(self.base.keys.current().sign_pk().as_bytes()),
-            "key_rotation": rotation,
-            "clock": {
-                "now_ms": now,
-                "wall_ms": wall,
-                "behind_floor": wall < now,
-                "max_skew_s": cfg.max_clock_skew_s,
+        let key_rotation = match crate::daemon::rotation::pending(&cfg.data_dir) {
+            Ok(Some(r)) => KeyRotationStatus::Pending {
+                new_sign_pk: crate::envelope::b64_encode(&r.new_doc.sign_pk),
             },
-        }))
+            Ok(None) => KeyRotationStatus::None,
+            Err(e) => KeyRotationStatus::Unreadable {
+                error: format!("{e:#}"),
+            },
+        };
+        Ok(Status {
+            node_id: cfg.node_id.clone(),
+            role: cfg.role.as_str().into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            store: cfg.store_description(),
+            uptime_s: now.saturating_sub(self.base.life.started_ms) / 1000,
+            upstream: self.upstream_status(),
+            queues: stats.iter().map(QueueStatus::from).collect(),
+            audit: AuditStatus {
+                size: self.recorder.size(),
+                synced_size: self.recorder.synced_size(),
+            },
+            nodes_enrolled: None,
+            sign_pk: Some(crate::envelope::b64_encode(
+                self.base.keys.current().sign_pk().as_bytes(),
+            )),
+            key_rotation: Some(key_rotation),
+            clock: Some(ClockStatus {
+                now_ms: now,
+                wall_ms: wall,
+                behind_floor: wall < now,
+                max_skew_s: cfg.max_clock_skew_s,
+            }),
+        })
     }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::telemetry::status::{KeyRotationStatus, QueueStatus, Status};
+
 use super::common::load_existing_config;
 use super::{ConfigArg, Exit};
 
@@ -96,11 +98,12 @@ pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
             .into())
         }
     };
-    let v: Value = serde_json::from_str(&body)?;
     if json {
+        let v: Value = serde_json::from_str(&body)?;
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
+    let v: Status = serde_json::from_str(&body)?;
     print!("{}", summary(&v, crate::clock::system().now_ms()));
     Ok(())
 }
@@ -205,59 +208,47 @@ fn error_text(body: &str) -> String {
 
 /// The status JSON as a person reads it: one line per topic, the queue table aligned
 /// on its widest cell.
-pub fn summary(v: &Value, now_ms: u64) -> String {
+pub fn summary(v: &Status, now_ms: u64) -> String {
     use std::fmt::Write as _;
-    let s = |x: &Value| match x {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    };
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{} ({}) v{}, up {}",
-        s(&v["node_id"]),
-        s(&v["role"]),
-        s(&v["version"]),
-        duration(v["uptime_s"].as_u64().unwrap_or(0))
+        v.node_id,
+        v.role,
+        v.version,
+        duration(v.uptime_s)
     );
-    if let Some(store) = v["store"].as_str() {
-        let _ = writeln!(out, "store: {store}");
-    }
-    let _ = writeln!(out, "upstream: {}", upstream_line(&v["upstream"], now_ms));
-    if let Some(line) = enrollment_line(&v["upstream"]["enrollment"]) {
+    let _ = writeln!(out, "store: {}", v.store);
+    let _ = writeln!(out, "upstream: {}", upstream_line(&v.upstream, now_ms));
+    if let Some(line) = enrollment_line(&v.upstream["enrollment"]) {
         let _ = writeln!(out, "enrollment: {line}");
     }
-    if v["role"] == "node" {
+    if v.role == "node" {
         let _ = writeln!(
             out,
             "audit: {} entries, {} synced upstream",
-            s(&v["audit"]["size"]),
-            s(&v["audit"]["synced_size"])
+            v.audit.size, v.audit.synced_size
         );
     }
-    if v["key_rotation"]["state"] == "pending" {
+    if let Some(KeyRotationStatus::Pending { new_sign_pk }) = &v.key_rotation {
         let _ = writeln!(
             out,
-            "key rotation: to {} waits for the gateway (it completes on the next sync)",
-            s(&v["key_rotation"]["new_sign_pk"])
+            "key rotation: to {new_sign_pk} waits for the gateway (it completes on the next sync)"
         );
     }
-    if let Some(n) = v["nodes_enrolled"].as_u64() {
+    if let Some(n) = v.nodes_enrolled {
         let _ = writeln!(out, "nodes enrolled: {n}");
     }
-    if v["clock"]["behind_floor"] == true {
-        let behind = v["clock"]["now_ms"]
-            .as_u64()
-            .unwrap_or(0)
-            .saturating_sub(v["clock"]["wall_ms"].as_u64().unwrap_or(0));
+    if let Some(clock) = v.clock.as_ref().filter(|c| c.behind_floor) {
+        let behind = clock.now_ms.saturating_sub(clock.wall_ms);
         let _ = writeln!(
             out,
             "clock: wall clock {} behind the store's time floor (no RTC or NTP yet)",
             duration(behind / 1000)
         );
     }
-    queue_table(&v["queues"], &mut out);
+    queue_table(&v.queues, &mut out);
     out
 }
 
@@ -314,31 +305,19 @@ fn upstream_line(up: &Value, now_ms: u64) -> String {
 }
 
 /// The queue table, aligned on its widest cells.
-fn queue_table(queues: &Value, out: &mut String) {
+fn queue_table(queues: &[QueueStatus], out: &mut String) {
     use std::fmt::Write as _;
-    let s = |x: &Value| match x {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    };
     let rows: Vec<[String; 4]> = queues
-        .as_array()
+        .iter()
         .map(|q| {
-            q.iter()
-                .map(|e| {
-                    [
-                        s(&e["queue"]),
-                        s(&e["peer"]),
-                        s(&e["depth"]),
-                        e["oldest_age_s"]
-                            .as_u64()
-                            .map(duration)
-                            .unwrap_or_else(|| "-".into()),
-                    ]
-                })
-                .collect()
+            [
+                q.queue.clone(),
+                q.peer.clone(),
+                q.depth.to_string(),
+                duration(q.oldest_age_s),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     if rows.is_empty() {
         let _ = writeln!(out, "queues: empty");
         return;

@@ -63,21 +63,18 @@ pub async fn run(
     Notifier.ready();
     tracing::info!(event = "ready", node_id = %gw.cfg.node_id, %addr, role = "gateway", "gateway ready");
 
-    let app = crate::api::gateway::router(gw.clone());
-    let served = crate::http_server::serve(listener, acceptor, app, gw.cfg.http, shutdown).await;
-    gw.set_ready(false);
-    Notifier.stopping();
-    tracker.close();
-    if tokio::time::timeout(Duration::from_millis(drain_ms), tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(event = "drain_deadline_exceeded", deadline_ms = drain_ms);
-    }
-    crate::daemon::listen::remove_addr_file(&data_dir);
+    // Not ready from the signal on (`Gateway::is_ready` reads the same token): probes
+    // take it out of rotation at once.
+    let serving = super::serve::Serving {
+        listener,
+        tls: acceptor,
+        app: crate::api::gateway::router(gw.clone()),
+        limits: gw.cfg.http,
+        deadline: Duration::from_millis(drain_ms),
+    };
+    let served = super::serve::serve_and_drain(serving, &tracker, shutdown).await;
     if let Err(e) = gw.close_state().await {
         tracing::warn!(event = "close_failed", error = %e);
     }
-    tracing::info!(event = "stopped", %addr, role = "gateway");
     served.map_err(StartError::Io)
 }

@@ -9,6 +9,7 @@
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod node;
+mod serve;
 
 use std::path::PathBuf;
 

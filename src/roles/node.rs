@@ -47,36 +47,14 @@ pub async fn run(
         stop.cancelled().await;
         stop_core.stop_accepting();
     });
-    let server = crate::http_server::serve(listener, None, app, cfg.http, shutdown.clone());
-    // In-flight requests get the drain deadline after the signal, then are dropped
-    // (an external tool still running is killed with its process group).
-    let deadline = Duration::from_millis(cfg.drain_timeout_ms);
-    let mut serving = std::pin::pin!(server);
-    tokio::select! {
-        r = &mut serving => r?,
-        _ = async {
-            shutdown.cancelled().await;
-            tokio::time::sleep(deadline).await;
-        } => {
-            tracing::warn!(
-                event = "drain_deadline_exceeded",
-                deadline_ms = cfg.drain_timeout_ms,
-                "requests still in flight at the drain deadline; dropping them"
-            );
-        }
-    }
-
-    tracker.close();
-    if tokio::time::timeout(deadline, tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            event = "drain_deadline_exceeded",
-            deadline_ms = cfg.drain_timeout_ms,
-            "background work still running at the drain deadline"
-        );
-    }
+    let serving = super::serve::Serving {
+        listener,
+        tls: None,
+        app,
+        limits: cfg.http,
+        deadline: Duration::from_millis(cfg.drain_timeout_ms),
+    };
+    super::serve::serve_and_drain(serving, &tracker, shutdown).await?;
     // Refusals still counted, then a last checkpoint over everything this run appended.
     core.recorder.flush_refusal_summary(true).await;
     core.recorder.checkpoint().await;

@@ -6,6 +6,7 @@
 //! `event = "<snake_case>"` plus the same label values as fields.
 
 pub mod metrics;
+pub mod status;
 
 pub use metrics::Metrics;
 

@@ -8,6 +8,7 @@ pub mod client;
 pub mod enroll;
 pub mod error;
 pub mod events;
+mod health;
 pub mod node;
 pub mod ui;
 
@@ -23,11 +24,7 @@ use crate::gateway::Gateway;
 /// `GET /v1/nodes/{id}/audit`, and the operator's console under `/ui` ([`ui`]).
 pub fn router(gw: Arc<Gateway>) -> Router {
     let limit = gw.cfg.max_body_bytes as usize;
-    Router::new()
-        .route("/healthz", get(admin::healthz))
-        .route("/readyz", get(admin::readyz))
-        .route("/metrics", get(admin::metrics))
-        .route("/v1/status", get(admin::status))
+    let routes = Router::new()
         .route("/v1/tool_call", post(client::tool_call))
         .route("/v1/commands", post(client::commands))
         .route("/v1/messages/{id}", get(client::message))
@@ -51,29 +48,12 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/nodes/{id}/revocations", get(node::revocations))
         .route("/v1/nodes/{id}/rotate", post(node::rotate))
         .route("/openapi.json", get(crate::api::openapi::gateway))
-        .merge(ui::router(gw.clone()))
-        .fallback(|| async { crate::api::ApiError::not_found("not_found", "no such route") })
-        .method_not_allowed_fallback(|| async {
-            crate::api::ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "method not allowed on this route",
-            )
-        })
+        .merge(ui::router(gw.clone()));
+    crate::api::health::routes(routes)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             gw.clone(),
-            count_requests,
+            crate::api::health::count::<Gateway>,
         ))
         .with_state(gw)
-}
-
-async fn count_requests(
-    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let resp = next.run(req).await;
-    crate::api::count_response(&gw.metrics, &resp);
-    resp
 }

@@ -1,35 +1,41 @@
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::Json;
-use serde_json::{json, Value};
+//! The node's part of the shared health routes (`api::health`).
 
-use super::Core;
+use std::net::SocketAddr;
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use crate::api::health::{count_response, Observed};
 use crate::api::{ApiError, ApiResult};
+use crate::app::core::NodeCore;
+use crate::telemetry::status::Status;
+use crate::telemetry::Metrics;
 
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
-}
-
-pub async fn readyz(State(core): State<Core>) -> ApiResult<Json<Value>> {
-    if core.is_ready() {
-        Ok(Json(json!({"status": "ready"})))
-    } else {
-        Err(ApiError::not_ready())
+impl Observed for NodeCore {
+    async fn readiness(&self) -> Result<(), ApiError> {
+        match self.is_ready() {
+            true => Ok(()),
+            false => Err(ApiError::not_ready()),
+        }
     }
-}
 
-pub async fn metrics(State(core): State<Core>) -> impl IntoResponse {
-    core.refresh_gauges();
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        core.metrics().render(),
-    )
-}
+    /// The node's API listens on loopback unless configured otherwise; its status and
+    /// metrics are open to whoever reaches it, as its other routes need a token anyway.
+    fn may_observe(&self, _peer: SocketAddr, _headers: &HeaderMap) -> ApiResult<()> {
+        Ok(())
+    }
 
-pub async fn status(State(core): State<Core>) -> ApiResult<Json<Value>> {
-    Ok(Json(core.status_json()?))
+    async fn scrape(&self) -> &Metrics {
+        self.refresh_gauges();
+        self.metrics()
+    }
+
+    async fn status(&self) -> ApiResult<Status> {
+        Ok(NodeCore::status(self)?)
+    }
+
+    fn served(&self, resp: &Response) {
+        count_response(self.metrics(), resp);
+        self.note_served();
+    }
 }

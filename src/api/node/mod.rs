@@ -10,24 +10,18 @@ mod tools;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::ApiError;
 use crate::app::core::NodeCore;
 
 pub type Core = Arc<NodeCore>;
 
 pub fn router(core: Core) -> Router {
     let limit = core.cfg().max_body_bytes as usize;
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/v1/status", get(health::status))
+    let routes = Router::new()
         .route("/v1/tools", get(tools::list))
         .route("/v1/tool_call", post(tools::call))
         .route("/v1/envelopes", post(envelopes::receive))
@@ -35,29 +29,12 @@ pub fn router(core: Core) -> Router {
         .route("/v1/inbox/{message_id}/ack", post(inbox::ack))
         .route("/v1/outbox", post(outbox::queue))
         .route("/v1/messages/{message_id}", get(messages::status))
-        .route("/openapi.json", get(crate::api::openapi::node))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .route("/openapi.json", get(crate::api::openapi::node));
+    crate::api::health::routes(routes)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(core.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            core.clone(),
+            crate::api::health::count::<NodeCore>,
+        ))
         .with_state(core)
-}
-
-async fn not_found() -> ApiError {
-    ApiError::not_found("not_found", "no such route")
-}
-
-async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "method not allowed on this route",
-    )
-}
-
-async fn count_requests(State(core): State<Core>, req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
-    crate::api::count_response(core.metrics(), &resp);
-    core.note_served();
-    resp
 }
