@@ -130,68 +130,74 @@ async fn resent_prefix(
     Ok(out)
 }
 
-/// Verify an upload from `node` against its stored copy and store the extension.
-/// Returns the new confirmed size. Uploads are serialised per gateway.
-pub async fn extend(gw: &Gateway, node: &str, body: AuditUpload) -> Result<u64, GatewayError> {
-    // Its key, and the one a rotation retired while that key's grace lasts (a
-    // checkpoint signed before the switch, uploaded after it).
-    let now = gw.now_ms();
-    let Some(peer_keys) = gw
-        .trust()
-        .get(node)
-        .map(|p| p.sign_keys(now).copied().collect::<Vec<_>>())
-    else {
-        return Err(GatewayError::UnknownPeer);
-    };
-    let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
-    let mut frontiers = gw.audit.lock().await;
-    let old = frontier(gw, &mut frontiers, node).await?;
-    let resent = resent_prefix(gw, node, old.size(), &entries).await?;
-    let stored = |i: u64| resent.get(&i).cloned();
-    let (new, size, fresh) =
-        match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_keys, node) {
-            Ok(x) => x,
-            Err(r) => {
-                tracing::error!(
-                    event = "audit_alert",
-                    node_id = %node,
-                    code = r.code(),
-                    confirmed_size = old.size(),
-                    detail = %r,
-                    "audit upload refused: not merged"
-                );
-                gw.publish(super::events::GatewayEvent::AuditRefused {
-                    node_id: node.to_string(),
-                    code: r.code().to_string(),
-                    confirmed_size: old.size(),
-                });
-                return Err(r.into());
-            }
+impl AuditSync<'_> {
+    /// Verify an upload from `node` against its stored copy and store the extension.
+    /// Returns the new confirmed size. Uploads are serialised per gateway.
+    pub async fn extend(&self, node: &str, body: AuditUpload) -> Result<u64, GatewayError> {
+        let gw = self.0;
+        // Its key, and the one a rotation retired while that key's grace lasts (a
+        // checkpoint signed before the switch, uploaded after it).
+        let now = gw.now_ms();
+        let Some(peer_keys) = gw
+            .trust()
+            .get(node)
+            .map(|p| p.sign_keys(now).copied().collect::<Vec<_>>())
+        else {
+            return Err(GatewayError::UnknownPeer);
         };
-    let ext = AuditExtension {
-        start: old.size(),
-        entries: fresh,
-        checkpoint_size: size,
-        checkpoint: body.checkpoint,
-    };
-    gw.state.audit_extend(node, ext).await?;
-    tracing::info!(event = "audit_synced", node_id = %node, size, "audit log extended and verified");
-    frontiers.insert(node.to_string(), new);
-    Ok(size)
+        let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
+        let mut frontiers = gw.audit.lock().await;
+        let old = frontier(gw, &mut frontiers, node).await?;
+        let resent = resent_prefix(gw, node, old.size(), &entries).await?;
+        let stored = |i: u64| resent.get(&i).cloned();
+        let (new, size, fresh) =
+            match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_keys, node) {
+                Ok(x) => x,
+                Err(r) => {
+                    tracing::error!(
+                        event = "audit_alert",
+                        node_id = %node,
+                        code = r.code(),
+                        confirmed_size = old.size(),
+                        detail = %r,
+                        "audit upload refused: not merged"
+                    );
+                    gw.publish(super::events::GatewayEvent::AuditRefused {
+                        node_id: node.to_string(),
+                        code: r.code().to_string(),
+                        confirmed_size: old.size(),
+                    });
+                    return Err(r.into());
+                }
+            };
+        let ext = AuditExtension {
+            start: old.size(),
+            entries: fresh,
+            checkpoint_size: size,
+            checkpoint: body.checkpoint,
+        };
+        gw.state.audit_extend(node, ext).await?;
+        tracing::info!(event = "audit_synced", node_id = %node, size, "audit log extended and verified");
+        frontiers.insert(node.to_string(), new);
+        Ok(size)
+    }
 }
 
-/// The confirmed size and root of `node`'s copy.
-pub async fn status(gw: &Gateway, node: &str) -> Result<AuditStatus, GatewayError> {
-    let mut frontiers = gw.audit.lock().await;
-    let f = frontier(gw, &mut frontiers, node).await?;
-    Ok(AuditStatus {
-        root: b64_encode(&f.root()),
-        size: f.size(),
-    })
+impl AuditSync<'_> {
+    /// The confirmed size and root of `node`'s copy.
+    pub async fn status(&self, node: &str) -> Result<AuditStatus, GatewayError> {
+        let gw = self.0;
+        let mut frontiers = gw.audit.lock().await;
+        let f = frontier(gw, &mut frontiers, node).await?;
+        Ok(AuditStatus {
+            root: b64_encode(&f.root()),
+            size: f.size(),
+        })
+    }
 }
 
 /// Confirmed audit size of `node` (for `GET /v1/nodes`).
-pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
+pub(super) async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
     if gw.state.replicas().is_some() {
         return gw.state.audit_size(node).await.unwrap_or(0);
     }
@@ -200,6 +206,15 @@ pub async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
         .await
         .map(|f| f.size())
         .unwrap_or(0)
+}
+
+/// The gateway's verified copies of the nodes' audit logs.
+pub struct AuditSync<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn audit_sync(&self) -> AuditSync<'_> {
+        AuditSync(self)
+    }
 }
 
 #[cfg(test)]

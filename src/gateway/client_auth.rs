@@ -9,57 +9,72 @@ use crate::token::{check_cached, Claims, Decision, DenyReason, Need, Request};
 use super::error::GatewayError;
 use super::state::Gateway;
 
-/// Check `token` for `need`; its claims, or why not ([`GatewayError::Denied`]; a
-/// revocation list that cannot be read refuses the token, never honours it).
-pub fn authorize(gw: &Gateway, token: &str, need: Need<'_>) -> Result<Claims, GatewayError> {
-    let req = Request {
-        node_id: &gw.cfg.node_id,
-        need,
-    };
-    let unreadable = std::cell::RefCell::new(None);
-    let revoked = |jti: &str| match gw.state.is_revoked(jti) {
-        Ok(r) => r,
-        Err(e) => {
-            *unreadable.borrow_mut() = Some(e);
-            true
+impl ClientAuth<'_> {
+    /// Check `token` for `need`; its claims, or why not ([`GatewayError::Denied`]; a
+    /// revocation list that cannot be read refuses the token, never honours it).
+    pub fn authorize(&self, token: &str, need: Need<'_>) -> Result<Claims, GatewayError> {
+        let gw = self.0;
+        let req = Request {
+            node_id: &gw.cfg.node_id,
+            need,
+        };
+        let unreadable = std::cell::RefCell::new(None);
+        let revoked = |jti: &str| match gw.state.is_revoked(jti) {
+            Ok(r) => r,
+            Err(e) => {
+                *unreadable.borrow_mut() = Some(e);
+                true
+            }
+        };
+        let decide = |trust: &crate::envelope::TrustStore| {
+            check_cached(
+                token,
+                &req,
+                gw.now_ms(),
+                gw.skew_ms(),
+                trust,
+                &revoked,
+                Some(&gw.verify_cache),
+            )
+        };
+        let mut d = decide(&gw.trust());
+        if matches!(
+            d,
+            Decision::Deny {
+                reason: DenyReason::UnknownIssuer,
+                ..
+            }
+        ) {
+            gw.recheck_issuers();
+            d = decide(&gw.trust());
         }
-    };
-    let decide = |trust: &crate::envelope::TrustStore| {
-        check_cached(
-            token,
-            &req,
-            gw.now_ms(),
-            gw.skew_ms(),
-            trust,
-            &revoked,
-            Some(&gw.verify_cache),
-        )
-    };
-    let mut d = decide(&gw.trust());
-    if matches!(
-        d,
-        Decision::Deny {
-            reason: DenyReason::UnknownIssuer,
-            ..
+        if let Some(e) = unreadable.into_inner() {
+            tracing::warn!(event = "revocations_unreadable", error = %e);
+            return Err(e.into());
         }
-    ) {
-        gw.recheck_issuers();
-        d = decide(&gw.trust());
-    }
-    if let Some(e) = unreadable.into_inner() {
-        tracing::warn!(event = "revocations_unreadable", error = %e);
-        return Err(e.into());
-    }
-    match d {
-        Decision::Allow { claims } => Ok(claims),
-        Decision::Deny { code, reason } => Err(GatewayError::Denied {
-            code,
-            message: crate::token::explain(reason, &req),
-        }),
+        match d {
+            Decision::Allow { claims } => Ok(claims),
+            Decision::Deny { code, reason } => Err(GatewayError::Denied {
+                code,
+                message: crate::token::explain(reason, &req),
+            }),
+        }
     }
 }
 
-/// Whether token id `jti` was revoked (a session's token, checked on each request).
-pub fn is_revoked(gw: &Gateway, jti: &str) -> Result<bool, GatewayError> {
-    Ok(gw.state.is_revoked(jti)?)
+impl ClientAuth<'_> {
+    /// Whether token id `jti` was revoked (a session's token, checked on each request).
+    pub fn is_revoked(&self, jti: &str) -> Result<bool, GatewayError> {
+        let gw = self.0;
+        Ok(gw.state.is_revoked(jti)?)
+    }
+}
+
+/// Operators' bearer tokens: who they are and what they may do.
+pub struct ClientAuth<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn client_auth(&self) -> ClientAuth<'_> {
+        ClientAuth(self)
+    }
 }

@@ -89,7 +89,7 @@ enum Binding {
 
 /// The enrolled node `node_id`, or `UnknownNode`; `NodeWithoutSend` when it could never
 /// pull what would be queued for it (trusted without `send`).
-pub async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
+pub(super) async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
     let doc = gw
         .enrolled(node_id)
         .await
@@ -197,7 +197,13 @@ async fn seal_and_queue(
 }
 
 /// A message is durable in a node's queue: metric, log, event, and wake its long-poll.
-pub fn queued(gw: &Gateway, message_id: &str, node_id: &str, payload_type: &str, expires: u64) {
+pub(super) fn queued(
+    gw: &Gateway,
+    message_id: &str,
+    node_id: &str,
+    payload_type: &str,
+    expires: u64,
+) {
     gw.publish(GatewayEvent::Queued {
         message_id: message_id.to_string(),
         node_id: node_id.to_string(),
@@ -222,7 +228,10 @@ fn announce_queued(gw: &Gateway, message_id: &str, node_id: &str) {
 
 /// The result filed for a request, as the node sent it. An unreadable record counts
 /// as none (logged): the caller sees the request as still waiting.
-pub async fn result_of(gw: &Gateway, message_id: &str) -> Result<Option<Value>, GatewayError> {
+pub(super) async fn result_of(
+    gw: &Gateway,
+    message_id: &str,
+) -> Result<Option<Value>, GatewayError> {
     Ok(match gw.state.result(message_id).await? {
         None => None,
         Some(b) => match serde_json::from_slice(&b) {
@@ -268,93 +277,96 @@ async fn existing_job(
     })
 }
 
-pub async fn tool_call(
-    gw: &Gateway,
-    subject: &str,
-    call: ToolCall,
-) -> Result<ToolCallOutcome, GatewayError> {
-    // A name no node can have would wait in the queue for nothing.
-    if !crate::tools::valid_tool_name(&call.tool_name) {
-        return Err(GatewayError::BadRequest(
-            "tool_name must match [a-z][a-z0-9_]{0,63}".into(),
-        ));
-    }
-    let doc = target(gw, &call.node_id).await?;
-    let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
-    let job_id = call
-        .job_id
-        .clone()
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    if !crate::tools::valid_job_id(&job_id) {
-        return Err(GatewayError::BadRequest(
-            "job_id must be 1..128 characters of [A-Za-z0-9._:-]".into(),
-        ));
-    }
-    // A caller's job id is bound to this node, tool and arguments (held under a lock so
-    // that concurrent repeats queue one request).
-    let key = job_key(&doc.node_id, subject, &job_id);
-    let args = serde_json::to_vec(&call.tool_args)
-        .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
-    let args_sha = crate::audit::sha256_hex(&args);
-    let held = gw.job_locks.lock(&key).await;
-    if let Some(rec) = gw.state.job(&key).await? {
-        return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
-    }
-    let message_id = uuid::Uuid::now_v7().to_string();
-    let token = match call.token {
-        Some(t) => t,
-        None => node_token(gw, subject, &doc.node_id, &call.tool_name, ttl_s)?,
-    };
-    let request = TaskRequest {
-        job_id: Some(job_id.clone()),
-        token: Some(token),
-        tool_args: call.tool_args,
-        tool_name: call.tool_name.clone(),
-    };
-    // Subscribe before queueing, so a fast answer cannot slip past us.
-    let mut events = gw.events.subscribe();
-    let job = NewJob {
-        key,
-        record: JobRecord {
-            message_id: message_id.clone(),
+impl Commands<'_> {
+    pub async fn tool_call(
+        &self,
+        subject: &str,
+        call: ToolCall,
+    ) -> Result<ToolCallOutcome, GatewayError> {
+        let gw = self.0;
+        // A name no node can have would wait in the queue for nothing.
+        if !crate::tools::valid_tool_name(&call.tool_name) {
+            return Err(GatewayError::BadRequest(
+                "tool_name must match [a-z][a-z0-9_]{0,63}".into(),
+            ));
+        }
+        let doc = target(gw, &call.node_id).await?;
+        let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
+        let job_id = call
+            .job_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        if !crate::tools::valid_job_id(&job_id) {
+            return Err(GatewayError::BadRequest(
+                "job_id must be 1..128 characters of [A-Za-z0-9._:-]".into(),
+            ));
+        }
+        // A caller's job id is bound to this node, tool and arguments (held under a lock so
+        // that concurrent repeats queue one request).
+        let key = job_key(&doc.node_id, subject, &job_id);
+        let args = serde_json::to_vec(&call.tool_args)
+            .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
+        let args_sha = crate::audit::sha256_hex(&args);
+        let held = gw.job_locks.lock(&key).await;
+        if let Some(rec) = gw.state.job(&key).await? {
+            return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
+        }
+        let message_id = uuid::Uuid::now_v7().to_string();
+        let token = match call.token {
+            Some(t) => t,
+            None => node_token(gw, subject, &doc.node_id, &call.tool_name, ttl_s)?,
+        };
+        let request = TaskRequest {
+            job_id: Some(job_id.clone()),
+            token: Some(token),
+            tool_args: call.tool_args,
             tool_name: call.tool_name.clone(),
-            args_sha256: args_sha.clone(),
-        },
-    };
-    let job_key = job.key.clone();
-    match seal_and_queue(
-        gw,
-        &doc,
-        "TASK_REQUEST",
-        ttl_s,
-        &request,
-        &message_id,
-        Binding::Job(job),
-    )
-    .await
-    {
-        // Another replica bound the same job id first (the lock above is per process):
-        // answer from its binding, as a repeat here would be.
-        Err(GatewayError::Duplicate) => {
-            if let Some(rec) = gw.state.job(&job_key).await? {
-                return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id)
-                    .await;
+        };
+        // Subscribe before queueing, so a fast answer cannot slip past us.
+        let mut events = gw.events.subscribe();
+        let job = NewJob {
+            key,
+            record: JobRecord {
+                message_id: message_id.clone(),
+                tool_name: call.tool_name.clone(),
+                args_sha256: args_sha.clone(),
+            },
+        };
+        let job_key = job.key.clone();
+        match seal_and_queue(
+            gw,
+            &doc,
+            "TASK_REQUEST",
+            ttl_s,
+            &request,
+            &message_id,
+            Binding::Job(job),
+        )
+        .await
+        {
+            // Another replica bound the same job id first (the lock above is per process):
+            // answer from its binding, as a repeat here would be.
+            Err(GatewayError::Duplicate) => {
+                if let Some(rec) = gw.state.job(&job_key).await? {
+                    return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id)
+                        .await;
+                }
+                return Err(GatewayError::Duplicate);
             }
-            return Err(GatewayError::Duplicate);
+            r => r?,
+        };
+        drop(held);
+        if !call.wait.is_zero() && gw.online(&doc.node_id).await {
+            if let Some(result) = wait_for_result(gw, &message_id, call.wait, &mut events).await? {
+                return Ok(ToolCallOutcome::Answered {
+                    message_id,
+                    tool_name: call.tool_name,
+                    result,
+                });
+            }
         }
-        r => r?,
-    };
-    drop(held);
-    if !call.wait.is_zero() && gw.online(&doc.node_id).await {
-        if let Some(result) = wait_for_result(gw, &message_id, call.wait, &mut events).await? {
-            return Ok(ToolCallOutcome::Answered {
-                message_id,
-                tool_name: call.tool_name,
-                result,
-            });
-        }
+        Ok(ToolCallOutcome::Queued { message_id, job_id })
     }
-    Ok(ToolCallOutcome::Queued { message_id, job_id })
 }
 
 /// The token the gateway mints for a call that brought none: issued by the gateway,
@@ -405,76 +417,76 @@ async fn wait_for_result(
     }
 }
 
-/// Queue a command from `subject` (the caller's token subject); returns its message id
-/// and expiry. With the caller's own message id, the request is bound to it: a repeat
-/// by the same caller with the same request is answered as the first was and queues
-/// nothing; another request is [`GatewayError::IdempotencyConflict`].
-pub async fn command(
-    gw: &Gateway,
-    subject: &str,
-    c: Command,
-) -> Result<(String, u64), GatewayError> {
-    let doc = target(gw, &c.node_id).await?;
-    if c.command_type.is_empty() || c.command_type.len() > 64 {
-        return Err(GatewayError::BadRequest(
-            "command_type must be 1..=64 characters".into(),
-        ));
-    }
-    let queueable = gw.cfg.queue.is_queueable(&c.command_type);
-    let mut ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
-    let request_sha256 = crate::audit::sha256_hex(
-        &serde_json::to_vec(&json!([doc.node_id, c.command_type, c.body, c.ttl_s]))
-            .map_err(|e| GatewayError::Internal(format!("request: {e}")))?,
-    );
-    // Concurrent repeats on this replica queue one command (other replicas race at the
-    // database: the key's row decides).
-    let (message_id, _held) = match &c.message_id {
-        Some(id) => {
-            let held = gw.job_locks.lock(&format!("command/{id}")).await;
-            if let Some(k) = gw.state.command_key(id).await? {
-                return repeat(k, subject, &request_sha256);
+impl Commands<'_> {
+    /// Queue a command from `subject` (the caller's token subject); returns its message id
+    /// and expiry. With the caller's own message id, the request is bound to it: a repeat
+    /// by the same caller with the same request is answered as the first was and queues
+    /// nothing; another request is [`GatewayError::IdempotencyConflict`].
+    pub async fn command(&self, subject: &str, c: Command) -> Result<(String, u64), GatewayError> {
+        let gw = self.0;
+        let doc = target(gw, &c.node_id).await?;
+        if c.command_type.is_empty() || c.command_type.len() > 64 {
+            return Err(GatewayError::BadRequest(
+                "command_type must be 1..=64 characters".into(),
+            ));
+        }
+        let queueable = gw.cfg.queue.is_queueable(&c.command_type);
+        let mut ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
+        let request_sha256 = crate::audit::sha256_hex(
+            &serde_json::to_vec(&json!([doc.node_id, c.command_type, c.body, c.ttl_s]))
+                .map_err(|e| GatewayError::Internal(format!("request: {e}")))?,
+        );
+        // Concurrent repeats on this replica queue one command (other replicas race at the
+        // database: the key's row decides).
+        let (message_id, _held) = match &c.message_id {
+            Some(id) => {
+                let held = gw.job_locks.lock(&format!("command/{id}")).await;
+                if let Some(k) = gw.state.command_key(id).await? {
+                    return repeat(k, subject, &request_sha256);
+                }
+                (id.clone(), Some(held))
             }
-            (id.clone(), Some(held))
+            None => (uuid::Uuid::now_v7().to_string(), None),
+        };
+        if !queueable && !gw.reachable(&doc.node_id).await {
+            return Err(GatewayError::RecipientOffline(format!(
+                "{} holds no long-poll now and {:?} commands are not queued",
+                doc.node_id, c.command_type
+            )));
         }
-        None => (uuid::Uuid::now_v7().to_string(), None),
-    };
-    if !queueable && !gw.reachable(&doc.node_id).await {
-        return Err(GatewayError::RecipientOffline(format!(
-            "{} holds no long-poll now and {:?} commands are not queued",
-            doc.node_id, c.command_type
-        )));
-    }
-    if !queueable {
-        // Delivered now or never (PROTOCOL §11.2).
-        ttl_s = ttl_s.min(super::liveness::NOT_QUEUEABLE_TTL_S);
-    }
-    let mut payload = match c.body {
-        Value::Object(m) => Value::Object(m),
-        Value::Null => json!({}),
-        other => json!({"value": other}),
-    };
-    payload["command_type"] = Value::String(c.command_type.clone());
-    let binding = match c.message_id {
-        Some(_) => Binding::Key {
-            subject: subject.to_string(),
-            request_sha256: request_sha256.clone(),
-        },
-        None => Binding::None,
-    };
-    let keyed = !matches!(binding, Binding::None);
-    match seal_and_queue(gw, &doc, "COMMAND", ttl_s, &payload, &message_id, binding).await {
-        Ok(expires) => Ok((message_id, expires)),
-        // Another replica bound the key first, or the first attempt of a commit that was
-        // lost landed: answer from the key.
-        Err(GatewayError::Duplicate) if keyed => match gw.state.command_key(&message_id).await? {
-            Some(k) => repeat(k, subject, &request_sha256),
-            None => Err(GatewayError::Duplicate),
-        },
-        Err(GatewayError::State(StateError::OutcomeUnknown(why))) => {
-            tracing::warn!(event = "command_outcome_unknown", message_id, detail = %why);
-            Err(GatewayError::OutcomeUnknown(message_id))
+        if !queueable {
+            // Delivered now or never (PROTOCOL §11.2).
+            ttl_s = ttl_s.min(super::liveness::NOT_QUEUEABLE_TTL_S);
         }
-        Err(e) => Err(e),
+        let mut payload = match c.body {
+            Value::Object(m) => Value::Object(m),
+            Value::Null => json!({}),
+            other => json!({"value": other}),
+        };
+        payload["command_type"] = Value::String(c.command_type.clone());
+        let binding = match c.message_id {
+            Some(_) => Binding::Key {
+                subject: subject.to_string(),
+                request_sha256: request_sha256.clone(),
+            },
+            None => Binding::None,
+        };
+        let keyed = !matches!(binding, Binding::None);
+        match seal_and_queue(gw, &doc, "COMMAND", ttl_s, &payload, &message_id, binding).await {
+            Ok(expires) => Ok((message_id, expires)),
+            // Another replica bound the key first, or the first attempt of a commit that was
+            // lost landed: answer from the key.
+            Err(GatewayError::Duplicate) if keyed => match gw.state.command_key(&message_id).await?
+            {
+                Some(k) => repeat(k, subject, &request_sha256),
+                None => Err(GatewayError::Duplicate),
+            },
+            Err(GatewayError::State(StateError::OutcomeUnknown(why))) => {
+                tracing::warn!(event = "command_outcome_unknown", message_id, detail = %why);
+                Err(GatewayError::OutcomeUnknown(message_id))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -495,4 +507,13 @@ fn repeat(
         )));
     }
     Ok((k.message_id, k.expires_at_ms))
+}
+
+/// Tool calls and commands for nodes: sealed, queued durably, answered when the node's result comes in.
+pub struct Commands<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn commands(&self) -> Commands<'_> {
+        Commands(self)
+    }
 }

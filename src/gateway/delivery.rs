@@ -47,91 +47,93 @@ pub struct Pulled {
     pub pending: u64,
 }
 
-/// Up to `max` messages for `node`, waiting up to `wait` for the first (woken by the
-/// node's `Notify` when something is queued, or by shutdown).
-pub async fn pull(
-    gw: &Arc<Gateway>,
-    node: &str,
-    wait_s: Option<u64>,
-    max: Option<usize>,
-    after: Option<&str>,
-) -> Result<Pulled, GatewayError> {
-    let wait = Duration::from_secs(wait_s.unwrap_or(0).min(MAX_WAIT_S));
-    let max = max
-        .unwrap_or(gw.cfg.queue.flush_batch as usize)
-        .clamp(1, MAX_BATCH);
-    // Only a pull that waits holds the node "on the line": a message queued while it
-    // is held goes out at once (`was_stored: false`). The handshake and flush pulls
-    // (`wait_s = 0`) answer immediately, and the node does its chores before it
-    // long-polls again, so counting them would call a message that then waits "live".
-    let mut guard = (!wait.is_zero()).then(|| {
-        gw.poll_started(node);
-        PollGuard {
-            gw,
-            node,
-            claimed_until_ms: None,
-            answered: false,
-        }
-    });
-    if let Some(g) = guard.as_mut() {
-        g.claimed_until_ms = gw.share_polling(node, wait.as_millis() as u64).await;
-    }
-    let deadline = tokio::time::Instant::now() + wait;
-    let waker = gw.waker(node);
-    // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
-    // at another replica): they answer empty now (one that was mid-look may still
-    // answer the connection the node gave up on; DECISIONS D11).
-    let pull = gw.state.begin_pull(node).await?;
-    gw.pull_begun(node, pull);
-    let superseded = || waker.newest_pull.load(Ordering::Acquire) > pull;
-    let batch: PullBatch = 'pull: loop {
-        let queued = waker.queued.notified();
-        tokio::pin!(queued);
-        // Registered before the look: a wake during it is not lost.
-        queued.as_mut().enable();
-        let batch = gw
-            .state
-            .take_batch(
+impl Delivery<'_> {
+    /// Up to `max` messages for `node`, waiting up to `wait` for the first (woken by the
+    /// node's `Notify` when something is queued, or by shutdown).
+    pub async fn pull(
+        &self,
+        node: &str,
+        wait_s: Option<u64>,
+        max: Option<usize>,
+        after: Option<&str>,
+    ) -> Result<Pulled, GatewayError> {
+        let gw = self.0;
+        let wait = Duration::from_secs(wait_s.unwrap_or(0).min(MAX_WAIT_S));
+        let max = max
+            .unwrap_or(gw.cfg.queue.flush_batch as usize)
+            .clamp(1, MAX_BATCH);
+        // Only a pull that waits holds the node "on the line": a message queued while it
+        // is held goes out at once (`was_stored: false`). The handshake and flush pulls
+        // (`wait_s = 0`) answer immediately, and the node does its chores before it
+        // long-polls again, so counting them would call a message that then waits "live".
+        let mut guard = (!wait.is_zero()).then(|| {
+            gw.poll_started(node);
+            PollGuard {
+                gw,
                 node,
-                Take {
-                    pull,
-                    max,
-                    max_bytes: PULL_BUDGET_BYTES,
-                    after,
-                },
-            )
-            .await?;
-        if !batch.deliveries.is_empty()
-            || batch.superseded
-            || tokio::time::Instant::now() >= deadline
-        {
-            break batch;
-        }
-        // Wait for something queued. A newer pull of the node (announced here, or by
-        // another replica through the store's notices) ends this one without another
-        // look at the queue; our own pull's announcement is not a reason to look.
-        loop {
-            let pulled = waker.pulled.notified();
-            tokio::pin!(pulled);
-            pulled.as_mut().enable();
-            if superseded() {
-                break 'pull PullBatch {
-                    superseded: true,
-                    ..PullBatch::default()
-                };
+                claimed_until_ms: None,
+                answered: false,
             }
-            tokio::select! {
-                _ = &mut queued => continue 'pull,
-                _ = &mut pulled => {}
-                _ = tokio::time::sleep_until(deadline) => continue 'pull,
-                _ = gw.shutdown.cancelled() => break 'pull batch,
-            }
+        });
+        if let Some(g) = guard.as_mut() {
+            g.claimed_until_ms = gw.share_polling(node, wait.as_millis() as u64).await;
         }
-    };
-    if let Some(g) = guard.as_mut() {
-        g.answered = true;
-    }
-    let envelopes = batch
+        let deadline = tokio::time::Instant::now() + wait;
+        let waker = gw.waker(node);
+        // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
+        // at another replica): they answer empty now (one that was mid-look may still
+        // answer the connection the node gave up on; DECISIONS D11).
+        let pull = gw.state.begin_pull(node).await?;
+        gw.pull_begun(node, pull);
+        let superseded = || waker.newest_pull.load(Ordering::Acquire) > pull;
+        let batch: PullBatch = 'pull: loop {
+            let queued = waker.queued.notified();
+            tokio::pin!(queued);
+            // Registered before the look: a wake during it is not lost.
+            queued.as_mut().enable();
+            let batch = gw
+                .state
+                .take_batch(
+                    node,
+                    Take {
+                        pull,
+                        max,
+                        max_bytes: PULL_BUDGET_BYTES,
+                        after,
+                    },
+                )
+                .await?;
+            if !batch.deliveries.is_empty()
+                || batch.superseded
+                || tokio::time::Instant::now() >= deadline
+            {
+                break batch;
+            }
+            // Wait for something queued. A newer pull of the node (announced here, or by
+            // another replica through the store's notices) ends this one without another
+            // look at the queue; our own pull's announcement is not a reason to look.
+            loop {
+                let pulled = waker.pulled.notified();
+                tokio::pin!(pulled);
+                pulled.as_mut().enable();
+                if superseded() {
+                    break 'pull PullBatch {
+                        superseded: true,
+                        ..PullBatch::default()
+                    };
+                }
+                tokio::select! {
+                    _ = &mut queued => continue 'pull,
+                    _ = &mut pulled => {}
+                    _ = tokio::time::sleep_until(deadline) => continue 'pull,
+                    _ = gw.shutdown.cancelled() => break 'pull batch,
+                }
+            }
+        };
+        if let Some(g) = guard.as_mut() {
+            g.answered = true;
+        }
+        let envelopes = batch
         .deliveries
         .into_iter()
         .filter_map(|d| {
@@ -145,131 +147,150 @@ pub async fn pull(
             }
         })
         .collect();
-    Ok(Pulled {
-        envelopes,
-        pending: batch.pending,
-    })
+        Ok(Pulled {
+            envelopes,
+            pending: batch.pending,
+        })
+    }
 }
 
-/// Remove what `node` acknowledged and emit `delivered` (with `was_stored`) — or
-/// `rejected` with the node's code — for each that was there. Returns those ids.
-pub async fn ack(gw: &Gateway, node: &str, ack: NodeAck) -> Result<Vec<String>, GatewayError> {
-    if ack.delivered.len() + ack.rejected.len() > MAX_BATCH {
-        return Err(GatewayError::BadRequest("at most 1000 ids per ack".into()));
-    }
-    // No message can have such an id; the store would refuse it as a bug (500).
-    let impossible = |id: &str| id.is_empty() || id.len() > 255 || id.contains('\0');
-    let mut ids = ack
-        .delivered
-        .iter()
-        .chain(ack.rejected.iter().map(|(id, _)| id));
-    if ids.any(|id| impossible(id)) {
-        return Err(GatewayError::BadRequest(
-            "message ids are 1..=255 bytes without NUL".into(),
-        ));
-    }
-    let rejected: Vec<(String, String)> = ack
-        .rejected
-        .into_iter()
-        .map(|(id, code)| (id, code.chars().take(64).collect()))
-        .collect();
-    let event = |id: &String, was_stored: bool| match rejected
-        .iter()
-        .find(|(r, _)| r == id)
-        .map(|(_, c)| c)
-    {
-        Some(c) => GatewayEvent::Rejected {
-            message_id: id.clone(),
-            node_id: node.to_string(),
-            code: c.clone(),
-        },
-        None => GatewayEvent::Delivered {
-            message_id: id.clone(),
-            node_id: node.to_string(),
-            was_stored,
-        },
-    };
-    // Replicas commit each event with the removal it describes (a replica killed after
-    // the commit must not lose them); one process publishes them from memory after it.
-    let staged = match gw.state.replicas() {
-        Some(_) => {
-            let mut events = Vec::new();
-            for id in ack
-                .delivered
-                .iter()
-                .chain(rejected.iter().map(|(id, _)| id))
-            {
-                let json = serde_json::to_string(&event(id, gw.was_stored(id)))
-                    .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
-                events.push((id.clone(), json));
+impl Delivery<'_> {
+    /// Remove what `node` acknowledged and emit `delivered` (with `was_stored`) — or
+    /// `rejected` with the node's code — for each that was there. Returns those ids.
+    pub async fn ack(&self, node: &str, ack: NodeAck) -> Result<Vec<String>, GatewayError> {
+        let gw = self.0;
+        if ack.delivered.len() + ack.rejected.len() > MAX_BATCH {
+            return Err(GatewayError::BadRequest("at most 1000 ids per ack".into()));
+        }
+        // No message can have such an id; the store would refuse it as a bug (500).
+        let impossible = |id: &str| id.is_empty() || id.len() > 255 || id.contains('\0');
+        let mut ids = ack
+            .delivered
+            .iter()
+            .chain(ack.rejected.iter().map(|(id, _)| id));
+        if ids.any(|id| impossible(id)) {
+            return Err(GatewayError::BadRequest(
+                "message ids are 1..=255 bytes without NUL".into(),
+            ));
+        }
+        let rejected: Vec<(String, String)> = ack
+            .rejected
+            .into_iter()
+            .map(|(id, code)| (id, code.chars().take(64).collect()))
+            .collect();
+        let event = |id: &String, was_stored: bool| match rejected
+            .iter()
+            .find(|(r, _)| r == id)
+            .map(|(_, c)| c)
+        {
+            Some(c) => GatewayEvent::Rejected {
+                message_id: id.clone(),
+                node_id: node.to_string(),
+                code: c.clone(),
+            },
+            None => GatewayEvent::Delivered {
+                message_id: id.clone(),
+                node_id: node.to_string(),
+                was_stored,
+            },
+        };
+        // Replicas commit each event with the removal it describes (a replica killed after
+        // the commit must not lose them); one process publishes them from memory after it.
+        let staged = match gw.state.replicas() {
+            Some(_) => {
+                let mut events = Vec::new();
+                for id in ack
+                    .delivered
+                    .iter()
+                    .chain(rejected.iter().map(|(id, _)| id))
+                {
+                    let json = serde_json::to_string(&event(id, gw.was_stored(id)))
+                        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
+                    events.push((id.clone(), json));
+                }
+                Some((gw.now_ms(), events))
             }
-            Some((gw.now_ms(), events))
+            None => None,
+        };
+        let with_ack = staged.is_some();
+        let removed = gw
+            .state
+            .ack(
+                node,
+                NodeAck {
+                    delivered: ack.delivered.clone(),
+                    rejected: rejected.clone(),
+                    events: staged,
+                },
+            )
+            .await?;
+        for id in &removed {
+            let was_stored = gw.take_was_stored(id);
+            let code = rejected.iter().find(|(r, _)| r == id).map(|(_, c)| c);
+            MessageEvent {
+                queue: QUEUE_TO_NODE,
+                event: if code.is_some() {
+                    "rejected"
+                } else {
+                    "delivered"
+                },
+                peer: node,
+                message_id: id,
+                reason: code.map(String::as_str),
+            }
+            .emit(&gw.metrics);
+            if !with_ack {
+                gw.publish(event(id, was_stored));
+            }
         }
-        None => None,
-    };
-    let with_ack = staged.is_some();
-    let removed = gw
-        .state
-        .ack(
-            node,
-            NodeAck {
-                delivered: ack.delivered.clone(),
-                rejected: rejected.clone(),
-                events: staged,
-            },
-        )
-        .await?;
-    for id in &removed {
-        let was_stored = gw.take_was_stored(id);
-        let code = rejected.iter().find(|(r, _)| r == id).map(|(_, c)| c);
-        MessageEvent {
-            queue: QUEUE_TO_NODE,
-            event: if code.is_some() {
-                "rejected"
-            } else {
-                "delivered"
-            },
-            peer: node,
-            message_id: id,
-            reason: code.map(String::as_str),
+        if with_ack {
+            gw.events.sequence_soon();
+        } else {
+            gw.events_committed().await;
         }
-        .emit(&gw.metrics);
-        if !with_ack {
-            gw.publish(event(id, was_stored));
-        }
+        Ok(removed)
     }
-    if with_ack {
-        gw.events.sequence_soon();
-    } else {
-        gw.events_committed().await;
-    }
-    Ok(removed)
 }
 
-/// Revoked token ids added after version `since`, and the current version.
-pub async fn revocations(gw: &Gateway, since: u64) -> Result<RevocationList, GatewayError> {
-    Ok(gw.state.revocations(since).await?)
+impl Delivery<'_> {
+    /// Revoked token ids added after version `since`, and the current version.
+    pub async fn revocations(&self, since: u64) -> Result<RevocationList, GatewayError> {
+        let gw = self.0;
+        Ok(gw.state.revocations(since).await?)
+    }
 }
 
-/// Revoke `jti` on behalf of token subject `by` — the one flow behind `POST
-/// /v1/revocations` and the console's revoke form; nodes fetch the list
-/// ([`revocations`]) and refuse the token offline from then on. Leaves a `revoked`
-/// event when it was added (a repeat changes nothing and says so).
-pub async fn revoke(gw: &Gateway, by: &str, jti: &str) -> Result<Revoked, GatewayError> {
-    if jti.is_empty() || jti.len() > 128 {
-        return Err(GatewayError::BadRequest(
-            "jti must be 1..=128 characters".into(),
-        ));
+impl Delivery<'_> {
+    /// Revoke `jti` on behalf of token subject `by` — the one flow behind `POST
+    /// /v1/revocations` and the console's revoke form; nodes fetch the list
+    /// ([`revocations`]) and refuse the token offline from then on. Leaves a `revoked`
+    /// event when it was added (a repeat changes nothing and says so).
+    pub async fn revoke(&self, by: &str, jti: &str) -> Result<Revoked, GatewayError> {
+        let gw = self.0;
+        if jti.is_empty() || jti.len() > 128 {
+            return Err(GatewayError::BadRequest(
+                "jti must be 1..=128 characters".into(),
+            ));
+        }
+        let r = gw.state.revoke(jti).await?;
+        if let Revoked::Added { version } = r {
+            tracing::info!(event = "token_revoked", jti = %jti, version, by = %by);
+            gw.publish(GatewayEvent::Revoked {
+                jti: jti.to_string(),
+                version,
+                by: by.to_string(),
+            });
+            gw.events_committed().await;
+        }
+        Ok(r)
     }
-    let r = gw.state.revoke(jti).await?;
-    if let Revoked::Added { version } = r {
-        tracing::info!(event = "token_revoked", jti = %jti, version, by = %by);
-        gw.publish(GatewayEvent::Revoked {
-            jti: jti.to_string(),
-            version,
-            by: by.to_string(),
-        });
-        gw.events_committed().await;
+}
+
+/// What nodes take from the gateway: their queue on long-polls, acks, the revocation list; and revoking a token.
+pub struct Delivery<'g>(pub(super) &'g Arc<Gateway>);
+
+impl Gateway {
+    pub fn delivery(self: &Arc<Self>) -> Delivery<'_> {
+        Delivery(self)
     }
-    Ok(r)
 }

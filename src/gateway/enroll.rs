@@ -214,31 +214,34 @@ pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), Stri
         .map_err(|e| e.to_string())
 }
 
-/// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
-/// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
-/// statement echoes) is base64url and never holds a `/`, so this one can never pass as
-/// the answer to a node's request.
-pub fn hello(gw: &Gateway, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
-    let nonce_ok = (1..=64).contains(&nonce.len())
-        && nonce
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !crate::envelope::is_valid_node_id(node_id) || !nonce_ok {
-        return Err(GatewayError::BadRequest(
-            "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
-        ));
+impl Enrollment<'_> {
+    /// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
+    /// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
+    /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
+    /// the answer to a node's request.
+    pub fn hello(&self, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
+        let gw = self.0;
+        let nonce_ok = (1..=64).contains(&nonce.len())
+            && nonce
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !crate::envelope::is_valid_node_id(node_id) || !nonce_ok {
+            return Err(GatewayError::BadRequest(
+                "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
+            ));
+        }
+        Ok(Hello {
+            rotation: gw.rotation_for_nodes(),
+            gateway: gw.identity(),
+            time: crate::envelope::sign_time_statement(
+                &gw.keys.current(),
+                &gw.cfg.node_id,
+                node_id,
+                gw.now_ms(),
+                &crate::enroll::hello_echo(nonce),
+            ),
+        })
     }
-    Ok(Hello {
-        rotation: gw.rotation_for_nodes(),
-        gateway: gw.identity(),
-        time: crate::envelope::sign_time_statement(
-            &gw.keys.current(),
-            &gw.cfg.node_id,
-            node_id,
-            gw.now_ms(),
-            &crate::enroll::hello_echo(nonce),
-        ),
-    })
 }
 
 /// An enrollment's answer: enrolled (HTTP 200) or pending (202), signed.
@@ -247,52 +250,56 @@ pub struct Answered {
     pub answer: Answer,
 }
 
-/// `POST /v1/enroll`.
-pub async fn enroll(gw: &Gateway, req: crate::enroll::Request) -> Result<Answered, GatewayError> {
-    let node = req.node;
-    let refused = |code: &'static str, msg: String| {
-        tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
-        GatewayError::Enroll(code, msg)
-    };
-    let token = open_request(gw, &node, req.envelope)?;
-    let token = Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
-    // Tokens made before this gateway's key rotation verify with the retired key
-    // while its grace lasts.
-    let now = gw.now_ms();
-    let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
-        .into_iter()
-        .flatten()
-        .any(|k| token.verify(&k.sign_pk()));
-    if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
-        return Err(refused(
-            codes::WRONG_GATEWAY,
-            "the token was not issued by this gateway".into(),
-        ));
+impl Enrollment<'_> {
+    /// `POST /v1/enroll`.
+    pub async fn enroll(&self, req: crate::enroll::Request) -> Result<Answered, GatewayError> {
+        let gw = self.0;
+        let node = req.node;
+        let refused = |code: &'static str, msg: String| {
+            tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
+            GatewayError::Enroll(code, msg)
+        };
+        let token = open_request(gw, &node, req.envelope)?;
+        let token =
+            Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+        // Tokens made before this gateway's key rotation verify with the retired key
+        // while its grace lasts.
+        let now = gw.now_ms();
+        let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
+            .into_iter()
+            .flatten()
+            .any(|k| token.verify(&k.sign_pk()));
+        if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
+            return Err(refused(
+                codes::WRONG_GATEWAY,
+                "the token was not issued by this gateway".into(),
+            ));
+        }
+        let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
+        let token_id = token.claims.id.clone();
+        let decide = move |f: &Facts<'_>| decide(f, &token_id);
+        let decision = gw
+            .state
+            .enroll(&node, &token.claims.id, online, &decide)
+            .await?;
+        let record = match decision {
+            Decision::Refuse(code, msg) => {
+                gw.publish(GatewayEvent::Enrollment {
+                    node_id: node.node_id.clone(),
+                    outcome: "refused".into(),
+                    detail: code.to_string(),
+                });
+                gw.events_committed().await;
+                return Err(refused(code, msg));
+            }
+            Decision::Answer(r) => r,
+            Decision::Record { record, .. } => {
+                recorded(gw, &record).await;
+                record
+            }
+        };
+        Ok(answer(gw, &record))
     }
-    let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
-    let token_id = token.claims.id.clone();
-    let decide = move |f: &Facts<'_>| decide(f, &token_id);
-    let decision = gw
-        .state
-        .enroll(&node, &token.claims.id, online, &decide)
-        .await?;
-    let record = match decision {
-        Decision::Refuse(code, msg) => {
-            gw.publish(GatewayEvent::Enrollment {
-                node_id: node.node_id.clone(),
-                outcome: "refused".into(),
-                detail: code.to_string(),
-            });
-            gw.events_committed().await;
-            return Err(refused(code, msg));
-        }
-        Decision::Answer(r) => r,
-        Decision::Record { record, .. } => {
-            recorded(gw, &record).await;
-            record
-        }
-    };
-    Ok(answer(gw, &record))
 }
 
 /// Check the request's document and open its envelope: the sealed token text. Opening
@@ -413,58 +420,73 @@ fn audit(
     a
 }
 
-/// Every enrollment record.
-pub async fn records(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError> {
-    Ok(gw.state.enrollments().await?)
-}
-
-/// Enrollments waiting for an operator.
-pub async fn pending(gw: &Gateway) -> Result<Vec<EnrollmentRecord>, GatewayError> {
-    let mut all = gw.state.enrollments().await?;
-    all.retain(|r| r.state == RecordState::Pending);
-    Ok(all)
-}
-
-/// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
-/// re-key retires the old key: from then on only the new one is trusted.
-pub async fn settle(
-    gw: &Gateway,
-    operator: &str,
-    node_id: &str,
-    approve: bool,
-) -> Result<EnrollmentRecord, GatewayError> {
-    let r = gw
-        .state
-        .settle_enrollment(node_id, approve, gw.now_ms())
-        .await?
-        .ok_or_else(|| {
-            GatewayError::NotFound(
-                "not_found",
-                format!("no enrollment of {node_id} is pending"),
-            )
-        })?;
-    let outcome = if approve { "approved" } else { "rejected" };
-    tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());
-    gw.publish(GatewayEvent::Enrollment {
-        node_id: node_id.to_string(),
-        outcome: outcome.into(),
-        detail: r.kind.as_str().into(),
-    });
-    if approve {
-        gw.recheck_trust(node_id).await;
+impl Enrollment<'_> {
+    /// Every enrollment record.
+    pub async fn records(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
+        let gw = self.0;
+        Ok(gw.state.enrollments().await?)
     }
-    let (event, result) = if approve {
-        (AuditEvent::Approve, AuditOutcome::Ok)
-    } else {
-        (AuditEvent::Reject, AuditOutcome::Rejected)
-    };
-    super::own_audit::record(gw, vec![audit(event, result, operator, &r, outcome)]).await;
-    gw.events_committed().await;
-    Ok(r)
 }
 
-/// Retire `node_id`: its key is refused from now on (401 `node_revoked`), what was
-pub use super::retire::revoke_node;
+impl Enrollment<'_> {
+    /// Enrollments waiting for an operator.
+    pub async fn pending(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
+        let gw = self.0;
+        let mut all = gw.state.enrollments().await?;
+        all.retain(|r| r.state == RecordState::Pending);
+        Ok(all)
+    }
+}
+
+impl Enrollment<'_> {
+    /// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
+    /// re-key retires the old key: from then on only the new one is trusted.
+    pub async fn settle(
+        &self,
+        operator: &str,
+        node_id: &str,
+        approve: bool,
+    ) -> Result<EnrollmentRecord, GatewayError> {
+        let gw = self.0;
+        let r = gw
+            .state
+            .settle_enrollment(node_id, approve, gw.now_ms())
+            .await?
+            .ok_or_else(|| {
+                GatewayError::NotFound(
+                    "not_found",
+                    format!("no enrollment of {node_id} is pending"),
+                )
+            })?;
+        let outcome = if approve { "approved" } else { "rejected" };
+        tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());
+        gw.publish(GatewayEvent::Enrollment {
+            node_id: node_id.to_string(),
+            outcome: outcome.into(),
+            detail: r.kind.as_str().into(),
+        });
+        if approve {
+            gw.recheck_trust(node_id).await;
+        }
+        let (event, result) = if approve {
+            (AuditEvent::Approve, AuditOutcome::Ok)
+        } else {
+            (AuditEvent::Reject, AuditOutcome::Rejected)
+        };
+        super::own_audit::record(gw, vec![audit(event, result, operator, &r, outcome)]).await;
+        gw.events_committed().await;
+        Ok(r)
+    }
+}
+
+/// Nodes enrolling themselves, and the operator's decisions on them.
+pub struct Enrollment<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn enrollment(&self) -> Enrollment<'_> {
+        Enrollment(self)
+    }
+}
 
 #[cfg(test)]
 #[path = "enroll_tests.rs"]

@@ -18,16 +18,19 @@ pub struct MessageView {
     pub result: Option<Value>,
 }
 
-pub async fn message(gw: &Gateway, id: &str) -> Result<MessageView, GatewayError> {
-    let status = gw.state.message_status(id).await?;
-    let result = result_of(gw, id).await?;
-    if status.is_none() && result.is_none() {
-        return Err(GatewayError::NotFound(
-            "not_found",
-            "no such message".into(),
-        ));
+impl Fleet<'_> {
+    pub async fn message(&self, id: &str) -> Result<MessageView, GatewayError> {
+        let gw = self.0;
+        let status = gw.state.message_status(id).await?;
+        let result = result_of(gw, id).await?;
+        if status.is_none() && result.is_none() {
+            return Err(GatewayError::NotFound(
+                "not_found",
+                "no such message".into(),
+            ));
+        }
+        Ok(MessageView { status, result })
     }
-    Ok(MessageView { status, result })
 }
 
 /// One enrolled node as `GET /v1/nodes` shows it.
@@ -44,66 +47,81 @@ pub struct NodeView {
     pub audit_size: u64,
 }
 
-pub async fn nodes(gw: &Gateway) -> Result<Vec<NodeView>, GatewayError> {
-    let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
-    let mut out = Vec::new();
-    let trust = gw.trust();
-    let ids: Vec<String> = trust
-        .list()
-        .filter(|p| p.doc.role == "node")
-        .map(|p| p.doc.node_id.clone())
-        .collect();
-    let live = gw.liveness_of(&ids).await;
-    let stats: std::collections::HashMap<&str, &QueueStat> = stats
-        .iter()
-        .filter(|s| s.queue == TO_NODE)
-        .map(|s| (s.peer.as_str(), s))
-        .collect();
-    // A shared state answers for all nodes at once; the embedded one from memory.
-    let audit_sizes = if gw.state.replicas().is_some() {
-        gw.state.audit_sizes(&ids).await?
-    } else {
-        std::collections::HashMap::new()
-    };
-    for id in &ids {
-        let (liveness, last_seen, polling) =
-            live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
-        let st = stats.get(id.as_str());
-        out.push(NodeView {
-            node_id: id.clone(),
-            last_seen,
-            liveness: liveness.as_str(),
-            polling,
-            can_connect: trust.get(id).is_some_and(|p| p.rights.send),
-            queue_depth: st.map(|s| s.depth).unwrap_or(0),
-            oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
-            audit_size: match audit_sizes.get(id) {
-                Some(n) => *n,
-                None => super::audit_sync::confirmed_size(gw, id).await,
-            },
-        });
+impl Fleet<'_> {
+    pub async fn nodes(&self) -> Result<Vec<NodeView>, GatewayError> {
+        let gw = self.0;
+        let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
+        let mut out = Vec::new();
+        let trust = gw.trust();
+        let ids: Vec<String> = trust
+            .list()
+            .filter(|p| p.doc.role == "node")
+            .map(|p| p.doc.node_id.clone())
+            .collect();
+        let live = gw.liveness_of(&ids).await;
+        let stats: std::collections::HashMap<&str, &QueueStat> = stats
+            .iter()
+            .filter(|s| s.queue == TO_NODE)
+            .map(|s| (s.peer.as_str(), s))
+            .collect();
+        // A shared state answers for all nodes at once; the embedded one from memory.
+        let audit_sizes = if gw.state.replicas().is_some() {
+            gw.state.audit_sizes(&ids).await?
+        } else {
+            std::collections::HashMap::new()
+        };
+        for id in &ids {
+            let (liveness, last_seen, polling) =
+                live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
+            let st = stats.get(id.as_str());
+            out.push(NodeView {
+                node_id: id.clone(),
+                last_seen,
+                liveness: liveness.as_str(),
+                polling,
+                can_connect: trust.get(id).is_some_and(|p| p.rights.send),
+                queue_depth: st.map(|s| s.depth).unwrap_or(0),
+                oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
+                audit_size: match audit_sizes.get(id) {
+                    Some(n) => *n,
+                    None => super::audit_sync::confirmed_size(gw, id).await,
+                },
+            });
+        }
+        Ok(out)
     }
-    Ok(out)
 }
 
-/// `GET /v1/status` of a gateway: the node's shape where it applies.
-pub async fn status(gw: &Gateway) -> Result<Status, GatewayError> {
-    let queues = gw.state.queue_stats().await?;
-    Ok(Status {
-        node_id: gw.cfg.node_id.clone(),
-        role: "gateway".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        store: gw.cfg.store_description(),
-        uptime_s: gw.now_ms().saturating_sub(gw.started_ms) / 1000,
-        upstream: serde_json::json!({"state": "none", "detail": "this is the gateway"}),
-        queues: queues.iter().map(QueueStatus::from).collect(),
-        audit: AuditStatus {
-            size: 0,
-            synced_size: 0,
-        },
-        nodes_enrolled: Some(gw.trust().list().filter(|p| p.doc.role == "node").count()),
-        sign_pk: None,
-        key_rotation: None,
-        clock: None,
-    })
+impl Fleet<'_> {
+    /// `GET /v1/status` of a gateway: the node's shape where it applies.
+    pub async fn status(&self) -> Result<Status, GatewayError> {
+        let gw = self.0;
+        let queues = gw.state.queue_stats().await?;
+        Ok(Status {
+            node_id: gw.cfg.node_id.clone(),
+            role: "gateway".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            store: gw.cfg.store_description(),
+            uptime_s: gw.now_ms().saturating_sub(gw.started_ms) / 1000,
+            upstream: serde_json::json!({"state": "none", "detail": "this is the gateway"}),
+            queues: queues.iter().map(QueueStatus::from).collect(),
+            audit: AuditStatus {
+                size: 0,
+                synced_size: 0,
+            },
+            nodes_enrolled: Some(gw.trust().list().filter(|p| p.doc.role == "node").count()),
+            sign_pk: None,
+            key_rotation: None,
+            clock: None,
+        })
+    }
+}
+
+/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the console show. Reads only.
+pub struct Fleet<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn fleet(&self) -> Fleet<'_> {
+        Fleet(self)
+    }
 }

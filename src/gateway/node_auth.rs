@@ -54,50 +54,53 @@ pub fn refuse(node: &str, why: &str, fix: &str) -> NodeAuthError {
     NodeAuthError::Refused
 }
 
-/// Authenticate `r` and record its signature (a replay is refused).
-pub async fn authenticate(gw: &Gateway, r: &SignedRequest<'_>) -> Result<(), NodeAuthError> {
-    let verify = |trust: &TrustStore| {
-        verify_request(
-            trust,
-            r.node_id,
-            r.method,
-            r.path_and_query,
-            r.timestamp,
-            r.signature,
-            r.body,
-            gw.now_ms(),
-            gw.skew_ms(),
-        )
-    };
-    let mut v = verify(&gw.trust());
-    // Unknown, or known with other keys (enrolled again, or rotated): the trust store
-    // may have changed since it was read.
-    if matches!(
-        v,
-        Err(RequestSigError::UnknownNode | RequestSigError::BadSignature)
-    ) {
-        gw.recheck_trust(r.node_id).await;
-        v = verify(&gw.trust());
+impl NodeAuth<'_> {
+    /// Authenticate `r` and record its signature (a replay is refused).
+    pub async fn authenticate(&self, r: &SignedRequest<'_>) -> Result<(), NodeAuthError> {
+        let gw = self.0;
+        let verify = |trust: &TrustStore| {
+            verify_request(
+                trust,
+                r.node_id,
+                r.method,
+                r.path_and_query,
+                r.timestamp,
+                r.signature,
+                r.body,
+                gw.now_ms(),
+                gw.skew_ms(),
+            )
+        };
+        let mut v = verify(&gw.trust());
+        // Unknown, or known with other keys (enrolled again, or rotated): the trust store
+        // may have changed since it was read.
+        if matches!(
+            v,
+            Err(RequestSigError::UnknownNode | RequestSigError::BadSignature)
+        ) {
+            gw.recheck_trust(r.node_id).await;
+            v = verify(&gw.trust());
+        }
+        let v = match v {
+            Ok(v) => v,
+            Err(e) => return Err(verify_failed(gw, e, r, &verify).await),
+        };
+        if !v.rights.send {
+            return Err(refuse(
+                r.node_id,
+                "peer lacks the send right",
+                "`outpost trust add <its identity document> --send` on the gateway",
+            ));
+        }
+        if r.path_node != r.node_id {
+            return Err(refuse(
+                r.node_id,
+                "path names another node",
+                "a node asks only for its own path",
+            ));
+        }
+        first_use(gw, r.node_id, &v).await
     }
-    let v = match v {
-        Ok(v) => v,
-        Err(e) => return Err(verify_failed(gw, e, r, &verify).await),
-    };
-    if !v.rights.send {
-        return Err(refuse(
-            r.node_id,
-            "peer lacks the send right",
-            "`outpost trust add <its identity document> --send` on the gateway",
-        ));
-    }
-    if r.path_node != r.node_id {
-        return Err(refuse(
-            r.node_id,
-            "path names another node",
-            "a node asks only for its own path",
-        ));
-    }
-    first_use(gw, r.node_id, &v).await
 }
 
 /// What a verification failed with: the signed time for a stale timestamp, `Retired`
@@ -191,4 +194,13 @@ async fn first_use(gw: &Gateway, node_id: &str, v: &VerifiedRequest) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Nodes' signed requests: who sent them, and not twice.
+pub struct NodeAuth<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn node_auth(&self) -> NodeAuth<'_> {
+        NodeAuth(self)
+    }
 }

@@ -13,7 +13,7 @@ use crate::audit::{leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditReco
 
 /// Append `records` (one commit, one checkpoint over them). A failure is logged and
 /// counted, never silent: the state change it records is already committed.
-pub async fn record(gw: &Gateway, records: Vec<AuditRecord>) {
+pub(super) async fn record(gw: &Gateway, records: Vec<AuditRecord>) {
     if let Err(e) = append(gw, records).await {
         gw.metrics.audit_append_failures_total.inc(&[]);
         tracing::error!(event = "gateway_audit_append_failed", error = %e);
@@ -21,7 +21,7 @@ pub async fn record(gw: &Gateway, records: Vec<AuditRecord>) {
 }
 
 /// Append and return the log's new size.
-pub async fn append(gw: &Gateway, records: Vec<AuditRecord>) -> Result<u64, GatewayError> {
+pub(super) async fn append(gw: &Gateway, records: Vec<AuditRecord>) -> Result<u64, GatewayError> {
     let me = gw.cfg.node_id.clone();
     let mut frontiers = gw.audit.lock().await;
     let mut last = None;

@@ -2,43 +2,48 @@
 //! store and is remembered as retired, what was queued for it is refused with reason
 //! `node_revoked`, and the gateway's own audit log records it.
 
+use super::enroll::Enrollment;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
-use super::state::Gateway;
 use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use crate::enroll::codes;
 use crate::envelope::b64_encode;
 
-/// queued for it is refused with reason `node_revoked`, an event says so.
-pub async fn revoke_node(
-    gw: &Gateway,
-    operator: &str,
-    node_id: &str,
-) -> Result<Vec<String>, GatewayError> {
-    let retired = gw.trust().get(node_id).map(|p| p.doc.clone());
-    let ids = gw
-        .state
-        .revoke_node(node_id, gw.now_ms())
-        .await?
-        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
-    tracing::warn!(event = "node_revoked", node = %node_id, messages = ids.len());
-    for id in &ids {
-        gw.publish(GatewayEvent::Rejected {
-            message_id: id.clone(),
+impl Enrollment<'_> {
+    /// Retire `node_id`: its key is refused from now on (401 `node_revoked`), what was
+    /// queued for it is refused with reason `node_revoked`, an event says so.
+    pub async fn revoke_node(
+        &self,
+        operator: &str,
+        node_id: &str,
+    ) -> Result<Vec<String>, GatewayError> {
+        let gw = self.0;
+        let retired = gw.trust().get(node_id).map(|p| p.doc.clone());
+        let ids = gw
+            .state
+            .revoke_node(node_id, gw.now_ms())
+            .await?
+            .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+        tracing::warn!(event = "node_revoked", node = %node_id, messages = ids.len());
+        for id in &ids {
+            gw.publish(GatewayEvent::Rejected {
+                message_id: id.clone(),
+                node_id: node_id.to_string(),
+                code: codes::NODE_REVOKED.into(),
+            });
+        }
+        gw.publish(GatewayEvent::NodeRevoked {
             node_id: node_id.to_string(),
-            code: codes::NODE_REVOKED.into(),
+            messages: ids.len() as u64,
         });
+        gw.recheck_trust(node_id).await;
+        let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
+            .actor(operator)
+            .detail(format!("{node_id} revoked {} queued refused", ids.len()));
+        a.args_sha256 =
+            retired.map(|d| crate::audit::sha256_hex(b64_encode(&d.sign_pk).as_bytes()));
+        super::own_audit::record(gw, vec![a]).await;
+        gw.events_committed().await;
+        Ok(ids)
     }
-    gw.publish(GatewayEvent::NodeRevoked {
-        node_id: node_id.to_string(),
-        messages: ids.len() as u64,
-    });
-    gw.recheck_trust(node_id).await;
-    let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
-        .actor(operator)
-        .detail(format!("{node_id} revoked {} queued refused", ids.len()));
-    a.args_sha256 = retired.map(|d| crate::audit::sha256_hex(b64_encode(&d.sign_pk).as_bytes()));
-    super::own_audit::record(gw, vec![a]).await;
-    gw.events_committed().await;
-    Ok(ids)
 }

@@ -32,7 +32,7 @@ pub struct NodeLive {
 pub const NOT_SEEN: (Liveness, Option<u64>, bool) = (Liveness::Offline, None, false);
 
 pub struct Gateway {
-    pub cfg: Arc<Config>,
+    pub(super) cfg: Arc<Config>,
     /// Everything durable: queues, jobs, results, inbox, revocations, audit copies.
     pub(super) state: Arc<dyn GatewayState>,
     /// This gateway's keys; its own key rotation switches them while it runs.
@@ -43,12 +43,12 @@ pub struct Gateway {
     /// handed to nodes with their pulls until then.
     pub(super) rotation: std::sync::RwLock<Option<(crate::envelope::KeyRotation, u64)>>,
     trust: crate::daemon::trust::TrustCache,
-    pub metrics: Arc<Metrics>,
-    pub events: EventLog,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) events: EventLog,
     /// Shared state: the writer's end of the event log, taken by its task at start.
     pub(super) event_writer:
         Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
-    pub shutdown: CancellationToken,
+    pub(super) shutdown: CancellationToken,
     wake: Mutex<HashMap<String, Arc<NodeWake>>>,
     pub(super) live: Mutex<HashMap<String, NodeLive>>,
     /// Messages enqueued while their node was connected: acked as `was_stored: false`.
@@ -60,7 +60,7 @@ pub struct Gateway {
     /// audit uploads per gateway so two cannot interleave.
     pub(super) audit: tokio::sync::Mutex<HashMap<String, Frontier>>,
     pub(super) progress: AtomicU64,
-    pub started_ms: u64,
+    pub(super) started_ms: u64,
     ready: AtomicBool,
     /// One lock per caller's job, so concurrent repeats queue one TASK_REQUEST.
     pub(super) job_locks: crate::keyed_lock::KeyedLocks,
@@ -141,6 +141,24 @@ impl Gateway {
 
     pub fn now_ms(&self) -> u64 {
         self.state.now_ms()
+    }
+
+    pub fn cfg(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// What happens, for dashboards and the console (SSE).
+    pub fn events(&self) -> &EventLog {
+        &self.events
+    }
+
+    /// Fires when the gateway begins to shut down (long-polls and streams end on it).
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     /// May one more unauthenticated enrollment request be answered now?

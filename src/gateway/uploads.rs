@@ -48,87 +48,92 @@ struct Keep {
     result: Option<(String, String, bool)>,
 }
 
-/// Receive what `uploader` sent upstream. Fails as a whole only for the gateway's own
-/// trouble (storage), so the node keeps everything queued and retries.
-pub async fn upload(
-    gw: &Arc<Gateway>,
-    uploader: &str,
-    envelopes: Vec<Box<RawValue>>,
-) -> Result<UploadAnswer, GatewayError> {
-    if envelopes.len() > super::delivery::MAX_BATCH {
-        return Err(GatewayError::BadRequest(
-            "at most 1000 envelopes per upload".into(),
-        ));
-    }
-    let ids: Vec<String> = envelopes
-        .iter()
-        .map(|v| {
-            raw_message_id(v)
-                .map(|s| s.chars().take(100).collect::<String>())
-                .unwrap_or_default()
-        })
-        .collect();
-    let mut verdicts: Vec<Option<Verdict>> = envelopes.iter().map(|_| None).collect();
-    // 1. Checks that need no key; forwards go through at once (they are not opened).
-    let mut mine = Vec::new();
-    let mut parsed = Vec::new();
-    for (slot, v) in envelopes.iter().enumerate() {
-        // As the node stored it: parsed once, here, and never serialised again.
-        let bytes = v.get().as_bytes().to_vec();
-        if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
-            verdicts[slot] = Some(Verdict::Rejected("payload_too_large".into()));
-            continue;
+impl Uploads<'_> {
+    /// Receive what `uploader` sent upstream. Fails as a whole only for the gateway's own
+    /// trouble (storage), so the node keeps everything queued and retries.
+    pub async fn upload(
+        &self,
+        uploader: &str,
+        envelopes: Vec<Box<RawValue>>,
+    ) -> Result<UploadAnswer, GatewayError> {
+        let gw = self.0;
+        if envelopes.len() > super::delivery::MAX_BATCH {
+            return Err(GatewayError::BadRequest(
+                "at most 1000 envelopes per upload".into(),
+            ));
         }
-        let env = match Envelope::from_json(&bytes) {
-            Ok(e) => e,
-            Err(e) => {
-                verdicts[slot] = Some(Verdict::Rejected(OpenError::from(e).code().into()));
+        let ids: Vec<String> = envelopes
+            .iter()
+            .map(|v| {
+                raw_message_id(v)
+                    .map(|s| s.chars().take(100).collect::<String>())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut verdicts: Vec<Option<Verdict>> = envelopes.iter().map(|_| None).collect();
+        // 1. Checks that need no key; forwards go through at once (they are not opened).
+        let mut mine = Vec::new();
+        let mut parsed = Vec::new();
+        for (slot, v) in envelopes.iter().enumerate() {
+            // As the node stored it: parsed once, here, and never serialised again.
+            let bytes = v.get().as_bytes().to_vec();
+            if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
+                verdicts[slot] = Some(Verdict::Rejected("payload_too_large".into()));
                 continue;
             }
-        };
-        if env.sender_node_id != uploader {
-            verdicts[slot] = Some(Verdict::Rejected("forbidden".into()));
-        } else if env.recipient_node_id != gw.cfg.node_id {
-            verdicts[slot] = Some(forward(gw, env, bytes).await?);
-        } else {
-            parsed.push((slot, env));
-        }
-    }
-    // Which were received before: one question for the whole upload.
-    let ids_mine: Vec<String> = parsed.iter().map(|(_, e)| e.message_id.clone()).collect();
-    let seen = gw.state.uploads_seen(&ids_mine).await?;
-    for (slot, env) in parsed {
-        let seen = seen.contains(&env.message_id);
-        mine.push(ForMe { slot, env, seen });
-    }
-    // 2. Open (signature, expiry, replay, decrypt) on all cores.
-    let opened = open_all(gw, mine).await;
-    // 3. What to keep. The same envelope twice in one upload: the first is kept, the
-    // later ones are duplicates (as if they had come one request after the other).
-    let mut keep = Vec::new();
-    let mut kept_ids = std::collections::HashSet::new();
-    for (slot, r) in opened {
-        match r {
-            Err(OpenError::Duplicate) => verdicts[slot] = Some(Verdict::Duplicate),
-            Err(e) => verdicts[slot] = Some(Verdict::Rejected(e.code().into())),
-            Ok(o) if kept_ids.contains(&o.message_id) => verdicts[slot] = Some(Verdict::Duplicate),
-            Ok(o) => match to_keep(gw, uploader, slot, o).await? {
-                Ok(k) => {
-                    kept_ids.insert(match &k.item {
-                        Upload::Result(r) => r.result_message_id.clone(),
-                        Upload::Inbox(m) => m.message_id.clone(),
-                    });
-                    keep.push(k)
+            let env = match Envelope::from_json(&bytes) {
+                Ok(e) => e,
+                Err(e) => {
+                    verdicts[slot] = Some(Verdict::Rejected(OpenError::from(e).code().into()));
+                    continue;
                 }
-                Err(code) => verdicts[slot] = Some(Verdict::Rejected(code)),
-            },
+            };
+            if env.sender_node_id != uploader {
+                verdicts[slot] = Some(Verdict::Rejected("forbidden".into()));
+            } else if env.recipient_node_id != gw.cfg.node_id {
+                verdicts[slot] = Some(forward(gw, env, bytes).await?);
+            } else {
+                parsed.push((slot, env));
+            }
         }
+        // Which were received before: one question for the whole upload.
+        let ids_mine: Vec<String> = parsed.iter().map(|(_, e)| e.message_id.clone()).collect();
+        let seen = gw.state.uploads_seen(&ids_mine).await?;
+        for (slot, env) in parsed {
+            let seen = seen.contains(&env.message_id);
+            mine.push(ForMe { slot, env, seen });
+        }
+        // 2. Open (signature, expiry, replay, decrypt) on all cores.
+        let opened = open_all(gw, mine).await;
+        // 3. What to keep. The same envelope twice in one upload: the first is kept, the
+        // later ones are duplicates (as if they had come one request after the other).
+        let mut keep = Vec::new();
+        let mut kept_ids = std::collections::HashSet::new();
+        for (slot, r) in opened {
+            match r {
+                Err(OpenError::Duplicate) => verdicts[slot] = Some(Verdict::Duplicate),
+                Err(e) => verdicts[slot] = Some(Verdict::Rejected(e.code().into())),
+                Ok(o) if kept_ids.contains(&o.message_id) => {
+                    verdicts[slot] = Some(Verdict::Duplicate)
+                }
+                Ok(o) => match to_keep(gw, uploader, slot, o).await? {
+                    Ok(k) => {
+                        kept_ids.insert(match &k.item {
+                            Upload::Result(r) => r.result_message_id.clone(),
+                            Upload::Inbox(m) => m.message_id.clone(),
+                        });
+                        keep.push(k)
+                    }
+                    Err(code) => verdicts[slot] = Some(Verdict::Rejected(code)),
+                },
+            }
+        }
+        // 4. Store it: one transaction, or one by one if that fails.
+        store_kept(gw, uploader, keep, &mut verdicts).await?;
+        let answer = answer(gw, uploader, ids, verdicts);
+        gw.events_committed().await;
+        Ok(answer)
     }
-    // 4. Store it: one transaction, or one by one if that fails.
-    store_kept(gw, uploader, keep, &mut verdicts).await?;
-    let answer = answer(gw, uploader, ids, verdicts);
-    gw.events_committed().await;
-    Ok(answer)
 }
 
 /// Step 4 of [`upload`]: store what is kept (one transaction, or one by one if that
@@ -368,5 +373,14 @@ async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict,
             Ok(Verdict::Rejected("queue_full".into()))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// What nodes send up: results, inbox messages, messages to forward.
+pub struct Uploads<'g>(pub(super) &'g Arc<Gateway>);
+
+impl Gateway {
+    pub fn uploads(self: &Arc<Self>) -> Uploads<'_> {
+        Uploads(self)
     }
 }

@@ -61,7 +61,7 @@ pub async fn run(
     crate::daemon::listen::write_addr_file(&data_dir, addr)?;
     gw.set_ready(true);
     Notifier.ready();
-    tracing::info!(event = "ready", node_id = %gw.cfg.node_id, %addr, role = "gateway", "gateway ready");
+    tracing::info!(event = "ready", node_id = %gw.cfg().node_id, %addr, role = "gateway", "gateway ready");
 
     // Not ready from the signal on (`Gateway::is_ready` reads the same token): probes
     // take it out of rotation at once.
@@ -69,7 +69,7 @@ pub async fn run(
         listener,
         tls: acceptor,
         app: crate::api::gateway::router(gw.clone()),
-        limits: gw.cfg.http,
+        limits: gw.cfg().http,
         deadline: Duration::from_millis(drain_ms),
     };
     let served = super::serve::serve_and_drain(serving, &tracker, shutdown).await;

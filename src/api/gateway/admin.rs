@@ -13,7 +13,7 @@ use super::auth::require;
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::ApiResult;
 use crate::gateway::storage::Revoked;
-use crate::gateway::{inbox, Gateway};
+use crate::gateway::Gateway;
 use crate::token::Need;
 
 #[derive(Debug, Deserialize)]
@@ -28,7 +28,7 @@ pub async fn inbox(
     QueryParams(q): QueryParams<InboxQuery>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
-    let messages = inbox::list(&gw, q.from.as_deref()).await?;
+    let messages = gw.inbox().list(q.from.as_deref()).await?;
     Ok(Json(json!({"messages": messages})))
 }
 
@@ -39,7 +39,7 @@ pub async fn inbox_ack(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("admin"))?;
-    let acked = inbox::ack(&gw, &id).await?;
+    let acked = gw.inbox().ack(&id).await?;
     Ok(Json(json!({"ok": true, "message_id": id, "acked": acked})))
 }
 
@@ -56,16 +56,14 @@ pub async fn revoke(
     JsonBody(b): JsonBody<RevokeBody>,
 ) -> ApiResult<Response> {
     let by = require(&gw, &headers, Need::Scope("admin"))?;
-    Ok(
-        match crate::gateway::delivery::revoke(&gw, &by, &b.jti).await? {
-            Revoked::Duplicate => {
-                Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
-            }
-            Revoked::Added { version } => (
-                StatusCode::CREATED,
-                Json(json!({"ok": true, "jti": b.jti, "version": version})),
-            )
-                .into_response(),
-        },
-    )
+    Ok(match gw.delivery().revoke(&by, &b.jti).await? {
+        Revoked::Duplicate => {
+            Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
+        }
+        Revoked::Added { version } => (
+            StatusCode::CREATED,
+            Json(json!({"ok": true, "jti": b.jti, "version": version})),
+        )
+            .into_response(),
+    })
 }

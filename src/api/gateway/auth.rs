@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 
 use crate::api::ApiError;
 use crate::envelope::{HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-use crate::gateway::node_auth::{authenticate, refuse, NodeAuthError, SignedRequest};
-use crate::gateway::{client_auth, Gateway};
+use crate::gateway::node_auth::{refuse, NodeAuthError, SignedRequest};
+use crate::gateway::Gateway;
 use crate::token::Need;
 
 pub use crate::api::bearer;
@@ -30,7 +30,7 @@ pub fn authorize(
     token: &str,
     need: Need<'_>,
 ) -> Result<crate::token::Claims, ApiError> {
-    Ok(client_auth::authorize(gw, token, need)?)
+    Ok(gw.client_auth().authorize(token, need)?)
 }
 
 /// A node-side request that passed authentication. `body` is exactly the bytes that
@@ -86,7 +86,7 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| parts.uri.path().to_string());
-        let limit = gw.cfg.max_body_bytes as usize;
+        let limit = gw.cfg().max_body_bytes as usize;
         let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -103,7 +103,7 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             path_node: parts.uri.path().split('/').nth(3).unwrap_or(""),
             body: &body,
         };
-        authenticate(gw, &signed).await?;
+        gw.node_auth().authenticate(&signed).await?;
         // Then the liveness bookkeeping: the node was heard from.
         gw.seen(&node_id).await;
         Ok(SignedNode { node_id, body })

@@ -77,7 +77,7 @@ pub async fn tool_call(
         wait: Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S)),
         token: b.token,
     };
-    Ok(match commands::tool_call(&gw, &sub, call).await? {
+    Ok(match gw.commands().tool_call(&sub, call).await? {
         ToolCallOutcome::Answered {
             message_id,
             tool_name,
@@ -122,7 +122,7 @@ pub async fn commands(
         ttl_s: b.ttl_s,
         message_id,
     };
-    let (message_id, expires) = commands::command(&gw, &sub, c).await?;
+    let (message_id, expires) = gw.commands().command(&sub, c).await?;
     Ok(accepted(
         json!({"ok": false, "queued": true, "message_id": message_id, "expires_at_ms": expires}),
     ))
@@ -177,7 +177,7 @@ pub async fn message(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("read"))?;
-    let view = crate::gateway::fleet::message(&gw, &id).await?;
+    let view = gw.fleet().message(&id).await?;
     let mut out = match &view.status {
         Some(s) => json!({
             "message_id": id, "state": s.state.as_str(), "node_id": s.peer,
@@ -204,21 +204,21 @@ pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiRe
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let rx = gw.events.subscribe();
+    let rx = gw.events().subscribe();
     let backlog = match after {
         Some(after) => super::events::backlog(&gw, after).await,
-        None => (Vec::new(), gw.events.last_id()),
+        None => (Vec::new(), gw.events().last_id()),
     };
     Ok(super::events::sse_response(
         rx,
         backlog,
-        gw.shutdown.clone(),
+        gw.shutdown().clone(),
     ))
 }
 
 /// `GET /v1/nodes`.
 pub async fn nodes(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Json<Value>> {
     require(&gw, &headers, Need::Scope("read"))?;
-    let nodes = crate::gateway::fleet::nodes(&gw).await?;
+    let nodes = gw.fleet().nodes().await?;
     Ok(Json(json!({ "nodes": nodes })))
 }

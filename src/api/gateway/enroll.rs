@@ -42,9 +42,7 @@ pub async fn hello(
     QueryParams(q): QueryParams<HelloQuery>,
 ) -> ApiResult<Json<Hello>> {
     limited(&gw)?;
-    Ok(Json(crate::gateway::enroll::hello(
-        &gw, &q.node_id, &q.nonce,
-    )?))
+    Ok(Json(gw.enrollment().hello(&q.node_id, &q.nonce)?))
 }
 
 /// `POST /v1/enroll`: 200 enrolled, 202 pending (both signed), or a refusal code.
@@ -53,7 +51,7 @@ pub async fn enroll(
     JsonBody(req): JsonBody<crate::enroll::Request>,
 ) -> ApiResult<Response> {
     limited(&gw)?;
-    let a = crate::gateway::enroll::enroll(&gw, req).await?;
+    let a = gw.enrollment().enroll(req).await?;
     let status = match a.standing {
         Standing::Enrolled => StatusCode::OK,
         Standing::Pending => StatusCode::ACCEPTED,
@@ -108,8 +106,8 @@ pub async fn list(
 ) -> ApiResult<Json<EnrollmentList>> {
     require(&gw, &headers, Need::Scope("read"))?;
     let records = match q.state.as_deref() {
-        None | Some("pending") => crate::gateway::enroll::pending(&gw).await?,
-        Some("all") => crate::gateway::enroll::records(&gw).await?,
+        None | Some("pending") => gw.enrollment().pending().await?,
+        Some("all") => gw.enrollment().records().await?,
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "state must be pending or all, not {other:?}"
@@ -129,7 +127,8 @@ pub async fn approve(
 ) -> ApiResult<Json<EnrollmentView>> {
     let operator = require(&gw, &headers, Need::Scope("admin"))?;
     Ok(Json(
-        crate::gateway::enroll::settle(&gw, &operator, &node_id, true)
+        gw.enrollment()
+            .settle(&operator, &node_id, true)
             .await?
             .into(),
     ))
@@ -143,7 +142,8 @@ pub async fn reject(
 ) -> ApiResult<Json<EnrollmentView>> {
     let operator = require(&gw, &headers, Need::Scope("admin"))?;
     Ok(Json(
-        crate::gateway::enroll::settle(&gw, &operator, &node_id, false)
+        gw.enrollment()
+            .settle(&operator, &node_id, false)
             .await?
             .into(),
     ))
@@ -170,7 +170,7 @@ pub async fn revoke_node(
     JsonBody(b): JsonBody<RetireBody>,
 ) -> ApiResult<Json<Retired>> {
     let operator = require(&gw, &headers, Need::Scope("admin"))?;
-    let ids = crate::gateway::enroll::revoke_node(&gw, &operator, &b.node_id).await?;
+    let ids = gw.enrollment().revoke_node(&operator, &b.node_id).await?;
     Ok(Json(Retired {
         ok: true,
         node_id: b.node_id,

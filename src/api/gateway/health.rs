@@ -40,14 +40,14 @@ impl Observed for Gateway {
     /// One state query per scrape.
     async fn scrape(&self) -> &Metrics {
         self.refresh_gauges().await;
-        &self.metrics
+        self.metrics()
     }
 
     async fn status(&self) -> ApiResult<Status> {
-        Ok(crate::gateway::fleet::status(self).await?)
+        Ok(self.fleet().status().await?)
     }
 
     fn served(&self, resp: &Response) {
-        count_response(&self.metrics, resp);
+        count_response(self.metrics(), resp);
     }
 }

@@ -23,7 +23,7 @@ use crate::gateway::Gateway;
 /// All routes of PROTOCOL §11 and §12 plus health, readiness, metrics, `POST /v1/revocations` and
 /// `GET /v1/nodes/{id}/audit`, and the operator's console under `/ui` ([`ui`]).
 pub fn router(gw: Arc<Gateway>) -> Router {
-    let limit = gw.cfg.max_body_bytes as usize;
+    let limit = gw.cfg().max_body_bytes as usize;
     let routes = Router::new()
         .route("/v1/tool_call", post(client::tool_call))
         .route("/v1/commands", post(client::commands))

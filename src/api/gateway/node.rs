@@ -11,7 +11,7 @@ use super::auth::SignedNode;
 use crate::api::json::{parse, QueryParams};
 use crate::api::ApiResult;
 use crate::gateway::storage::NodeAck;
-use crate::gateway::{audit_sync, delivery, rotation, uploads, Gateway};
+use crate::gateway::{delivery, Gateway};
 use crate::sync::wire::{
     AckAnswer, AckRequest, AuditAnswer, AuditStatus, AuditUpload, PullAnswer, Revocations,
     RotateAnswer, UploadAnswer, UploadRequest,
@@ -33,7 +33,10 @@ pub async fn pull(
     signed: SignedNode,
 ) -> ApiResult<Json<PullAnswer>> {
     let max = q.max.map(|m| m.min(delivery::MAX_BATCH as u64) as usize);
-    let p = delivery::pull(&gw, &signed.node_id, q.wait_s, max, q.after.as_deref()).await?;
+    let p = gw
+        .delivery()
+        .pull(&signed.node_id, q.wait_s, max, q.after.as_deref())
+        .await?;
     Ok(Json(PullAnswer {
         envelopes: p.envelopes,
         pending_count: p.pending,
@@ -49,7 +52,7 @@ pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResul
         rejected: body.rejected.into_iter().map(|r| (r.id, r.code)).collect(),
         events: None,
     };
-    let acked = delivery::ack(&gw, &signed.node_id, ack).await?;
+    let acked = gw.delivery().ack(&signed.node_id, ack).await?;
     Ok(Json(AckAnswer { acked }))
 }
 
@@ -60,7 +63,7 @@ pub async fn upload(
 ) -> ApiResult<Json<UploadAnswer>> {
     let body: UploadRequest = parse(&signed.body)?;
     Ok(Json(
-        uploads::upload(&gw, &signed.node_id, body.envelopes).await?,
+        gw.uploads().upload(&signed.node_id, body.envelopes).await?,
     ))
 }
 
@@ -72,7 +75,7 @@ pub async fn audit_upload(
 ) -> ApiResult<Json<AuditAnswer>> {
     // Entries that are neither text nor objects fail here, as 400 bad_request.
     let body: AuditUpload = parse(&signed.body)?;
-    let size = audit_sync::extend(&gw, &signed.node_id, body).await?;
+    let size = gw.audit_sync().extend(&signed.node_id, body).await?;
     Ok(Json(AuditAnswer { size }))
 }
 
@@ -81,7 +84,7 @@ pub async fn audit_status(
     State(gw): State<Arc<Gateway>>,
     signed: SignedNode,
 ) -> ApiResult<Json<AuditStatus>> {
-    Ok(Json(audit_sync::status(&gw, &signed.node_id).await?))
+    Ok(Json(gw.audit_sync().status(&signed.node_id).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,7 +99,7 @@ pub async fn revocations(
     QueryParams(q): QueryParams<SinceQuery>,
     _signed: SignedNode,
 ) -> ApiResult<Json<Revocations>> {
-    let list = delivery::revocations(&gw, q.since.unwrap_or(0)).await?;
+    let list = gw.delivery().revocations(q.since.unwrap_or(0)).await?;
     Ok(Json(Revocations {
         revoked: list.revoked,
         version: list.version,
@@ -109,7 +112,7 @@ pub async fn rotate(
     signed: SignedNode,
 ) -> ApiResult<Json<RotateAnswer>> {
     let body: crate::envelope::KeyRotation = parse(&signed.body)?;
-    let applied = rotation::rotate_node(&gw, &signed.node_id, &body).await?;
+    let applied = gw.rotations().rotate_node(&signed.node_id, &body).await?;
     Ok(Json(RotateAnswer {
         node_id: signed.node_id,
         applied,

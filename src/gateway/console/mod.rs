@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use super::error::GatewayError;
 use super::events::{Event, GatewayEvent};
+use super::fleet::Fleet;
 use super::fleet::NodeView;
 use super::liveness::{DEAD_MS, ONLINE_MS, STALE_MS};
-use super::state::Gateway;
 use super::storage::QueuedMessage;
 
 /// Rows per fleet page: 2,000 nodes are ten pages, each rendered in a few ms.
@@ -275,23 +275,26 @@ pub fn page(mut rows: Vec<FleetRow>, q: &FleetQuery) -> (Vec<FleetRow>, usize, u
     (rows, matched, page, pages)
 }
 
-/// The fleet page for `q`.
-pub async fn fleet(gw: &Gateway, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
-    let nodes = super::fleet::nodes(gw).await?;
-    let (events, _) = gw.events.replay(0);
-    let now_ms = gw.now_ms();
-    let all = rows(nodes, &events, gw.started_ms);
-    let totals = totals(&all);
-    let (rows, matched, page, pages) = page(all, q);
-    Ok(FleetPage {
-        rows,
-        totals,
-        matched,
-        page,
-        pages,
-        chart: chart::Chart::of(&events, chart::covered_from(&events, gw.started_ms), now_ms),
-        now_ms,
-    })
+impl Fleet<'_> {
+    /// The fleet page for `q`.
+    pub async fn fleet_page(&self, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
+        let gw = self.0;
+        let nodes = gw.fleet().nodes().await?;
+        let (events, _) = gw.events.replay(0);
+        let now_ms = gw.now_ms();
+        let all = rows(nodes, &events, gw.started_ms);
+        let totals = totals(&all);
+        let (rows, matched, page, pages) = page(all, q);
+        Ok(FleetPage {
+            rows,
+            totals,
+            matched,
+            page,
+            pages,
+            chart: chart::Chart::of(&events, chart::covered_from(&events, gw.started_ms), now_ms),
+            now_ms,
+        })
+    }
 }
 
 /// A node's page.
@@ -326,39 +329,44 @@ pub fn event_node(e: &GatewayEvent) -> Option<&str> {
     }
 }
 
-/// The page of enrolled node `node_id`; `UnknownNode` otherwise.
-pub async fn node(gw: &Gateway, node_id: &str) -> Result<NodePage, GatewayError> {
-    if gw.enrolled(node_id).await.is_none() {
-        return Err(GatewayError::UnknownNode(node_id.to_string()));
+impl Fleet<'_> {
+    /// The page of enrolled node `node_id`; `UnknownNode` otherwise.
+    pub async fn node_page(&self, node_id: &str) -> Result<NodePage, GatewayError> {
+        let gw = self.0;
+        if gw.enrolled(node_id).await.is_none() {
+            return Err(GatewayError::UnknownNode(node_id.to_string()));
+        }
+        let view = gw
+            .fleet()
+            .nodes()
+            .await?
+            .into_iter()
+            .find(|v| v.node_id == node_id)
+            .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+        let (events, _) = gw.events.replay(0);
+        let row = rows(vec![view], &events, gw.started_ms)
+            .pop()
+            .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
+        let mine: Vec<Arc<Event>> = events
+            .iter()
+            .rev()
+            .filter(|e| event_node(&e.event) == Some(node_id))
+            .cloned()
+            .collect();
+        let results = mine
+            .iter()
+            .filter(|e| matches!(e.event, GatewayEvent::Result { .. }))
+            .take(NODE_EVENTS)
+            .cloned()
+            .collect();
+        Ok(NodePage {
+            row,
+            queued: gw.state.queued_for(node_id, NODE_QUEUE_ROWS).await?,
+            events: mine.into_iter().take(NODE_EVENTS).collect(),
+            results,
+            now_ms: gw.now_ms(),
+        })
     }
-    let view = super::fleet::nodes(gw)
-        .await?
-        .into_iter()
-        .find(|v| v.node_id == node_id)
-        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
-    let (events, _) = gw.events.replay(0);
-    let row = rows(vec![view], &events, gw.started_ms)
-        .pop()
-        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
-    let mine: Vec<Arc<Event>> = events
-        .iter()
-        .rev()
-        .filter(|e| event_node(&e.event) == Some(node_id))
-        .cloned()
-        .collect();
-    let results = mine
-        .iter()
-        .filter(|e| matches!(e.event, GatewayEvent::Result { .. }))
-        .take(NODE_EVENTS)
-        .cloned()
-        .collect();
-    Ok(NodePage {
-        row,
-        queued: gw.state.queued_for(node_id, NODE_QUEUE_ROWS).await?,
-        events: mine.into_iter().take(NODE_EVENTS).collect(),
-        results,
-        now_ms: gw.now_ms(),
-    })
 }
 
 #[cfg(test)]

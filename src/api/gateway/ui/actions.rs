@@ -78,7 +78,7 @@ pub async fn command(
         ttl_s,
         message_id: None,
     };
-    match commands::command(&c.gw, &s.session.subject, cmd).await {
+    match c.gw.commands().command(&s.session.subject, cmd).await {
         Ok((message_id, _expires)) => {
             tracing::info!(event = "console_command_queued", subject = %s.session.subject, node = %node_id, message_id = %message_id);
             Redirect::to(&format!(
@@ -110,7 +110,7 @@ pub async fn revoke(
         return r;
     }
     let jti = f.jti.trim();
-    match crate::gateway::delivery::revoke(&c.gw, &s.session.subject, jti).await {
+    match c.gw.delivery().revoke(&s.session.subject, jti).await {
         Ok(r) => Redirect::to(&revoked_location(jti, r)).into_response(),
         Err(e) => refused(e, "Token not revoked"),
     }
@@ -143,7 +143,12 @@ pub async fn settle(
             )
         }
     };
-    match crate::gateway::enroll::settle(&c.gw, &s.session.subject, &node_id, approve).await {
+    match c
+        .gw
+        .enrollment()
+        .settle(&s.session.subject, &node_id, approve)
+        .await
+    {
         Ok(_) => Redirect::to(&format!(
             "/ui?decided={}&node={}",
             if approve { "approved" } else { "rejected" },
@@ -165,7 +170,12 @@ pub async fn retire(
     if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
         return r;
     }
-    match crate::gateway::enroll::revoke_node(&c.gw, &s.session.subject, &node_id).await {
+    match c
+        .gw
+        .enrollment()
+        .revoke_node(&s.session.subject, &node_id)
+        .await
+    {
         Ok(_) => {
             Redirect::to(&format!("/ui?decided=retired&node={}", encode(&node_id))).into_response()
         }
@@ -216,7 +226,7 @@ pub async fn tool_call(
         wait: std::time::Duration::ZERO,
         token: None,
     };
-    match commands::tool_call(&c.gw, &s.session.subject, call).await {
+    match c.gw.commands().tool_call(&s.session.subject, call).await {
         Ok(outcome) => {
             let id = match outcome {
                 commands::ToolCallOutcome::Answered { message_id, .. }

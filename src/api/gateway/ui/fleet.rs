@@ -17,7 +17,7 @@ use super::session::{ApiSession, PageSession};
 use super::Console;
 use crate::api::ApiError;
 use crate::gateway::console::chart::{Chart, BUCKETS, BUCKET_MS};
-use crate::gateway::console::{self, FleetPage, FleetQuery, FleetRow, SortKey, Totals};
+use crate::gateway::console::{FleetPage, FleetQuery, FleetRow, SortKey, Totals};
 use crate::gateway::storage::Revoked;
 
 /// The page's query string; anything unreadable falls back to the default.
@@ -98,8 +98,8 @@ pub async fn page(
     Query(p): Query<FleetParams>,
 ) -> Response {
     let q = p.query();
-    let last_event = c.gw.events.last_id();
-    let fleet = match console::fleet(&c.gw, &q).await {
+    let last_event = c.gw.events().last_id();
+    let fleet = match c.gw.fleet().fleet_page(&q).await {
         Ok(f) => f,
         Err(e) => {
             let e = ApiError::from(e);
@@ -107,12 +107,10 @@ pub async fn page(
         }
     };
     // Enrollments waiting for an operator: shown to every session, decided by admins.
-    let pending = crate::gateway::enroll::pending(&c.gw)
-        .await
-        .unwrap_or_else(|e| {
-            tracing::warn!(event = "enrollments_unreadable", error = %e);
-            Vec::new()
-        });
+    let pending = c.gw.enrollment().pending().await.unwrap_or_else(|e| {
+        tracing::warn!(event = "enrollments_unreadable", error = %e);
+        Vec::new()
+    });
     let decided = match p.decided.as_str() {
         "approved" => Some(format!(
             "{} is enrolled: it connects on its next try.",
@@ -188,7 +186,7 @@ pub async fn page(
                 title: "Fleet",
                 page: "fleet",
                 node: None,
-                gateway: &c.gw.cfg.node_id,
+                gateway: &c.gw.cfg().node_id,
                 session: Some(&s.session),
                 last_event: Some(last_event),
             },
@@ -203,7 +201,7 @@ pub async fn rows_fragment(
     _s: ApiSession,
     Query(p): Query<FleetParams>,
 ) -> Result<Response, ApiError> {
-    let fleet = console::fleet(&c.gw, &p.query()).await?;
+    let fleet = c.gw.fleet().fleet_page(&p.query()).await?;
     Ok(layout::html_response(StatusCode::OK, rows(&fleet)))
 }
 

@@ -40,12 +40,12 @@ pub async fn events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .or(q.after);
-    let rx = gw.events.subscribe();
+    let rx = gw.events().subscribe();
     let backlog = match after {
         Some(after) => crate::api::gateway::events::backlog(gw, after).await,
-        None => (Vec::new(), gw.events.last_id()),
+        None => (Vec::new(), gw.events().last_id()),
     };
-    let resp = crate::api::gateway::events::sse_response(rx, backlog, gw.shutdown.clone());
+    let resp = crate::api::gateway::events::sse_response(rx, backlog, gw.shutdown().clone());
     let left = s
         .session
         .expires_ms

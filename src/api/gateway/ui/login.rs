@@ -30,7 +30,7 @@ fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
             p {
                 "Paste a gateway token: " code { "read" } " to look, " code { "admin" }
                 " to act. On the gateway host: "
-                code { "outpost token issue --aud " (c.gw.cfg.node_id) " --scope admin --ttl 12h" }
+                code { "outpost token issue --aud " (c.gw.cfg().node_id) " --scope admin --ttl 12h" }
             }
             @if let Some(e) = error {
                 p.error #login-error role="alert" { (e) }
@@ -48,7 +48,7 @@ fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
             title: "Sign in",
             page: "login",
             node: None,
-            gateway: &c.gw.cfg.node_id,
+            gateway: &c.gw.cfg().node_id,
             session: None,
             last_event: None,
         },

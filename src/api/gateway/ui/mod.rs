@@ -47,7 +47,7 @@ pub struct Console {
 impl Console {
     /// Answers over TLS: cookies get `Secure`, origins are `https://`.
     pub fn tls(&self) -> bool {
-        self.gw.cfg.tls.is_some()
+        self.gw.cfg().tls.is_some()
     }
 }
 

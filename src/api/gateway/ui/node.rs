@@ -15,7 +15,7 @@ use super::layout::{self, ago, at, dur, Frame};
 use super::session::{ApiSession, PageSession};
 use super::Console;
 use crate::api::ApiError;
-use crate::gateway::console::{self, NodePage, NODE_QUEUE_ROWS};
+use crate::gateway::console::{NodePage, NODE_QUEUE_ROWS};
 use crate::gateway::events::{Event, GatewayEvent};
 
 #[derive(Debug, Default, Deserialize)]
@@ -32,8 +32,8 @@ pub async fn page(
     Path(id): Path<String>,
     Query(p): Query<NodeParams>,
 ) -> Response {
-    let last_event = c.gw.events.last_id();
-    let n = match console::node(&c.gw, &id).await {
+    let last_event = c.gw.events().last_id();
+    let n = match c.gw.fleet().node_page(&id).await {
         Ok(n) => n,
         Err(e) => {
             let e = ApiError::from(e);
@@ -117,7 +117,7 @@ pub async fn page(
                 title: &r.node_id,
                 page: "node",
                 node: Some(&r.node_id),
-                gateway: &c.gw.cfg.node_id,
+                gateway: &c.gw.cfg().node_id,
                 session: Some(&s.session),
                 last_event: Some(last_event),
             },
@@ -132,7 +132,7 @@ pub async fn queue_fragment(
     _s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let n = console::node(&c.gw, &id).await?;
+    let n = c.gw.fleet().node_page(&id).await?;
     Ok(layout::html_response(StatusCode::OK, queue(&n)))
 }
 

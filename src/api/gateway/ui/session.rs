@@ -54,7 +54,7 @@ fn current(c: &Console, headers: &HeaderMap) -> Result<(String, Session), NoSess
         .sessions
         .get(cookie, c.gw.now_ms())
         .ok_or(NoSession::SignedOut)?;
-    match crate::gateway::client_auth::is_revoked(&c.gw, &s.jti) {
+    match c.gw.client_auth().is_revoked(&s.jti) {
         Ok(false) => Ok((cookie.to_string(), s)),
         Ok(true) => {
             tracing::info!(event = "console_session_ended", reason = "token revoked", subject = %s.subject);
