@@ -1,50 +1,15 @@
 //! Work for nodes: a caller's tool call or command is sealed to its node and queued
 //! durably; a tool call waits (a bounded time) for the node's result.
 
-use std::time::Duration;
-
 use rand_core::OsRng;
 use serde_json::{json, Value};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{
-    job_key, CommandKey, ForNode, JobRecord, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE,
-};
+use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE};
 use crate::envelope::{seal, IdentityDocument, SealParams};
-use crate::sync::wire::TaskRequest;
 use crate::telemetry::MessageEvent;
-use crate::token::{issue, Claims};
-
-/// A caller's tool call for one node.
-#[derive(Debug, Clone)]
-pub struct ToolCall {
-    pub node_id: String,
-    pub tool_name: String,
-    pub tool_args: Value,
-    pub job_id: Option<String>,
-    pub ttl_s: Option<u64>,
-    /// How long to wait for the result when the node is online (0 = do not wait).
-    pub wait: Duration,
-    /// The caller's own token for the node; otherwise the gateway mints one for
-    /// exactly this tool.
-    pub token: Option<String>,
-}
-
-/// What became of a tool call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolCallOutcome {
-    /// The node answered (now, or earlier for a repeated job id).
-    Answered {
-        message_id: String,
-        tool_name: String,
-        result: Value,
-    },
-    /// Queued (durably); the result arrives later (`GET /v1/messages/{id}`, events).
-    Queued { message_id: String, job_id: String },
-}
 
 /// A command for one node.
 #[derive(Debug, Clone)]
@@ -76,7 +41,7 @@ pub fn message_id_for_key(subject: &str, key: &str) -> String {
 }
 
 /// What a message is stored with besides itself, in the same transaction.
-enum Binding {
+pub(super) enum Binding {
     None,
     /// A tool call's job.
     Job(NewJob),
@@ -102,7 +67,7 @@ pub(super) async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocume
 
 /// Seal `plaintext` to `to` and queue it durably (with the job binding in the same
 /// transaction). Returns after the write is durable, with the expiry.
-async fn seal_and_queue(
+pub(super) async fn seal_and_queue(
     gw: &Gateway,
     to: &IdentityDocument,
     payload_type: &str,
@@ -242,179 +207,6 @@ pub(super) async fn result_of(
             }
         },
     })
-}
-
-/// A tool call from `subject` (the caller's token subject): bound to its job id, queued
-/// once, answered from the node's result when it arrives within `wait`.
-/// The caller's job id is already bound: the same call again is answered from it (its
-/// result, or that it is queued); another tool or other arguments is a conflict.
-async fn existing_job(
-    gw: &Gateway,
-    rec: JobRecord,
-    tool_name: &str,
-    args_sha: &str,
-    job_id: String,
-    doc_node_id: &str,
-) -> Result<ToolCallOutcome, GatewayError> {
-    if rec.tool_name != tool_name || rec.args_sha256 != args_sha {
-        return Err(GatewayError::JobConflict(format!(
-            "job_id {job_id:?} was already used by this caller for {} with other \
-                 arguments or another tool; nothing was queued",
-            doc_node_id
-        )));
-    }
-    // The same job again: answer what is known of it, queue nothing.
-    Ok(match result_of(gw, &rec.message_id).await? {
-        Some(result) => ToolCallOutcome::Answered {
-            message_id: rec.message_id,
-            tool_name: tool_name.to_string(),
-            result,
-        },
-        None => ToolCallOutcome::Queued {
-            message_id: rec.message_id,
-            job_id,
-        },
-    })
-}
-
-impl Commands<'_> {
-    pub async fn tool_call(
-        &self,
-        subject: &str,
-        call: ToolCall,
-    ) -> Result<ToolCallOutcome, GatewayError> {
-        let gw = self.0;
-        // A name no node can have would wait in the queue for nothing.
-        if !crate::tools::valid_tool_name(&call.tool_name) {
-            return Err(GatewayError::BadRequest(
-                "tool_name must match [a-z][a-z0-9_]{0,63}".into(),
-            ));
-        }
-        let doc = target(gw, &call.node_id).await?;
-        let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
-        let job_id = call
-            .job_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        if !crate::tools::valid_job_id(&job_id) {
-            return Err(GatewayError::BadRequest(
-                "job_id must be 1..128 characters of [A-Za-z0-9._:-]".into(),
-            ));
-        }
-        // A caller's job id is bound to this node, tool and arguments (held under a lock so
-        // that concurrent repeats queue one request).
-        let key = job_key(&doc.node_id, subject, &job_id);
-        let args = serde_json::to_vec(&call.tool_args)
-            .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
-        let args_sha = crate::audit::sha256_hex(&args);
-        let held = gw.job_locks.lock(&key).await;
-        if let Some(rec) = gw.state.job(&key).await? {
-            return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
-        }
-        let message_id = uuid::Uuid::now_v7().to_string();
-        let token = match call.token {
-            Some(t) => t,
-            None => node_token(gw, subject, &doc.node_id, &call.tool_name, ttl_s)?,
-        };
-        let request = TaskRequest {
-            job_id: Some(job_id.clone()),
-            token: Some(token),
-            tool_args: call.tool_args,
-            tool_name: call.tool_name.clone(),
-        };
-        // Subscribe before queueing, so a fast answer cannot slip past us.
-        let mut events = gw.events.subscribe();
-        let job = NewJob {
-            key,
-            record: JobRecord {
-                message_id: message_id.clone(),
-                tool_name: call.tool_name.clone(),
-                args_sha256: args_sha.clone(),
-            },
-        };
-        let job_key = job.key.clone();
-        match seal_and_queue(
-            gw,
-            &doc,
-            "TASK_REQUEST",
-            ttl_s,
-            &request,
-            &message_id,
-            Binding::Job(job),
-        )
-        .await
-        {
-            // Another replica bound the same job id first (the lock above is per process):
-            // answer from its binding, as a repeat here would be.
-            Err(GatewayError::Duplicate) => {
-                if let Some(rec) = gw.state.job(&job_key).await? {
-                    return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id)
-                        .await;
-                }
-                return Err(GatewayError::Duplicate);
-            }
-            r => r?,
-        };
-        drop(held);
-        if !call.wait.is_zero() && gw.online(&doc.node_id).await {
-            if let Some(result) = wait_for_result(gw, &message_id, call.wait, &mut events).await? {
-                return Ok(ToolCallOutcome::Answered {
-                    message_id,
-                    tool_name: call.tool_name,
-                    result,
-                });
-            }
-        }
-        Ok(ToolCallOutcome::Queued { message_id, job_id })
-    }
-}
-
-/// The token the gateway mints for a call that brought none: issued by the gateway,
-/// for `subject`, to `node`, for this tool only, expiring with the message.
-fn node_token(
-    gw: &Gateway,
-    subject: &str,
-    node: &str,
-    tool: &str,
-    ttl_s: u64,
-) -> Result<String, GatewayError> {
-    let claims = Claims::new(
-        &gw.cfg.node_id,
-        subject,
-        node,
-        vec![format!("tool:{tool}")],
-        gw.now_ms(),
-        ttl_s * 1000,
-        &uuid::Uuid::now_v7().to_string(),
-    )
-    .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
-    issue(&gw.keys.current(), &claims).map_err(|e| GatewayError::Internal(e.to_string()))
-}
-
-/// The result filed for `message_id`, waiting up to `wait` for it (woken by `result`
-/// events, subscribed before the request was queued); `None` when it did not come.
-async fn wait_for_result(
-    gw: &Gateway,
-    message_id: &str,
-    wait: Duration,
-    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<super::events::Event>>,
-) -> Result<Option<Value>, GatewayError> {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        if let Some(result) = result_of(gw, message_id).await? {
-            return Ok(Some(result));
-        }
-        tokio::select! {
-            ev = events.recv() => match ev {
-                Ok(e) if matches!(e.event, GatewayEvent::Result { .. }) => {}
-                Err(RecvError::Lagged(_)) => {}
-                Ok(_) => continue,
-                Err(RecvError::Closed) => return Ok(None),
-            },
-            _ = tokio::time::sleep_until(deadline) => return Ok(None),
-            _ = gw.shutdown.cancelled() => return Ok(None),
-        }
-    }
 }
 
 impl Commands<'_> {

@@ -42,6 +42,7 @@ pub mod state;
 pub mod storage;
 pub mod sweeper;
 pub mod tls;
+pub mod tool_calls;
 pub mod uploads;
 
 use std::sync::Arc;

@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 use super::auth::require;
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
-use crate::gateway::commands::{self, Command, ToolCall, ToolCallOutcome};
+use crate::gateway::commands::{self, Command};
+use crate::gateway::tool_calls::{ToolCall, ToolCallOutcome};
 use crate::gateway::Gateway;
 use crate::token::Need;
 

@@ -18,7 +18,8 @@ use super::layout;
 use super::session::{admin_refusal, csrf_refusal, PageSession};
 use super::Console;
 use crate::api::ApiError;
-use crate::gateway::commands::{self, Command};
+use crate::gateway::commands::Command;
+use crate::gateway::tool_calls::{ToolCall, ToolCallOutcome};
 
 #[derive(Debug, Deserialize)]
 pub struct CommandForm {
@@ -217,7 +218,7 @@ pub async fn tool_call(
             }
         },
     };
-    let call = commands::ToolCall {
+    let call = ToolCall {
         node_id: node_id.clone(),
         tool_name: f.tool_name.trim().to_string(),
         tool_args,
@@ -229,8 +230,8 @@ pub async fn tool_call(
     match c.gw.commands().tool_call(&s.session.subject, call).await {
         Ok(outcome) => {
             let id = match outcome {
-                commands::ToolCallOutcome::Answered { message_id, .. }
-                | commands::ToolCallOutcome::Queued { message_id, .. } => message_id,
+                ToolCallOutcome::Answered { message_id, .. }
+                | ToolCallOutcome::Queued { message_id, .. } => message_id,
             };
             tracing::info!(event = "console_tool_call_queued", subject = %s.session.subject, node = %node_id, message_id = %id);
             Redirect::to(&format!(
