@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod node;
 pub mod ui;
+pub mod wire;
 
 use std::sync::Arc;
 

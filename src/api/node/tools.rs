@@ -1,16 +1,19 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::wire::ToolList;
 use super::Core;
 use crate::api::bearer;
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::app::calls::ToolCallRequest;
 
-pub async fn list(State(core): State<Core>) -> Json<Value> {
-    Json(json!({"tools": core.calls.tools().contracts()}))
+pub async fn list(State(core): State<Core>) -> Json<ToolList> {
+    Json(ToolList {
+        tools: core.calls.tools().contracts(),
+    })
 }
 
 pub async fn call(
