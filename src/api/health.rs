@@ -33,6 +33,7 @@ pub trait Observed: Send + Sync + 'static {
 
 /// `GET /healthz`, `/readyz`: `{"status": …}`.
 #[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Health {
     pub status: &'static str,
 }

@@ -3,8 +3,9 @@
 //! Written by hand in `docs/openapi/{node,gateway}.json` and embedded at build time, so
 //! what a daemon serves is the document in the repository. `tests/it/openapi.rs` keeps it
 //! true: every route of both routers is documented, every documented route and method is
-//! served, and every error code the code can answer is listed; `scripts/schemathesis.sh`
-//! checks live answers against it.
+//! served, and every error code the code can answer is listed; the unit test in
+//! `openapi_tests.rs` checks every JSON body it describes against the Rust type that
+//! parses or writes it; `scripts/schemathesis.sh` checks live answers against it.
 
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -44,3 +45,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "openapi_tests.rs"]
+mod types;

@@ -31,6 +31,7 @@ pub struct ToolCallRequest {
 
 /// Where a call's audit entry is: its index in the log and its leaf hash (hex).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Evidence {
     pub audit_index: u64,
     pub audit_leaf_hash: String,
@@ -39,6 +40,7 @@ pub struct Evidence {
 /// A call that ran: the tool's result and the evidence of its audit entry. A repeat of
 /// its job id is answered with this, as it was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct ToolCallDone {
     pub job_id: String,
     pub tool_name: String,

@@ -3,13 +3,21 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
-
 use super::base::Base;
 use super::error::NodeError;
 use super::inbound::Q_INBOX;
+use crate::store::MessageStatus;
 use crate::sync::wire::InboxRecord;
 use crate::telemetry::MessageEvent;
+
+/// An unacknowledged inbox message: the stored record, under the id and expiry the store
+/// keeps it by.
+#[derive(Debug, Clone)]
+pub struct Inboxed {
+    pub message_id: String,
+    pub expires_at_ms: u64,
+    pub record: InboxRecord,
+}
 
 /// Messages for local consumers, and where any message is.
 pub struct Inbox {
@@ -22,40 +30,34 @@ impl Inbox {
     }
 
     /// Unacknowledged inbox messages, oldest first (per sender FIFO, senders in order).
-    pub fn list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Value>, NodeError> {
+    pub fn list(&self, from: Option<&str>, limit: usize) -> Result<Vec<Inboxed>, NodeError> {
         let now = self.base.now_ms();
         let page = self
             .base
             .store
             .list(Q_INBOX, from, None, limit)
             .map_err(NodeError::Store)?;
-        let mut out: Vec<(u64, Value)> = page
+        let mut out: Vec<Inboxed> = page
             .items
             .into_iter()
             .filter(|m| m.expires_at_ms > now)
             .filter_map(|m| {
-                let r = match InboxRecord::from_bytes(&m.body) {
+                let record = match InboxRecord::from_bytes(&m.body) {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::warn!(event = "inbox_record_unreadable", message_id = %m.message_id, error = %e);
                         return None;
                     }
                 };
-                Some((
-                    r.received_at_ms,
-                    json!({
-                        "message_id": m.message_id,
-                        "from": r.from,
-                        "payload_type": r.payload_type,
-                        "payload": r.payload,
-                        "received_at_ms": r.received_at_ms,
-                        "expires_at_ms": m.expires_at_ms,
-                    }),
-                ))
+                Some(Inboxed {
+                    message_id: m.message_id,
+                    expires_at_ms: m.expires_at_ms,
+                    record,
+                })
             })
             .collect();
-        out.sort_by_key(|(t, _)| *t);
-        Ok(out.into_iter().map(|(_, v)| v).collect())
+        out.sort_by_key(|m| m.record.received_at_ms);
+        Ok(out)
     }
 
     pub async fn ack(&self, message_id: &str) -> Result<(), NodeError> {
@@ -94,25 +96,8 @@ impl Inbox {
         Ok(())
     }
 
-    pub fn message_status(&self, message_id: &str) -> Result<Option<Value>, NodeError> {
-        let st = self
-            .base
-            .store
-            .status(message_id)
-            .map_err(NodeError::Store)?;
-        Ok(st.map(|s| {
-            let mut v = json!({
-                "message_id": message_id,
-                "state": s.state.as_str(),
-                "queue": s.queue,
-                "peer": s.peer,
-                "attempts": s.attempts,
-                "next_attempt_at": s.next_attempt_at_ms,
-            });
-            if let Some(r) = s.reason {
-                v["reason"] = json!(r);
-            }
-            v
-        }))
+    /// Where message `message_id` is (in any queue), if the store knows it.
+    pub fn message_status(&self, message_id: &str) -> Result<Option<MessageStatus>, NodeError> {
+        self.base.store.status(message_id).map_err(NodeError::Store)
     }
 }

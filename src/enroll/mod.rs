@@ -207,6 +207,7 @@ pub fn hello_echo(nonce: &str) -> String {
 /// `GET /v1/enroll?node_id=&nonce=`: who the gateway is and its time, signed for this
 /// nonce (so a node whose clock says 1970 can stamp its request with the gateway's time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Hello {
     pub gateway: IdentityDocument,
@@ -220,9 +221,12 @@ pub struct Hello {
 /// `POST /v1/enroll`: the node's document (so the gateway can check the envelope's
 /// signature) and the envelope sealing [`Sealed`] to the gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Request {
     pub node: IdentityDocument,
+    /// Read as a [`crate::envelope::Envelope`] when the request is opened.
+    #[cfg_attr(test, schemars(with = "crate::envelope::Envelope"))]
     pub envelope: serde_json::Value,
 }
 
@@ -263,6 +267,7 @@ pub struct AnswerClaims {
 /// The answer as it travels: the claims' JSON bytes and the gateway's signature over
 /// `PAE("outpost/enroll-answer/v1", claims)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Answer {
     pub answer: String,

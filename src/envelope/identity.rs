@@ -40,13 +40,16 @@ pub enum IdentityError {
 
 /// The public identity of a process. Field order is the JSON order the CLI prints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct IdentityDocument {
     pub node_id: String,
     pub role: String,
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub sign_pk: Vec<u8>,
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub kex_pk: Vec<u8>,
     /// RFC 3339 text; signed exactly as it appears, so it is never re-formatted.
     pub created_at: String,
@@ -58,8 +61,10 @@ pub struct IdentityDocument {
         skip_serializing_if = "Option::is_none",
         with = "serde_b64_opt"
     )]
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub tls_spki_sha256: Option<Vec<u8>>,
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub self_sig: Vec<u8>,
 }
 

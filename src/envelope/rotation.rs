@@ -26,22 +26,27 @@ pub const ROTATION_GRACE_MS: u64 = 7 * 24 * 3_600_000;
 
 /// A signed request to replace `old_sign_pk` with the keys of `new_doc`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct KeyRotation {
     /// The Ed25519 key being retired (the one the receiver trusts today).
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub old_sign_pk: Vec<u8>,
     /// The X25519 key being retired (with `old_sign_pk`, the retired identity's
     /// fingerprint: what an enrollment token made before the rotation pins).
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub old_kex_pk: Vec<u8>,
     /// The new identity document: same `node_id` and `role`, new keys.
     pub new_doc: IdentityDocument,
     /// Signature by the retired key over [`KeyRotation::signed_bytes`].
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub old_sig: Vec<u8>,
     /// Signature by the new key over the same bytes.
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub new_sig: Vec<u8>,
 }
 

@@ -25,6 +25,7 @@ pub const TIME_DOMAIN: &str = "outpost/time/v1";
 /// `error.time` of a 401 `clock_skew` answer. Fields in alphabetical order (the JSON
 /// is the same as `json!` would build).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct TimeStatement {
     /// The refused request's `Outpost-Signature`, as sent.
     pub echo: String,

@@ -20,6 +20,7 @@ pub const ENVELOPE_SIG_DOMAIN: &str = "outpost/envelope/v1/sig";
 
 /// An envelope as it travels. Binary fields hold raw bytes; JSON carries base64url.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
     pub v: u32,
@@ -32,10 +33,13 @@ pub struct Envelope {
     pub payload_type: String,
     pub priority: u64,
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub enc: Vec<u8>,
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub ciphertext: Vec<u8>,
     #[serde(with = "serde_b64")]
+    #[cfg_attr(test, schemars(with = "String"))]
     pub signature: Vec<u8>,
 }
 

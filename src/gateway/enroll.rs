@@ -45,6 +45,7 @@ impl TokenRecord {
 
 /// Where one device key's enrollment under a node id stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
     Enrolled,

@@ -33,18 +33,20 @@ impl Fleet<'_> {
     }
 }
 
-/// One enrolled node as `GET /v1/nodes` shows it.
+/// One enrolled node as `GET /v1/nodes` shows it. Fields in alphabetical order: the
+/// answer gives its keys sorted, like the rest of the API's answers.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct NodeView {
-    pub node_id: String,
-    pub last_seen: Option<u64>,
-    pub liveness: &'static str,
-    pub polling: bool,
+    pub audit_size: u64,
     /// Trusted with `send`: it can connect and pull. Without it nothing is queued for it.
     pub can_connect: bool,
-    pub queue_depth: u64,
+    pub last_seen: Option<u64>,
+    pub liveness: &'static str,
+    pub node_id: String,
     pub oldest_age_s: u64,
-    pub audit_size: u64,
+    pub polling: bool,
+    pub queue_depth: u64,
 }
 
 impl Fleet<'_> {

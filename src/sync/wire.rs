@@ -33,8 +33,10 @@ use crate::envelope::Opened;
 
 /// `GET /v1/nodes/{id}/pull?wait_s=&max=` answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct PullAnswer {
     /// In queue order, each exactly as the gateway stored it.
+    #[cfg_attr(test, schemars(with = "Vec<crate::envelope::Envelope>"))]
     pub envelopes: Vec<Box<RawValue>>,
     /// Messages queued for the node, this batch included.
     pub pending_count: u64,
@@ -46,6 +48,7 @@ pub struct PullAnswer {
 
 /// `POST /v1/nodes/{id}/ack` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AckRequest {
     pub message_ids: Vec<String>,
@@ -57,6 +60,7 @@ pub struct AckRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AckRejected {
     pub code: String,
@@ -65,12 +69,14 @@ pub struct AckRejected {
 
 /// `POST /v1/nodes/{id}/ack` answer: the ids that were still queued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct AckAnswer {
     pub acked: Vec<String>,
 }
 
 /// `POST /v1/nodes/{id}/upload` body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UploadRequest {
     /// Each exactly as the node stored it (never built into a JSON tree on either side).
@@ -93,6 +99,7 @@ pub fn raw_message_id(envelope: &RawValue) -> Option<String> {
 
 /// `POST /v1/nodes/{id}/upload` answer: each envelope's id in one of the three lists.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct UploadAnswer {
     pub accepted: Vec<String>,
     pub duplicates: Vec<String>,
@@ -102,6 +109,7 @@ pub struct UploadAnswer {
 /// A refused envelope; `id` is its `message_id` as far as it could be read (`""` when
 /// the envelope had none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct UploadRejected {
     pub code: String,
     pub id: String,
@@ -109,6 +117,7 @@ pub struct UploadRejected {
 
 /// `GET /v1/nodes/{id}/audit` answer: the gateway's verified copy of the node's log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct AuditStatus {
     /// Merkle root, base64url without padding.
     pub root: String,
@@ -118,6 +127,7 @@ pub struct AuditStatus {
 /// `POST /v1/nodes/{id}/audit` body: entries from the confirmed size on, and a
 /// checkpoint note signed for exactly the extended tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AuditUpload {
     pub checkpoint: String,
@@ -127,6 +137,7 @@ pub struct AuditUpload {
 /// An uploaded audit entry: its canonical JSON text (what was hashed; what nodes send),
 /// or the object itself, which re-serialises (sorted keys, no whitespace) to that text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(untagged, try_from = "Value")]
 pub enum AuditEntryText {
     Text(String),
@@ -156,6 +167,7 @@ impl AuditEntryText {
 
 /// `POST /v1/nodes/{id}/audit` answer: the new confirmed size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct AuditAnswer {
     pub size: u64,
 }
@@ -163,6 +175,7 @@ pub struct AuditAnswer {
 /// `POST /v1/nodes/{id}/rotate` answer (PROTOCOL §15.7): `applied` is false when the
 /// gateway already had the new key (a retry after a lost answer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct RotateAnswer {
     pub node_id: String,
     pub applied: bool,
@@ -171,6 +184,7 @@ pub struct RotateAnswer {
 /// `GET /v1/nodes/{id}/revocations?since=N` answer: token ids revoked after version N,
 /// and the version to ask from next time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Revocations {
     pub revoked: Vec<String>,
     pub version: u64,
@@ -252,6 +266,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 /// times too; the gateway's inbox never did, so they are optional and left out when
 /// absent, which keeps every record already on disk readable and new ones identical.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct InboxRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at_ms: Option<u64>,

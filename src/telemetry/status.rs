@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Status {
     pub node_id: String,
     pub role: String,
@@ -32,6 +33,7 @@ pub struct Status {
 
 /// One queue of one peer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct QueueStatus {
     pub queue: String,
     pub peer: String,
@@ -53,12 +55,14 @@ impl From<&crate::store::QueueStat> for QueueStatus {
 
 /// Entries in the audit log, and how many of them the gateway confirmed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct AuditStatus {
     pub size: u64,
     pub synced_size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum KeyRotationStatus {
     None,
@@ -73,6 +77,7 @@ pub enum KeyRotationStatus {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct ClockStatus {
     /// The node's time: the wall clock, never below the persisted floor.
     pub now_ms: u64,

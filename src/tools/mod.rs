@@ -28,21 +28,23 @@ use serde_json::Value;
 
 pub use registry::Registry;
 
-/// A tool's public contract, as listed by `GET /v1/tools`.
+/// A tool's public contract, as listed by `GET /v1/tools`. Fields in alphabetical
+/// order: the listing gives each tool's keys sorted, like the rest of the API's answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
     /// JSON Schema (subset, see [`schema`]) the `tool_args` must satisfy.
     pub args_schema: Value,
-    /// JSON Schema of the result; documentation only (`{}` when unknown).
-    pub result_schema: Value,
-    pub timeout_ms: u64,
+    pub description: String,
+    /// Calls of this tool that may run at once; more are refused with `busy`.
+    pub max_concurrency: u32,
     /// Enforced on external tools' stdout (more → `tool_failed`). Built-ins are bounded
     /// by their argument limits instead (`pii_redact` output ≈ input ≤ 1 MiB).
     pub max_output_bytes: u64,
-    /// Calls of this tool that may run at once; more are refused with `busy`.
-    pub max_concurrency: u32,
+    pub name: String,
+    /// JSON Schema of the result; documentation only (`{}` when unknown).
+    pub result_schema: Value,
+    pub timeout_ms: u64,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;

@@ -7,9 +7,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::auth::require;
+use super::wire::{InboxAcked, InboxList, RevocationAdded, RevocationDuplicate, RevokeBody};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::ApiResult;
 use crate::gateway::storage::Revoked;
@@ -26,10 +26,10 @@ pub async fn inbox(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
     QueryParams(q): QueryParams<InboxQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<InboxList>> {
     require(&gw, &headers, Need::Scope("admin"))?;
     let messages = gw.inbox().list(q.from.as_deref()).await?;
-    Ok(Json(json!({"messages": messages})))
+    Ok(Json(InboxList { messages }))
 }
 
 /// `POST /v1/inbox/{message_id}/ack`.
@@ -37,16 +37,14 @@ pub async fn inbox_ack(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<InboxAcked>> {
     require(&gw, &headers, Need::Scope("admin"))?;
     let acked = gw.inbox().ack(&id).await?;
-    Ok(Json(json!({"ok": true, "message_id": id, "acked": acked})))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RevokeBody {
-    pub jti: String,
+    Ok(Json(InboxAcked {
+        acked,
+        message_id: id,
+        ok: true,
+    }))
 }
 
 /// `POST /v1/revocations` (admin): add a token id to the list nodes fetch.
@@ -57,12 +55,19 @@ pub async fn revoke(
 ) -> ApiResult<Response> {
     let by = require(&gw, &headers, Need::Scope("admin"))?;
     Ok(match gw.delivery().revoke(&by, &b.jti).await? {
-        Revoked::Duplicate => {
-            Json(json!({"ok": true, "jti": b.jti, "duplicate": true})).into_response()
-        }
+        Revoked::Duplicate => Json(RevocationDuplicate {
+            duplicate: true,
+            jti: b.jti,
+            ok: true,
+        })
+        .into_response(),
         Revoked::Added { version } => (
             StatusCode::CREATED,
-            Json(json!({"ok": true, "jti": b.jti, "version": version})),
+            Json(RevocationAdded {
+                jti: b.jti,
+                ok: true,
+                version,
+            }),
         )
             .into_response(),
     })

@@ -12,10 +12,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::auth::require;
+use super::wire::{
+    CommandBody, CommandQueued, MessageAnswer, NodeList, ToolCallAnswer, ToolCallBody,
+    ToolCallQueued,
+};
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::gateway::commands::{self, Command};
@@ -27,38 +29,7 @@ use crate::token::Need;
 pub const DEFAULT_WAIT_S: u64 = 10;
 pub const MAX_WAIT_S: u64 = 60;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Target {
-    pub node_id: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolCallBody {
-    pub target: Target,
-    pub tool_name: String,
-    #[serde(default)]
-    pub tool_args: Value,
-    pub job_id: Option<String>,
-    pub ttl_s: Option<u64>,
-    pub wait_s: Option<u64>,
-    pub token: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandBody {
-    pub target: Target,
-    pub command_type: String,
-    #[serde(default)]
-    pub body: Value,
-    pub ttl_s: Option<u64>,
-    /// The caller's own id for this command (a UUID), for retries after a lost answer.
-    pub message_id: Option<String>,
-}
-
-fn accepted(body: Value) -> Response {
+fn accepted(body: impl serde::Serialize) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
@@ -83,28 +54,14 @@ pub async fn tool_call(
             message_id,
             tool_name,
             result,
-        } => answered(&message_id, &tool_name, result).into_response(),
-        ToolCallOutcome::Queued { message_id, job_id } => accepted(
-            json!({"ok": false, "queued": true, "message_id": message_id, "job_id": job_id}),
-        ),
+        } => Json(ToolCallAnswer::new(message_id, tool_name, &result)).into_response(),
+        ToolCallOutcome::Queued { message_id, job_id } => accepted(ToolCallQueued {
+            job_id,
+            message_id,
+            ok: false,
+            queued: true,
+        }),
     })
-}
-
-/// The node's result in the node's own answer shape.
-fn answered(message_id: &str, tool_name: &str, r: Value) -> Json<Value> {
-    let mut out = json!({
-        "ok": r.get("ok").and_then(|o| o.as_bool()).unwrap_or(false),
-        "message_id": message_id,
-        "job_id": r.get("job_id").cloned().unwrap_or(Value::Null),
-        "tool_name": tool_name,
-        "evidence": r.get("evidence").cloned().unwrap_or(Value::Null),
-    });
-    for k in ["result", "error"] {
-        if let Some(v) = r.get(k) {
-            out[k] = v.clone();
-        }
-    }
-    Json(out)
 }
 
 /// `POST /v1/commands`.
@@ -124,9 +81,12 @@ pub async fn commands(
         message_id,
     };
     let (message_id, expires) = gw.commands().command(&sub, c).await?;
-    Ok(accepted(
-        json!({"ok": false, "queued": true, "message_id": message_id, "expires_at_ms": expires}),
-    ))
+    Ok(accepted(CommandQueued {
+        expires_at_ms: expires,
+        message_id,
+        ok: false,
+        queued: true,
+    }))
 }
 
 /// The caller's own message id: from `Idempotency-Key` (any 1..255 visible ASCII
@@ -176,25 +136,10 @@ pub async fn message(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<MessageAnswer>> {
     require(&gw, &headers, Need::Scope("read"))?;
     let view = gw.fleet().message(&id).await?;
-    let mut out = match &view.status {
-        Some(s) => json!({
-            "message_id": id, "state": s.state.as_str(), "node_id": s.peer,
-            "attempts": s.attempts, "next_attempt_at": s.next_attempt_at_ms,
-        }),
-        None => {
-            json!({"message_id": id, "state": "delivered", "attempts": 0, "next_attempt_at": 0})
-        }
-    };
-    if let Some(reason) = view.status.and_then(|s| s.reason) {
-        out["reason"] = Value::String(reason);
-    }
-    if let Some(r) = view.result {
-        out["result"] = r;
-    }
-    Ok(Json(out))
+    Ok(Json(MessageAnswer::new(id, view)))
 }
 
 /// `GET /v1/events` (SSE).
@@ -218,8 +163,11 @@ pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiRe
 }
 
 /// `GET /v1/nodes`.
-pub async fn nodes(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Json<Value>> {
+pub async fn nodes(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<NodeList>> {
     require(&gw, &headers, Need::Scope("read"))?;
     let nodes = gw.fleet().nodes().await?;
-    Ok(Json(json!({ "nodes": nodes })))
+    Ok(Json(NodeList { nodes }))
 }

@@ -8,13 +8,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::auth::require;
+use super::wire::{EnrollmentList, EnrollmentView, RetireBody, Retired};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::enroll::{Hello, Standing};
-use crate::gateway::enroll::{EnrollmentRecord, RecordState};
 use crate::gateway::Gateway;
 use crate::token::Need;
 
@@ -57,38 +57,6 @@ pub async fn enroll(
         Standing::Pending => StatusCode::ACCEPTED,
     };
     Ok((status, Json(a.answer)).into_response())
-}
-
-/// One enrollment as the operator's list shows it.
-#[derive(Debug, Serialize)]
-pub struct EnrollmentView {
-    pub node_id: String,
-    pub state: RecordState,
-    pub kind: &'static str,
-    pub token_id: String,
-    /// The device key (b64url), so two pending keys of one id can be told apart.
-    pub node_sign_pk: String,
-    pub created_at_ms: u64,
-    pub decided_at_ms: Option<u64>,
-}
-
-impl From<EnrollmentRecord> for EnrollmentView {
-    fn from(r: EnrollmentRecord) -> Self {
-        Self {
-            node_id: r.node_id,
-            state: r.state,
-            kind: r.kind.as_str(),
-            token_id: r.token_id,
-            node_sign_pk: r.node_sign_pk,
-            created_at_ms: r.created_at_ms,
-            decided_at_ms: r.decided_at_ms,
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-pub struct EnrollmentList {
-    pub enrollments: Vec<EnrollmentView>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,20 +115,6 @@ pub async fn reject(
             .await?
             .into(),
     ))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetireBody {
-    pub node_id: String,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Retired {
-    pub ok: bool,
-    pub node_id: String,
-    /// Messages that were queued for it, now refused with reason `node_revoked`.
-    pub refused_messages: Vec<String>,
 }
 
 /// `POST /v1/node_revocations` (`admin`): retire a node.

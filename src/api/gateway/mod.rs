@@ -11,6 +11,7 @@ pub mod events;
 mod health;
 pub mod node;
 pub mod ui;
+pub mod wire;
 
 use std::sync::Arc;
 

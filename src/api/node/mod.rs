@@ -7,6 +7,7 @@ mod inbox;
 mod messages;
 mod outbox;
 mod tools;
+pub mod wire;
 
 use std::sync::Arc;
 

@@ -1,32 +1,19 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
 
+use super::wire::{OutboxQueued, OutboxRequest};
 use super::Core;
 use crate::api::bearer;
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::app::outbox::message_id_for_key;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboxRequest {
-    pub to: String,
-    pub payload_type: String,
-    pub payload: Value,
-    pub ttl_s: Option<u64>,
-    pub priority: Option<u8>,
-    /// The client's own id for this message (a UUID), for retries after a lost answer.
-    pub message_id: Option<String>,
-}
-
 pub async fn queue(
     State(core): State<Core>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<OutboxRequest>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<OutboxQueued>)> {
     core.auth.authorize_admin(bearer(&headers))?;
     // `Idempotency-Key: …` (any client string) or `message_id` (a UUID) in the body.
     let from_key = match headers.get("idempotency-key") {
@@ -63,6 +50,9 @@ pub async fn queue(
         .await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"queued": true, "message_id": id})),
+        Json(OutboxQueued {
+            message_id: id,
+            queued: true,
+        }),
     ))
 }
