@@ -9,6 +9,7 @@ use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE};
 use crate::envelope::{seal, IdentityDocument, SealParams};
+use crate::sync::wire::TaskResult;
 use crate::telemetry::MessageEvent;
 
 /// A command for one node.
@@ -196,9 +197,11 @@ fn announce_queued(gw: &Gateway, message_id: &str, node_id: &str) {
 pub(super) async fn result_of(
     gw: &Gateway,
     message_id: &str,
-) -> Result<Option<Value>, GatewayError> {
+) -> Result<Option<TaskResult>, GatewayError> {
     Ok(match gw.state.result(message_id).await? {
         None => None,
+        // Filed only after it parsed as a `TaskResult` (`uploads`): this fails only on
+        // storage damage.
         Some(b) => match serde_json::from_slice(&b) {
             Ok(v) => Some(v),
             Err(e) => {

@@ -3,19 +3,18 @@
 //! /v1/messages/{id}`). Read-only: it asks the state, liveness and the trust store and
 //! changes nothing.
 
-use serde_json::Value;
-
 use super::commands::result_of;
 use super::error::GatewayError;
 use super::state::Gateway;
 use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE as TO_NODE};
+use crate::sync::wire::TaskResult;
 use crate::telemetry::status::{AuditStatus, QueueStatus, Status};
 
 /// Where a message is, and the result filed for it.
 #[derive(Debug, Clone)]
 pub struct MessageView {
     pub status: Option<MessageStatus>,
-    pub result: Option<Value>,
+    pub result: Option<TaskResult>,
 }
 
 impl Fleet<'_> {

@@ -12,7 +12,7 @@ use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::{job_key, JobRecord, NewJob};
-use crate::sync::wire::TaskRequest;
+use crate::sync::wire::{TaskRequest, TaskResult};
 use crate::token::{issue, Claims};
 
 /// A caller's tool call for one node.
@@ -37,7 +37,7 @@ pub enum ToolCallOutcome {
     Answered {
         message_id: String,
         tool_name: String,
-        result: Value,
+        result: TaskResult,
     },
     /// Queued (durably); the result arrives later (`GET /v1/messages/{id}`, events).
     Queued { message_id: String, job_id: String },
@@ -197,7 +197,7 @@ async fn wait_for_result(
     message_id: &str,
     wait: Duration,
     events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<super::events::Event>>,
-) -> Result<Option<Value>, GatewayError> {
+) -> Result<Option<TaskResult>, GatewayError> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         if let Some(result) = result_of(gw, message_id).await? {

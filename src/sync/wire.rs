@@ -229,6 +229,7 @@ fn empty_object() -> Value {
 /// `TASK_RESULT` payload: the outcome of a `TASK_REQUEST`, sealed back to the requester.
 /// Exactly one of `result` (when `ok`) and `error` is present.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct TaskResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<TaskError>,
@@ -250,6 +251,7 @@ pub struct TaskResult {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct TaskError {
     pub code: String,
     pub message: String,

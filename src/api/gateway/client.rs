@@ -54,7 +54,7 @@ pub async fn tool_call(
             message_id,
             tool_name,
             result,
-        } => Json(ToolCallAnswer::new(message_id, tool_name, &result)).into_response(),
+        } => Json(ToolCallAnswer::new(message_id, tool_name, result)).into_response(),
         ToolCallOutcome::Queued { message_id, job_id } => accepted(ToolCallQueued {
             job_id,
             message_id,

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::gateway::enroll::{EnrollmentRecord, RecordState};
 use crate::gateway::fleet::{MessageView, NodeView};
-use crate::sync::wire::InboxRecord;
+use crate::sync::wire::{InboxRecord, TaskError, TaskResult};
 
 #[derive(Debug, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -37,33 +37,33 @@ pub struct ToolCallBody {
     pub token: Option<String>,
 }
 
-/// `POST /v1/tool_call` 200: the node's result in the node's own answer shape, read from
-/// the `TASK_RESULT` as the node sent it.
+/// `POST /v1/tool_call` 200: the node's `TASK_RESULT`, with the call's message id and
+/// tool.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct ToolCallAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<Value>,
+    pub error: Option<TaskError>,
     pub evidence: Value,
-    pub job_id: Value,
+    pub job_id: String,
     pub message_id: String,
     pub ok: bool,
-    /// Present (possibly `null`) when the node's result has it.
+    /// Present (possibly `null`) exactly when the call succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     pub tool_name: String,
 }
 
 impl ToolCallAnswer {
-    /// The answer for the node's `TASK_RESULT` `r` to call `message_id`.
-    pub fn new(message_id: String, tool_name: String, r: &Value) -> Self {
+    /// The answer for the node's result `r` to call `message_id`.
+    pub fn new(message_id: String, tool_name: String, r: TaskResult) -> Self {
         Self {
-            error: r.get("error").cloned(),
-            evidence: r.get("evidence").cloned().unwrap_or(Value::Null),
-            job_id: r.get("job_id").cloned().unwrap_or(Value::Null),
+            error: r.error,
+            evidence: r.evidence,
+            job_id: r.job_id,
             message_id,
-            ok: r.get("ok").and_then(|o| o.as_bool()).unwrap_or(false),
-            result: r.get("result").cloned(),
+            ok: r.ok,
+            result: r.result,
             tool_name,
         }
     }
@@ -116,7 +116,7 @@ pub struct MessageAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
+    pub result: Option<TaskResult>,
     pub state: &'static str,
 }
 
