@@ -26,10 +26,14 @@
 //!   [`Queued::Duplicate`] and nothing is written.
 
 pub mod embedded;
+#[cfg(feature = "postgres")]
+pub mod embedded_snapshot;
 mod enrollments;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod shared;
+#[cfg(feature = "postgres")]
+pub mod snapshot;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -10,31 +10,16 @@
 //! uploads (a node re-sending an upload the old gateway already took is deduplicated by
 //! the node's own outbox state, which only forgets it once acknowledged).
 
-use std::collections::BTreeSet;
-
-use super::super::{JobRecord, StateError};
+use super::super::snapshot::Snapshot;
+use super::super::StateError;
 use super::{i, unavailable, Postgres};
 use crate::audit::{leaf_hash, Frontier};
-use crate::envelope::TrustStore;
-use crate::store::names::{
-    KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS, KV_GW_REQUESTS, KV_GW_RESULTS,
-    KV_GW_REVOCATIONS, Q_GATEWAY_INBOX, Q_TO_NODE,
-};
-use crate::store::{Store, StoredMessage};
+use crate::store::names::{Q_GATEWAY_INBOX, Q_TO_NODE};
+use crate::store::StoredMessage;
 
-/// Everything the embedded store holds that moves.
-pub struct Snapshot {
-    pub messages: Vec<StoredMessage>,
-    pub jobs: Vec<(String, JobRecord)>,
-    pub requests: Vec<(String, String)>,
-    pub results: Vec<(String, Vec<u8>)>,
-    pub revocations: Vec<(u64, String)>,
-    pub trust: TrustStore,
-    pub audit: Vec<AuditCopy>,
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
+    StateError::Corrupt(format!("{what}: {e}"))
 }
-
-/// One node's audit copy: its id, entries in index order, checkpoints `(size, note)`.
-pub type AuditCopy = (String, Vec<Vec<u8>>, Vec<(u64, String)>);
 
 /// What was copied, and the audit roots compared.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -46,91 +31,6 @@ pub struct Report {
     pub peers: u64,
     pub audit_nodes: u64,
     pub audit_entries: u64,
-}
-
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
-    StateError::Corrupt(format!("{what}: {e}"))
-}
-
-impl Snapshot {
-    /// Read it from a stopped gateway's store.
-    pub fn read(store: &Store) -> Result<Snapshot, StateError> {
-        let mut messages = Vec::new();
-        for q in [Q_TO_NODE, Q_GATEWAY_INBOX] {
-            let mut after: Option<String> = None;
-            loop {
-                let page = store.list(q, None, after.as_deref(), 1000)?;
-                messages.extend(page.items);
-                match page.next {
-                    Some(n) => after = Some(n),
-                    None => break,
-                }
-            }
-        }
-        let jobs = store
-            .kv_list(KV_GW_JOBS)?
-            .into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    k,
-                    serde_json::from_slice(&v).map_err(|e| corrupt("job", e))?,
-                ))
-            })
-            .collect::<Result<_, StateError>>()?;
-        let requests = store
-            .kv_list(KV_GW_REQUESTS)?
-            .into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-            .collect();
-        let results = store.kv_list(KV_GW_RESULTS)?;
-        let revocations = store
-            .kv_list(KV_GW_REVOCATIONS)?
-            .into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    k.parse().map_err(|e| corrupt("revocation version", e))?,
-                    String::from_utf8_lossy(&v).into_owned(),
-                ))
-            })
-            .collect::<Result<_, StateError>>()?;
-        let trust = crate::daemon::trust::load(store).map_err(|e| corrupt("trust store", e))?;
-        // Audit copies exist for enrolled nodes (and any node with messages).
-        let nodes: BTreeSet<String> = trust
-            .list()
-            .map(|p| p.doc.node_id.clone())
-            .chain(messages.iter().map(|m| m.peer.clone()))
-            .collect();
-        let mut audit = Vec::new();
-        for n in nodes {
-            let entries: Vec<Vec<u8>> = store
-                .kv_list(&format!("{KV_GW_AUDIT_PREFIX}{n}"))?
-                .into_iter()
-                .map(|(_, v)| v)
-                .collect();
-            let cps = store
-                .kv_list(&format!("{KV_GW_AUDIT_CHECKPOINTS_PREFIX}{n}"))?
-                .into_iter()
-                .map(|(k, v)| {
-                    Ok((
-                        k.parse().map_err(|e| corrupt("checkpoint size", e))?,
-                        String::from_utf8_lossy(&v).into_owned(),
-                    ))
-                })
-                .collect::<Result<Vec<_>, StateError>>()?;
-            if !entries.is_empty() || !cps.is_empty() {
-                audit.push((n, entries, cps));
-            }
-        }
-        Ok(Snapshot {
-            messages,
-            jobs,
-            requests,
-            results,
-            revocations,
-            trust,
-            audit,
-        })
-    }
 }
 
 fn root(entries: &[Vec<u8>]) -> [u8; 32] {
