@@ -4,7 +4,6 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::app::error::NodeError;
 use crate::envelope::{OpenError, TimeStatement};
@@ -76,22 +75,43 @@ impl ApiError {
     }
 }
 
+/// The one error body: `{"ok":false,"error":{"code":..,"message":..}}` (PROTOCOL §10).
+#[derive(Debug, serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct ErrorBody<'a> {
+    /// Always `false`.
+    pub ok: bool,
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct ErrorDetail<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+    /// A 401 `clock_skew`'s signed time of the gateway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<&'a TimeStatement>,
+}
+
 impl ApiError {
-    /// The one error body: `{"ok":false,"error":{"code":..,"message":..}}`. Also written
-    /// by hand by the HTTP edge for requests that never reach a router.
-    pub fn body_json(&self) -> serde_json::Value {
-        let mut body = json!({"ok": false, "error": {"code": self.code, "message": self.message}});
-        if let Some(t) = &self.time {
-            body["error"]["time"] = json!(t);
+    /// The error's body; also written by hand by the HTTP edge for requests that never
+    /// reach a router.
+    pub fn body(&self) -> ErrorBody<'_> {
+        ErrorBody {
+            ok: false,
+            error: ErrorDetail {
+                code: self.code,
+                message: &self.message,
+                time: self.time.as_deref(),
+            },
         }
-        body
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = self.body_json();
-        let mut resp = (self.status, axum::Json(body)).into_response();
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after_s {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);

@@ -482,6 +482,32 @@ fn check(role: &str, doc: &Value, cases: &[Case]) -> Vec<String> {
     out
 }
 
+/// Every error answer of both documents is `components/schemas/Error`: it matches the
+/// one error body the code writes (`api::error::ErrorBody`).
+#[test]
+fn the_error_schema_matches_the_error_body() {
+    let rust = of::<crate::api::error::ErrorBody<'static>>(Dir::Answer);
+    let mut problems = Vec::new();
+    for (role, doc, _) in roles() {
+        let doc: Value = serde_json::from_str(doc).unwrap();
+        let cx = Cx {
+            doc: &doc,
+            rust: &rust,
+            dir: Dir::Answer,
+        };
+        let mut diffs = Vec::new();
+        cx.compare(
+            "",
+            &doc["components"]["schemas"]["Error"],
+            &rust,
+            false,
+            &mut diffs,
+        );
+        problems.extend(diffs.into_iter().map(|d| format!("{role} Error: {d}")));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// A property renamed, added, dropped, retyped or made optional on one side only fails
 /// here, naming the route, the status and the property.
 #[test]

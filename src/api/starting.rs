@@ -6,8 +6,8 @@
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
 
+use super::health::Health;
 use super::ApiError;
 pub use crate::daemon::starting::Starting;
 
@@ -19,8 +19,8 @@ pub fn router(starting: Starting) -> Router {
         .with_state(starting)
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 async fn not_ready(axum::extract::State(s): axum::extract::State<Starting>) -> ApiError {

@@ -75,7 +75,7 @@ impl<IO> Guard<IO> {
 
 /// A complete HTTP/1.1 response carrying `e` in the JSON error shape, closing.
 pub fn raw_response(e: &ApiError) -> Vec<u8> {
-    let body = serde_json::to_vec(&e.body_json()).unwrap_or_default();
+    let body = serde_json::to_vec(&e.body()).unwrap_or_default();
     let mut out = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         e.status.as_u16(),
