@@ -304,7 +304,8 @@ fn repeat(
     Ok((k.message_id, k.expires_at_ms))
 }
 
-/// Tool calls and commands for nodes: sealed, queued durably, answered when the node's result comes in.
+/// Tool calls and commands for nodes: sealed, queued durably, answered when the node's
+/// result comes in.
 pub struct Commands<'g>(pub(super) &'g Gateway);
 
 impl Gateway {

@@ -286,7 +286,8 @@ impl Delivery<'_> {
     }
 }
 
-/// What nodes take from the gateway: their queue on long-polls, acks, the revocation list; and revoking a token.
+/// What nodes take from the gateway: their queue on long-polls, acks, the revocation
+/// list; and revoking a token.
 pub struct Delivery<'g>(pub(super) &'g Arc<Gateway>);
 
 impl Gateway {

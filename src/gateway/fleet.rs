@@ -118,7 +118,8 @@ impl Fleet<'_> {
     }
 }
 
-/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the console show. Reads only.
+/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the
+/// console show. Reads only.
 pub struct Fleet<'g>(pub(super) &'g Gateway);
 
 impl Gateway {
