@@ -68,7 +68,7 @@ impl Gateway {
     /// Shared state: tell the other replicas that this one holds a long-poll of `node`
     /// for up to `wait_ms` (at the pull's start). Returns the claim written, for
     /// [`Gateway::poll_abandoned`].
-    pub async fn share_polling(&self, node: &str, wait_ms: u64) -> Option<u64> {
+    pub(super) async fn share_polling(&self, node: &str, wait_ms: u64) -> Option<u64> {
         let replicas = self.state.replicas()?;
         let now = self.now_ms();
         let until = now + wait_ms + POLLING_GRACE_MS;
@@ -86,7 +86,7 @@ impl Gateway {
 
     /// Liveness, last heard and "holding a long-poll" of each node, as every replica
     /// sees them (this one's memory, merged with the shared state's view).
-    pub async fn liveness_of(
+    pub(super) async fn liveness_of(
         &self,
         nodes: &[String],
     ) -> HashMap<String, (Liveness, Option<u64>, bool)> {
@@ -114,7 +114,7 @@ impl Gateway {
 
     /// Can `node` be handed a message this moment (polling at any replica, or between
     /// two polls)?
-    pub async fn reachable(&self, node_id: &str) -> bool {
+    pub(super) async fn reachable(&self, node_id: &str) -> bool {
         let now = self.now_ms();
         let ids = [node_id.to_string()];
         let (_, last, polling) = self
@@ -128,7 +128,7 @@ impl Gateway {
     }
 
     /// Is `node` online at any replica?
-    pub async fn online(&self, node_id: &str) -> bool {
+    pub(super) async fn online(&self, node_id: &str) -> bool {
         let ids = [node_id.to_string()];
         self.liveness_of(&ids)
             .await
@@ -136,7 +136,7 @@ impl Gateway {
             .is_some_and(|l| l.0 == Liveness::Online)
     }
 
-    pub fn poll_started(&self, node_id: &str) {
+    pub(super) fn poll_started(&self, node_id: &str) {
         let mut g = lock(&self.live);
         let e = g.entry(node_id.to_string()).or_default();
         e.polling += 1;
@@ -144,7 +144,7 @@ impl Gateway {
     }
 
     /// A long-poll was answered: the node is between two polls.
-    pub fn poll_ended(&self, node_id: &str) {
+    pub(super) fn poll_ended(&self, node_id: &str) {
         let now = self.now_ms();
         let mut g = lock(&self.live);
         let e = g.entry(node_id.to_string()).or_default();
@@ -156,7 +156,7 @@ impl Gateway {
     /// or gave up on it): not polling, and not between two polls either. A shared
     /// state's claim `claimed_until_ms` (from [`Gateway::share_polling`]) is withdrawn
     /// unless a newer poll replaced it.
-    pub fn poll_abandoned(self: &Arc<Self>, node_id: &str, claimed_until_ms: Option<u64>) {
+    pub(super) fn poll_abandoned(self: &Arc<Self>, node_id: &str, claimed_until_ms: Option<u64>) {
         {
             let mut g = lock(&self.live);
             let e = g.entry(node_id.to_string()).or_default();
@@ -182,12 +182,12 @@ impl Gateway {
     }
 
     /// Holding a long-poll right now: a message queued now goes out at once.
-    pub fn polling(&self, node_id: &str) -> bool {
+    pub(super) fn polling(&self, node_id: &str) -> bool {
         lock(&self.live).get(node_id).is_some_and(|e| e.polling > 0)
     }
 
     /// Emit `node_offline` for nodes that stopped being online (called by the sweeper).
-    pub async fn check_offline(&self) {
+    pub(super) async fn check_offline(&self) {
         let now = self.now_ms();
         if let Some(replicas) = self.state.replicas() {
             let silent_since = now.saturating_sub(super::liveness::ONLINE_MS);

@@ -96,7 +96,7 @@ pub struct NodeWake {
 }
 
 impl Gateway {
-    pub fn new(
+    pub(super) fn new(
         cfg: Config,
         state: Arc<dyn GatewayState>,
         keys: Keys,
@@ -167,7 +167,7 @@ impl Gateway {
     }
 
     /// This gateway's identity document as nodes are given it.
-    pub fn identity(&self) -> IdentityDocument {
+    pub(super) fn identity(&self) -> IdentityDocument {
         self.published
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -225,7 +225,7 @@ impl Gateway {
         }
     }
 
-    pub fn skew_ms(&self) -> u64 {
+    pub(super) fn skew_ms(&self) -> u64 {
         self.cfg.max_clock_skew_s * 1000
     }
 
@@ -245,7 +245,7 @@ impl Gateway {
     /// Wait until the events published so far are committed (a database-backed state;
     /// at once otherwise). Handlers call it before answering, so a replica killed right
     /// after its answer has not lost the events of what it answered for.
-    pub async fn events_committed(&self) {
+    pub(super) async fn events_committed(&self) {
         if let Some(rx) = self.events.flushed() {
             if tokio::time::timeout(std::time::Duration::from_secs(5), rx)
                 .await
@@ -256,14 +256,14 @@ impl Gateway {
         }
     }
 
-    pub fn trust(&self) -> Arc<TrustStore> {
+    pub(super) fn trust(&self) -> Arc<TrustStore> {
         self.trust.get(self.now_ms())
     }
 
     /// A lookup of `node_id` missed (unknown, or known with other keys): `outpost trust
     /// add` may have written the peers since they were read (in another process, or
     /// through another replica). Read them again before refusing.
-    pub async fn recheck_trust(&self, node_id: &str) {
+    pub(super) async fn recheck_trust(&self, node_id: &str) {
         if let Some(replicas) = self.state.replicas() {
             if let Err(e) = replicas.refresh_peer(node_id).await {
                 tracing::warn!(event = "trust_reload_failed", node = %node_id, error = %e);
@@ -274,12 +274,12 @@ impl Gateway {
 
     /// A token's issuer was unknown: read the peers again (this replica's copy; a
     /// database-backed gateway's copy follows the database's `NOTIFY`).
-    pub fn recheck_issuers(&self) {
+    pub(super) fn recheck_issuers(&self) {
         self.trust.recheck(self.now_ms());
     }
 
     /// An enrolled node: in the trust store with role `node`.
-    pub async fn enrolled(&self, node_id: &str) -> Option<IdentityDocument> {
+    pub(super) async fn enrolled(&self, node_id: &str) -> Option<IdentityDocument> {
         let find = |t: &TrustStore| {
             t.get(node_id)
                 .filter(|p| p.doc.role == "node")
@@ -292,7 +292,7 @@ impl Gateway {
         find(&self.trust())
     }
 
-    pub fn waker(&self, node_id: &str) -> Arc<NodeWake> {
+    pub(super) fn waker(&self, node_id: &str) -> Arc<NodeWake> {
         lock(&self.wake)
             .entry(node_id.to_string())
             .or_default()
@@ -300,27 +300,27 @@ impl Gateway {
     }
 
     /// Wake every long-poll (after notices may have been missed): each looks again.
-    pub fn wake_all(&self) {
+    pub(super) fn wake_all(&self) {
         for w in lock(&self.wake).values() {
             w.queued.notify_waiters();
         }
     }
 
     /// Wake a node's long-polls: something was queued for it.
-    pub fn wake_node(&self, node_id: &str) {
+    pub(super) fn wake_node(&self, node_id: &str) {
         self.waker(node_id).queued.notify_waiters();
     }
 
     /// Pull number `pull` of `node_id` began (here or at another replica): the node's
     /// older long-polls held here answer empty without asking the store.
-    pub fn pull_begun(&self, node_id: &str, pull: u64) {
+    pub(super) fn pull_begun(&self, node_id: &str, pull: u64) {
         let w = self.waker(node_id);
         if w.newest_pull.fetch_max(pull, Ordering::AcqRel) < pull {
             w.pulled.notify_waiters();
         }
     }
 
-    pub fn mark_live_sent(&self, message_id: &str) {
+    pub(super) fn mark_live_sent(&self, message_id: &str) {
         let mut g = lock(&self.live_sent);
         if g.len() > 100_000 {
             g.clear();
@@ -331,11 +331,11 @@ impl Gateway {
     /// `was_stored` for an acked message: false only if the node was holding a
     /// long-poll when it was enqueued (it went straight out); true if it waited.
     /// [`Gateway::take_was_stored`] without forgetting it (before the ack commits).
-    pub fn was_stored(&self, message_id: &str) -> bool {
+    pub(super) fn was_stored(&self, message_id: &str) -> bool {
         !lock(&self.live_sent).contains(message_id)
     }
 
-    pub fn take_was_stored(&self, message_id: &str) -> bool {
+    pub(super) fn take_was_stored(&self, message_id: &str) -> bool {
         !lock(&self.live_sent).remove(message_id)
     }
 }
