@@ -328,7 +328,7 @@ pub struct Missed {
 
 /// The events after `after`: from memory, or from the replicas' shared state when
 /// memory does not reach back that far.
-pub async fn missed(gw: &super::Gateway, after: u64) -> Missed {
+pub(super) async fn missed(gw: &super::Gateway, after: u64) -> Missed {
     let (mut kept, complete) = gw.events.replay(after);
     if complete {
         return Missed {

@@ -94,6 +94,12 @@ impl Fleet<'_> {
 }
 
 impl Fleet<'_> {
+    /// The events after `after` a resuming dashboard or console page missed: from
+    /// memory, or from the replicas' shared state when memory does not reach back.
+    pub async fn events_after(&self, after: u64) -> super::events::Missed {
+        super::events::missed(self.0, after).await
+    }
+
     /// `GET /v1/status` of a gateway: the node's shape where it applies.
     pub async fn status(&self) -> Result<Status, GatewayError> {
         let gw = self.0;

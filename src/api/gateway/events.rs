@@ -14,7 +14,7 @@ use crate::gateway::Gateway;
 /// The frames a subscriber resuming after `after` missed (a `lagged` frame first when
 /// some are gone for good), then the id of the newest one.
 pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
-    let missed = crate::gateway::events::missed(gw, after).await;
+    let missed = gw.fleet().events_after(after).await;
     let mut frames = Vec::with_capacity(missed.events.len() + 1);
     if missed.lagged {
         frames.push(lagged_frame(None));
