@@ -6,10 +6,12 @@
 //! transaction ([`GatewayState::enroll`]), so uses are counted exactly once across
 //! replicas and a repeated request (a lost answer) finds its first answer.
 
+use std::net::IpAddr;
+
 use serde::{Deserialize, Serialize};
 
-mod bucket;
-pub use bucket::{Bucket, BUCKET_BURST, BUCKET_PER_S};
+mod admission;
+pub use admission::{Admission, Admitted, Throttle};
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
@@ -220,8 +222,11 @@ impl Enrollment<'_> {
     /// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
     /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
     /// the answer to a node's request.
-    pub fn hello(&self, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
+    pub fn hello(&self, from: IpAddr, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
         let gw = self.0;
+        gw.admission
+            .hello(from, gw.now_ms())
+            .map_err(|t| throttled(gw, "hello", t))?;
         let nonce_ok = (1..=64).contains(&nonce.len())
             && nonce
                 .bytes()
@@ -253,11 +258,26 @@ pub struct Answered {
 
 impl Enrollment<'_> {
     /// `POST /v1/enroll`.
-    pub async fn enroll(&self, req: crate::enroll::Request) -> Result<Answered, GatewayError> {
+    pub async fn enroll(
+        &self,
+        from: IpAddr,
+        req: crate::enroll::Request,
+    ) -> Result<Answered, GatewayError> {
         let gw = self.0;
+        let admitted = gw
+            .admission
+            .request(from, gw.now_ms())
+            .map_err(|t| throttled(gw, "enroll", t))?;
+        let must_prove = admitted == Admitted::TokenMustProve;
         let node = req.node;
         let refused = |code: &'static str, msg: String| {
-            tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
+            // Over its address's budget a stranger's refusals are counted, not logged one
+            // by one (a flood would fill the journal).
+            if must_prove {
+                gw.metrics.throttled_total.inc(&["enroll", code]);
+            } else {
+                tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
+            }
             GatewayError::Enroll(code, msg)
         };
         let token = open_request(gw, &node, req.envelope)?;
@@ -276,6 +296,17 @@ impl Enrollment<'_> {
                 "the token was not issued by this gateway".into(),
             ));
         }
+        if must_prove
+            && (now >= token.claims.expires_at_ms || gw.admission.is_dead(&token.claims.id))
+        {
+            return Err(throttled(gw, "enroll", Throttle::Token));
+        }
+        // A bounded number of decisions at once: the rest of the pool is delivery's.
+        let _slot = gw
+            .admission
+            .slot()
+            .await
+            .map_err(|t| throttled(gw, "enroll", t))?;
         let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
         let token_id = token.claims.id.clone();
         let decide = move |f: &Facts<'_>| decide(f, &token_id);
@@ -285,6 +316,12 @@ impl Enrollment<'_> {
             .await?;
         let record = match decision {
             Decision::Refuse(code, msg) => {
+                if matches!(
+                    code,
+                    codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
+                ) {
+                    gw.admission.mark_dead(&token.claims.id);
+                }
                 gw.publish(GatewayEvent::Enrollment {
                     node_id: node.node_id.clone(),
                     outcome: "refused".into(),
@@ -301,6 +338,12 @@ impl Enrollment<'_> {
         };
         Ok(answer(gw, &record))
     }
+}
+
+/// Count a request held back, and say why.
+fn throttled(gw: &Gateway, route: &'static str, t: Throttle) -> GatewayError {
+    gw.metrics.throttled_total.inc(&[route, t.as_str()]);
+    GatewayError::Throttled(t)
 }
 
 /// Check the request's document and open its envelope: the sealed token text. Opening

@@ -38,18 +38,6 @@ fn facts<'a>(node: &'a IdentityDocument, token: Option<&'a TokenRecord>) -> Fact
 }
 
 #[test]
-fn the_bucket_allows_a_burst_then_the_rate() {
-    let mut b = Bucket::default();
-    let t0 = 1_000_000;
-    let burst = (0..200).filter(|_| b.take(t0)).count();
-    assert_eq!(burst, BUCKET_BURST as usize);
-    assert!(!b.take(t0));
-    // One second later: the sustained rate's worth.
-    let next = (0..200).filter(|_| b.take(t0 + 1_000)).count();
-    assert_eq!(next, BUCKET_PER_S as usize);
-}
-
-#[test]
 fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
     let k = Keys::generate();
     let d = doc("node:pump-1", &k);

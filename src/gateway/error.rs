@@ -55,6 +55,9 @@ pub enum GatewayError {
     /// An enrollment (or a retired node's request) refused with a code of PROTOCOL §15.4.
     #[error("{1}")]
     Enroll(&'static str, String),
+    /// An unauthenticated request held back before any work (PROTOCOL §15.3).
+    #[error("{}", throttle_message(*.0))]
+    Throttled(super::enroll::Throttle),
     /// A bearer token that does not allow the request (PROTOCOL §4).
     #[error("{message}")]
     Denied {
@@ -70,6 +73,15 @@ pub enum GatewayError {
     /// Something that should not happen (sealing to a verified identity failed…).
     #[error("{0}")]
     Internal(String),
+}
+
+fn throttle_message(t: super::enroll::Throttle) -> &'static str {
+    use super::enroll::Throttle;
+    match t {
+        Throttle::Address => "too many enrollment requests from this address; retry in a few seconds",
+        Throttle::Token => "too many enrollment requests from this address, and this one's token is not one this gateway still honours",
+        Throttle::Busy => "the gateway is deciding as many enrollments as it takes at once; retry in a few seconds",
+    }
 }
 
 impl From<crate::store::StoreError> for GatewayError {

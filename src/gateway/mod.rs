@@ -38,6 +38,7 @@ pub mod node_auth;
 pub mod own_audit;
 pub mod retire;
 pub mod rotation;
+pub mod source_budget;
 pub mod state;
 pub mod storage;
 pub mod sweeper;

@@ -68,8 +68,8 @@ pub struct Gateway {
     /// token with every command (time window, audience, scope and revocation are still
     /// decided on each request).
     pub(super) verify_cache: crate::token::VerifyCache,
-    /// Unauthenticated enrollment requests answered (rate limit).
-    enroll_bucket: Mutex<super::enroll::Bucket>,
+    /// Who gets an enrollment answer while strangers flood (budgets, decision slots).
+    pub(super) admission: super::enroll::Admission,
 }
 
 /// The stored identity with the current TLS pin; a data dir without its stored
@@ -78,6 +78,14 @@ fn published_or_own(cfg: &Config, keys: &Keys) -> IdentityDocument {
     crate::daemon::files::published_identity(cfg, keys).unwrap_or_else(|_| {
         IdentityDocument::new(&cfg.node_id, "gateway", keys, "1970-01-01T00:00:00Z")
     })
+}
+
+/// Enrollment decisions in flight at once: a quarter of the database pool (the rest
+/// stays for delivery, uploads and the console), four on the embedded store.
+fn enroll_slots(cfg: &Config) -> usize {
+    cfg.gateway_db
+        .as_ref()
+        .map_or(4, |db| (db.pool as usize / 4).max(1))
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,6 +112,7 @@ impl Gateway {
         shutdown: CancellationToken,
     ) -> Self {
         let skew_ms = cfg.max_clock_skew_s * 1000;
+        let slots = enroll_slots(&cfg);
         let published = published_or_own(&cfg, &keys);
         let started_ms = state.now_ms();
         let (events, event_writer) = if state.replicas().is_some() {
@@ -135,7 +144,7 @@ impl Gateway {
             ready: AtomicBool::new(false),
             job_locks: crate::keyed_lock::KeyedLocks::new(),
             verify_cache: crate::token::VerifyCache::new(1024),
-            enroll_bucket: Mutex::new(super::enroll::Bucket::default()),
+            admission: super::enroll::Admission::new(slots, started_ms),
         }
     }
 
@@ -159,11 +168,6 @@ impl Gateway {
     /// Fires when the gateway begins to shut down (long-polls and streams end on it).
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
-    }
-
-    /// May one more unauthenticated enrollment request be answered now?
-    pub fn enroll_attempt_allowed(&self) -> bool {
-        lock(&self.enroll_bucket).take(self.now_ms())
     }
 
     /// This gateway's identity document as nodes are given it.

@@ -189,7 +189,8 @@ const DURATION_BUCKETS: &[f64] = &[
 
 /// Declares every metric family once: the struct field, its registration and its place
 /// in the exposition all come from one line, so a metric cannot be added and then
-/// silently never exported. `node` marks families a gateway does not export.
+/// silently never exported. `node` marks families a gateway does not export, `gateway`
+/// those a node does not.
 macro_rules! families {
     ($($field:ident: $kind:literal $name:literal [$($label:literal),*] $scope:ident $help:literal;)*) => {
         /// Every metric outpost exports (OPERATIONS). Names follow one rule:
@@ -217,14 +218,16 @@ macro_rules! families {
                 }
             }
 
-            /// Each family with whether only a node exports it, in exposition order.
-            fn families(&self) -> Vec<(&Family, bool)> {
-                vec![$((&self.$field, families!(@node $scope)),)*]
+            /// Each family with the role that exports it (`None`: both), in exposition
+            /// order.
+            fn families(&self) -> Vec<(&Family, Option<bool>)> {
+                vec![$((&self.$field, families!(@only $scope)),)*]
             }
         }
     };
-    (@node node) => { true };
-    (@node both) => { false };
+    (@only node) => { Some(false) };
+    (@only gateway) => { Some(true) };
+    (@only both) => { None };
 }
 
 families! {
@@ -258,6 +261,8 @@ families! {
         "Bytes of stored tool results, against queue.max_result_store_bytes.";
     store_quarantined_records: "gauge" "outpost_store_quarantined_records" [] both
         "Corrupt records moved to quarantine since the store was created.";
+    throttled_total: "counter" "outpost_throttled_total" ["route", "reason"] gateway
+        "Unauthenticated requests (enrollment, console sign-in) refused or held back before any work, by route and reason.";
 }
 
 impl Default for Metrics {
@@ -292,8 +297,8 @@ impl Metrics {
     /// Prometheus text exposition format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        for (f, node_only) in self.families() {
-            if !(self.gateway && node_only) {
+        for (f, only) in self.families() {
+            if only.is_none_or(|gateway| gateway == self.gateway) {
                 f.render(&mut out);
             }
         }

@@ -1,10 +1,11 @@
 //! Enrollment routes (PROTOCOL §15): the node-facing exchange (`GET`/`POST /v1/enroll`,
-//! unauthenticated and rate-limited: a node has no credential yet) and the operator's
+//! unauthenticated, budgeted per client address: a node has no credential yet) and the operator's
 //! (`admin` scope): pending enrollments, approve / reject, retiring a node.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,17 +19,6 @@ use crate::enroll::{Hello, Standing};
 use crate::gateway::Gateway;
 use crate::token::Need;
 
-fn limited(gw: &Gateway) -> Result<(), ApiError> {
-    if gw.enroll_attempt_allowed() {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "rate_limited",
-        "too many enrollment requests; retry in a few seconds",
-    ))
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HelloQuery {
@@ -39,19 +29,23 @@ pub struct HelloQuery {
 /// `GET /v1/enroll?node_id=&nonce=`: the gateway's identity document and its time.
 pub async fn hello(
     State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     QueryParams(q): QueryParams<HelloQuery>,
 ) -> ApiResult<Json<Hello>> {
-    limited(&gw)?;
-    Ok(Json(gw.enrollment().hello(&q.node_id, &q.nonce)?))
+    Ok(Json(gw.enrollment().hello(
+        peer.ip(),
+        &q.node_id,
+        &q.nonce,
+    )?))
 }
 
 /// `POST /v1/enroll`: 200 enrolled, 202 pending (both signed), or a refusal code.
 pub async fn enroll(
     State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     JsonBody(req): JsonBody<crate::enroll::Request>,
 ) -> ApiResult<Response> {
-    limited(&gw)?;
-    let a = gw.enrollment().enroll(req).await?;
+    let a = gw.enrollment().enroll(peer.ip(), req).await?;
     let status = match a.standing {
         Standing::Enrolled => StatusCode::OK,
         Standing::Pending => StatusCode::ACCEPTED,

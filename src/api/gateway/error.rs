@@ -69,10 +69,21 @@ impl From<GatewayError> for ApiError {
             GatewayError::Enroll(code, _) => {
                 let status = match code {
                     crate::enroll::codes::DUPLICATE_NODE_ID => StatusCode::CONFLICT,
-                    "rate_limited" => StatusCode::TOO_MANY_REQUESTS,
                     _ => StatusCode::FORBIDDEN,
                 };
                 ApiError::new(status, code, msg)
+            }
+            GatewayError::Throttled(t) => {
+                let (status, code) = match t {
+                    crate::gateway::enroll::Throttle::Busy => {
+                        (StatusCode::SERVICE_UNAVAILABLE, "busy")
+                    }
+                    _ => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+                };
+                ApiError {
+                    retry_after_s: Some(2),
+                    ..ApiError::new(status, code, msg)
+                }
             }
             GatewayError::Denied { code, message } => {
                 ApiError::new(crate::api::error::deny_status(code), code.as_str(), message)
