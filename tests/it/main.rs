@@ -15,6 +15,7 @@ mod demo;
 mod diskfull;
 mod docs;
 mod enroll;
+mod enroll_flood;
 mod failover;
 mod gateway;
 mod gateway_audit;

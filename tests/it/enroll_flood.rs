@@ -1,0 +1,250 @@
+//! Enrollment under a flood (PROTOCOL §15.3): strangers at several addresses flood the
+//! hello and the request with forged and spent tokens, while real devices enroll. Every
+//! real device must enroll within the bound PROTOCOL states, and a request that carries
+//! a token the gateway honours is decided even from a flooding address.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outpost::clock::{Clock, SystemClock};
+use outpost::enroll::{Request, Sealed, Token, PAYLOAD_TYPE};
+use outpost::envelope::{seal, IdentityDocument, Keys, SealParams};
+
+use crate::harness::{text, Daemon, Home};
+use crate::self_enroll::{enrolling_node, enrollment_becomes, gateway, gw_url, make_token};
+
+/// PROTOCOL §15.3: a device at an address that is not flooding enrolls within this.
+const BOUND: Duration = Duration::from_secs(10);
+
+fn client_from(ip: IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip)
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap()
+}
+
+fn loopback(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
+}
+
+/// The body of `POST /v1/enroll` for a fresh device `id` carrying `token`, sealed to
+/// the gateway `gw` (what a real device sends after its hello).
+fn request_body(gw: &IdentityDocument, id: &str, seed: u8, token: &str) -> Vec<u8> {
+    let keys = Keys::from_secret_bytes(&[seed; 32], &[seed.wrapping_add(7); 32]);
+    let me = IdentityDocument::new(id, "node", &keys, "2026-01-01T00:00:00Z");
+    let now = SystemClock.now_ms();
+    let plaintext = serde_json::to_vec(&Sealed {
+        token: token.to_string(),
+    })
+    .unwrap();
+    let params = SealParams {
+        message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
+        created_at_ms: now,
+        expires_at_ms: now + 600_000,
+        payload_type: PAYLOAD_TYPE.into(),
+        priority: 0,
+    };
+    let env = seal(&keys, id, gw, &params, &plaintext, &mut rand_core::OsRng).unwrap();
+    serde_json::to_vec(&Request {
+        node: me,
+        envelope: serde_json::to_value(&env).unwrap(),
+    })
+    .unwrap()
+}
+
+async fn post(c: &reqwest::Client, gwd: &Daemon, body: Vec<u8>) -> u16 {
+    c.post(gwd.url("/v1/enroll"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+/// A token signed by another gateway's key for this gateway's id: a forgery only the
+/// signature check tells apart.
+fn forged_token(gw_id: &str) -> String {
+    let other = Keys::from_secret_bytes(&[9; 32], &[10; 32]);
+    let claims = outpost::enroll::TokenClaims {
+        v: 1,
+        id: "et-forged".into(),
+        gateway_id: gw_id.into(),
+        gateway_fp: "x".into(),
+        tls_spki_sha256: None,
+        expires_at_ms: SystemClock.now_ms() + 3_600_000,
+        max_uses: 1000,
+        node_prefix: None,
+        approve: outpost::enroll::Approve::Auto,
+    };
+    Token::sign(&other, claims).to_text()
+}
+
+#[derive(Default)]
+struct Counts {
+    sent: AtomicU64,
+    throttled: AtomicU64,
+}
+
+/// Flood from `ip` until `until`: hellos, forged-token and spent-token requests, each
+/// loop as fast as the gateway answers; at most `cap` requests in all.
+fn flood(
+    ip: IpAddr,
+    gwd: &Daemon,
+    bodies: Arc<Vec<Vec<u8>>>,
+    until: Instant,
+    cap: u64,
+    counts: Arc<Counts>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let c = client_from(ip);
+    (0..8)
+        .map(|k| {
+            let c = c.clone();
+            let base = gwd.url("/v1/enroll");
+            let bodies = bodies.clone();
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                let mut i = k as usize;
+                while Instant::now() < until && counts.sent.load(Ordering::Relaxed) < cap {
+                    counts.sent.fetch_add(1, Ordering::Relaxed);
+                    let r = if i % 3 == 0 {
+                        c.get(format!("{base}?node_id=node:x{i}&nonce=n{i}"))
+                            .send()
+                            .await
+                    } else {
+                        c.post(&base)
+                            .header("content-type", "application/json")
+                            .body(bodies[i % bodies.len()].clone())
+                            .send()
+                            .await
+                    };
+                    if r.is_ok_and(|r| r.status() == 429) {
+                        counts.throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 8;
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn devices_enroll_while_strangers_at_four_addresses_flood() {
+    let (gw, gwd) = gateway();
+    let url = gw_url(&gwd);
+    let doc: IdentityDocument = serde_json::from_str(&gw.identity_json()).unwrap();
+    let valid = make_token(&gw, &["--ttl", "1h", "--max-uses", "10"]);
+    // A spent token: its one use taken by a device before the flood.
+    let spent = make_token(&gw, &["--ttl", "1h", "--max-uses", "1"]);
+    let c = client_from(loopback(1));
+    assert_eq!(
+        post(&c, &gwd, request_body(&doc, "node:first", 1, &spent)).await,
+        200
+    );
+    let forged = forged_token(&doc.node_id);
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..16u8)
+            .map(|i| {
+                let t = if i % 2 == 0 { &spent } else { &forged };
+                request_body(&doc, &format!("node:flood-{i}"), 100 + i, t)
+            })
+            .collect(),
+    );
+
+    // Long enough to outlast the bound; it stops as soon as the test has its answers.
+    let flood_for = BOUND + Duration::from_secs(4);
+    let until = Instant::now() + flood_for;
+    let counts = Arc::new(Counts::default());
+    let mut floods = Vec::new();
+    for n in 2..=5 {
+        floods.extend(flood(
+            loopback(n),
+            &gwd,
+            bodies.clone(),
+            until,
+            200_000,
+            counts.clone(),
+        ));
+    }
+    // Let the flood drain every address's burst first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = counts.sent.load(Ordering::Relaxed);
+
+    // Three real devices, as processes, at 127.0.0.1.
+    let devices: Vec<(Home, std::path::PathBuf)> = (0..3)
+        .map(|i| enrolling_node(&format!("node:real-{i}"), &url, &valid))
+        .collect();
+    let started = Instant::now();
+    let daemons: Vec<Daemon> = devices.iter().map(|(h, _)| h.start()).collect();
+    for d in &daemons {
+        enrollment_becomes(d, "enrolled").await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took <= BOUND,
+        "3 devices took {took:?} to enroll under a flood from 4 addresses (bound {BOUND:?})"
+    );
+    assert!(
+        Instant::now() < until,
+        "the flood ended before the devices enrolled ({took:?}): the test proves nothing"
+    );
+    let during = counts.sent.load(Ordering::Relaxed) - before;
+    let rate = during as f64 / took.as_secs_f64();
+
+    // A device behind a flooding address (one NAT with the flood): its request carries
+    // a token the gateway honours, and is decided.
+    let mut tries = 0;
+    let nat = client_from(loopback(2));
+    loop {
+        tries += 1;
+        let st = post(
+            &nat,
+            &gwd,
+            request_body(&doc, "node:behind-nat", 50, &valid),
+        )
+        .await;
+        if st == 200 {
+            break;
+        }
+        assert_eq!(st, 429, "only a throttle may hold it back");
+        assert!(tries < 50, "never decided from a flooding address");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for f in &floods {
+        f.abort();
+    }
+    for f in floods {
+        let _ = f.await;
+    }
+    let sent = counts.sent.load(Ordering::Relaxed);
+    let throttled = counts.throttled.load(Ordering::Relaxed);
+    eprintln!(
+        "flood: {sent} requests from 4 addresses ({throttled} answered 429), {rate:.0}/s while 3 devices enrolled in {took:?}; behind the flooding address: decided on try {tries}"
+    );
+    assert!(
+        throttled > sent / 2,
+        "the flood was not held back: {throttled} of {sent}"
+    );
+    // The real devices and the one behind the flooding address used the token, each
+    // once; nothing the flood sent was enrolled.
+    let o = gw.cli(&["enroll-token", "list", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let uses: Vec<u64> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["uses"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        uses.iter().sum::<u64>(),
+        5,
+        "1 spent + 3 devices + 1 behind the NAT: {uses:?}"
+    );
+}
