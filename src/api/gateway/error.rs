@@ -74,15 +74,15 @@ impl From<GatewayError> for ApiError {
                 ApiError::new(status, code, msg)
             }
             GatewayError::Throttled(t) => {
-                let (status, code) = match t {
+                let e = match t {
                     crate::gateway::enroll::Throttle::Busy => {
-                        (StatusCode::SERVICE_UNAVAILABLE, "busy")
+                        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", msg)
                     }
-                    _ => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+                    _ => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", msg),
                 };
                 ApiError {
                     retry_after_s: Some(2),
-                    ..ApiError::new(status, code, msg)
+                    ..e
                 }
             }
             GatewayError::Denied { code, message } => {
@@ -144,6 +144,16 @@ mod tests {
             (503, "recipient_offline")
         );
         assert_eq!(api(GatewayError::UnknownPeer), (401, "unauthorized"));
+        use crate::gateway::enroll::Throttle;
+        assert_eq!(
+            api(GatewayError::Throttled(Throttle::Address)),
+            (429, "rate_limited")
+        );
+        assert_eq!(
+            api(GatewayError::Throttled(Throttle::Token)),
+            (429, "rate_limited")
+        );
+        assert_eq!(api(GatewayError::Throttled(Throttle::Busy)), (503, "busy"));
         assert_eq!(
             api(StateError::Unavailable("down".into()).into()),
             (503, "storage_unavailable")
