@@ -37,6 +37,8 @@ mod browser;
 mod console;
 #[path = "../it/enroll.rs"]
 mod enroll;
+#[path = "../it/enroll_burst_pg.rs"]
+mod enroll_burst_pg;
 #[path = "../it/failover.rs"]
 mod failover;
 #[path = "../it/gateway.rs"]

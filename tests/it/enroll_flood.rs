@@ -3,68 +3,21 @@
 //! real device must enroll within the bound PROTOCOL states, and a request that carries
 //! a token the gateway honours is decided even from a flooding address.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outpost::clock::{Clock, SystemClock};
-use outpost::enroll::{Request, Sealed, Token, PAYLOAD_TYPE};
-use outpost::envelope::{seal, IdentityDocument, Keys, SealParams};
+use outpost::enroll::Token;
+use outpost::envelope::{IdentityDocument, Keys};
 
 use crate::harness::{text, Daemon, Home};
 use crate::self_enroll::{enrolling_node, enrollment_becomes, gateway, gw_url, make_token};
+use crate::sim::{client_from, enroll_body, loopback, post_enroll};
 
 /// PROTOCOL §15.3: a device at an address that is not flooding enrolls within this.
 const BOUND: Duration = Duration::from_secs(10);
-
-fn client_from(ip: IpAddr) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip)
-        .timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(64)
-        .build()
-        .unwrap()
-}
-
-fn loopback(n: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
-}
-
-/// The body of `POST /v1/enroll` for a fresh device `id` carrying `token`, sealed to
-/// the gateway `gw` (what a real device sends after its hello).
-fn request_body(gw: &IdentityDocument, id: &str, seed: u8, token: &str) -> Vec<u8> {
-    let keys = Keys::from_secret_bytes(&[seed; 32], &[seed.wrapping_add(7); 32]);
-    let me = IdentityDocument::new(id, "node", &keys, "2026-01-01T00:00:00Z");
-    let now = SystemClock.now_ms();
-    let plaintext = serde_json::to_vec(&Sealed {
-        token: token.to_string(),
-    })
-    .unwrap();
-    let params = SealParams {
-        message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
-        created_at_ms: now,
-        expires_at_ms: now + 600_000,
-        payload_type: PAYLOAD_TYPE.into(),
-        priority: 0,
-    };
-    let env = seal(&keys, id, gw, &params, &plaintext, &mut rand_core::OsRng).unwrap();
-    serde_json::to_vec(&Request {
-        node: me,
-        envelope: serde_json::to_value(&env).unwrap(),
-    })
-    .unwrap()
-}
-
-async fn post(c: &reqwest::Client, gwd: &Daemon, body: Vec<u8>) -> u16 {
-    c.post(gwd.url("/v1/enroll"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .unwrap_or(0)
-}
 
 /// A token signed by another gateway's key for this gateway's id: a forgery only the
 /// signature check tells apart.
@@ -142,7 +95,7 @@ async fn devices_enroll_while_strangers_at_four_addresses_flood() {
     let spent = make_token(&gw, &["--ttl", "1h", "--max-uses", "1"]);
     let c = client_from(loopback(1));
     assert_eq!(
-        post(&c, &gwd, request_body(&doc, "node:first", 1, &spent)).await,
+        post_enroll(&c, &gwd, enroll_body(&doc, "node:first", 1, &spent)).await,
         200
     );
     let forged = forged_token(&doc.node_id);
@@ -150,7 +103,7 @@ async fn devices_enroll_while_strangers_at_four_addresses_flood() {
         (0..16u8)
             .map(|i| {
                 let t = if i % 2 == 0 { &spent } else { &forged };
-                request_body(&doc, &format!("node:flood-{i}"), 100 + i, t)
+                enroll_body(&doc, &format!("node:flood-{i}"), 100 + u32::from(i), t)
             })
             .collect(),
     );
@@ -201,12 +154,7 @@ async fn devices_enroll_while_strangers_at_four_addresses_flood() {
     let nat = client_from(loopback(2));
     loop {
         tries += 1;
-        let st = post(
-            &nat,
-            &gwd,
-            request_body(&doc, "node:behind-nat", 50, &valid),
-        )
-        .await;
+        let st = post_enroll(&nat, &gwd, enroll_body(&doc, "node:behind-nat", 50, &valid)).await;
         if st == 200 {
             break;
         }

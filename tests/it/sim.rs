@@ -4,10 +4,12 @@
 
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use outpost::clock::{Clock, SystemClock};
-use outpost::envelope::{sign_request, IdentityDocument, Keys};
+use outpost::enroll::{Request, Sealed, PAYLOAD_TYPE};
+use outpost::envelope::{seal, sign_request, IdentityDocument, Keys, SealParams};
 use serde_json::{json, Value};
 
 use crate::harness::{http, text, Daemon, Home};
@@ -206,4 +208,59 @@ pub async fn node_sends(n: &Daemon, token: &str, k: i64) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+}
+
+/// The body of `POST /v1/enroll` for a fresh device `id` carrying `token`, sealed to
+/// the gateway `gw` (what a real device sends after its hello).
+pub fn enroll_body(gw: &IdentityDocument, id: &str, seed: u32, token: &str) -> Vec<u8> {
+    let sign: Vec<u8> = seed.to_le_bytes().repeat(8);
+    let kem: Vec<u8> = (seed ^ 0x5a5a_5a5a).to_le_bytes().repeat(8);
+    let keys = Keys::from_secret_bytes(
+        sign.as_slice().try_into().unwrap(),
+        kem.as_slice().try_into().unwrap(),
+    );
+    let me = IdentityDocument::new(id, "node", &keys, "2026-01-01T00:00:00Z");
+    let now = SystemClock.now_ms();
+    let plaintext = serde_json::to_vec(&Sealed {
+        token: token.to_string(),
+    })
+    .unwrap();
+    let params = SealParams {
+        message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
+        created_at_ms: now,
+        expires_at_ms: now + 600_000,
+        payload_type: PAYLOAD_TYPE.into(),
+        priority: 0,
+    };
+    let env = seal(&keys, id, gw, &params, &plaintext, &mut rand_core::OsRng).unwrap();
+    serde_json::to_vec(&Request {
+        node: me,
+        envelope: serde_json::to_value(&env).unwrap(),
+    })
+    .unwrap()
+}
+
+/// A client whose connections come from `ip` (a loopback alias: 127.0.0.2, …), with
+/// an enrolling node's timeout (twice the default `upstream.request_timeout_s`).
+pub fn client_from(ip: IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip)
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap()
+}
+
+pub fn loopback(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
+}
+
+pub async fn post_enroll(c: &reqwest::Client, gwd: &Daemon, body: Vec<u8>) -> u16 {
+    c.post(gwd.url("/v1/enroll"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
 }
