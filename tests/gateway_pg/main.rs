@@ -39,6 +39,8 @@ mod console;
 mod enroll;
 #[path = "../it/failover.rs"]
 mod failover;
+#[path = "../it/fleet_history.rs"]
+mod fleet_history;
 #[path = "../it/gateway.rs"]
 mod gateway;
 #[path = "../it/gateway_audit.rs"]
@@ -73,6 +75,8 @@ mod pipeline;
 mod readiness_pg;
 #[path = "../it/replicas.rs"]
 mod replicas;
+#[path = "../it/replicas_enroll.rs"]
+mod replicas_enroll;
 #[path = "../it/replicas_faults.rs"]
 mod replicas_faults;
 #[path = "../it/self_enroll.rs"]

@@ -16,6 +16,7 @@ mod diskfull;
 mod docs;
 mod enroll;
 mod failover;
+mod fleet_history;
 mod gateway;
 mod gateway_audit;
 mod gateway_caps;

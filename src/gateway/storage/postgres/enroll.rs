@@ -230,6 +230,9 @@ impl Postgres {
             trust_node(&tx, &record.document, now_ms).await?;
         }
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(&node.node_id).await?;
         Ok(decision)
     }
@@ -288,6 +291,9 @@ impl Postgres {
         put_record(&tx, &r).await?;
         own_audit::pend(&tx, now_ms, &audit(&r)).await?;
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(node_id).await?;
         Ok(Some(r))
     }
@@ -342,6 +348,9 @@ impl Postgres {
             .map_err(unavailable)?;
         own_audit::pend(&tx, now_ms, &audit(&doc, rows.len())).await?;
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(node_id).await?;
         Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
     }

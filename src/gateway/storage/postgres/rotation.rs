@@ -53,6 +53,9 @@ impl Postgres {
         own_audit::pend(&tx, now_ms, audit).await?;
         notify_trust(&tx).await?;
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(node_id).await?;
         Ok(Ok(Rotated::Applied))
     }
