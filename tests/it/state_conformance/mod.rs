@@ -190,6 +190,7 @@ async fn state_of(state: &dyn GatewayState, id: &str) -> Option<MessageState> {
 }
 
 mod expiry;
+mod history;
 mod inbox;
 mod queues;
 mod records;

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A peer's keys and document, made at a fixed date.
-fn peer(node_id: &str, role: &str, at: &str) -> (Keys, IdentityDocument) {
+pub(super) fn peer(node_id: &str, role: &str, at: &str) -> (Keys, IdentityDocument) {
     let keys = Keys::generate();
     let doc = IdentityDocument::new(node_id, role, &keys, at);
     (keys, doc)
@@ -160,7 +160,7 @@ async fn the_gateways_own_rotation_keeps_its_first_deadline_until_a_newer_statem
     assert_eq!(held, Some((second, T0 + 5_000)));
 }
 
-fn token(id: &str, approve: Approve) -> TokenRecord {
+pub(super) fn token(id: &str, approve: Approve) -> TokenRecord {
     TokenRecord {
         claims: TokenClaims {
             v: 1,
@@ -222,7 +222,7 @@ async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
 }
 
 /// Enroll `doc` with token `token_id`, deciding as the gateway does.
-async fn enroll(state: &dyn GatewayState, doc: &IdentityDocument, token_id: &str) -> Decision {
+pub(super) async fn enroll(state: &dyn GatewayState, doc: &IdentityDocument, token_id: &str) -> Decision {
     let token = token_id.to_string();
     let decide = move |f: &outpost::gateway::enroll::Facts<'_>| decide(f, &token);
     state.enroll(doc, token_id, false, &decide).await.unwrap()
