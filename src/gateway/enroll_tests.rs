@@ -55,7 +55,9 @@ fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
     let d = doc("node:pump-1", &k);
     let auto = token(2, Approve::Auto);
     match decide(&facts(&d, Some(&auto)), "et-1") {
-        Decision::Record { record, consume, .. } => {
+        Decision::Record {
+            record, consume, ..
+        } => {
             assert!(consume);
             assert_eq!(record.state, RecordState::Enrolled);
             assert_eq!(record.kind, Kind::New);
@@ -119,7 +121,9 @@ fn another_key_for_an_enrolled_id_is_a_duplicate_or_a_rekey() {
     ));
     f.online = false;
     match decide(&f, "et-1") {
-        Decision::Record { record, consume, .. } => {
+        Decision::Record {
+            record, consume, ..
+        } => {
             assert!(consume);
             assert_eq!(
                 (record.state, record.kind),

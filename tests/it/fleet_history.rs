@@ -61,7 +61,11 @@ pub fn audit_events(gw: &Home) -> Vec<String> {
         .lines()
         .map(|l| {
             let e: Value = serde_json::from_str(l).unwrap();
-            format!("{} {}", e["event"].as_str().unwrap(), e["detail"].as_str().unwrap_or(""))
+            format!(
+                "{} {}",
+                e["event"].as_str().unwrap(),
+                e["detail"].as_str().unwrap_or("")
+            )
         })
         .collect()
 }
@@ -91,7 +95,11 @@ async fn a_key_rotated_away_is_refused_and_listed_rotated_and_a_retired_nodes_ev
     assert_eq!(states(&gw, &admin).await, want);
     for old in [&a, &b] {
         let (st, v) = old.self_enroll(&gw, &doc, &token).await;
-        assert_eq!((st, v["error"]["code"].as_str()), (403, Some("node_revoked")), "{v}");
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (403, Some("node_revoked")),
+            "{v}"
+        );
     }
     // The current key is still answered enrolled (a repeat after a lost answer).
     let (st, v) = c.self_enroll(&gw, &doc, &token).await;
@@ -112,7 +120,11 @@ async fn a_key_rotated_away_is_refused_and_listed_rotated_and_a_retired_nodes_ev
     assert_eq!(states(&gw, &admin).await, revoked);
     for old in [&a, &b, &c] {
         let (st, v) = old.self_enroll(&gw, &doc, &token).await;
-        assert_eq!((st, v["error"]["code"].as_str()), (403, Some("node_revoked")), "{v}");
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (403, Some("node_revoked")),
+            "{v}"
+        );
     }
 
     let events: Vec<String> = audit_events(&home)

@@ -49,7 +49,9 @@ async fn two_hundred_devices_enrolling_through_two_replicas_each_leave_one_audit
         for e in audit_events(&homes[1]) {
             let mut words = e.split(' ');
             if words.next() == Some("enroll") {
-                *entries.entry(words.next().unwrap().to_string()).or_default() += 1;
+                *entries
+                    .entry(words.next().unwrap().to_string())
+                    .or_default() += 1;
             }
         }
         let missing: Vec<&str> = nodes

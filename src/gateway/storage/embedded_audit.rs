@@ -61,11 +61,7 @@ impl Embedded {
         let _one = self.enrolling.lock().await;
         let ns = ns_audit_entries(node);
         let ends_at_start = self.store.kv_get(&ns, &index_key(ext.start))?.is_none()
-            && (ext.start == 0
-                || self
-                    .store
-                    .kv_get(&ns, &index_key(ext.start - 1))?
-                    .is_some());
+            && (ext.start == 0 || self.store.kv_get(&ns, &index_key(ext.start - 1))?.is_some());
         if !ends_at_start {
             return Ok(false);
         }

@@ -193,22 +193,22 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
     let records = |want: [RecordState; 3]| {
         let docs = docs.clone();
         async move {
-        let mut got: Vec<(String, RecordState, String)> = state
-            .enrollments()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| (r.node_sign_pk, r.state, r.token_id))
-            .collect();
-        got.sort_by(|x, y| x.0.cmp(&y.0));
-        let key = |d: &IdentityDocument| outpost::envelope::b64_encode(&d.sign_pk);
-        let mut expected: Vec<(String, RecordState, String)> = docs
-            .iter()
-            .zip(want)
-            .map(|(d, s)| (key(d), s, "auto".to_string()))
-            .collect();
-        expected.sort_by(|x, y| x.0.cmp(&y.0));
-        assert_eq!(got, expected);
+            let mut got: Vec<(String, RecordState, String)> = state
+                .enrollments()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.node_sign_pk, r.state, r.token_id))
+                .collect();
+            got.sort_by(|x, y| x.0.cmp(&y.0));
+            let key = |d: &IdentityDocument| outpost::envelope::b64_encode(&d.sign_pk);
+            let mut expected: Vec<(String, RecordState, String)> = docs
+                .iter()
+                .zip(want)
+                .map(|(d, s)| (key(d), s, "auto".to_string()))
+                .collect();
+            expected.sort_by(|x, y| x.0.cmp(&y.0));
+            assert_eq!(got, expected);
         }
     };
     use RecordState::{Enrolled, Revoked, Rotated as Away};

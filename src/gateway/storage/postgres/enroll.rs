@@ -51,7 +51,10 @@ pub(super) async fn records_of(
         .collect()
 }
 
-pub(super) async fn put_record(tx: &Transaction<'_>, r: &EnrollmentRecord) -> Result<(), StateError> {
+pub(super) async fn put_record(
+    tx: &Transaction<'_>,
+    r: &EnrollmentRecord,
+) -> Result<(), StateError> {
     tx.execute(
         "INSERT INTO enrollments (node_id, sign_pk, state, record) VALUES ($1, $2, $3, $4)
          ON CONFLICT (node_id, sign_pk) DO UPDATE SET state = excluded.state, record = excluded.record",
