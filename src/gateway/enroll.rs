@@ -11,7 +11,10 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 mod admission;
+mod history;
 pub use admission::{Admission, Admitted, Throttle};
+use history::{audit, enrolled_or_pending, recorded_decision};
+pub use history::{retired_records, rotated_records};
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
@@ -55,6 +58,9 @@ pub enum RecordState {
     Rejected,
     /// The node was retired (`outpost nodes revoke`): this key is refused for good.
     Revoked,
+    /// The node rotated away from this key (PROTOCOL §15.7): its newer key is the
+    /// node's; this one is refused for good.
+    Rotated,
 }
 
 /// A new device, or a known id with a new key (a reflashed device).
@@ -113,10 +119,12 @@ pub enum Decision {
     /// Refuse with a code of PROTOCOL §15.4; nothing is written.
     Refuse(&'static str, String),
     /// Write `record` (and count a use of the token when `consume`); when the record is
-    /// `Enrolled`, the node is trusted with `send` in the same transaction.
+    /// `Enrolled`, the node is trusted with `send` in the same transaction; `audit` is
+    /// the gateway's audit entry of it, pending in the same transaction.
     Record {
         record: EnrollmentRecord,
         consume: bool,
+        audit: AuditRecord,
     },
 }
 
@@ -133,6 +141,10 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
             RecordState::Revoked => Decision::Refuse(
                 codes::NODE_REVOKED,
                 "this device key was retired (`outpost nodes revoke`); a reflashed device enrolls with a new key".into(),
+            ),
+            RecordState::Rotated => Decision::Refuse(
+                codes::NODE_REVOKED,
+                "this device key was retired by a key rotation: the node signs with its newer key".into(),
             ),
         };
     }
@@ -172,10 +184,7 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
     };
     if trusted_same {
         // Trusted by hand before: nothing to change, no use counted.
-        return Decision::Record {
-            record: record(RecordState::Enrolled, Kind::New),
-            consume: false,
-        };
+        return recorded_decision(record(RecordState::Enrolled, Kind::New), false);
     }
     if f.trusted.is_some() || f.pending_other {
         if f.online || f.pending_other {
@@ -189,19 +198,13 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
             );
         }
         // Enrolled, silent, and now a new key: a reflashed device. An operator decides.
-        return Decision::Record {
-            record: record(RecordState::Pending, Kind::Rekey),
-            consume: true,
-        };
+        return recorded_decision(record(RecordState::Pending, Kind::Rekey), true);
     }
     let state = match t.claims.approve {
         Approve::Auto => RecordState::Enrolled,
         Approve::Manual => RecordState::Pending,
     };
-    Decision::Record {
-        record: record(state, Kind::New),
-        consume: true,
-    }
+    recorded_decision(record(state, Kind::New), true)
 }
 
 /// The rights an enrolled node gets: what a hand enrollment gives (`trust add --send`).
@@ -389,12 +392,10 @@ fn open_request(
     Ok(sealed.token)
 }
 
-/// A new record was written: log it, publish it, audit it, and trust it here at once.
+/// A new record was written (its audit entry pending with it): log it, publish it,
+/// append the entry, and trust it here at once.
 async fn recorded(gw: &Gateway, record: &EnrollmentRecord) {
-    let outcome = match record.state {
-        RecordState::Enrolled => "enrolled",
-        _ => "pending",
-    };
+    let outcome = enrolled_or_pending(record);
     tracing::info!(
         event = "node_enrollment",
         node = %record.node_id,
@@ -410,14 +411,7 @@ async fn recorded(gw: &Gateway, record: &EnrollmentRecord) {
     if record.state == RecordState::Enrolled {
         gw.recheck_trust(&record.node_id).await;
     }
-    let entry = audit(
-        AuditEvent::Enroll,
-        AuditOutcome::Ok,
-        &record.node_id,
-        record,
-        outcome,
-    );
-    super::own_audit::record(gw, vec![entry]).await;
+    super::own_audit::append_pending(gw).await;
     gw.events_committed().await;
 }
 
@@ -441,27 +435,6 @@ fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
         standing,
         answer: Answer::sign(&gw.keys.current(), &claims),
     }
-}
-
-/// The gateway audit entry of an enrollment decision: `detail` names the node, the
-/// kind and the token; `args_sha256` binds the device key.
-fn audit(
-    event: AuditEvent,
-    outcome: AuditOutcome,
-    actor: &str,
-    r: &EnrollmentRecord,
-    what: &str,
-) -> AuditRecord {
-    let mut a = AuditRecord::new(event, outcome)
-        .actor(actor)
-        .detail(format!(
-            "{} {what} {} {}",
-            r.node_id,
-            r.kind.as_str(),
-            r.token_id
-        ));
-    a.args_sha256 = Some(crate::audit::sha256_hex(r.node_sign_pk.as_bytes()));
-    a
 }
 
 impl Enrollment<'_> {
@@ -492,9 +465,18 @@ impl Enrollment<'_> {
         approve: bool,
     ) -> Result<EnrollmentRecord, GatewayError> {
         let gw = self.0;
+        let outcome = if approve { "approved" } else { "rejected" };
+        let entry = |r: &EnrollmentRecord| {
+            let (event, result) = if approve {
+                (AuditEvent::Approve, AuditOutcome::Ok)
+            } else {
+                (AuditEvent::Reject, AuditOutcome::Rejected)
+            };
+            audit(event, result, operator, r, outcome)
+        };
         let r = gw
             .state
-            .settle_enrollment(node_id, approve, gw.now_ms())
+            .settle_enrollment(node_id, approve, gw.now_ms(), &entry)
             .await?
             .ok_or_else(|| {
                 GatewayError::NotFound(
@@ -502,7 +484,6 @@ impl Enrollment<'_> {
                     format!("no enrollment of {node_id} is pending"),
                 )
             })?;
-        let outcome = if approve { "approved" } else { "rejected" };
         tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());
         gw.publish(GatewayEvent::Enrollment {
             node_id: node_id.to_string(),
@@ -512,12 +493,7 @@ impl Enrollment<'_> {
         if approve {
             gw.recheck_trust(node_id).await;
         }
-        let (event, result) = if approve {
-            (AuditEvent::Approve, AuditOutcome::Ok)
-        } else {
-            (AuditEvent::Reject, AuditOutcome::Rejected)
-        };
-        super::own_audit::record(gw, vec![audit(event, result, operator, &r, outcome)]).await;
+        super::own_audit::append_pending(gw).await;
         gw.events_committed().await;
         Ok(r)
     }

@@ -43,7 +43,9 @@ fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
     let d = doc("node:pump-1", &k);
     let auto = token(2, Approve::Auto);
     match decide(&facts(&d, Some(&auto)), "et-1") {
-        Decision::Record { record, consume } => {
+        Decision::Record {
+            record, consume, ..
+        } => {
             assert!(consume);
             assert_eq!(record.state, RecordState::Enrolled);
             assert_eq!(record.kind, Kind::New);
@@ -107,7 +109,9 @@ fn another_key_for_an_enrolled_id_is_a_duplicate_or_a_rekey() {
     ));
     f.online = false;
     match decide(&f, "et-1") {
-        Decision::Record { record, consume } => {
+        Decision::Record {
+            record, consume, ..
+        } => {
             assert!(consume);
             assert_eq!(
                 (record.state, record.kind),
@@ -121,12 +125,12 @@ fn another_key_for_an_enrolled_id_is_a_duplicate_or_a_rekey() {
     same.trusted = Some(&enrolled);
     assert!(matches!(
         decide(&same, "et-1"),
-        Decision::Record { consume: false, record } if record.state == RecordState::Enrolled
+        Decision::Record { consume: false, record, .. } if record.state == RecordState::Enrolled
     ));
 }
 
 #[test]
-fn rejected_and_retired_keys_stay_out() {
+fn rejected_retired_and_rotated_away_keys_stay_out() {
     let k = Keys::generate();
     let d = doc("node:pump-1", &k);
     let t = token(5, Approve::Auto);
@@ -137,6 +141,7 @@ fn rejected_and_retired_keys_stay_out() {
     for (state, code) in [
         (RecordState::Rejected, codes::REJECTED),
         (RecordState::Revoked, codes::NODE_REVOKED),
+        (RecordState::Rotated, codes::NODE_REVOKED),
     ] {
         rec.state = state;
         let mut f = facts(&d, Some(&t));

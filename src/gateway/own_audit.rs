@@ -1,43 +1,64 @@
-//! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection
-//! and retirement, as entries in the node's format (§13.1) with a checkpoint signed by
-//! the gateway's key after each append. It is kept where the gateway keeps nodes' audit
-//! copies, under the gateway's own id, so both engines hold it the same way and replicas
-//! append to one log (an append that raced another replica's is rebuilt and retried).
-//! `outpost audit verify` on the gateway host checks it.
+//! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection,
+//! retirement and key rotation, as entries in the node's format (§13.1) with a
+//! checkpoint signed by the gateway's key after each append. It is kept where the
+//! gateway keeps nodes' audit copies, under the gateway's own id, so both engines hold
+//! it the same way and replicas append to one log. `outpost audit verify` on the gateway
+//! host checks it.
+//!
+//! A decision's transaction writes its entry as pending ([`crate::gateway::storage::
+//! EnrollmentState`]); [`append_pending`] moves pending entries into the log, oldest
+//! first, each removed from pending in the transaction that appends it. The flow that
+//! made the decision calls it right after the commit, and the sweeper on every replica
+//! calls it once a tick, so an entry a crash or a failed append left pending is
+//! appended by the next pass. Racing another replica's append is never a reason to
+//! stop: the loop reads the log again and goes on until nothing is pending.
 
 use super::audit_sync::frontier;
 use super::error::GatewayError;
 use super::state::Gateway;
-use super::storage::{AuditExtension, StateError};
-use crate::audit::{leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditRecord};
+use super::storage::AuditExtension;
+use crate::audit::{leaf_hash, origin_for, sign_checkpoint};
 
-/// Append `records` (one commit, one checkpoint over them). A failure is logged and
-/// counted, never silent: the state change it records is already committed.
-pub(super) async fn record(gw: &Gateway, records: Vec<AuditRecord>) {
-    if let Err(e) = append(gw, records).await {
+/// Pending entries appended in one extension at most.
+const BATCH: usize = 256;
+
+/// [`append_all`], with a failure logged and counted, never silent: the entries stay
+/// pending and the sweeper's next pass appends them.
+pub(super) async fn append_pending(gw: &Gateway) {
+    if let Err(e) = append_all(gw).await {
         gw.metrics.audit_append_failures_total.inc(&[]);
-        tracing::error!(event = "gateway_audit_append_failed", error = %e);
+        tracing::error!(
+            event = "gateway_audit_append_failed",
+            error = %e,
+            "the entries stay pending; the sweeper appends them"
+        );
     }
 }
 
-/// Append and return the log's new size.
-pub(super) async fn append(gw: &Gateway, records: Vec<AuditRecord>) -> Result<u64, GatewayError> {
+/// Append every pending entry; returns how many this call appended.
+pub(super) async fn append_all(gw: &Gateway) -> Result<u64, GatewayError> {
     let me = gw.cfg.node_id.clone();
+    let mut appended = 0;
+    if gw.state.audit_pending(1).await?.is_empty() {
+        return Ok(0);
+    }
     let mut frontiers = gw.audit.lock().await;
-    let mut last = None;
-    for _ in 0..3 {
+    loop {
+        let pending = gw.state.audit_pending(BATCH).await?;
+        if pending.is_empty() {
+            return Ok(appended);
+        }
         let f = frontier(gw, &mut frontiers, &me).await?;
-        let now = gw.now_ms();
-        let entries: Vec<Vec<u8>> = records
-            .iter()
-            .enumerate()
-            .map(|(k, r)| {
-                AuditEntry::from_record(f.size() + k as u64, now, r.clone()).canonical_bytes()
-            })
-            .collect();
         let mut next = f.clone();
-        for e in &entries {
-            next.push(leaf_hash(e));
+        let mut entries = Vec::with_capacity(pending.len());
+        let mut seqs = Vec::with_capacity(pending.len());
+        for (k, p) in pending.into_iter().enumerate() {
+            let mut entry = p.entry;
+            entry.index = f.size() + k as u64;
+            let bytes = entry.canonical_bytes();
+            next.push(leaf_hash(&bytes));
+            entries.push(bytes);
+            seqs.push(p.seq);
         }
         let note = sign_checkpoint(
             gw.keys.current().signing_key(),
@@ -45,27 +66,21 @@ pub(super) async fn append(gw: &Gateway, records: Vec<AuditRecord>) -> Result<u6
             next.size(),
             &next.root(),
         );
+        let n = entries.len() as u64;
         let ext = AuditExtension {
             start: f.size(),
             entries,
             checkpoint_size: next.size(),
             checkpoint: note,
         };
-        match gw.state.audit_extend(&me, ext).await {
-            Ok(()) => {
-                let size = next.size();
-                frontiers.insert(me, next);
-                return Ok(size);
-            }
-            // Another replica appended first: read the log again and retry.
-            Err(e @ StateError::Store(crate::store::StoreError::AuditIndex { .. })) => {
-                frontiers.remove(&me);
-                last = Some(e);
-            }
-            Err(e) => return Err(e.into()),
+        if gw.state.audit_append_pending(&me, ext, &seqs).await? {
+            frontiers.insert(me.clone(), next);
+            appended += n;
+        } else {
+            // Another replica appended first (the log grew, or took these entries):
+            // read the log again and go on with what is still pending.
+            frontiers.remove(&me);
+            tokio::task::yield_now().await;
         }
     }
-    Err(last
-        .map(GatewayError::from)
-        .unwrap_or_else(|| GatewayError::Internal("gateway audit append".into())))
 }

@@ -1,13 +1,14 @@
 //! Retiring a node (`outpost nodes revoke`, PROTOCOL §15.5): its key leaves the trust
-//! store and is remembered as retired, what was queued for it is refused with reason
-//! `node_revoked`, and the gateway's own audit log records it.
+//! store and every key it had is remembered as retired, what was queued for it is
+//! refused with reason `node_revoked`, and the gateway's own audit log records it (the
+//! entry committed with the retirement).
 
 use super::enroll::Enrollment;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use crate::enroll::codes;
-use crate::envelope::b64_encode;
+use crate::envelope::{b64_encode, IdentityDocument};
 
 impl Enrollment<'_> {
     /// Retire `node_id`: its key is refused from now on (401 `node_revoked`), what was
@@ -18,10 +19,18 @@ impl Enrollment<'_> {
         node_id: &str,
     ) -> Result<Vec<String>, GatewayError> {
         let gw = self.0;
-        let retired = gw.trust().get(node_id).map(|p| p.doc.clone());
+        let entry = |retired: &IdentityDocument, refused: usize| {
+            let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
+                .actor(operator)
+                .detail(format!("{node_id} revoked {refused} queued refused"));
+            a.args_sha256 = Some(crate::audit::sha256_hex(
+                b64_encode(&retired.sign_pk).as_bytes(),
+            ));
+            a
+        };
         let ids = gw
             .state
-            .revoke_node(node_id, gw.now_ms())
+            .revoke_node(node_id, gw.now_ms(), &entry)
             .await?
             .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
         tracing::warn!(event = "node_revoked", node = %node_id, messages = ids.len());
@@ -37,12 +46,7 @@ impl Enrollment<'_> {
             messages: ids.len() as u64,
         });
         gw.recheck_trust(node_id).await;
-        let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
-            .actor(operator)
-            .detail(format!("{node_id} revoked {} queued refused", ids.len()));
-        a.args_sha256 =
-            retired.map(|d| crate::audit::sha256_hex(b64_encode(&d.sign_pk).as_bytes()));
-        super::own_audit::record(gw, vec![a]).await;
+        super::own_audit::append_pending(gw).await;
         gw.events_committed().await;
         Ok(ids)
     }

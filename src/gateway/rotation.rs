@@ -2,7 +2,8 @@
 //! signed node API, signed by the key it retires; the gateway checks both signatures,
 //! switches the node's trusted document in one transaction, keeps the retired key for
 //! signatures made before the switch during [`ROTATION_GRACE_MS`], and records the
-//! change in its own audit log and on the event stream.
+//! change in its own audit log (the entry committed with the switch) and on the event
+//! stream.
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
@@ -22,9 +23,17 @@ impl Rotations<'_> {
         if rot.new_doc.node_id != node_id || rot.new_doc.role != "node" {
             return Err(RotationError::OtherPeer.into());
         }
+        let new_pk = b64_encode(&rot.new_doc.sign_pk);
+        let mut entry = AuditRecord::new(AuditEvent::Rotate, AuditOutcome::Ok)
+            .actor(node_id)
+            .detail(format!(
+                "{node_id} rotated {} -> {new_pk}",
+                b64_encode(&rot.old_sign_pk)
+            ));
+        entry.args_sha256 = Some(crate::audit::sha256_hex(new_pk.as_bytes()));
         let outcome = gw
             .state
-            .rotate_node(rot, gw.now_ms(), ROTATION_GRACE_MS)
+            .rotate_node(rot, gw.now_ms(), ROTATION_GRACE_MS, &entry)
             .await?;
         let rotated = match outcome {
             Ok(r) => r,
@@ -36,21 +45,13 @@ impl Rotations<'_> {
         if rotated == Rotated::AlreadyApplied {
             return Ok(false);
         }
-        let new_pk = b64_encode(&rot.new_doc.sign_pk);
         tracing::info!(event = "node_rotated", node = %node_id, sign_pk = %new_pk, "node key rotated");
         gw.recheck_trust(node_id).await;
         gw.publish(GatewayEvent::NodeRotated {
             node_id: node_id.to_string(),
             sign_pk: new_pk.clone(),
         });
-        let mut a = AuditRecord::new(AuditEvent::Rotate, AuditOutcome::Ok)
-            .actor(node_id)
-            .detail(format!(
-                "{node_id} rotated {} -> {new_pk}",
-                b64_encode(&rot.old_sign_pk)
-            ));
-        a.args_sha256 = Some(crate::audit::sha256_hex(new_pk.as_bytes()));
-        super::own_audit::record(gw, vec![a]).await;
+        super::own_audit::append_pending(gw).await;
         gw.events_committed().await;
         Ok(true)
     }
@@ -133,7 +134,16 @@ async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
         Some((r, until)) if r == rot => until,
         _ => now.saturating_add(ROTATION_GRACE_MS),
     };
-    gw.state.put_gateway_rotation(&rot, until).await?;
+    let new_pk = b64_encode(&rot.new_doc.sign_pk);
+    let mut entry = AuditRecord::new(AuditEvent::Rotate, AuditOutcome::Ok)
+        .actor(&gw.cfg.node_id)
+        .detail(format!(
+            "{} rotated {} -> {new_pk}",
+            gw.cfg.node_id,
+            b64_encode(&rot.old_sign_pk)
+        ));
+    entry.args_sha256 = Some(crate::audit::sha256_hex(new_pk.as_bytes()));
+    gw.state.put_gateway_rotation(&rot, until, &entry).await?;
     let (dir, r) = (gw.cfg.data_dir.clone(), rot.clone());
     let (new, _old, _) =
         tokio::task::spawn_blocking(move || crate::daemon::rotation::finish(&dir, &r, now))
@@ -143,7 +153,6 @@ async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
     gw.trust_cache()
         .rotate_me(&rot, now, until.saturating_sub(now))?;
     *gw.rotation.write().unwrap_or_else(|p| p.into_inner()) = Some((rot.clone(), until));
-    let new_pk = b64_encode(&rot.new_doc.sign_pk);
     tracing::info!(
         event = "gateway_key_rotated",
         sign_pk = %new_pk,
@@ -153,15 +162,7 @@ async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
         node_id: gw.cfg.node_id.clone(),
         sign_pk: new_pk.clone(),
     });
-    let mut a = AuditRecord::new(AuditEvent::Rotate, AuditOutcome::Ok)
-        .actor(&gw.cfg.node_id)
-        .detail(format!(
-            "{} rotated {} -> {new_pk}",
-            gw.cfg.node_id,
-            b64_encode(&rot.old_sign_pk)
-        ));
-    a.args_sha256 = Some(crate::audit::sha256_hex(new_pk.as_bytes()));
-    super::own_audit::record(gw, vec![a]).await;
+    super::own_audit::append_pending(gw).await;
     gw.events_committed().await;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The gateway's main background loop: expire messages within 5 s of their deadline
-//! (PROTOCOL §14), notice nodes that went quiet, prune replay caches, and prove progress to
-//! the systemd watchdog.
+//! (PROTOCOL §14), notice nodes that went quiet, append the gateway's pending audit
+//! entries, prune replay caches, and prove progress to the systemd watchdog.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,6 +42,8 @@ pub async fn run(gw: Arc<Gateway>) {
             Err(e) => tracing::warn!(event = "sweep_failed", error = %e),
         }
         gw.check_offline().await;
+        // Audit entries a crash, or a failed append, left pending (any replica's).
+        super::own_audit::append_pending(&gw).await;
         gw.seen_sigs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

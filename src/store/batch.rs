@@ -115,6 +115,14 @@ impl Batch {
         self
     }
 
+    pub fn kv_delete(&mut self, ns: &str, key: &str) -> &mut Self {
+        self.ops.push(WriteOp::KvDelete {
+            ns: ns.into(),
+            key: key.into(),
+        });
+        self
+    }
+
     /// Store a tool result under `key` until `keep_until_ms` (job-id idempotency).
     pub fn result_put(&mut self, key: &str, result: Vec<u8>, keep_until_ms: u64) -> &mut Self {
         self.ops.push(WriteOp::ResultPut {

@@ -52,6 +52,9 @@ pub const KV_GW_ENROLL_USES: &str = "gw_enroll_uses";
 pub const KV_GW_ENROLLMENTS: &str = "gw_enrollments";
 /// KV: the gateway's own newest key rotation (one record, `current`).
 pub const KV_GW_ROTATION: &str = "gw_rotation";
+/// KV: the gateway's own audit entries its decisions committed and its log does not
+/// hold yet, key = zero-padded sequence number (PROTOCOL §15.6).
+pub const KV_GW_AUDIT_PENDING: &str = "gw_audit_pending";
 /// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
 pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
 pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";

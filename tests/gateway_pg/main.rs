@@ -6,7 +6,7 @@
 //! store and `pg` prints `SKIPPED:` (CI sets `OUTPOST_TEST_PG_REQUIRE=1`, which fails
 //! instead).
 //!
-//! Only here: `readiness_pg`, `replicas`, `replicas_faults`, `migrate_pg` (replicas, faults of the
+//! Only here: `readiness_pg`, `replicas`, `replicas_enroll`, `replicas_faults`, `migrate_pg` (replicas, faults of the
 //! database, migrations) and `state_pg` (the PostgreSQL state with a clock the test
 //! moves: the counterparts of the embedded state's unit tests). `state_conformance`, the
 //! state's contract with a clock the test moves, runs in both binaries.
@@ -41,6 +41,8 @@ mod enroll;
 mod enroll_burst_pg;
 #[path = "../it/failover.rs"]
 mod failover;
+#[path = "../it/fleet_history.rs"]
+mod fleet_history;
 #[path = "../it/gateway.rs"]
 mod gateway;
 #[path = "../it/gateway_audit.rs"]
@@ -75,6 +77,8 @@ mod pipeline;
 mod readiness_pg;
 #[path = "../it/replicas.rs"]
 mod replicas;
+#[path = "../it/replicas_enroll.rs"]
+mod replicas_enroll;
 #[path = "../it/replicas_faults.rs"]
 mod replicas_faults;
 #[path = "../it/self_enroll.rs"]

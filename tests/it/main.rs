@@ -17,6 +17,7 @@ mod docs;
 mod enroll;
 mod enroll_flood;
 mod failover;
+mod fleet_history;
 mod gateway;
 mod gateway_audit;
 mod gateway_caps;

@@ -32,6 +32,63 @@ impl SimNode {
         }
     }
 
+    /// `id` with fresh keys (a fleet of any size).
+    pub fn generated(id: &str) -> SimNode {
+        SimNode {
+            id: id.to_string(),
+            keys: Keys::generate(),
+        }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn document(&self) -> IdentityDocument {
+        IdentityDocument::new(&self.id, "node", &self.keys, "2026-01-01T00:00:00Z")
+    }
+
+    /// Enroll itself at `gw` (PROTOCOL §15.3), as a device's client does: `token` sealed
+    /// to `gateway` (its document, from the hello), signed by this node's key. The
+    /// status and body of the answer; a rate-limited request is sent again.
+    pub async fn self_enroll(
+        &self,
+        gw: &Daemon,
+        gateway: &IdentityDocument,
+        token: &str,
+    ) -> (u16, Value) {
+        loop {
+            let now = SystemClock.now_ms();
+            let params = outpost::envelope::SealParams {
+                message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
+                created_at_ms: now,
+                expires_at_ms: now + 600_000,
+                payload_type: outpost::enroll::PAYLOAD_TYPE.into(),
+                priority: 0,
+            };
+            let sealed = serde_json::to_vec(&json!({ "token": token })).unwrap();
+            let env = outpost::envelope::seal(
+                &self.keys,
+                &self.id,
+                gateway,
+                &params,
+                &sealed,
+                &mut rand_core::OsRng,
+            )
+            .unwrap();
+            let body = json!({ "node": self.document(), "envelope": env });
+            let body = serde_json::to_vec(&body).unwrap();
+            let (st, v) = self
+                .send(gw, "POST", "/v1/enroll", &[], &body)
+                .await
+                .expect("the gateway answers");
+            if st != 429 {
+                return (st, v);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn identity_json(&self) -> String {
         let doc = IdentityDocument::new(&self.id, "node", &self.keys, "2026-01-01T00:00:00Z");
         serde_json::to_string(&doc).unwrap()
@@ -142,6 +199,22 @@ impl SimNode {
             .signed(gw, "POST", &pq, Some(&json!({ "message_ids": ids })))
             .await;
         assert_eq!(st, 200, "{v}");
+    }
+}
+
+/// The gateway's identity document, from its enrollment hello (`GET /v1/enroll`).
+pub async fn gateway_document(gw: &Daemon) -> IdentityDocument {
+    loop {
+        let r = http()
+            .get(gw.url("/v1/enroll?node_id=node:hello&nonce=n0"))
+            .send()
+            .await
+            .unwrap();
+        if r.status().as_u16() != 429 {
+            let v: Value = r.json().await.unwrap();
+            return serde_json::from_value(v["gateway"].clone()).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -1,14 +1,21 @@
 //! Enrollment on the embedded store: tokens, their uses and enrollment records in KV,
-//! each enrollment one commit with the trust store it changes. One process writes
+//! each enrollment one commit with the trust store it changes and its pending audit
+//! entry (`embedded_audit.rs`). One process writes
 //! uses and records (the gateway, under `enrolling`); `outpost enroll-token` writes
 //! only the token records, so neither overwrites the other's writes.
 
+#[path = "embedded_audit.rs"]
+mod audit;
+
 use super::Embedded;
+use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::enroll::{
     trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
-use crate::gateway::storage::{EnrollmentState, Fut, StateError};
+use crate::gateway::storage::{
+    AuditExtension, EnrollmentState, Fut, PendingAudit, RetireAudit, SettleAudit, StateError,
+};
 use crate::store::names::{
     KV_GW_ENROLLMENTS as KV_RECORDS, KV_GW_ENROLL_TOKENS as KV_TOKENS,
     KV_GW_ENROLL_USES as KV_USES, KV_GW_ROTATION, Q_TO_NODE as Q_NODE,
@@ -138,8 +145,14 @@ impl Embedded {
             online,
         };
         let decision = decide(&facts);
-        if let Decision::Record { record, consume } = &decision {
+        if let Decision::Record {
+            record,
+            consume,
+            audit,
+        } = &decision
+        {
             let mut batch = Batch::new();
+            self.pend(&mut batch, facts.now_ms, audit)?;
             if *consume {
                 let uses = token.as_ref().map_or(0, |t| t.uses) + 1;
                 batch.kv_put(KV_USES, token_id, uses.to_string().into_bytes());
@@ -163,6 +176,7 @@ impl Embedded {
         node_id: &str,
         approve: bool,
         now_ms: u64,
+        audit: &SettleAudit<'_>,
     ) -> Result<Option<EnrollmentRecord>, StateError> {
         let _one = self.enrolling.lock().await;
         let records = self.records_of(node_id)?;
@@ -196,6 +210,7 @@ impl Embedded {
             r.state = RecordState::Rejected;
         }
         batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+        self.pend(&mut batch, now_ms, &audit(&r))?;
         self.store.commit(batch).await?;
         Ok(Some(r))
     }
@@ -204,6 +219,7 @@ impl Embedded {
         &self,
         node_id: &str,
         now_ms: u64,
+        audit: &RetireAudit<'_>,
     ) -> Result<Option<Vec<String>>, StateError> {
         let _one = self.enrolling.lock().await;
         let mut trust = self.trust_now()?;
@@ -214,26 +230,11 @@ impl Embedded {
         else {
             return Ok(None);
         };
-        let key = b64_encode(&doc.sign_pk);
-        let mut r = self
-            .records_of(node_id)?
-            .into_iter()
-            .find(|r| r.node_sign_pk == key)
-            .unwrap_or_else(|| EnrollmentRecord {
-                node_id: node_id.to_string(),
-                node_sign_pk: key.clone(),
-                token_id: String::new(),
-                document: doc.clone(),
-                state: RecordState::Enrolled,
-                kind: Kind::New,
-                created_at_ms: now_ms,
-                decided_at_ms: None,
-            });
-        r.state = RecordState::Revoked;
-        r.decided_at_ms = Some(now_ms);
         trust.remove(node_id);
         let mut batch = Batch::new();
-        batch.kv_put(KV_RECORDS, &record_key(node_id, &key), json(&r));
+        for r in crate::gateway::enroll::retired_records(self.records_of(node_id)?, &doc, now_ms) {
+            batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+        }
         crate::daemon::trust::put(&mut batch, &trust);
         let mut ids = Vec::new();
         let mut after = None;
@@ -250,6 +251,7 @@ impl Embedded {
         for id in &ids {
             batch.reject(Q_NODE, node_id, id, NODE_REVOKED, now_ms);
         }
+        self.pend(&mut batch, now_ms, &audit(&doc, ids.len()))?;
         self.store.commit(batch).await?;
         Ok(Some(ids))
     }
@@ -299,20 +301,32 @@ impl EnrollmentState for Embedded {
         node_id: &'a str,
         approve: bool,
         now_ms: u64,
+        audit: &'a SettleAudit<'a>,
     ) -> Fut<'a, Option<EnrollmentRecord>> {
-        Box::pin(self.settle_now(node_id, approve, now_ms))
+        Box::pin(self.settle_now(node_id, approve, now_ms, audit))
     }
 
-    fn revoke_node<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<Vec<String>>> {
-        Box::pin(self.revoke_node_now(node_id, now_ms))
+    fn revoke_node<'a>(
+        &'a self,
+        node_id: &'a str,
+        now_ms: u64,
+        audit: &'a RetireAudit<'a>,
+    ) -> Fut<'a, Option<Vec<String>>> {
+        Box::pin(self.revoke_node_now(node_id, now_ms, audit))
     }
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
         Box::pin(async move { self.revoked_node_now(node_id) })
     }
 
-    fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()> {
+    fn put_gateway_rotation<'a>(
+        &'a self,
+        rotation: &'a KeyRotation,
+        until_ms: u64,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, ()> {
         Box::pin(async move {
+            let _one = self.enrolling.lock().await;
             if self
                 .gateway_rotation_now()?
                 .is_some_and(|(r, _)| &r == rotation)
@@ -328,6 +342,7 @@ impl EnrollmentState for Embedded {
                     until_ms,
                 }),
             );
+            self.pend(&mut batch, self.store.now_ms(), audit)?;
             self.store.commit(batch).await?;
             Ok(())
         })
@@ -342,6 +357,7 @@ impl EnrollmentState for Embedded {
         rotation: &'a KeyRotation,
         now_ms: u64,
         grace_ms: u64,
+        audit: &'a AuditRecord,
     ) -> Fut<'a, Result<Rotated, RotationError>> {
         Box::pin(async move {
             let _one = self.enrolling.lock().await;
@@ -352,8 +368,27 @@ impl EnrollmentState for Embedded {
             }
             let mut batch = Batch::new();
             crate::daemon::trust::put(&mut batch, &trust);
+            let node_id = &rotation.new_doc.node_id;
+            let records = self.records_of(node_id)?;
+            for r in crate::gateway::enroll::rotated_records(records, rotation, now_ms) {
+                batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+            }
+            self.pend(&mut batch, now_ms, audit)?;
             self.store.commit(batch).await?;
             Ok(Ok(Rotated::Applied))
         })
+    }
+
+    fn audit_pending(&self, max: usize) -> Fut<'_, Vec<PendingAudit>> {
+        Box::pin(async move { self.pending_now(max) })
+    }
+
+    fn audit_append_pending<'a>(
+        &'a self,
+        node: &'a str,
+        ext: AuditExtension,
+        seqs: &'a [u64],
+    ) -> Fut<'a, bool> {
+        Box::pin(self.append_pending_now(node, ext, seqs))
     }
 }

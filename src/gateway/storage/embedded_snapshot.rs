@@ -17,6 +17,18 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
 
 /// Everything a stopped embedded gateway's store holds that moves to another engine.
 pub fn read(store: &Store) -> Result<Snapshot, StateError> {
+    // The gateway's own audit log moves as it is; entries its decisions left pending
+    // (it was stopped before appending them) are appended by starting it once.
+    if !store
+        .kv_list(crate::store::names::KV_GW_AUDIT_PENDING)?
+        .is_empty()
+    {
+        return Err(StateError::Corrupt(
+            "the gateway's own audit log has entries pending: start the gateway once \
+             (it appends them at start) and stop it, then migrate"
+                .into(),
+        ));
+    }
     let mut messages = Vec::new();
     for q in [Q_TO_NODE, Q_GATEWAY_INBOX] {
         let mut after: Option<String> = None;

@@ -40,7 +40,7 @@ use std::pin::Pin;
 
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
-pub use enrollments::EnrollmentState;
+pub use enrollments::{pending_json, EnrollmentState, PendingAudit, RetireAudit, SettleAudit};
 pub use shared::SharedState;
 
 /// Queue names the state reports in [`QueueStat::queue`] (and `/v1/status`, metrics

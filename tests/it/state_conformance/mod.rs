@@ -20,6 +20,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use outpost::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use outpost::clock::ManualClock;
 use outpost::enroll::{Approve, TokenClaims};
 use outpost::envelope::{
@@ -100,6 +101,21 @@ async fn open_on(data: &Data, clock: &ManualClock) -> Arc<dyn GatewayState> {
     }
 }
 
+/// A gateway audit entry of a decision (what it says is the flow's business).
+fn entry(what: &str) -> AuditRecord {
+    AuditRecord::new(AuditEvent::Approve, AuditOutcome::Ok).detail(what)
+}
+
+/// The audit entry of a settlement, naming the node.
+fn settled(r: &outpost::gateway::enroll::EnrollmentRecord) -> AuditRecord {
+    entry(&format!("settled {}", r.node_id))
+}
+
+/// The audit entry of a retirement, naming the node and the messages refused.
+fn retired(doc: &IdentityDocument, refused: usize) -> AuditRecord {
+    entry(&format!("retired {} {refused}", doc.node_id))
+}
+
 /// A command for `node`, queued at T0 for a minute.
 fn command(node: &str, id: &str) -> ForNode {
     ForNode {
@@ -174,6 +190,7 @@ async fn state_of(state: &dyn GatewayState, id: &str) -> Option<MessageState> {
 }
 
 mod expiry;
+mod history;
 mod inbox;
 mod queues;
 mod records;

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A peer's keys and document, made at a fixed date.
-fn peer(node_id: &str, role: &str, at: &str) -> (Keys, IdentityDocument) {
+pub(super) fn peer(node_id: &str, role: &str, at: &str) -> (Keys, IdentityDocument) {
     let keys = Keys::generate();
     let doc = IdentityDocument::new(node_id, role, &keys, at);
     (keys, doc)
@@ -82,7 +82,11 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let new = Keys::generate();
     let new_doc = IdentityDocument::new("node:r", "node", &new, "2026-11-27T06:00:00Z");
     let rotation = KeyRotation::new(&old, &new, new_doc.clone());
-    let applied = e.state.rotate_node(&rotation, T0, GRACE_MS).await.unwrap();
+    let applied = e
+        .state
+        .rotate_node(&rotation, T0, GRACE_MS, &entry("rotate"))
+        .await
+        .unwrap();
     assert_eq!(applied, Ok(Rotated::Applied));
     let rotated = e
         .state
@@ -100,7 +104,10 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     assert!(e.state.load_trust_since(fp).unwrap().is_some(), "a change");
 
     // A retry (its answer was lost) changes nothing, not even the grace.
-    let again = e.state.rotate_node(&rotation, T0 + 1_000, GRACE_MS).await;
+    let again = e
+        .state
+        .rotate_node(&rotation, T0 + 1_000, GRACE_MS, &entry("rotate"))
+        .await;
     assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
     let peer_now = e.state.load_trust().unwrap().get("node:r").cloned();
     assert_eq!(peer_now.as_ref(), Some(&rotated));
@@ -109,12 +116,20 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let other = Keys::generate();
     let other_doc = IdentityDocument::new("node:r", "node", &other, "2026-11-28T06:00:00Z");
     let stale = KeyRotation::new(&old, &other, other_doc);
-    let refused = e.state.rotate_node(&stale, T0, GRACE_MS).await.unwrap();
+    let refused = e
+        .state
+        .rotate_node(&stale, T0, GRACE_MS, &entry("rotate"))
+        .await
+        .unwrap();
     assert_eq!(refused, Err(RotationError::Stale("node:r".into())));
     let (stranger, _) = peer("node:x", "node", "2026-11-20T06:00:00Z");
     let stranger_doc = IdentityDocument::new("node:x", "node", &other, "2026-11-28T06:00:00Z");
     let unknown = KeyRotation::new(&stranger, &other, stranger_doc);
-    let refused = e.state.rotate_node(&unknown, T0, GRACE_MS).await.unwrap();
+    let refused = e
+        .state
+        .rotate_node(&unknown, T0, GRACE_MS, &entry("rotate"))
+        .await
+        .unwrap();
     assert_eq!(refused, Err(RotationError::UnknownPeer("node:x".into())));
     let peer_now = e.state.load_trust().unwrap().get("node:r").cloned();
     assert_eq!(peer_now.as_ref(), Some(&rotated));
@@ -122,7 +137,10 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let e = e.reopen().await;
     let reloaded = e.state.load_trust().unwrap().get("node:r").cloned();
     assert_eq!(reloaded.as_ref(), Some(&rotated));
-    let again = e.state.rotate_node(&rotation, T0 + 2_000, GRACE_MS).await;
+    let again = e
+        .state
+        .rotate_node(&rotation, T0 + 2_000, GRACE_MS, &entry("rotate"))
+        .await;
     assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
 }
 
@@ -137,20 +155,20 @@ async fn the_gateways_own_rotation_keeps_its_first_deadline_until_a_newer_statem
     let (k2, d2) = peer("gateway:main", "gateway", "2026-11-28T06:00:00Z");
     let first = KeyRotation::new(&k0, &k1, d1);
     e.state
-        .put_gateway_rotation(&first, T0 + 1_000)
+        .put_gateway_rotation(&first, T0 + 1_000, &entry("rotate"))
         .await
         .unwrap();
     let held = e.state.gateway_rotation().await.unwrap();
     assert_eq!(held, Some((first.clone(), T0 + 1_000)));
     e.state
-        .put_gateway_rotation(&first, T0 + 9_000)
+        .put_gateway_rotation(&first, T0 + 9_000, &entry("rotate"))
         .await
         .unwrap();
     let held = e.state.gateway_rotation().await.unwrap();
     assert_eq!(held, Some((first.clone(), T0 + 1_000)));
     let second = KeyRotation::new(&k1, &k2, d2);
     e.state
-        .put_gateway_rotation(&second, T0 + 5_000)
+        .put_gateway_rotation(&second, T0 + 5_000, &entry("rotate"))
         .await
         .unwrap();
     let held = e.state.gateway_rotation().await.unwrap();
@@ -160,7 +178,7 @@ async fn the_gateways_own_rotation_keeps_its_first_deadline_until_a_newer_statem
     assert_eq!(held, Some((second, T0 + 5_000)));
 }
 
-fn token(id: &str, approve: Approve) -> TokenRecord {
+pub(super) fn token(id: &str, approve: Approve) -> TokenRecord {
     TokenRecord {
         claims: TokenClaims {
             v: 1,
@@ -222,7 +240,11 @@ async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
 }
 
 /// Enroll `doc` with token `token_id`, deciding as the gateway does.
-async fn enroll(state: &dyn GatewayState, doc: &IdentityDocument, token_id: &str) -> Decision {
+pub(super) async fn enroll(
+    state: &dyn GatewayState,
+    doc: &IdentityDocument,
+    token_id: &str,
+) -> Decision {
     let token = token_id.to_string();
     let decide = move |f: &outpost::gateway::enroll::Facts<'_>| decide(f, &token);
     state.enroll(doc, token_id, false, &decide).await.unwrap()
@@ -245,7 +267,10 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
 
     // Auto approval: trusted at once, a use counted; the same device again is answered.
     let (_, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
-    let Decision::Record { record, consume } = enroll(state, &f, "auto").await else {
+    let Decision::Record {
+        record, consume, ..
+    } = enroll(state, &f, "auto").await
+    else {
         panic!("not recorded");
     };
     assert!(consume);
@@ -279,7 +304,7 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     }
     assert!(state.load_trust().unwrap().get("node:g").is_none());
     let approved = state
-        .settle_enrollment("node:g", true, T0 + 5)
+        .settle_enrollment("node:g", true, T0 + 5, &settled)
         .await
         .unwrap();
     let approved = approved.expect("pending");
@@ -288,13 +313,13 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     assert_eq!(state.load_trust().unwrap().get("node:g").unwrap().doc, g);
     assert_eq!(
         state
-            .settle_enrollment("node:g", true, T0 + 6)
+            .settle_enrollment("node:g", true, T0 + 6, &settled)
             .await
             .unwrap(),
         None
     );
     let rejected = state
-        .settle_enrollment("node:h", false, T0 + 7)
+        .settle_enrollment("node:h", false, T0 + 7, &settled)
         .await
         .unwrap();
     assert_eq!(rejected.map(|r| r.state), Some(RecordState::Rejected));
@@ -322,7 +347,10 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
         assert_eq!(q.unwrap(), Queued::Queued);
     }
     assert_eq!(state.revoked_node("node:f").await.unwrap(), None);
-    let refused = state.revoke_node("node:f", T0 + 10).await.unwrap();
+    let refused = state
+        .revoke_node("node:f", T0 + 10, &retired)
+        .await
+        .unwrap();
     assert_eq!(sorted(refused.expect("trusted")), ["f1", "f2"]);
     assert!(state.load_trust().unwrap().get("node:f").is_none());
     let status = state.message_status("f1").await.unwrap().unwrap();
@@ -333,9 +361,18 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     );
     assert!(pull(state, "node:f").await.deliveries.is_empty());
     assert_eq!(state.revoked_node("node:f").await.unwrap(), Some(f));
-    assert_eq!(state.revoke_node("node:f", T0 + 11).await.unwrap(), None);
     assert_eq!(
-        state.revoke_node("node:nobody", T0 + 11).await.unwrap(),
+        state
+            .revoke_node("node:f", T0 + 11, &retired)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        state
+            .revoke_node("node:nobody", T0 + 11, &retired)
+            .await
+            .unwrap(),
         None
     );
 }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use tokio_postgres::Transaction;
+
 use super::super::{AuditExtension, StateError};
 use super::{i, u, unavailable, Postgres};
 use crate::store::StoreError;
@@ -74,8 +76,22 @@ pub(super) async fn extend(
 ) -> Result<(), StateError> {
     let mut c = pg.pool.get().await?;
     let tx = c.transaction().await.map_err(unavailable)?;
-    // One extension of a node's copy at a time, across replicas; it must start
-    // exactly at the copy's end (a replica with a stale view is refused).
+    let size = locked_size(&tx, node).await?;
+    if size != ext.start {
+        return Err(StateError::Store(StoreError::AuditIndex {
+            expected: size,
+            got: ext.start,
+        }));
+    }
+    write(&tx, node, ext).await?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(())
+}
+
+/// The size of `node`'s copy, with the lock that lets one extension of it at a time
+/// in, across replicas, until the transaction ends (an extension must start exactly at
+/// the copy's end: a replica with a stale view is refused).
+pub(super) async fn locked_size(tx: &Transaction<'_>, node: &str) -> Result<u64, StateError> {
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('audit/' || $1, 0))",
         &[&node],
@@ -90,12 +106,15 @@ pub(super) async fn extend(
         .await
         .map_err(unavailable)?
         .get(0);
-    if u(size) != ext.start {
-        return Err(StateError::Store(StoreError::AuditIndex {
-            expected: u(size),
-            got: ext.start,
-        }));
-    }
+    Ok(u(size))
+}
+
+/// Write `ext`'s entries and checkpoint (under [`locked_size`]'s lock).
+pub(super) async fn write(
+    tx: &Transaction<'_>,
+    node: &str,
+    ext: AuditExtension,
+) -> Result<(), StateError> {
     let idx: Vec<i64> = (0..ext.entries.len())
         .map(|k| i(ext.start + k as u64))
         .collect();
@@ -113,7 +132,6 @@ pub(super) async fn extend(
     )
     .await
     .map_err(unavailable)?;
-    tx.commit().await.map_err(unavailable)?;
     Ok(())
 }
 

@@ -5,12 +5,16 @@
 
 use tokio_postgres::Transaction;
 
-use super::{i, listen, unavailable, Postgres, STATUS_KEEP_MS};
+use super::{i, listen, own_audit, unavailable, Postgres, STATUS_KEEP_MS};
+use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::enroll::{
     Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
-use crate::gateway::storage::{EnrollmentState, Fut, GatewayState, StateError};
+use crate::gateway::storage::{
+    AuditExtension, EnrollmentState, Fut, GatewayState, PendingAudit, RetireAudit, SettleAudit,
+    StateError,
+};
 use crate::store::names::Q_TO_NODE as Q_NODE;
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
@@ -27,10 +31,11 @@ fn state_name(s: RecordState) -> &'static str {
         RecordState::Pending => "pending",
         RecordState::Rejected => "rejected",
         RecordState::Revoked => "revoked",
+        RecordState::Rotated => "rotated",
     }
 }
 
-async fn records_of(
+pub(super) async fn records_of(
     tx: &Transaction<'_>,
     node_id: &str,
 ) -> Result<Vec<EnrollmentRecord>, StateError> {
@@ -46,7 +51,10 @@ async fn records_of(
         .collect()
 }
 
-async fn put_record(tx: &Transaction<'_>, r: &EnrollmentRecord) -> Result<(), StateError> {
+pub(super) async fn put_record(
+    tx: &Transaction<'_>,
+    r: &EnrollmentRecord,
+) -> Result<(), StateError> {
     tx.execute(
         "INSERT INTO enrollments (node_id, sign_pk, state, record) VALUES ($1, $2, $3, $4)
          ON CONFLICT (node_id, sign_pk) DO UPDATE SET state = excluded.state, record = excluded.record",
@@ -108,7 +116,7 @@ pub(super) async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError>
 
 /// Serialise everything about one node id (two devices enrolling the same id at two
 /// replicas at once).
-async fn lock_node(tx: &Transaction<'_>, node_id: &str) -> Result<(), StateError> {
+pub(super) async fn lock_node(tx: &Transaction<'_>, node_id: &str) -> Result<(), StateError> {
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('outpost-enroll:' || $1))",
         &[&node_id],
@@ -203,9 +211,15 @@ impl Postgres {
             online,
         };
         let decision = decide(&facts);
-        let Decision::Record { record, consume } = &decision else {
+        let Decision::Record {
+            record,
+            consume,
+            audit,
+        } = &decision
+        else {
             return Ok(decision);
         };
+        own_audit::pend(&tx, now_ms, audit).await?;
         if *consume {
             tx.execute(
                 "UPDATE enroll_tokens SET uses = uses + 1 WHERE id = $1",
@@ -219,6 +233,9 @@ impl Postgres {
             trust_node(&tx, &record.document, now_ms).await?;
         }
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(&node.node_id).await?;
         Ok(decision)
     }
@@ -241,6 +258,7 @@ impl Postgres {
         node_id: &str,
         approve: bool,
         now_ms: u64,
+        audit: &SettleAudit<'_>,
     ) -> Result<Option<EnrollmentRecord>, StateError> {
         let mut c = self.pool.get().await?;
         let tx = c.transaction().await.map_err(unavailable)?;
@@ -274,7 +292,11 @@ impl Postgres {
             r.state = RecordState::Rejected;
         }
         put_record(&tx, &r).await?;
+        own_audit::pend(&tx, now_ms, &audit(&r)).await?;
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(node_id).await?;
         Ok(Some(r))
     }
@@ -283,6 +305,7 @@ impl Postgres {
         &self,
         node_id: &str,
         now_ms: u64,
+        audit: &RetireAudit<'_>,
     ) -> Result<Option<Vec<String>>, StateError> {
         let mut c = self.pool.get().await?;
         let shard = c.shard();
@@ -291,24 +314,10 @@ impl Postgres {
         let Some(doc) = trusted_node(&tx, node_id).await? else {
             return Ok(None);
         };
-        let key = b64_encode(&doc.sign_pk);
-        let mut r = records_of(&tx, node_id)
-            .await?
-            .into_iter()
-            .find(|r| r.node_sign_pk == key)
-            .unwrap_or_else(|| EnrollmentRecord {
-                node_id: node_id.to_string(),
-                node_sign_pk: key.clone(),
-                token_id: String::new(),
-                document: doc.clone(),
-                state: RecordState::Enrolled,
-                kind: Kind::New,
-                created_at_ms: now_ms,
-                decided_at_ms: None,
-            });
-        r.state = RecordState::Revoked;
-        r.decided_at_ms = Some(now_ms);
-        put_record(&tx, &r).await?;
+        let records = records_of(&tx, node_id).await?;
+        for r in crate::gateway::enroll::retired_records(records, &doc, now_ms) {
+            put_record(&tx, &r).await?;
+        }
         tx.execute("DELETE FROM peers WHERE node_id = $1", &[&node_id])
             .await
             .map_err(unavailable)?;
@@ -340,7 +349,11 @@ impl Postgres {
             )
             .await
             .map_err(unavailable)?;
+        own_audit::pend(&tx, now_ms, &audit(&doc, rows.len())).await?;
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(node_id).await?;
         Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
     }
@@ -404,12 +417,18 @@ impl EnrollmentState for Postgres {
         node_id: &'a str,
         approve: bool,
         now_ms: u64,
+        audit: &'a SettleAudit<'a>,
     ) -> Fut<'a, Option<EnrollmentRecord>> {
-        Box::pin(self.settle_now(node_id, approve, now_ms))
+        Box::pin(self.settle_now(node_id, approve, now_ms, audit))
     }
 
-    fn revoke_node<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<Vec<String>>> {
-        Box::pin(self.revoke_node_now(node_id, now_ms))
+    fn revoke_node<'a>(
+        &'a self,
+        node_id: &'a str,
+        now_ms: u64,
+        audit: &'a RetireAudit<'a>,
+    ) -> Fut<'a, Option<Vec<String>>> {
+        Box::pin(self.revoke_node_now(node_id, now_ms, audit))
     }
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
@@ -421,15 +440,34 @@ impl EnrollmentState for Postgres {
         rotation: &'a KeyRotation,
         now_ms: u64,
         grace_ms: u64,
+        audit: &'a AuditRecord,
     ) -> Fut<'a, Result<Rotated, RotationError>> {
-        Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms))
+        Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms, audit))
     }
 
-    fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()> {
-        Box::pin(self.put_gateway_rotation_now(rotation, until_ms))
+    fn put_gateway_rotation<'a>(
+        &'a self,
+        rotation: &'a KeyRotation,
+        until_ms: u64,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, ()> {
+        Box::pin(self.put_gateway_rotation_now(rotation, until_ms, audit))
     }
 
     fn gateway_rotation(&self) -> Fut<'_, Option<(KeyRotation, u64)>> {
         Box::pin(self.gateway_rotation_now())
+    }
+
+    fn audit_pending(&self, max: usize) -> Fut<'_, Vec<PendingAudit>> {
+        Box::pin(own_audit::pending(self, max))
+    }
+
+    fn audit_append_pending<'a>(
+        &'a self,
+        node: &'a str,
+        ext: AuditExtension,
+        seqs: &'a [u64],
+    ) -> Fut<'a, bool> {
+        Box::pin(own_audit::append(self, node, ext, seqs))
     }
 }

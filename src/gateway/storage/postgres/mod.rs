@@ -33,6 +33,7 @@ mod inbox;
 mod jobs;
 mod listen;
 mod live;
+mod own_audit;
 mod peers;
 mod pool;
 mod queue;

@@ -2,10 +2,11 @@
 //! `peers` row under the row's lock, and the gateway's own newest rotation, one row
 //! every replica reads.
 
-use super::enroll::{notify_trust, to_json};
-use super::{i, unavailable, Postgres};
+use super::enroll::{lock_node, notify_trust, put_record, records_of, to_json};
+use super::{i, own_audit, unavailable, Postgres};
+use crate::audit::AuditRecord;
 use crate::envelope::{KeyRotation, Rotated, RotationError, TrustStore};
-use crate::gateway::storage::StateError;
+use crate::gateway::storage::{GatewayState, StateError};
 
 impl Postgres {
     /// The node's row under its lock, [`TrustStore::rotate`] on it, the row written back.
@@ -14,10 +15,12 @@ impl Postgres {
         rot: &KeyRotation,
         now_ms: u64,
         grace_ms: u64,
+        audit: &AuditRecord,
     ) -> Result<Result<Rotated, RotationError>, StateError> {
         let node_id = &rot.new_doc.node_id;
         let mut c = self.pool.get().await?;
         let tx = c.transaction().await.map_err(unavailable)?;
+        lock_node(&tx, node_id).await?;
         let row = tx
             .query_opt(
                 "SELECT document, may_send, may_issue, rotation FROM peers
@@ -43,8 +46,16 @@ impl Postgres {
         )
         .await
         .map_err(unavailable)?;
+        let records = records_of(&tx, node_id).await?;
+        for r in crate::gateway::enroll::rotated_records(records, rot, now_ms) {
+            put_record(&tx, &r).await?;
+        }
+        own_audit::pend(&tx, now_ms, audit).await?;
         notify_trust(&tx).await?;
         tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own: holding this one while it waits
+        // would let a burst of enrollments take the whole pool and wait for itself.
+        drop(c);
         self.refresh_peer_now(node_id).await?;
         Ok(Ok(Rotated::Applied))
     }
@@ -53,17 +64,25 @@ impl Postgres {
         &self,
         rotation: &KeyRotation,
         until_ms: u64,
+        audit: &AuditRecord,
     ) -> Result<(), StateError> {
-        let c = self.pool.get().await?;
-        c.execute(
-            "INSERT INTO gateway_rotation (id, statement, until_ms) VALUES (1, $1, $2)
-             ON CONFLICT (id) DO UPDATE
-                 SET statement = excluded.statement, until_ms = excluded.until_ms
-                 WHERE gateway_rotation.statement <> excluded.statement",
-            &[&to_json(rotation)?, &i(until_ms)],
-        )
-        .await
-        .map_err(unavailable)?;
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        let changed = tx
+            .execute(
+                "INSERT INTO gateway_rotation (id, statement, until_ms) VALUES (1, $1, $2)
+                 ON CONFLICT (id) DO UPDATE
+                     SET statement = excluded.statement, until_ms = excluded.until_ms
+                     WHERE gateway_rotation.statement <> excluded.statement",
+                &[&to_json(rotation)?, &i(until_ms)],
+            )
+            .await
+            .map_err(unavailable)?;
+        // Audited once, by the replica whose write published it.
+        if changed > 0 {
+            own_audit::pend(&tx, self.now_ms(), audit).await?;
+        }
+        tx.commit().await.map_err(unavailable)?;
         Ok(())
     }
 

@@ -204,6 +204,16 @@ CREATE TABLE gateway_rotation (
     until_ms  bigint  NOT NULL
 );
 "#,
+    // 6: the gateway's own audit entries (PROTOCOL §15.6) its decisions committed and
+    // its log does not hold yet (a transactional outbox): inserted with the decision,
+    // deleted when a replica appends them to the log. `entry` is the entry's JSON with
+    // index 0 and the decision's time.
+    r#"
+CREATE TABLE gateway_audit_pending (
+    seq   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    entry text   NOT NULL
+);
+"#,
 ];
 
 /// The newest schema this binary knows.
