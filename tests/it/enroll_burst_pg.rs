@@ -12,7 +12,7 @@ use crate::console::sign_in;
 use crate::harness::text;
 use crate::replicas::replicas;
 use crate::self_enroll::make_token;
-use crate::sim::{client_from, enroll_body, loopback, post_enroll};
+use crate::sim::{client_from, loopback, post_enroll, SimNode};
 
 /// Devices in the burst, and the pool of each replica.
 const DEVICES: usize = 300;
@@ -38,7 +38,10 @@ async fn a_burst_of_enrollments_leaves_the_pool_to_the_console() {
 
     // Sealed up front, so the burst is only requests.
     let bodies: Vec<Vec<u8>> = (0..DEVICES)
-        .map(|i| enroll_body(&doc, &format!("node:burst-{i}"), 1000 + i as u32, &token))
+        .map(|i| {
+            SimNode::numbered(&format!("node:burst-{i}"), 1000 + i as u32)
+                .enroll_request(&doc, &token)
+        })
         .collect();
     // A device behaves as a real one: it retries 429 and 503 with backoff (1 s, 2 s…).
     let burst = bodies.into_iter().enumerate().map(|(i, body)| {

@@ -14,7 +14,7 @@ use outpost::envelope::{IdentityDocument, Keys};
 
 use crate::harness::{text, Daemon, Home};
 use crate::self_enroll::{enrolling_node, enrollment_becomes, gateway, gw_url, make_token};
-use crate::sim::{client_from, enroll_body, loopback, post_enroll};
+use crate::sim::{client_from, loopback, post_enroll, SimNode};
 
 /// PROTOCOL §15.3: a device at an address that is not flooding enrolls within this.
 const BOUND: Duration = Duration::from_secs(10);
@@ -95,7 +95,12 @@ async fn devices_enroll_while_strangers_at_four_addresses_flood() {
     let spent = make_token(&gw, &["--ttl", "1h", "--max-uses", "1"]);
     let c = client_from(loopback(1));
     assert_eq!(
-        post_enroll(&c, &gwd, enroll_body(&doc, "node:first", 1, &spent)).await,
+        post_enroll(
+            &c,
+            &gwd,
+            SimNode::numbered("node:first", 1).enroll_request(&doc, &spent)
+        )
+        .await,
         200
     );
     let forged = forged_token(&doc.node_id);
@@ -103,7 +108,8 @@ async fn devices_enroll_while_strangers_at_four_addresses_flood() {
         (0..16u8)
             .map(|i| {
                 let t = if i % 2 == 0 { &spent } else { &forged };
-                enroll_body(&doc, &format!("node:flood-{i}"), 100 + u32::from(i), t)
+                SimNode::numbered(&format!("node:flood-{i}"), 100 + u32::from(i))
+                    .enroll_request(&doc, t)
             })
             .collect(),
     );
@@ -154,7 +160,12 @@ async fn devices_enroll_while_strangers_at_four_addresses_flood() {
     let nat = client_from(loopback(2));
     loop {
         tries += 1;
-        let st = post_enroll(&nat, &gwd, enroll_body(&doc, "node:behind-nat", 50, &valid)).await;
+        let st = post_enroll(
+            &nat,
+            &gwd,
+            SimNode::numbered("node:behind-nat", 50).enroll_request(&doc, &valid),
+        )
+        .await;
         if st == 200 {
             break;
         }

@@ -48,9 +48,53 @@ impl SimNode {
         IdentityDocument::new(&self.id, "node", &self.keys, "2026-01-01T00:00:00Z")
     }
 
-    /// Enroll itself at `gw` (PROTOCOL §15.3), as a device's client does: `token` sealed
-    /// to `gateway` (its document, from the hello), signed by this node's key. The
-    /// status and body of the answer; a rate-limited request is sent again.
+    /// `id` with keys derived from `n` (for fleets of more than 256 synthetic nodes).
+    pub fn numbered(id: &str, n: u32) -> SimNode {
+        let sign: [u8; 32] = n.to_le_bytes().repeat(8).try_into().unwrap();
+        let kem: [u8; 32] = (n ^ 0x5a5a_5a5a)
+            .to_le_bytes()
+            .repeat(8)
+            .try_into()
+            .unwrap();
+        SimNode {
+            id: id.to_string(),
+            keys: Keys::from_secret_bytes(&sign, &kem),
+        }
+    }
+
+    /// The body of `POST /v1/enroll` (PROTOCOL §15.3), as a device's client makes it:
+    /// `token` sealed to `gateway` (its document, from the hello), signed by this node's
+    /// key.
+    pub fn enroll_request(&self, gateway: &IdentityDocument, token: &str) -> Vec<u8> {
+        let now = SystemClock.now_ms();
+        let params = SealParams {
+            message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
+            created_at_ms: now,
+            expires_at_ms: now + 600_000,
+            payload_type: PAYLOAD_TYPE.into(),
+            priority: 0,
+        };
+        let sealed = serde_json::to_vec(&Sealed {
+            token: token.to_string(),
+        })
+        .unwrap();
+        let env = seal(
+            &self.keys,
+            &self.id,
+            gateway,
+            &params,
+            &sealed,
+            &mut rand_core::OsRng,
+        )
+        .unwrap();
+        serde_json::to_vec(&Request {
+            node: self.document(),
+            envelope: serde_json::to_value(&env).unwrap(),
+        })
+        .unwrap()
+    }
+
+    /// Enroll itself at `gw`: the status and body of the answer.
     pub async fn self_enroll(
         &self,
         gw: &Daemon,
@@ -58,31 +102,14 @@ impl SimNode {
         token: &str,
     ) -> (u16, Value) {
         loop {
-            let now = SystemClock.now_ms();
-            let params = outpost::envelope::SealParams {
-                message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
-                created_at_ms: now,
-                expires_at_ms: now + 600_000,
-                payload_type: outpost::enroll::PAYLOAD_TYPE.into(),
-                priority: 0,
-            };
-            let sealed = serde_json::to_vec(&json!({ "token": token })).unwrap();
-            let env = outpost::envelope::seal(
-                &self.keys,
-                &self.id,
-                gateway,
-                &params,
-                &sealed,
-                &mut rand_core::OsRng,
-            )
-            .unwrap();
-            let body = json!({ "node": self.document(), "envelope": env });
-            let body = serde_json::to_vec(&body).unwrap();
+            let body = self.enroll_request(gateway, token);
             let (st, v) = self
                 .send(gw, "POST", "/v1/enroll", &[], &body)
                 .await
                 .expect("the gateway answers");
-            if st != 429 {
+            // As a device does: a throttle (429) or busy decision slots (503 `busy`) are
+            // tried again.
+            if st != 429 && !(st == 503 && v["error"]["code"] == "busy") {
                 return (st, v);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -281,36 +308,6 @@ pub async fn node_sends(n: &Daemon, token: &str, k: i64) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
-}
-
-/// The body of `POST /v1/enroll` for a fresh device `id` carrying `token`, sealed to
-/// the gateway `gw` (what a real device sends after its hello).
-pub fn enroll_body(gw: &IdentityDocument, id: &str, seed: u32, token: &str) -> Vec<u8> {
-    let sign: Vec<u8> = seed.to_le_bytes().repeat(8);
-    let kem: Vec<u8> = (seed ^ 0x5a5a_5a5a).to_le_bytes().repeat(8);
-    let keys = Keys::from_secret_bytes(
-        sign.as_slice().try_into().unwrap(),
-        kem.as_slice().try_into().unwrap(),
-    );
-    let me = IdentityDocument::new(id, "node", &keys, "2026-01-01T00:00:00Z");
-    let now = SystemClock.now_ms();
-    let plaintext = serde_json::to_vec(&Sealed {
-        token: token.to_string(),
-    })
-    .unwrap();
-    let params = SealParams {
-        message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
-        created_at_ms: now,
-        expires_at_ms: now + 600_000,
-        payload_type: PAYLOAD_TYPE.into(),
-        priority: 0,
-    };
-    let env = seal(&keys, id, gw, &params, &plaintext, &mut rand_core::OsRng).unwrap();
-    serde_json::to_vec(&Request {
-        node: me,
-        envelope: serde_json::to_value(&env).unwrap(),
-    })
-    .unwrap()
 }
 
 /// A client whose connections come from `ip` (a loopback alias: 127.0.0.2, …), with
