@@ -3,6 +3,7 @@
 //! - [`machine`]: the protocol as a pure state machine `(event, now) → action`
 //!   (reconnect order, backoff, what is due), property-tested.
 //! - [`transport`]: signed HTTP requests with reqwest + rustls.
+//! - [`capped`]: every peer's answer read with a cap (streamed, stopped once over).
 //! - [`worker`]: the thin async loop that performs each action and feeds the outcome
 //!   back as the next event.
 //! - [`wire`]: the node ↔ gateway messages as serde types, shared by both roles (the
@@ -20,6 +21,7 @@
 //! (key = jti), which the node's token check consults.
 
 pub mod advice;
+pub mod capped;
 mod chores;
 pub mod enroll;
 pub mod machine;

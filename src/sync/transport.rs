@@ -82,19 +82,11 @@ fn network_error(e: reqwest::Error) -> SyncError {
 }
 
 /// The body of `resp`, refused once it exceeds `max` bytes.
-async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, SyncError> {
-    let too_large = || SyncError::Malformed(format!("answer too large (over {max} bytes)"));
-    if resp.content_length().is_some_and(|n| n > max as u64) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(network_error)? {
-        if body.len() + chunk.len() > max {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, SyncError> {
+    super::capped::read(resp, max).await.map_err(|e| match e {
+        super::capped::BodyError::Read(e) => network_error(e),
+        too_large => SyncError::Malformed(too_large.to_string()),
+    })
 }
 
 pub struct Transport {

@@ -8,6 +8,7 @@
 /// gateway suites again with "postgres" (one suite, two engines).
 pub const GATEWAY_ENGINE: &str = "embedded";
 
+mod answer_caps;
 mod audit;
 mod browser;
 mod console;
