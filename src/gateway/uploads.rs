@@ -344,7 +344,7 @@ async fn store_one(gw: &Gateway, item: Upload) -> Result<Result<Queued, String>,
 /// Node → node: queue the sealed envelope for its recipient, unopened.
 async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict, GatewayError> {
     let to = env.recipient_node_id.clone();
-    if gw.enrolled(&to).await.is_none() {
+    if gw.enrolled(&to).await?.is_none() {
         return Ok(Verdict::Rejected("unknown_recipient".into()));
     }
     // What a hop that cannot decrypt can check: time window, sender trusted with `send`,

@@ -52,6 +52,7 @@ mod slow_link;
 mod startup;
 #[cfg(feature = "gateway")]
 mod state_conformance;
+mod storage_truth_pg;
 mod store_cli;
 mod sync_batches;
 mod sync_wire;
