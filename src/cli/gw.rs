@@ -102,6 +102,13 @@ pub enum NodesCmd {
         /// The node id.
         id: String,
     },
+    /// The node's key was stolen and it has already rotated: refuse its retired key now
+    /// instead of at the end of the 7-day grace (PROTOCOL §15.7). Messages it signed
+    /// with that key and has not uploaded yet are refused too.
+    EndGrace {
+        /// The node id.
+        id: String,
+    },
 }
 
 /// Run one of the gateway's client commands.
@@ -318,6 +325,15 @@ fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
             let (_, v) = c.call("POST", "/v1/node_revocations", Some(&body), &[], t)?;
             let n = v["refused_messages"].as_array().map_or(0, Vec::len);
             println!("retired {id}: its requests are refused (node_revoked); {n} queued messages refused");
+        }
+        NodesCmd::EndGrace { id } => {
+            let body = json!({"node_id": id});
+            let (_, v) = c.call("POST", "/v1/node_grace_ends", Some(&body), &[], t)?;
+            if v["ended"].as_bool() == Some(true) {
+                println!("{id}: its retired key is refused from now on");
+            } else {
+                println!("{id}: no retired key was in its grace (nothing to end)");
+            }
         }
     }
     Ok(())

@@ -12,11 +12,14 @@ use crate::envelope::{b64_encode, KeyRotation, Rotated, RotationError, ROTATION_
 
 impl Rotations<'_> {
     /// Apply `rot` for the node that signed the request (`node_id`). `Ok(true)`: switched
-    /// now; `Ok(false)`: the gateway already had the new key (a retry).
+    /// now; `Ok(false)`: the gateway already had the new key (a retry). With `no_grace`
+    /// (the retired key is compromised) the retired key is refused at once, a retry
+    /// included.
     pub async fn rotate_node(
         &self,
         node_id: &str,
         rot: &KeyRotation,
+        no_grace: bool,
     ) -> Result<bool, GatewayError> {
         let gw = self.0;
         if rot.new_doc.node_id != node_id || rot.new_doc.role != "node" {
@@ -24,7 +27,11 @@ impl Rotations<'_> {
         }
         let outcome = gw
             .state
-            .rotate_node(rot, gw.now_ms(), ROTATION_GRACE_MS)
+            .rotate_node(
+                rot,
+                gw.now_ms(),
+                if no_grace { 0 } else { ROTATION_GRACE_MS },
+            )
             .await?;
         let rotated = match outcome {
             Ok(r) => r,
@@ -34,6 +41,9 @@ impl Rotations<'_> {
             }
         };
         if rotated == Rotated::AlreadyApplied {
+            if no_grace {
+                self.end_grace(node_id, node_id).await?;
+            }
             return Ok(false);
         }
         let new_pk = b64_encode(&rot.new_doc.sign_pk);

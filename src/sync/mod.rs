@@ -100,7 +100,7 @@ pub trait NodeLink: Send + Sync + 'static {
     }
     /// A key rotation `outpost identity rotate` left for the gateway, if any (a file
     /// read: asked while the link is up, every few seconds at most).
-    fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation>;
+    fn pending_rotation(&self) -> Option<OwnRotation>;
     /// The gateway handed over its own key rotation with a pull: trust its new key
     /// (keeping the retired one for the grace), unless the node already does. Cheap
     /// when nothing changes: it comes with every pull during the grace.
@@ -110,6 +110,16 @@ pub trait NodeLink: Send + Sync + 'static {
         &self,
         rotation: crate::envelope::KeyRotation,
     ) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A rotation of this node's keys waiting for the gateway.
+pub struct OwnRotation {
+    pub statement: crate::envelope::KeyRotation,
+    /// `identity rotate --compromised`: asked with `grace=none`.
+    pub no_grace: bool,
+    /// With `no_grace`, the new pair: once the gateway applied the rotation it refuses
+    /// the retired key, so a retry after a lost answer is signed with this one.
+    pub next: Option<Arc<crate::envelope::Keys>>,
 }
 
 /// What `/v1/status` shows under `upstream`.

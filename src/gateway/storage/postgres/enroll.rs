@@ -425,6 +425,10 @@ impl EnrollmentState for Postgres {
         Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms))
     }
 
+    fn end_node_grace<'a>(&'a self, node_id: &'a str, now_ms: u64) -> Fut<'a, Option<bool>> {
+        Box::pin(self.end_node_grace_now(node_id, now_ms))
+    }
+
     fn put_gateway_rotation<'a>(&'a self, rotation: &'a KeyRotation, until_ms: u64) -> Fut<'a, ()> {
         Box::pin(self.put_gateway_rotation_now(rotation, until_ms))
     }
