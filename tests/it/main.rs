@@ -28,6 +28,7 @@ mod gateway_tls;
 mod gone_node;
 mod harness;
 mod idle;
+mod key_compromise;
 mod key_rotation;
 mod layers;
 mod malformed;
