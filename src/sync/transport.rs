@@ -357,6 +357,7 @@ impl Transport {
         last.unwrap_or_else(|| Err(SyncError::Setup("no upstream URL".into())))
     }
 
+    #[allow(clippy::too_many_arguments)] // one request, as `call_as` was given it
     async fn call_one(
         &self,
         signer: Option<&Keys>,
