@@ -121,6 +121,8 @@ mod gateway_cases {
         "POST /v1/enrollments/{node_id}/reject 200" => Type(of::<gw::EnrollmentView>),
         "POST /v1/node_revocations request" => Type(of::<gw::RetireBody>),
         "POST /v1/node_revocations 200" => Type(of::<gw::Retired>),
+        "POST /v1/node_grace_ends request" => Type(of::<gw::EndGraceBody>),
+        "POST /v1/node_grace_ends 200" => Type(of::<gw::GraceEnded>),
         "GET /v1/nodes/{id}/pull 200" => Type(of::<sync::PullAnswer>),
         "POST /v1/nodes/{id}/ack request" => Type(of::<sync::AckRequest>),
         "POST /v1/nodes/{id}/ack 200" => Type(of::<sync::AckAnswer>),

@@ -336,7 +336,7 @@ async fn audit_synced(s: &Story, api: &Api, g: &Daemon, n: &Daemon) -> anyhow::R
     let node_status = n.url("/v1/status");
     let nodes_url = g.url("/v1/nodes");
     let audit = poll_async("the audit log to sync", Duration::from_secs(30), || async {
-        let local = reqwest::get(&node_status).await?.json::<Value>().await?;
+        let (_, local) = procs::answer(reqwest::get(&node_status).await?).await?;
         let size = local["audit"]["size"].as_u64().unwrap_or(0);
         let (_, nodes) = api.get(&nodes_url).await?;
         let at_gw = nodes["nodes"][0]["audit_size"].as_u64().unwrap_or(0);

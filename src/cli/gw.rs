@@ -102,6 +102,13 @@ pub enum NodesCmd {
         /// The node id.
         id: String,
     },
+    /// The node's key was stolen and it has already rotated: refuse its retired key now
+    /// instead of at the end of the 7-day grace (PROTOCOL §15.7). Messages it signed
+    /// with that key and has not uploaded yet are refused too.
+    EndGrace {
+        /// The node id.
+        id: String,
+    },
 }
 
 /// Run one of the gateway's client commands.
@@ -230,21 +237,6 @@ fn json_arg(what: &str, text: &str) -> anyhow::Result<Value> {
         .map_err(|e| Exit::usage(format!("{what} is not JSON ({e}): {text}")).into())
 }
 
-/// Seconds as a person reads them.
-fn ago(now_ms: u64, at_ms: Option<u64>) -> String {
-    match at_ms {
-        None => "never".into(),
-        Some(t) => {
-            let s = now_ms.saturating_sub(t) / 1000;
-            match s {
-                0..=119 => format!("{s}s ago"),
-                120..=7199 => format!("{}m ago", s / 60),
-                _ => format!("{}h ago", s / 3600),
-            }
-        }
-    }
-}
-
 /// `outpost nodes`: every enrolled node with liveness, long-poll, last seen and queue.
 pub fn nodes(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let c = Client::open(arg)?;
@@ -319,50 +311,17 @@ fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
             let n = v["refused_messages"].as_array().map_or(0, Vec::len);
             println!("retired {id}: its requests are refused (node_revoked); {n} queued messages refused");
         }
+        NodesCmd::EndGrace { id } => {
+            let body = json!({"node_id": id});
+            let (_, v) = c.call("POST", "/v1/node_grace_ends", Some(&body), &[], t)?;
+            if v["ended"].as_bool() == Some(true) {
+                println!("{id}: its retired key is refused from now on");
+            } else {
+                println!("{id}: no retired key was in its grace (nothing to end)");
+            }
+        }
     }
     Ok(())
-}
-
-/// The node list as an aligned table.
-pub fn nodes_table(v: &Value, now_ms: u64) -> String {
-    let mut rows = vec![[
-        "NODE".to_string(),
-        "LIVENESS".into(),
-        "POLLING".into(),
-        "LAST SEEN".into(),
-        "QUEUED".into(),
-        "OLDEST".into(),
-    ]];
-    for n in v["nodes"].as_array().into_iter().flatten() {
-        rows.push([
-            n["node_id"].as_str().unwrap_or("?").to_string(),
-            n["liveness"].as_str().unwrap_or("?").to_string(),
-            if n["polling"] == true { "yes" } else { "no" }.to_string(),
-            ago(now_ms, n["last_seen"].as_u64()),
-            n["queue_depth"].as_u64().unwrap_or(0).to_string(),
-            match n["oldest_age_s"].as_u64() {
-                Some(s) if n["queue_depth"].as_u64().unwrap_or(0) > 0 => format!("{s}s"),
-                _ => "-".into(),
-            },
-        ]);
-    }
-    if rows.len() == 1 {
-        return "no nodes enrolled (add one with `outpost trust add NODE.json --send`)\n".into();
-    }
-    let widths: Vec<usize> = (0..6)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let cells: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 /// `outpost command NODE TYPE [--body JSON] [--ttl] [--key]`: queue a command; prints its
@@ -492,6 +451,11 @@ pub fn message(arg: &ConfigArg, id: &str) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
 }
+
+#[path = "gw_table.rs"]
+mod table;
+use table::ago;
+pub use table::nodes_table;
 
 #[cfg(test)]
 #[path = "gw_tests.rs"]

@@ -23,6 +23,12 @@ pub enum IdentityCmd {
         /// gateway first; a later `identity rotate` uses it.
         #[arg(long)]
         prepare: bool,
+        /// The current key was stolen (a node only): the gateway refuses the retired key
+        /// as soon as it accepts the rotation, with no 7-day grace, so the thief can no
+        /// longer pull, ack or upload as this node. What this node signed with the old
+        /// key and has not uploaded yet is refused too.
+        #[arg(long, alias = "no-grace")]
+        compromised: bool,
     },
 }
 
@@ -39,8 +45,20 @@ pub fn identity(cfg: &ConfigArg, json: bool) -> anyhow::Result<()> {
 
 /// `outpost identity rotate`: leave a rotation for the running node (it delivers it on
 /// its next sync), and with `--wait` watch it complete.
-pub fn rotate(cfg: &ConfigArg, wait_s: u64, prepare: bool) -> anyhow::Result<()> {
+pub fn rotate(
+    cfg: &ConfigArg,
+    wait_s: u64,
+    prepare: bool,
+    compromised: bool,
+) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
+    if compromised && (prepare || cfg.role == crate::config::Role::Gateway) {
+        return Err(Exit::usage(
+            "--compromised is for a node's key: its gateway refuses the retired key at once \
+             (on a gateway, `outpost nodes end-grace NODE` ends a node's grace)",
+        )
+        .into());
+    }
     if prepare {
         let keys =
             crate::daemon::rotation::prepare(&cfg).map_err(|e| Exit::failed(format!("{e:#}")))?;
@@ -53,8 +71,8 @@ pub fn rotate(cfg: &ConfigArg, wait_s: u64, prepare: bool) -> anyhow::Result<()>
         return Ok(());
     }
     let now_ms = crate::clock::system().now_ms();
-    let rot =
-        crate::daemon::rotation::begin(&cfg, now_ms).map_err(|e| Exit::failed(format!("{e:#}")))?;
+    let rot = crate::daemon::rotation::begin(&cfg, now_ms, compromised)
+        .map_err(|e| Exit::failed(format!("{e:#}")))?;
     let new_pk = crate::envelope::b64_encode(&rot.new_doc.sign_pk);
     if cfg.role == crate::config::Role::Gateway {
         eprintln!(

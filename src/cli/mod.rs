@@ -421,9 +421,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         .into()),
         Command::Identity {
             cfg,
-            cmd: Some(IdentityCmd::Rotate { wait, prepare }),
+            cmd:
+                Some(IdentityCmd::Rotate {
+                    wait,
+                    prepare,
+                    compromised,
+                }),
             ..
-        } => identity::rotate(&cfg, wait, prepare),
+        } => identity::rotate(&cfg, wait, prepare, compromised),
         Command::Identity {
             cfg,
             json,

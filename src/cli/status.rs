@@ -2,7 +2,7 @@
 //! configured one). A gateway that serves HTTPS is asked over TLS, its certificate
 //! pinned by the key of the one its config names (crate::tls_pin), as a node pins it.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -356,6 +356,10 @@ fn duration(s: u64) -> String {
     }
 }
 
+/// The largest answer the CLI reads from its daemon (head and body): a gateway's fleet
+/// listing is the largest, far below this; anything over it is refused, not buffered.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
 /// A tiny loopback HTTP/1.1 GET, enough for status without an HTTP client runtime:
 /// the status code and the body. With `tls`, over TLS to a server whose certificate
 /// carries the key of that pin.
@@ -394,7 +398,7 @@ fn http_request(
         None => {
             let mut s = s;
             s.write_all(&request)?;
-            s.read_to_end(&mut raw)?;
+            crate::sync::capped::read_blocking(s, MAX_ANSWER_BYTES, &mut raw)?;
         }
         // Only a gateway serves its API over TLS: a device build has no such daemon to
         // ask, and leaves the synchronous TLS client out.
@@ -415,7 +419,7 @@ fn http_request(
             let mut t = rustls::StreamOwned::new(conn, s);
             t.write_all(&request)?;
             t.flush()?;
-            match t.read_to_end(&mut raw) {
+            match crate::sync::capped::read_blocking(&mut t, MAX_ANSWER_BYTES, &mut raw) {
                 Ok(_) => {}
                 // A peer that closes without close_notify after a whole answer.
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}

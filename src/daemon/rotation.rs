@@ -47,6 +47,9 @@ struct Pending {
     v: u32,
     requested_at_ms: u64,
     statement: KeyRotation,
+    /// `identity rotate --compromised`: the gateway is asked for no grace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    no_grace: bool,
 }
 
 /// `key-history.json`.
@@ -68,6 +71,11 @@ fn write_json<T: Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
 
 /// The statement `outpost identity rotate` left for the running node, if any.
 pub fn pending(data_dir: &Path) -> anyhow::Result<Option<KeyRotation>> {
+    Ok(pending_request(data_dir)?.map(|(rot, _)| rot))
+}
+
+/// [`pending`], and whether it asks for no grace (`--compromised`).
+pub fn pending_request(data_dir: &Path) -> anyhow::Result<Option<(KeyRotation, bool)>> {
     let path = rotation_path(data_dir);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -76,7 +84,13 @@ pub fn pending(data_dir: &Path) -> anyhow::Result<Option<KeyRotation>> {
     };
     let p: Pending =
         serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
-    Ok(Some(p.statement))
+    Ok(Some((p.statement, p.no_grace)))
+}
+
+/// The new pair of the pending rotation (`keys.next.json`): what signs the rotation's
+/// retry once a no-grace rotation was applied and the retired key is refused.
+pub fn next_keys(data_dir: &Path) -> anyhow::Result<Keys> {
+    Ok(Keys::load(&next_keys_path(data_dir))?)
 }
 
 pub fn history(data_dir: &Path) -> anyhow::Result<History> {
@@ -119,7 +133,7 @@ pub fn prepare(cfg: &Config) -> anyhow::Result<Keys> {
 /// in `keys.next.json` (made now unless `--prepare` made it), for the running role (or
 /// its next start) to apply: a node delivers it to its gateway, a gateway publishes it
 /// to its nodes. Refused while another rotation waits.
-pub fn begin(cfg: &Config, now_ms: u64) -> anyhow::Result<KeyRotation> {
+pub fn begin(cfg: &Config, now_ms: u64, no_grace: bool) -> anyhow::Result<KeyRotation> {
     let dir = &cfg.data_dir;
     if let Some(p) = pending(dir)? {
         anyhow::bail!(
@@ -147,6 +161,7 @@ pub fn begin(cfg: &Config, now_ms: u64) -> anyhow::Result<KeyRotation> {
             v: 1,
             requested_at_ms: now_ms,
             statement: statement.clone(),
+            no_grace,
         },
     )?;
     Ok(statement)
@@ -257,8 +272,8 @@ mod tests {
         let cfg = node(tmp.path());
         let dir = tmp.path();
         let old_pk = Keys::load(&keys_path(dir)).unwrap().sign_pk();
-        let rot = begin(&cfg, 1_000).unwrap();
-        assert!(begin(&cfg, 1_001).is_err(), "one rotation at a time");
+        let rot = begin(&cfg, 1_000, false).unwrap();
+        assert!(begin(&cfg, 1_001, false).is_err(), "one rotation at a time");
         assert_eq!(pending(dir).unwrap().as_ref(), Some(&rot));
         let (new, old, until) = finish(dir, &rot, 2_000).unwrap();
         assert_eq!(old.sign_pk(), old_pk);
@@ -277,6 +292,7 @@ mod tests {
                 v: 1,
                 requested_at_ms: 1_000,
                 statement: rot.clone(),
+                no_grace: false,
             },
         )
         .unwrap();

@@ -251,6 +251,20 @@ impl TrustStore {
         Ok(Rotated::Applied)
     }
 
+    /// End the grace of `node_id`'s retired key now (its key was compromised): from
+    /// `now_ms` on only the current key signs for it. `Some(true)` when a grace was
+    /// running, `Some(false)` when none was, `None` when no such peer is trusted.
+    pub fn end_grace(&mut self, node_id: &str, now_ms: u64) -> Option<bool> {
+        let peer = self.peers.get_mut(node_id)?;
+        Some(match peer.previous.as_mut() {
+            Some(r) if now_ms < r.until_ms => {
+                r.until_ms = now_ms;
+                true
+            }
+            _ => false,
+        })
+    }
+
     pub fn remove(&mut self, node_id: &str) -> Option<Peer> {
         self.peers.remove(node_id)
     }
@@ -406,6 +420,31 @@ mod tests {
             vec![old.sign_pk(), new.sign_pk(), third.sign_pk()]
         );
         assert_eq!(p.previous.as_ref().unwrap().keys.sign, new.sign_pk());
+    }
+
+    #[test]
+    fn ending_a_grace_leaves_only_the_current_key() {
+        let (old, new) = (Keys::generate(), Keys::generate());
+        let d = IdentityDocument::new("node:a", "node", &old, "2026-11-22T06:00:00Z");
+        let nd = IdentityDocument::new("node:a", "node", &new, "2026-11-27T06:00:00Z");
+        let mut t = TrustStore::new();
+        assert_eq!(t.end_grace("node:a", 1_000), None);
+        t.add(d, Rights::default()).unwrap();
+        assert_eq!(t.end_grace("node:a", 1_000), Some(false), "never rotated");
+        t.rotate(&KeyRotation::new(&old, &new, nd), 1_000, 500)
+            .unwrap();
+        assert_eq!(t.end_grace("node:a", 1_200), Some(true));
+        let p = t.get("node:a").unwrap();
+        assert_eq!(p.sign_keys(1_200).count(), 1);
+        assert_eq!(p.key_history(), vec![old.sign_pk(), new.sign_pk()]);
+        assert_eq!(t.end_grace("node:a", 1_300), Some(false), "already over");
+        // A rotation with no grace at all.
+        let third = Keys::generate();
+        let td = IdentityDocument::new("node:a", "node", &third, "2026-11-28T06:00:00Z");
+        t.rotate(&KeyRotation::new(&new, &third, td), 2_000, 0)
+            .unwrap();
+        let keys: Vec<_> = t.get("node:a").unwrap().sign_keys(2_000).copied().collect();
+        assert_eq!(keys, vec![third.sign_pk()]);
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub(super) enum Binding {
 pub(super) async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
     let doc = gw
         .enrolled(node_id)
-        .await
+        .await?
         .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
     if !gw.trust().get(node_id).is_some_and(|p| p.rights.send) {
         return Err(GatewayError::NodeWithoutSend(node_id.to_string()));

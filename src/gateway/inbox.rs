@@ -3,7 +3,9 @@
 
 use super::error::GatewayError;
 use super::state::Gateway;
+use super::storage::QUEUE_INBOX;
 use crate::sync::wire::InboxRecord;
+use crate::telemetry::MessageEvent;
 
 /// How many messages one listing holds at most.
 pub const PAGE: usize = 500;
@@ -31,10 +33,22 @@ impl Inbox<'_> {
     /// Acknowledge (remove) message `id`; whether it was taken now (false: already).
     pub async fn ack(&self, id: &str) -> Result<bool, GatewayError> {
         let gw = self.0;
-        gw.state
-            .inbox_ack(id)
-            .await?
-            .ok_or_else(|| GatewayError::NotFound("not_found", "no such inbox message".into()))
+        let removed =
+            gw.state.inbox_ack(id).await?.ok_or_else(|| {
+                GatewayError::NotFound("not_found", "no such inbox message".into())
+            })?;
+        if removed {
+            MessageEvent {
+                queue: QUEUE_INBOX,
+                event: "delivered",
+                // The ack names the message only; the sender is in the inbox listing.
+                peer: "",
+                message_id: id,
+                reason: None,
+            }
+            .emit(&gw.metrics);
+        }
+        Ok(removed)
     }
 }
 

@@ -31,6 +31,7 @@ pub mod enroll;
 pub mod error;
 pub mod events;
 pub mod fleet;
+pub mod grace;
 pub mod inbox;
 pub mod live;
 pub mod liveness;

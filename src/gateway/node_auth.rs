@@ -78,7 +78,7 @@ impl NodeAuth<'_> {
             v,
             Err(RequestSigError::UnknownNode | RequestSigError::BadSignature)
         ) {
-            gw.recheck_trust(r.node_id).await;
+            gw.reload_peer(r.node_id).await?;
             v = verify(&gw.trust());
         }
         let v = match v {

@@ -6,9 +6,11 @@
 use super::enroll::Enrollment;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
+use super::storage::QUEUE_TO_NODE;
 use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use crate::enroll::codes;
 use crate::envelope::{b64_encode, IdentityDocument};
+use crate::telemetry::MessageEvent;
 
 impl Enrollment<'_> {
     /// Retire `node_id`: its key is refused from now on (401 `node_revoked`), what was
@@ -35,6 +37,14 @@ impl Enrollment<'_> {
             .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
         tracing::warn!(event = "node_revoked", node = %node_id, messages = ids.len());
         for id in &ids {
+            MessageEvent {
+                queue: QUEUE_TO_NODE,
+                event: "rejected",
+                peer: node_id,
+                message_id: id,
+                reason: Some(codes::NODE_REVOKED),
+            }
+            .emit(&gw.metrics);
             gw.publish(GatewayEvent::Rejected {
                 message_id: id.clone(),
                 node_id: node_id.to_string(),

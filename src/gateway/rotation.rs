@@ -13,11 +13,14 @@ use crate::envelope::{b64_encode, KeyRotation, Rotated, RotationError, ROTATION_
 
 impl Rotations<'_> {
     /// Apply `rot` for the node that signed the request (`node_id`). `Ok(true)`: switched
-    /// now; `Ok(false)`: the gateway already had the new key (a retry).
+    /// now; `Ok(false)`: the gateway already had the new key (a retry). With `no_grace`
+    /// (the retired key is compromised) the retired key is refused at once, a retry
+    /// included.
     pub async fn rotate_node(
         &self,
         node_id: &str,
         rot: &KeyRotation,
+        no_grace: bool,
     ) -> Result<bool, GatewayError> {
         let gw = self.0;
         if rot.new_doc.node_id != node_id || rot.new_doc.role != "node" {
@@ -33,7 +36,12 @@ impl Rotations<'_> {
         entry.args_sha256 = Some(crate::audit::sha256_hex(new_pk.as_bytes()));
         let outcome = gw
             .state
-            .rotate_node(rot, gw.now_ms(), ROTATION_GRACE_MS, &entry)
+            .rotate_node(
+                rot,
+                gw.now_ms(),
+                if no_grace { 0 } else { ROTATION_GRACE_MS },
+                &entry,
+            )
             .await?;
         let rotated = match outcome {
             Ok(r) => r,
@@ -43,6 +51,9 @@ impl Rotations<'_> {
             }
         };
         if rotated == Rotated::AlreadyApplied {
+            if no_grace {
+                self.end_grace(node_id, node_id).await?;
+            }
             return Ok(false);
         }
         tracing::info!(event = "node_rotated", node = %node_id, sign_pk = %new_pk, "node key rotated");

@@ -268,12 +268,23 @@ impl Gateway {
     /// add` may have written the peers since they were read (in another process, or
     /// through another replica). Read them again before refusing.
     pub(super) async fn recheck_trust(&self, node_id: &str) {
-        if let Some(replicas) = self.state.replicas() {
-            if let Err(e) = replicas.refresh_peer(node_id).await {
-                tracing::warn!(event = "trust_reload_failed", node = %node_id, error = %e);
-            }
+        if let Err(e) = self.reload_peer(node_id).await {
+            tracing::warn!(event = "trust_reload_failed", node = %node_id, error = %e);
         }
+    }
+
+    /// [`Self::recheck_trust`] for a caller that refuses on a miss: `Err` when the state
+    /// could not be asked, so the miss is not taken for "no such node".
+    pub(super) async fn reload_peer(
+        &self,
+        node_id: &str,
+    ) -> Result<(), super::storage::StateError> {
+        let refreshed = match self.state.replicas() {
+            Some(replicas) => replicas.refresh_peer(node_id).await,
+            None => Ok(()),
+        };
         self.trust.recheck(self.now_ms());
+        refreshed
     }
 
     /// A token's issuer was unknown: read the peers again (this replica's copy; a
@@ -282,18 +293,22 @@ impl Gateway {
         self.trust.recheck(self.now_ms());
     }
 
-    /// An enrolled node: in the trust store with role `node`.
-    pub(super) async fn enrolled(&self, node_id: &str) -> Option<IdentityDocument> {
+    /// An enrolled node: in the trust store with role `node`. A miss is asked of the
+    /// state again; `Err` when it cannot answer (never "not enrolled" for that).
+    pub(super) async fn enrolled(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<IdentityDocument>, super::storage::StateError> {
         let find = |t: &TrustStore| {
             t.get(node_id)
                 .filter(|p| p.doc.role == "node")
                 .map(|p| p.doc.clone())
         };
         if let Some(doc) = find(&self.trust()) {
-            return Some(doc);
+            return Ok(Some(doc));
         }
-        self.recheck_trust(node_id).await;
-        find(&self.trust())
+        self.reload_peer(node_id).await?;
+        Ok(find(&self.trust()))
     }
 
     pub(super) fn waker(&self, node_id: &str) -> Arc<NodeWake> {

@@ -19,13 +19,13 @@ use serde_json::Value;
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{FiledResult, ForNode, InboxMessage, Queued, StateError, Upload};
+use super::storage::{FiledResult, ForNode, InboxMessage, Queued, StateError, Upload, QUEUE_INBOX};
 use crate::envelope::{
     check_relay, open_parsed, replay_keep_until_ms, Envelope, OpenContext, OpenError, Opened,
 };
 use crate::store::StoreError;
 use crate::sync::wire::{raw_message_id, InboxRecord, TaskResult, UploadAnswer, UploadRejected};
-use crate::telemetry::EnvelopeReceived;
+use crate::telemetry::{EnvelopeReceived, MessageEvent};
 
 enum Verdict {
     Accepted,
@@ -159,6 +159,16 @@ async fn store_kept(
         verdicts[k.slot] = Some(match outcome {
             Ok(Queued::Duplicate) => Verdict::Duplicate,
             Ok(Queued::Queued) => {
+                if let Upload::Inbox(m) = &k.item {
+                    MessageEvent {
+                        queue: QUEUE_INBOX,
+                        event: "enqueued",
+                        peer: &m.from_node,
+                        message_id: &m.message_id,
+                        reason: None,
+                    }
+                    .emit(&gw.metrics);
+                }
                 if let Some((request_id, job_id, ok)) = k.result {
                     tracing::info!(event = "task_result", node_id = uploader, message_id = %request_id, job_id = %job_id, ok);
                     gw.publish(GatewayEvent::Result {
@@ -334,7 +344,7 @@ async fn store_one(gw: &Gateway, item: Upload) -> Result<Result<Queued, String>,
 /// Node → node: queue the sealed envelope for its recipient, unopened.
 async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict, GatewayError> {
     let to = env.recipient_node_id.clone();
-    if gw.enrolled(&to).await.is_none() {
+    if gw.enrolled(&to).await?.is_none() {
         return Ok(Verdict::Rejected("unknown_recipient".into()));
     }
     // What a hop that cannot decrypt can check: time window, sender trusted with `send`,

@@ -45,6 +45,11 @@ const PENDING_EVERY: Duration = Duration::from_secs(15);
 /// After a refusal retrying cannot fix: the token file may be replaced meanwhile.
 const REFUSED_EVERY: Duration = Duration::from_secs(600);
 
+/// The largest enrollment answer the node reads: the hello, the signed answer and a
+/// refusal are each a few KiB at most. Whatever answers before the pin is checked may be
+/// anyone (plain HTTP on the path, a spoofed name), so it gets no more memory than that.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
 /// One attempt's outcome.
 #[derive(Debug)]
 enum Attempt {
@@ -370,8 +375,7 @@ async fn answer_json<T: serde::de::DeserializeOwned>(
     resp: reqwest::Response,
 ) -> Result<T, Attempt> {
     let status = resp.status().as_u16();
-    let bytes = resp
-        .bytes()
+    let bytes = crate::sync::capped::read(resp, MAX_ANSWER_BYTES)
         .await
         .map_err(|e| Attempt::Failed(format!("reading the answer: {e}")))?;
     if status < 300 {

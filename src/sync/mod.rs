@@ -3,6 +3,7 @@
 //! - [`machine`]: the protocol as a pure state machine `(event, now) → action`
 //!   (reconnect order, backoff, what is due), property-tested.
 //! - [`transport`]: signed HTTP requests with reqwest + rustls.
+//! - [`capped`]: every peer's answer read with a cap (streamed, stopped once over).
 //! - [`worker`]: the thin async loop that performs each action and feeds the outcome
 //!   back as the next event.
 //! - [`wire`]: the node ↔ gateway messages as serde types, shared by both roles (the
@@ -20,6 +21,7 @@
 //! (key = jti), which the node's token check consults.
 
 pub mod advice;
+pub mod capped;
 mod chores;
 pub mod enroll;
 pub mod machine;
@@ -98,7 +100,7 @@ pub trait NodeLink: Send + Sync + 'static {
     }
     /// A key rotation `outpost identity rotate` left for the gateway, if any (a file
     /// read: asked while the link is up, every few seconds at most).
-    fn pending_rotation(&self) -> Option<crate::envelope::KeyRotation>;
+    fn pending_rotation(&self) -> Option<OwnRotation>;
     /// The gateway handed over its own key rotation with a pull: trust its new key
     /// (keeping the retired one for the grace), unless the node already does. Cheap
     /// when nothing changes: it comes with every pull during the grace.
@@ -108,6 +110,16 @@ pub trait NodeLink: Send + Sync + 'static {
         &self,
         rotation: crate::envelope::KeyRotation,
     ) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A rotation of this node's keys waiting for the gateway.
+pub struct OwnRotation {
+    pub statement: crate::envelope::KeyRotation,
+    /// `identity rotate --compromised`: asked with `grace=none`.
+    pub no_grace: bool,
+    /// With `no_grace`, the new pair: once the gateway applied the rotation it refuses
+    /// the retired key, so a retry after a lost answer is signed with this one.
+    pub next: Option<Arc<crate::envelope::Keys>>,
 }
 
 /// What `/v1/status` shows under `upstream`.

@@ -24,14 +24,32 @@ impl Worker {
             return;
         }
         self.rotation_checked = Some(now);
-        let Some(rot) = self.deps.node.pending_rotation() else {
+        let Some(own) = self.deps.node.pending_rotation() else {
             return;
         };
-        let path = self.t.node_path("rotate");
-        let answer: Result<super::wire::RotateAnswer, SyncError> =
+        let rot = own.statement;
+        let mut path = self.t.node_path("rotate");
+        if own.no_grace {
+            path.push_str("?grace=none");
+        }
+        let mut answer: Result<super::wire::RotateAnswer, SyncError> =
             self.t.post(&path, &rot, self.now()).await;
+        // A no-grace rotation the gateway applied before its answer was lost: the
+        // retired key is refused now, and the new one is the node's at the gateway.
+        if let (Err(SyncError::Status { status: 401, .. }), Some(next)) = (&answer, &own.next) {
+            answer = self.t.post_signed_by(next, &path, &rot, self.now()).await;
+        }
         let outcome = match answer {
-            Ok(_) => self.deps.node.rotation_accepted(rot).await,
+            Ok(a) => {
+                if own.no_grace && !a.grace_ended {
+                    tracing::error!(
+                        event = "key_rotation_grace_kept",
+                        "the gateway did not end the retired key's grace (it does not know \
+                         grace=none): run `outpost nodes end-grace` for this node on it"
+                    );
+                }
+                self.deps.node.rotation_accepted(rot).await
+            }
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = outcome {

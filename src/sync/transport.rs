@@ -19,7 +19,8 @@ use ed25519_dalek::VerifyingKey;
 use super::wire::ErrorAnswer;
 use crate::config::Upstream;
 use crate::envelope::{
-    sign_request, verify_time_statement, KeyRing, HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+    sign_request, verify_time_statement, KeyRing, Keys, HEADER_NODE, HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
 };
 
 /// The signing key the node's trust store pins for a peer id, if any.
@@ -82,19 +83,11 @@ fn network_error(e: reqwest::Error) -> SyncError {
 }
 
 /// The body of `resp`, refused once it exceeds `max` bytes.
-async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, SyncError> {
-    let too_large = || SyncError::Malformed(format!("answer too large (over {max} bytes)"));
-    if resp.content_length().is_some_and(|n| n > max as u64) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(network_error)? {
-        if body.len() + chunk.len() > max {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, SyncError> {
+    super::capped::read(resp, max).await.map_err(|e| match e {
+        super::capped::BodyError::Read(e) => network_error(e),
+        too_large => SyncError::Malformed(too_large.to_string()),
+    })
 }
 
 pub struct Transport {
@@ -274,6 +267,28 @@ impl Transport {
         decode(&signed_pq, &text)
     }
 
+    /// [`Self::post`] signed with `keys` instead of the node's current pair.
+    pub async fn post_signed_by<B: Serialize, T: DeserializeOwned>(
+        &self,
+        keys: &Keys,
+        path_and_query: &str,
+        body: &B,
+        now_ms: u64,
+    ) -> Result<T, SyncError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| SyncError::Setup(e.to_string()))?;
+        let (signed_pq, text) = self
+            .call_as(
+                Some(keys),
+                reqwest::Method::POST,
+                path_and_query,
+                Some(bytes),
+                now_ms,
+                Duration::ZERO,
+            )
+            .await?;
+        decode(&signed_pq, &text)
+    }
+
     /// Send a signed request to the replica in use; the path as signed and the body of a
     /// 2xx answer. A connection error, a timeout or a 5xx moves to the next replica at
     /// once (each is tried at most once per call); the one that answers stays in use.
@@ -282,6 +297,20 @@ impl Transport {
     /// request machinery serves every answer type ([`decode`] reads it).
     async fn call(
         &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+        now_ms: u64,
+        extra_wait: Duration,
+    ) -> Result<(String, Vec<u8>), SyncError> {
+        self.call_as(None, method, path_and_query, body, now_ms, extra_wait)
+            .await
+    }
+
+    /// [`Self::call`], signed with `signer` when given (else the current pair).
+    async fn call_as(
+        &self,
+        signer: Option<&Keys>,
         method: reqwest::Method,
         path_and_query: &str,
         body: Option<Vec<u8>>,
@@ -297,6 +326,7 @@ impl Transport {
             let base = self.bases.get(i).map(String::as_str).unwrap_or("");
             let r = self
                 .call_one(
+                    signer,
                     base,
                     method.clone(),
                     path_and_query,
@@ -327,8 +357,10 @@ impl Transport {
         last.unwrap_or_else(|| Err(SyncError::Setup("no upstream URL".into())))
     }
 
+    #[allow(clippy::too_many_arguments)] // one request, as `call_as` was given it
     async fn call_one(
         &self,
+        signer: Option<&Keys>,
         base: &str,
         method: reqwest::Method,
         path_and_query: &str,
@@ -346,8 +378,9 @@ impl Transport {
         let has_body = body.is_some();
         let bytes = body.unwrap_or_default();
         let now_ms = self.stamp(now_ms);
+        let current = self.keys.current();
         let sig = sign_request(
-            &self.keys.current(),
+            signer.unwrap_or(&current),
             &self.node_id,
             method.as_str(),
             &signed_pq,

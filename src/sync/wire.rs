@@ -179,6 +179,10 @@ pub struct AuditAnswer {
 pub struct RotateAnswer {
     pub node_id: String,
     pub applied: bool,
+    /// The rotation was asked with `grace=none` and the gateway refuses the retired key
+    /// from now on (a gateway that does not know `grace=none` never says so).
+    #[serde(default)]
+    pub grace_ended: bool,
 }
 
 /// `GET /v1/nodes/{id}/revocations?since=N` answer: token ids revoked after version N,

@@ -61,6 +61,8 @@ mod gateway_tls;
 mod gone_node;
 #[path = "../it/harness.rs"]
 mod harness;
+#[path = "../it/key_compromise.rs"]
+mod key_compromise;
 #[path = "../it/key_rotation.rs"]
 mod key_rotation;
 #[path = "../it/migrate_pg.rs"]

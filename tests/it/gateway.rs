@@ -546,6 +546,16 @@ async fn inbox_revocations_and_command_rules() {
     assert_eq!(st, 200);
     let (_, inbox) = f.client("/v1/inbox", None).await;
     assert_eq!(inbox["messages"], json!([]));
+    // In and out of the inbox, counted.
+    let series =
+        |event: &str| format!("outpost_messages_total{{queue=\"inbox\",event=\"{event}\"}}");
+    assert_eq!(
+        (
+            crate::harness::metric(f.gw.addr, &series("enqueued")).await,
+            crate::harness::metric(f.gw.addr, &series("delivered")).await
+        ),
+        (Some(1.0), Some(1.0))
+    );
 
     // Revocations: admin adds, the node fetches what is new since its version.
     let (st, r) = f

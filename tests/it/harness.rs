@@ -408,3 +408,18 @@ pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// The value of one series of `/metrics` on loopback (`name{labels}` exactly as
+/// exposed), `None` when the daemon exposes no such series.
+pub async fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
+    let text = http()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}

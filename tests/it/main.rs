@@ -8,6 +8,7 @@
 /// gateway suites again with "postgres" (one suite, two engines).
 pub const GATEWAY_ENGINE: &str = "embedded";
 
+mod answer_caps;
 mod audit;
 mod browser;
 mod console;
@@ -29,6 +30,7 @@ mod gateway_tls;
 mod gone_node;
 mod harness;
 mod idle;
+mod key_compromise;
 mod key_rotation;
 mod layers;
 mod malformed;
@@ -53,6 +55,7 @@ mod slow_link;
 mod startup;
 #[cfg(feature = "gateway")]
 mod state_conformance;
+mod storage_truth_pg;
 mod store_cli;
 mod sync_batches;
 mod sync_wire;

@@ -538,6 +538,19 @@ async fn a_retired_node_is_refused_and_its_queue_is_refused_with_the_reason() {
             "{v}"
         );
     }
+    // Each refused message is counted as it leaves the queue.
+    let counted = |event: &'static str| {
+        let addr = gwd.addr;
+        async move {
+            let series = format!("outpost_messages_total{{queue=\"to_node\",event=\"{event}\"}}");
+            crate::harness::metric(addr, &series).await
+        }
+    };
+    assert_eq!(
+        (counted("delivered").await, counted("rejected").await),
+        (Some(1.0), Some(3.0)),
+        "one ping delivered before, three refused by the retirement"
+    );
     // Its next request: 401 node_revoked, said in its status.
     let d = n.start();
     refused_as_revoked(&d).await;

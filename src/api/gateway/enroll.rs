@@ -12,7 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::auth::require;
-use super::wire::{EnrollmentList, EnrollmentView, RetireBody, Retired};
+use super::wire::{EndGraceBody, EnrollmentList, EnrollmentView, GraceEnded, RetireBody, Retired};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::enroll::{Hello, Standing};
@@ -123,5 +123,21 @@ pub async fn revoke_node(
         ok: true,
         node_id: b.node_id,
         refused_messages: ids,
+    }))
+}
+
+/// `POST /v1/node_grace_ends` (`admin`): the retired key of a node's last rotation is
+/// refused from now on (it was compromised).
+pub async fn end_grace(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<EndGraceBody>,
+) -> ApiResult<Json<GraceEnded>> {
+    let operator = require(&gw, &headers, Need::Scope("admin"))?;
+    let ended = gw.rotations().end_grace(&operator, &b.node_id).await?;
+    Ok(Json(GraceEnded {
+        ok: true,
+        node_id: b.node_id,
+        ended,
     }))
 }

@@ -39,6 +39,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/enrollments/{node_id}/approve", post(enroll::approve))
         .route("/v1/enrollments/{node_id}/reject", post(enroll::reject))
         .route("/v1/node_revocations", post(enroll::revoke_node))
+        .route("/v1/node_grace_ends", post(enroll::end_grace))
         .route("/v1/nodes/{id}/pull", get(node::pull))
         .route("/v1/nodes/{id}/ack", post(node::ack))
         .route("/v1/nodes/{id}/upload", post(node::upload))

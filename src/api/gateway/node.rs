@@ -109,12 +109,29 @@ pub async fn revocations(
 /// A node's key rotation statement, signed by the key it retires (PROTOCOL §15.7).
 pub async fn rotate(
     State(gw): State<Arc<Gateway>>,
+    QueryParams(q): QueryParams<RotateQuery>,
     signed: SignedNode,
 ) -> ApiResult<Json<RotateAnswer>> {
     let body: crate::envelope::KeyRotation = parse(&signed.body)?;
-    let applied = gw.rotations().rotate_node(&signed.node_id, &body).await?;
+    let no_grace = match q.grace.as_deref() {
+        None => false,
+        Some("none") => true,
+        Some(_) => return Err(crate::api::ApiError::bad_request("grace must be \"none\"")),
+    };
+    let applied = gw
+        .rotations()
+        .rotate_node(&signed.node_id, &body, no_grace)
+        .await?;
     Ok(Json(RotateAnswer {
         node_id: signed.node_id,
         applied,
+        grace_ended: no_grace,
     }))
+}
+
+/// `POST /v1/nodes/{id}/rotate?grace=none`: the retired key is compromised, so it gets
+/// no grace (PROTOCOL §15.7). The query is covered by the request's signature.
+#[derive(Debug, Deserialize)]
+pub struct RotateQuery {
+    pub grace: Option<String>,
 }

@@ -238,6 +238,25 @@ pub struct RetireBody {
     pub node_id: String,
 }
 
+/// `POST /v1/node_grace_ends` body.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EndGraceBody {
+    pub node_id: String,
+}
+
+/// `POST /v1/node_grace_ends` answer.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct GraceEnded {
+    pub ok: bool,
+    pub node_id: String,
+    /// A grace was running and is over now (false: none was, the node never rotated or
+    /// its grace had ended).
+    pub ended: bool,
+}
+
 /// `POST /v1/node_revocations` answer.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]

@@ -186,8 +186,7 @@ impl Api {
 
     pub async fn get(&self, url: &str) -> anyhow::Result<(u16, Value)> {
         let r = self.http.get(url).bearer_auth(&self.token).send().await?;
-        let st = r.status().as_u16();
-        Ok((st, r.json().await.unwrap_or(Value::Null)))
+        answer(r).await
     }
 
     pub async fn post(&self, url: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
@@ -198,9 +197,18 @@ impl Api {
             .json(body)
             .send()
             .await?;
-        let st = r.status().as_u16();
-        Ok((st, r.json().await.unwrap_or(Value::Null)))
+        answer(r).await
     }
+}
+
+/// The largest answer or SSE frame the demo reads from its daemons.
+const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// The status and the JSON body (`null` when it is not JSON), read with a cap.
+pub async fn answer(r: reqwest::Response) -> anyhow::Result<(u16, Value)> {
+    let st = r.status().as_u16();
+    let body = crate::sync::capped::read(r, MAX_ANSWER_BYTES).await?;
+    Ok((st, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
 /// Events received on `GET /v1/events`, in arrival order.
@@ -227,6 +235,9 @@ pub async fn subscribe(
         let mut buf = String::new();
         while let Ok(Some(chunk)) = resp.chunk().await {
             buf.push_str(&String::from_utf8_lossy(&chunk));
+            if buf.len() > MAX_ANSWER_BYTES {
+                return;
+            }
             while let Some(end) = buf.find("\n\n") {
                 let frame: String = buf.drain(..end + 2).collect();
                 for line in frame.lines() {

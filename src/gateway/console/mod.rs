@@ -333,7 +333,7 @@ impl Fleet<'_> {
     /// The page of enrolled node `node_id`; `UnknownNode` otherwise.
     pub async fn node_page(&self, node_id: &str) -> Result<NodePage, GatewayError> {
         let gw = self.0;
-        if gw.enrolled(node_id).await.is_none() {
+        if gw.enrolled(node_id).await?.is_none() {
             return Err(GatewayError::UnknownNode(node_id.to_string()));
         }
         let view = gw

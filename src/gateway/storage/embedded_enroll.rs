@@ -319,6 +319,26 @@ impl EnrollmentState for Embedded {
         Box::pin(async move { self.revoked_node_now(node_id) })
     }
 
+    fn end_node_grace<'a>(
+        &'a self,
+        node_id: &'a str,
+        now_ms: u64,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>> {
+        Box::pin(async move {
+            let _one = self.enrolling.lock().await;
+            let mut trust = self.trust_now()?;
+            let ended = trust.end_grace(node_id, now_ms);
+            if ended == Some(true) {
+                let mut batch = Batch::new();
+                crate::daemon::trust::put(&mut batch, &trust);
+                self.pend(&mut batch, now_ms, audit)?;
+                self.store.commit(batch).await?;
+            }
+            Ok(ended)
+        })
+    }
+
     fn put_gateway_rotation<'a>(
         &'a self,
         rotation: &'a KeyRotation,

@@ -99,6 +99,16 @@ pub trait EnrollmentState: Send + Sync {
         grace_ms: u64,
         audit: &'a AuditRecord,
     ) -> Fut<'a, Result<Rotated, RotationError>>;
+    /// End the grace of `node_id`'s retired key now, in one transaction, with
+    /// [`crate::envelope::TrustStore::end_grace`] on the node's row: `Some(true)` when
+    /// a grace was running, `Some(false)` when none was, `None` when no node is trusted
+    /// under that id.
+    fn end_node_grace<'a>(
+        &'a self,
+        node_id: &'a str,
+        now_ms: u64,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>>;
     /// Publish the gateway's own key rotation, handed to nodes with their pulls until
     /// `until_ms` by every replica, with `audit` as a pending audit entry. Storing the
     /// statement it already holds writes nothing (it keeps the first deadline, and the

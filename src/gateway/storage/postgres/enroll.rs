@@ -445,6 +445,15 @@ impl EnrollmentState for Postgres {
         Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms, audit))
     }
 
+    fn end_node_grace<'a>(
+        &'a self,
+        node_id: &'a str,
+        now_ms: u64,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>> {
+        Box::pin(self.end_node_grace_now(node_id, now_ms, audit))
+    }
+
     fn put_gateway_rotation<'a>(
         &'a self,
         rotation: &'a KeyRotation,

@@ -60,6 +60,47 @@ impl Postgres {
         Ok(Ok(Rotated::Applied))
     }
 
+    /// The node's row under its lock, [`TrustStore::end_grace`] on it, the row written
+    /// back when a grace was running.
+    pub(super) async fn end_node_grace_now(
+        &self,
+        node_id: &str,
+        now_ms: u64,
+        audit: &AuditRecord,
+    ) -> Result<Option<bool>, StateError> {
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await.map_err(unavailable)?;
+        let row = tx
+            .query_opt(
+                "SELECT document, may_send, may_issue, rotation FROM peers
+                 WHERE node_id = $1 AND role = 'node' FOR UPDATE",
+                &[&node_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut one = TrustStore::new();
+        if let Some(r) = &row {
+            one.insert(super::peers::peer_row(r)?);
+        }
+        let ended = one.end_grace(node_id, now_ms);
+        let Some(peer) = one.get(node_id).filter(|_| ended == Some(true)) else {
+            return Ok(ended);
+        };
+        tx.execute(
+            "UPDATE peers SET rotation = $2 WHERE node_id = $1",
+            &[&node_id, &peer.rotation_row()],
+        )
+        .await
+        .map_err(unavailable)?;
+        own_audit::pend(&tx, now_ms, audit).await?;
+        notify_trust(&tx).await?;
+        tx.commit().await.map_err(unavailable)?;
+        // The refresh takes a connection of its own (see rotate_node_now).
+        drop(c);
+        self.refresh_peer_now(node_id).await?;
+        Ok(ended)
+    }
+
     pub(super) async fn put_gateway_rotation_now(
         &self,
         rotation: &KeyRotation,
