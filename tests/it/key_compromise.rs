@@ -92,4 +92,21 @@ async fn a_compromised_key_is_refused_at_once_after_rotate_or_end_grace() {
     n.stop();
     assert_eq!(pull_ack_upload(&g, &stolen).await, [401; 3]);
     assert_eq!(pull_ack_upload(&g, &keys(&node)).await, [200; 3]);
+
+    // The fleet history has each: two rotations, the grace the operator ended (once:
+    // the second end-grace ended nothing), and `audit verify` passes.
+    let events = crate::fleet_history::audit_events(&gw);
+    let rotations: Vec<&String> = events
+        .iter()
+        .filter(|e| e.starts_with("rotate ") && e.contains(NODE))
+        .collect();
+    assert_eq!(
+        rotations
+            .iter()
+            .filter(|e| e.ends_with("retired key grace ended"))
+            .count(),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(rotations.len(), 3, "{events:?}");
 }
