@@ -11,6 +11,7 @@ pub const GATEWAY_ENGINE: &str = "embedded";
 mod audit;
 mod browser;
 mod console;
+mod console_limits;
 mod demo;
 mod diskfull;
 mod docs;
