@@ -12,6 +12,7 @@ mod audit;
 mod browser;
 mod console;
 mod console_limits;
+mod console_pages;
 mod demo;
 mod diskfull;
 mod docs;
