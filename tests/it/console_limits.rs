@@ -46,7 +46,10 @@ async fn failed_sign_ins_flood_per_address_and_never_lock_out_a_valid_token() {
         assert_eq!(r.status(), 303, "round {round}: the admin was refused");
         assert!(s.is_some());
     }
-    assert!(held_back >= 3 * 3, "each flooding address held back past its burst: {held_back}");
+    assert!(
+        held_back >= 3 * 3,
+        "each flooding address held back past its burst: {held_back}"
+    );
     // A valid token from a flooding address: its signature is checked, and it signs in.
     let (r, s) = sign_in_from(&gw, &admin, alias(2)).await;
     assert_eq!(r.status(), 303, "a valid token from a flooding address");

@@ -280,7 +280,11 @@ impl Table {
     /// The token holding the most of `subject`'s sessions.
     fn biggest_token_of(&self, subject: &str) -> Option<String> {
         let mut n: HashMap<String, usize> = HashMap::new();
-        for e in self.by_hash.values().filter(|e| e.session.subject == subject) {
+        for e in self
+            .by_hash
+            .values()
+            .filter(|e| e.session.subject == subject)
+        {
             up(&mut n, &e.session.jti);
         }
         biggest(&n)
@@ -358,7 +362,10 @@ mod tests {
         assert_eq!(s.len(), 1 + MAX_PER_TOKEN);
         let live = read.iter().filter(|c| s.get(c, 1).is_some()).count();
         assert_eq!(live, MAX_PER_TOKEN);
-        assert!(s.get(read.last().unwrap(), 1).is_some(), "the newest is kept");
+        assert!(
+            s.get(read.last().unwrap(), 1).is_some(),
+            "the newest is kept"
+        );
         assert!(s.get(&read[0], 1).is_none(), "the token's oldest made room");
     }
 
@@ -383,7 +390,10 @@ mod tests {
         assert!(s.get(&newcomer, 10_001).is_some());
         assert!(s.get(&bob, 10_001).is_some());
         assert_eq!(s.len(), 1 + MAX_PER_SUBJECT);
-        let gone = first_of.iter().filter(|c| s.get(c, 10_001).is_none()).count();
+        let gone = first_of
+            .iter()
+            .filter(|c| s.get(c, 10_001).is_none())
+            .count();
         assert_eq!(gone, 1);
         // That token signs in again: now it makes room from its own sessions.
         s.create(token("operator", "fresh"), 10_002);
@@ -405,7 +415,10 @@ mod tests {
         assert_eq!(s.len(), MAX_SESSIONS);
         assert!(s.get(&new, 20_001).is_some());
         assert!(s.get(&admin, 20_001).is_some());
-        assert!(s.get(&crowd, 20_001).is_none(), "the biggest subject's oldest");
+        assert!(
+            s.get(&crowd, 20_001).is_none(),
+            "the biggest subject's oldest"
+        );
         // Expired sessions are dropped first.
         let s = Sessions::new();
         let mut short = token("x", "short");

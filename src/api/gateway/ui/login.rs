@@ -170,8 +170,7 @@ pub async fn sign_in(
 /// A sign-in held back by a budget (429): logged and counted, the form shown again.
 fn held_back(c: &Console, budget: &str, source: Source, msg: &str, why: &str) -> Response {
     tracing::warn!(event = "console_sign_in_refused", reason = why, budget, %source);
-    c.gw
-        .metrics()
+    c.gw.metrics()
         .throttled_total
         .inc(&["console_sign_in", budget]);
     form_response(c, StatusCode::TOO_MANY_REQUESTS, Some(msg))
