@@ -36,14 +36,24 @@ async fn arrived(b: &Browser, step: usize, what: &str, path: &str) {
     }
 }
 
+/// Click the element `css` finds. The page may replace it in between (the table is
+/// fetched again when a page is shown from history): then find it again.
 async fn click(b: &Browser, css: &str) {
-    b.client
-        .find(Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("clicking {css} stalled: {e}"));
+    let t0 = Instant::now();
+    loop {
+        let el = b
+            .client
+            .find(Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        match el.click().await {
+            Ok(()) => return,
+            Err(e) if e.to_string().contains("stale element") => {
+                assert!(t0.elapsed() < Duration::from_secs(PAGE_S), "{css}: {e}");
+            }
+            Err(e) => panic!("clicking {css} stalled: {e}"),
+        }
+    }
 }
 
 /// Fleet, node, back, forward (12 page changes), sign-out and sign-in again, three

@@ -122,7 +122,7 @@ pub async fn sign_in(
                 "address_budget",
                 Source::of(peer.ip()),
                 "Too many failed sign-ins from this address: wait a minute and try again.",
-                &e.code,
+                e.code,
             );
         }
         Err(e) => {
