@@ -1,5 +1,6 @@
 //! Budgets for what strangers may ask: a token bucket per client address, in a table of
-//! bounded size (PROTOCOL §15.3; the console's sign-in, docs/CONSOLE.md).
+//! bounded size (PROTOCOL §15.3; the console's sign-in, docs/CONSOLE.md); [`Budgets`] is
+//! the same table for any key (the console's sign-ins per token).
 //!
 //! Pure: the caller gives the time and the address. One flooding address empties only its
 //! own bucket, so an honest client at another address is answered as if there were no
@@ -14,6 +15,7 @@
 //! burst (never refused because the table is full).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// A token bucket's shape.
@@ -103,37 +105,67 @@ impl std::fmt::Display for Source {
 
 /// A token bucket per source address, at most `max_sources` of them.
 #[derive(Debug, Clone)]
-pub struct SourceBudgets {
-    rate: Rate,
-    max_sources: usize,
-    buckets: HashMap<Source, Bucket>,
-}
+pub struct SourceBudgets(Budgets<Source>);
 
 impl SourceBudgets {
     pub fn new(rate: Rate, max_sources: usize) -> Self {
-        Self {
-            rate,
-            max_sources: max_sources.max(1),
-            buckets: HashMap::new(),
-        }
+        Self(Budgets::new(rate, max_sources))
     }
 
     /// Take one of `ip`'s tokens at `now_ms`; false when its bucket is empty.
     pub fn take(&mut self, ip: IpAddr, now_ms: u64) -> bool {
-        let rate = self.rate;
-        self.bucket(ip, now_ms).take(rate, now_ms)
+        self.0.take(Source::of(ip), now_ms)
     }
 
     /// Has `ip` a token left at `now_ms` (nothing taken)?
     pub fn has(&mut self, ip: IpAddr, now_ms: u64) -> bool {
+        self.0.has(&Source::of(ip), now_ms)
+    }
+
+    /// Addresses tracked now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A token bucket per key (a source address, a token id), at most `max_keys` of them,
+/// bounded as the module says for addresses.
+#[derive(Debug, Clone)]
+pub struct Budgets<K> {
+    rate: Rate,
+    max_keys: usize,
+    buckets: HashMap<K, Bucket>,
+}
+
+impl<K: Hash + Eq + Clone> Budgets<K> {
+    pub fn new(rate: Rate, max_keys: usize) -> Self {
+        Self {
+            rate,
+            max_keys: max_keys.max(1),
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Take one of `key`'s tokens at `now_ms`; false when its bucket is empty.
+    pub fn take(&mut self, key: K, now_ms: u64) -> bool {
         let rate = self.rate;
-        match self.buckets.get_mut(&Source::of(ip)) {
+        self.bucket(key, now_ms).take(rate, now_ms)
+    }
+
+    /// Has `key` a token left at `now_ms` (nothing taken)?
+    pub fn has(&mut self, key: &K, now_ms: u64) -> bool {
+        let rate = self.rate;
+        match self.buckets.get_mut(key) {
             Some(b) => b.has(rate, now_ms),
             None => rate.burst >= 1.0,
         }
     }
 
-    /// Addresses tracked now.
+    /// Keys tracked now.
     pub fn len(&self) -> usize {
         self.buckets.len()
     }
@@ -142,14 +174,13 @@ impl SourceBudgets {
         self.buckets.is_empty()
     }
 
-    fn bucket(&mut self, ip: IpAddr, now_ms: u64) -> &mut Bucket {
-        let src = Source::of(ip);
-        if !self.buckets.contains_key(&src) && self.buckets.len() >= self.max_sources {
+    fn bucket(&mut self, key: K, now_ms: u64) -> &mut Bucket {
+        if !self.buckets.contains_key(&key) && self.buckets.len() >= self.max_keys {
             self.make_room(now_ms);
         }
         let rate = self.rate;
         self.buckets
-            .entry(src)
+            .entry(key)
             .or_insert_with(|| Bucket::full(rate, now_ms))
     }
 
@@ -158,12 +189,12 @@ impl SourceBudgets {
     fn make_room(&mut self, now_ms: u64) {
         let rate = self.rate;
         self.buckets.retain(|_, b| !b.is_full(rate, now_ms));
-        if self.buckets.len() >= self.max_sources {
+        if self.buckets.len() >= self.max_keys {
             if let Some(oldest) = self
                 .buckets
                 .iter()
                 .min_by_key(|(_, b)| b.last_ms)
-                .map(|(s, _)| *s)
+                .map(|(s, _)| s.clone())
             {
                 self.buckets.remove(&oldest);
             }

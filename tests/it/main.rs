@@ -12,6 +12,8 @@ mod answer_caps;
 mod audit;
 mod browser;
 mod console;
+mod console_limits;
+mod console_pages;
 mod demo;
 mod diskfull;
 mod docs;

@@ -5,10 +5,12 @@
 //! chart's buckets, "since when" — is plain functions of their inputs and `now`.
 //!
 //! Layout: this file (fleet and node views) · [`chart`] (events per 5-minute bucket) ·
-//! [`sessions`] (sign-in sessions, the failed sign-in limiter).
+//! [`sessions`] (sign-in sessions, bounded per token, per subject and in all) ·
+//! [`sign_in`] (failed sign-ins per address, sign-ins per token).
 
 pub mod chart;
 pub mod sessions;
+pub mod sign_in;
 
 use std::collections::HashMap;
 use std::sync::Arc;

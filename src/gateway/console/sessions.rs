@@ -12,24 +12,33 @@
 //! replicas on PostgreSQL a session is valid only at the replica that made it (a load
 //! balancer in front of replicas needs session affinity for the console).
 //!
-//! Failed sign-ins drain a per-process token bucket ([`FAILED_BURST`], one back every
-//! [`FAILED_REFILL_MS`]); while it is empty every sign-in is refused without looking at
-//! the token.
+//! The table is bounded without letting one sign-in crowd out another's session: a token
+//! (`jti`) holds at most [`MAX_PER_TOKEN`] sessions and a subject at most
+//! [`MAX_PER_SUBJECT`]; the whole table at most [`MAX_SESSIONS`]. A new session that
+//! meets a bound makes room within its own group: the oldest session of its own token
+//! when that token has any; else (a token's first session) the oldest of the token
+//! holding the most sessions in its subject, or, when the whole table is full (only many
+//! distinct tokens can fill it), in the subject holding the most. So signing in again and
+//! again with one token only ever ends that token's older sessions.
+//!
+//! A session's end (sign-out, revocation, making room) is announced on its
+//! [`Sessions::ended`] token, so an open event stream stops at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
 /// A session lasts at most this long (and never past its token's expiry).
 pub const SESSION_MS: u64 = 12 * 3_600_000;
-/// Sessions held at once; past it the oldest goes (bounded memory).
+/// Sessions held at once (bounded memory).
 pub const MAX_SESSIONS: usize = 10_000;
-/// Failed sign-ins allowed in a burst…
-pub const FAILED_BURST: u32 = 10;
-/// …and one more each this often.
-pub const FAILED_REFILL_MS: u64 = 6_000;
+/// Sessions one token (`jti`) holds at once.
+pub const MAX_PER_TOKEN: usize = 16;
+/// Sessions one subject holds at once, over all its tokens.
+pub const MAX_PER_SUBJECT: usize = 128;
 
 /// One signed-in operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,31 +64,15 @@ pub struct SignIn {
     pub token_expires_ms: u64,
 }
 
-/// The failed sign-in limiter's bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Bucket {
-    tokens: u32,
-    /// When the last token was added back (or the bucket was full).
-    at_ms: u64,
-}
-
-impl Bucket {
-    fn refill(&mut self, now_ms: u64) {
-        if self.tokens >= FAILED_BURST {
-            self.at_ms = now_ms;
-            return;
-        }
-        let back = now_ms.saturating_sub(self.at_ms) / FAILED_REFILL_MS;
-        if back > 0 {
-            self.tokens = (self.tokens as u64 + back).min(FAILED_BURST as u64) as u32;
-            self.at_ms += back * FAILED_REFILL_MS;
-        }
-    }
+struct Entry {
+    session: Session,
+    /// Cancelled when the session is removed (never on its own expiry: whoever waits
+    /// on it also watches the time).
+    ended: CancellationToken,
 }
 
 pub struct Sessions {
-    by_hash: Mutex<HashMap<[u8; 32], Session>>,
-    failed: Mutex<Bucket>,
+    table: Mutex<Table>,
 }
 
 impl Default for Sessions {
@@ -119,16 +112,13 @@ pub fn same(a: &str, b: &str) -> bool {
 impl Sessions {
     pub fn new() -> Self {
         Self {
-            by_hash: Mutex::new(HashMap::new()),
-            failed: Mutex::new(Bucket {
-                tokens: FAILED_BURST,
-                at_ms: 0,
-            }),
+            table: Mutex::new(Table::default()),
         }
     }
 
     /// A new session for `who`; returns the cookie value (only the browser keeps it)
-    /// and the session.
+    /// and the session. Makes room within `who`'s own group when a bound is met (see
+    /// the module docs).
     pub fn create(&self, who: SignIn, now_ms: u64) -> (String, Session) {
         let cookie = random_hex();
         let s = Session {
@@ -139,60 +129,173 @@ impl Sessions {
             expires_ms: now_ms.saturating_add(SESSION_MS).min(who.token_expires_ms),
             csrf: random_hex(),
         };
-        let mut g = lock(&self.by_hash);
-        if g.len() >= MAX_SESSIONS {
-            g.retain(|_, s| s.expires_ms > now_ms);
-        }
-        if g.len() >= MAX_SESSIONS {
-            if let Some(oldest) = g.iter().min_by_key(|(_, s)| s.created_ms).map(|(k, _)| *k) {
-                g.remove(&oldest);
+        let mut t = lock(&self.table);
+        if t.at_a_bound(&s) {
+            t.remove_where(|e| e.expires_ms <= now_ms);
+            if let Some(k) = t.make_room(&s) {
+                t.remove(&k);
             }
         }
-        g.insert(digest(&cookie), s.clone());
+        t.insert(digest(&cookie), s.clone());
         (cookie, s)
     }
 
     /// The live session a cookie value names (an expired one is forgotten).
     pub fn get(&self, cookie: &str, now_ms: u64) -> Option<Session> {
         let key = digest(cookie);
-        let mut g = lock(&self.by_hash);
-        match g.get(&key) {
-            Some(s) if s.expires_ms > now_ms => Some(s.clone()),
+        let mut t = lock(&self.table);
+        match t.by_hash.get(&key) {
+            Some(e) if e.session.expires_ms > now_ms => Some(e.session.clone()),
             Some(_) => {
-                g.remove(&key);
+                t.remove(&key);
                 None
             }
             None => None,
         }
     }
 
-    /// Sign-out (or a revoked token): the cookie names nothing any more.
+    /// Cancelled when the session `cookie` names is removed (sign-out, its token's
+    /// revocation, making room); `None` if it names none.
+    pub fn ended(&self, cookie: &str) -> Option<CancellationToken> {
+        lock(&self.table)
+            .by_hash
+            .get(&digest(cookie))
+            .map(|e| e.ended.clone())
+    }
+
+    /// Sign-out: the cookie names nothing any more.
     pub fn remove(&self, cookie: &str) {
-        lock(&self.by_hash).remove(&digest(cookie));
+        lock(&self.table).remove(&digest(cookie));
+    }
+
+    /// Token `jti` was revoked: every session it signed in ends.
+    pub fn end_token(&self, jti: &str) {
+        lock(&self.table).remove_where(|s| s.jti == jti);
     }
 
     /// How many sessions are held (live or not yet pruned).
     pub fn len(&self) -> usize {
-        lock(&self.by_hash).len()
+        lock(&self.table).by_hash.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
 
-    /// May a sign-in be tried now (the failed sign-in bucket is not empty)?
-    pub fn sign_in_allowed(&self, now_ms: u64) -> bool {
-        let mut b = lock(&self.failed);
-        b.refill(now_ms);
-        b.tokens > 0
+/// The sessions by their cookie's hash, and how many each token and subject holds.
+#[derive(Default)]
+struct Table {
+    by_hash: HashMap<[u8; 32], Entry>,
+    per_jti: HashMap<String, usize>,
+    per_subject: HashMap<String, usize>,
+}
+
+fn up(n: &mut HashMap<String, usize>, k: &str) {
+    *n.entry(k.to_string()).or_default() += 1;
+}
+
+fn down(n: &mut HashMap<String, usize>, k: &str) {
+    if let Some(c) = n.get_mut(k) {
+        *c -= 1;
+        if *c == 0 {
+            n.remove(k);
+        }
+    }
+}
+
+impl Table {
+    fn insert(&mut self, key: [u8; 32], session: Session) {
+        up(&mut self.per_jti, &session.jti);
+        up(&mut self.per_subject, &session.subject);
+        let ended = CancellationToken::new();
+        if let Some(old) = self.by_hash.insert(key, Entry { session, ended }) {
+            // A 256-bit random id met twice: never, but keep the counts right.
+            self.forget(&old);
+        }
     }
 
-    /// A sign-in failed: one token out of the bucket.
-    pub fn sign_in_failed(&self, now_ms: u64) {
-        let mut b = lock(&self.failed);
-        b.refill(now_ms);
-        b.tokens = b.tokens.saturating_sub(1);
+    /// Remove the session `key` names, announcing its end.
+    fn remove(&mut self, key: &[u8; 32]) {
+        if let Some(e) = self.by_hash.remove(key) {
+            self.forget(&e);
+        }
     }
+
+    fn forget(&mut self, e: &Entry) {
+        down(&mut self.per_jti, &e.session.jti);
+        down(&mut self.per_subject, &e.session.subject);
+        e.ended.cancel();
+    }
+
+    fn remove_where(&mut self, f: impl Fn(&Session) -> bool) {
+        let gone: Vec<[u8; 32]> = self
+            .by_hash
+            .iter()
+            .filter(|(_, e)| f(&e.session))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            self.remove(&k);
+        }
+    }
+
+    fn of_token(&self, jti: &str) -> usize {
+        self.per_jti.get(jti).copied().unwrap_or(0)
+    }
+
+    fn of_subject(&self, subject: &str) -> usize {
+        self.per_subject.get(subject).copied().unwrap_or(0)
+    }
+
+    /// Does a new session `s` meet one of the table's bounds?
+    fn at_a_bound(&self, s: &Session) -> bool {
+        self.by_hash.len() >= MAX_SESSIONS
+            || self.of_token(&s.jti) >= MAX_PER_TOKEN
+            || self.of_subject(&s.subject) >= MAX_PER_SUBJECT
+    }
+
+    /// The session to end so that `s` fits, if one must (see the module docs).
+    fn make_room(&self, s: &Session) -> Option<[u8; 32]> {
+        let own = self.of_token(&s.jti);
+        let subject_full = self.of_subject(&s.subject) >= MAX_PER_SUBJECT;
+        let full = self.by_hash.len() >= MAX_SESSIONS;
+        let jti = if own >= MAX_PER_TOKEN || (own > 0 && (subject_full || full)) {
+            s.jti.clone()
+        } else if subject_full {
+            self.biggest_token_of(&s.subject)?
+        } else if full {
+            let subject = biggest(&self.per_subject)?;
+            self.biggest_token_of(&subject)?
+        } else {
+            return None;
+        };
+        self.by_hash
+            .iter()
+            .filter(|(_, e)| e.session.jti == jti)
+            .min_by_key(|(_, e)| e.session.created_ms)
+            .map(|(k, _)| *k)
+    }
+
+    /// The token holding the most of `subject`'s sessions.
+    fn biggest_token_of(&self, subject: &str) -> Option<String> {
+        let mut n: HashMap<String, usize> = HashMap::new();
+        for e in self
+            .by_hash
+            .values()
+            .filter(|e| e.session.subject == subject)
+        {
+            up(&mut n, &e.session.jti);
+        }
+        biggest(&n)
+    }
+}
+
+/// The key with the highest count (ties: the least key, so the choice is stable).
+fn biggest(n: &HashMap<String, usize>) -> Option<String> {
+    n.iter()
+        .max_by_key(|(k, c)| (**c, std::cmp::Reverse(*k)))
+        .map(|(k, _)| k.clone())
 }
 
 #[cfg(test)]
@@ -217,7 +320,7 @@ mod tests {
         assert_eq!(made.expires_ms, 1_000 + SESSION_MS);
         assert_eq!(s.get(&cookie, 2_000), Some(made.clone()));
         // The table holds the cookie's hash, never the cookie.
-        assert!(!lock(&s.by_hash).contains_key(cookie.as_bytes()));
+        assert!(!lock(&s.table).by_hash.contains_key(cookie.as_bytes()));
         assert_eq!(s.get(&random_hex(), 2_000), None);
         assert_eq!(s.get(&cookie, 1_000 + SESSION_MS), None);
         assert!(s.is_empty(), "an expired session is forgotten when seen");
@@ -236,37 +339,118 @@ mod tests {
         assert!(s.get(&b, 2).is_some());
     }
 
+    fn token(subject: &str, jti: &str) -> SignIn {
+        SignIn {
+            subject: subject.into(),
+            jti: jti.into(),
+            admin: false,
+            token_expires_ms: u64::MAX,
+        }
+    }
+
+    /// Regression: 10,001 sign-ins with one read token signed the admin out (the table
+    /// made room by dropping its oldest session, whoever's it was).
     #[test]
-    fn failed_sign_ins_drain_the_bucket_and_it_refills_over_time() {
+    fn one_token_signing_in_again_and_again_ends_only_its_own_sessions() {
         let s = Sessions::new();
-        let t0 = 1_000_000;
-        for _ in 0..FAILED_BURST {
-            assert!(s.sign_in_allowed(t0));
-            s.sign_in_failed(t0);
+        let (admin, _) = s.create(token("operator", "admin-jti"), 0);
+        let mut read = Vec::new();
+        for i in 1..=MAX_SESSIONS as u64 + 1 {
+            read.push(s.create(token("operator", "read-jti"), i).0);
         }
-        assert!(!s.sign_in_allowed(t0));
-        assert!(!s.sign_in_allowed(t0 + FAILED_REFILL_MS - 1));
-        assert!(s.sign_in_allowed(t0 + FAILED_REFILL_MS));
-        s.sign_in_failed(t0 + FAILED_REFILL_MS);
-        assert!(!s.sign_in_allowed(t0 + FAILED_REFILL_MS));
-        // Never more than the burst, however long it rested.
-        let later = t0 + 1_000 * FAILED_REFILL_MS;
-        for _ in 0..FAILED_BURST {
-            assert!(s.sign_in_allowed(later));
-            s.sign_in_failed(later);
-        }
-        assert!(!s.sign_in_allowed(later));
+        assert!(s.get(&admin, 1).is_some(), "the admin is still signed in");
+        assert_eq!(s.len(), 1 + MAX_PER_TOKEN);
+        let live = read.iter().filter(|c| s.get(c, 1).is_some()).count();
+        assert_eq!(live, MAX_PER_TOKEN);
+        assert!(
+            s.get(read.last().unwrap(), 1).is_some(),
+            "the newest is kept"
+        );
+        assert!(s.get(&read[0], 1).is_none(), "the token's oldest made room");
     }
 
     #[test]
-    fn the_table_is_bounded() {
+    fn a_full_subject_makes_room_from_its_biggest_token_and_never_from_another_subject() {
         let s = Sessions::new();
-        let (first, _) = s.create(who(u64::MAX), 0);
-        for i in 1..=MAX_SESSIONS as u64 {
-            s.create(who(u64::MAX), i);
+        let (bob, _) = s.create(token("bob", "bob-1"), 0);
+        let per = MAX_PER_TOKEN as u64;
+        let mut first_of = Vec::new();
+        for t in 0..(MAX_PER_SUBJECT as u64 / per) {
+            for i in 0..per {
+                let (c, _) = s.create(token("operator", &format!("t{t}")), 1 + t * per + i);
+                if i == 0 {
+                    first_of.push(c);
+                }
+            }
+        }
+        assert_eq!(s.len(), 1 + MAX_PER_SUBJECT);
+        // One more token of the full subject: the oldest session of one of its biggest
+        // tokens makes room; bob's session stays.
+        let (newcomer, _) = s.create(token("operator", "fresh"), 10_000);
+        assert!(s.get(&newcomer, 10_001).is_some());
+        assert!(s.get(&bob, 10_001).is_some());
+        assert_eq!(s.len(), 1 + MAX_PER_SUBJECT);
+        let gone = first_of
+            .iter()
+            .filter(|c| s.get(c, 10_001).is_none())
+            .count();
+        assert_eq!(gone, 1);
+        // That token signs in again: now it makes room from its own sessions.
+        s.create(token("operator", "fresh"), 10_002);
+        assert!(s.get(&newcomer, 10_003).is_none());
+        assert_eq!(s.len(), 1 + MAX_PER_SUBJECT);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_a_full_table_makes_room_from_the_biggest_subject() {
+        let s = Sessions::new();
+        let (admin, _) = s.create(token("admin", "a"), 0);
+        let (crowd, _) = s.create(token("crowd", "c0"), 1);
+        s.create(token("crowd", "c0"), 2);
+        for i in 3..MAX_SESSIONS as u64 {
+            s.create(token(&format!("s{i}"), &format!("j{i}")), i);
         }
         assert_eq!(s.len(), MAX_SESSIONS);
-        assert_eq!(s.get(&first, 1), None, "the oldest made room");
+        let (new, _) = s.create(token("newcomer", "n"), 20_000);
+        assert_eq!(s.len(), MAX_SESSIONS);
+        assert!(s.get(&new, 20_001).is_some());
+        assert!(s.get(&admin, 20_001).is_some());
+        assert!(
+            s.get(&crowd, 20_001).is_none(),
+            "the biggest subject's oldest"
+        );
+        // Expired sessions are dropped first.
+        let s = Sessions::new();
+        let mut short = token("x", "short");
+        short.token_expires_ms = 10;
+        let (gone, _) = s.create(short, 0);
+        for i in 1..MAX_SESSIONS as u64 {
+            s.create(token(&format!("s{i}"), &format!("j{i}")), 11);
+        }
+        let (first, _) = s.create(token("s1", "j1"), 12);
+        assert!(s.get(&first, 13).is_some());
+        assert_eq!(s.len(), MAX_SESSIONS);
+        assert!(s.get(&gone, 13).is_none());
+    }
+
+    #[test]
+    fn a_session_ends_on_its_cancellation_token_when_removed_or_revoked() {
+        let s = Sessions::new();
+        let (a, _) = s.create(token("operator", "j1"), 0);
+        let (b, _) = s.create(token("operator", "j1"), 0);
+        let (c, _) = s.create(token("operator", "j2"), 0);
+        let (ea, eb, ec) = (
+            s.ended(&a).unwrap(),
+            s.ended(&b).unwrap(),
+            s.ended(&c).unwrap(),
+        );
+        assert!(s.ended(&random_hex()).is_none());
+        s.remove(&a);
+        assert!(ea.is_cancelled() && !eb.is_cancelled());
+        s.end_token("j1");
+        assert!(eb.is_cancelled() && !ec.is_cancelled());
+        assert!(s.get(&b, 1).is_none());
+        assert!(s.get(&c, 1).is_some());
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! `GET /ui/events`: the gateway's event log as Server-Sent Events for a signed-in
 //! page — the same stream as `GET /v1/events`, authenticated by the session instead of
-//! a bearer token. A stream ends when its session does, and at the latest after
-//! [`MAX_STREAM_MS`], so a revoked token's stream stops too: the browser reconnects
-//! (with `Last-Event-ID`, missing nothing) and its session is checked again.
+//! a bearer token. A stream ends with its session: at once when the session is removed
+//! (sign-out, its token revoked through this gateway, making room), within
+//! [`RECHECK_MS`] when it expires or its token is revoked elsewhere (another replica,
+//! the CLI), and at the latest after [`MAX_STREAM_MS`]; a browser that reconnects (with
+//! `Last-Event-ID`, missing nothing) has its session checked again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +14,15 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
 
-use super::session::ApiSession;
+use super::session::{still_signed_in, ApiSession};
 use super::Console;
 
-/// The longest a stream runs before its session is checked again.
+/// The longest a stream runs before the browser must connect again.
 pub const MAX_STREAM_MS: u64 = 5 * 60_000;
+/// How often an open stream asks whether its session still stands.
+pub const RECHECK_MS: u64 = 1_000;
 
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct After {
@@ -51,8 +56,34 @@ pub async fn events(
         .expires_ms
         .saturating_sub(gw.now_ms())
         .min(MAX_STREAM_MS);
-    let until = tokio::time::sleep(Duration::from_millis(left));
+    let ended = c.sessions.ended(&s.cookie).unwrap_or_else(|| {
+        let gone = CancellationToken::new();
+        gone.cancel();
+        gone
+    });
+    let until = session_over(c.clone(), s.cookie, ended, left);
     resp.map(|body| Body::from_stream(body.into_data_stream().take_until(until)))
+}
+
+/// Resolves when the stream of the session `cookie` names must end: the session is
+/// removed (`ended`), `left_ms` is up, or a re-check finds it expired or its token
+/// revoked (or the revocation list unreadable: never honoured).
+async fn session_over(c: Arc<Console>, cookie: String, ended: CancellationToken, left_ms: u64) {
+    let deadline = tokio::time::sleep(Duration::from_millis(left_ms));
+    tokio::pin!(deadline);
+    let mut recheck = tokio::time::interval(Duration::from_millis(RECHECK_MS));
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ended.cancelled() => return,
+            _ = &mut deadline => return,
+            _ = recheck.tick() => {
+                if still_signed_in(&c, &cookie).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,16 @@
 //! Sign-in and sign-out. The form posts a gateway token in the field `token`; a token
 //! with `read` (or `admin`) makes a session, `admin` one that may act. The token itself
 //! is never logged, stored or sent back.
+//!
+//! The token is always checked first; only a refused one draws on its address's
+//! failed sign-in budget, and a sign-in that verifies draws on its token's budget
+//! (`gateway::console::sign_in`). So a flood of failures from any address never keeps
+//! a valid token out.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
@@ -16,6 +22,7 @@ use super::session::{cookie, set_cookie, PageSession, LOGIN_COOKIE, SESSION_COOK
 use super::Console;
 use crate::api::gateway::auth::authorize;
 use crate::gateway::console::sessions::{random_hex, same, SignIn};
+use crate::gateway::source_budget::Source;
 use crate::token::Need;
 
 /// How long the sign-in form's nonce lives.
@@ -83,6 +90,7 @@ pub struct SignInForm {
 /// `POST /ui/login`.
 pub async fn sign_in(
     State(c): State<Arc<Console>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(f): Form<SignInForm>,
 ) -> Response {
@@ -99,17 +107,6 @@ pub async fn sign_in(
             Some("This sign-in form is out of date; it has been reloaded. Paste the token again."),
         );
     }
-    if !c.sessions.sign_in_allowed(now) {
-        tracing::warn!(
-            event = "console_sign_in_refused",
-            reason = "too many failed sign-ins"
-        );
-        return form_response(
-            &c,
-            StatusCode::TOO_MANY_REQUESTS,
-            Some("Too many failed sign-ins: wait a minute and try again."),
-        );
-    }
     let token = f.token.trim();
     let claims = if token.len() > MAX_TOKEN_LEN {
         Err(crate::api::ApiError::unauthorized("that is not a token"))
@@ -118,13 +115,31 @@ pub async fn sign_in(
     };
     let claims = match claims {
         Ok(claims) => claims,
+        Err(e) if !c.sign_ins.failed(peer.ip(), now) => {
+            // Said without the reason: a guesser learns nothing once over budget.
+            return held_back(
+                &c,
+                "address_budget",
+                Source::of(peer.ip()),
+                "Too many failed sign-ins from this address: wait a minute and try again.",
+                e.code,
+            );
+        }
         Err(e) => {
-            c.sessions.sign_in_failed(now);
             tracing::warn!(event = "console_sign_in_refused", reason = %e.code);
             let msg = format!("That token was not accepted: {}", e.message);
             return form_response(&c, e.status, Some(&msg));
         }
     };
+    if !c.sign_ins.signed_in(&claims.jti, now) {
+        return held_back(
+            &c,
+            "token_budget",
+            Source::of(peer.ip()),
+            "This token has signed in too often: wait a minute and try again.",
+            "signed in too often",
+        );
+    }
     let admin = authorize(&c.gw, token, Need::Scope("admin")).is_ok();
     let token_expires_ms = crate::token::parse_rfc3339_ms(&claims.exp).unwrap_or(now);
     let (value, s) = c.sessions.create(
@@ -150,6 +165,15 @@ pub async fn sign_in(
     );
     h.append(header::SET_COOKIE, set_cookie(&c, LOGIN_COOKIE, "", 0));
     r
+}
+
+/// A sign-in held back by a budget (429): logged and counted, the form shown again.
+fn held_back(c: &Console, budget: &str, source: Source, msg: &str, why: &str) -> Response {
+    tracing::warn!(event = "console_sign_in_refused", reason = why, budget, %source);
+    c.gw.metrics()
+        .throttled_total
+        .inc(&["console_sign_in", budget]);
+    form_response(c, StatusCode::TOO_MANY_REQUESTS, Some(msg))
 }
 
 #[derive(Debug, Deserialize)]

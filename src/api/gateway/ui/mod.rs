@@ -36,12 +36,15 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::gateway::console::sessions::Sessions;
+use crate::gateway::console::sign_in::SignInLimits;
 use crate::gateway::Gateway;
 
-/// What the console's handlers share: the gateway and its console sessions.
+/// What the console's handlers share: the gateway, its console sessions and the
+/// sign-in budgets.
 pub struct Console {
     pub gw: Arc<Gateway>,
     pub sessions: Sessions,
+    pub sign_ins: SignInLimits,
 }
 
 impl Console {
@@ -62,6 +65,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
     let console = Arc::new(Console {
         gw,
         sessions: Sessions::new(),
+        sign_ins: SignInLimits::new(),
     });
     Router::new()
         .route("/ui", get(fleet::page))

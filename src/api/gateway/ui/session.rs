@@ -39,7 +39,7 @@ pub fn set_cookie(c: &Console, name: &str, value: &str, max_age_s: u64) -> Heade
 }
 
 /// Why a request has no usable session.
-enum NoSession {
+pub(super) enum NoSession {
     /// No cookie, an unknown or expired one, or its token was revoked.
     SignedOut,
     /// The revocation list cannot be read: refused, never honoured.
@@ -50,15 +50,23 @@ enum NoSession {
 /// token is not revoked (asked on every request; a revoked token's session ends).
 fn current(c: &Console, headers: &HeaderMap) -> Result<(String, Session), NoSession> {
     let cookie = cookie(headers, SESSION_COOKIE).ok_or(NoSession::SignedOut)?;
+    let s = still_signed_in(c, cookie)?;
+    Ok((cookie.to_string(), s))
+}
+
+/// The live session `cookie` names, its token not revoked; a revoked token ends every
+/// session it signed in (and their event streams). Asked on every request, and by an
+/// open event stream every second.
+pub(super) fn still_signed_in(c: &Console, cookie: &str) -> Result<Session, NoSession> {
     let s = c
         .sessions
         .get(cookie, c.gw.now_ms())
         .ok_or(NoSession::SignedOut)?;
     match c.gw.client_auth().is_revoked(&s.jti) {
-        Ok(false) => Ok((cookie.to_string(), s)),
+        Ok(false) => Ok(s),
         Ok(true) => {
             tracing::info!(event = "console_session_ended", reason = "token revoked", subject = %s.subject);
-            c.sessions.remove(cookie);
+            c.sessions.end_token(&s.jti);
             Err(NoSession::SignedOut)
         }
         Err(e) => {
@@ -94,6 +102,7 @@ impl FromRequestParts<Arc<Console>> for PageSession {
 /// A signed-in fragment or stream request; without a session: 401 in the API's error
 /// shape.
 pub struct ApiSession {
+    pub cookie: String,
     pub session: Session,
 }
 
@@ -102,7 +111,7 @@ impl FromRequestParts<Arc<Console>> for ApiSession {
 
     async fn from_request_parts(parts: &mut Parts, c: &Arc<Console>) -> Result<Self, ApiError> {
         match current(c, &parts.headers) {
-            Ok((_, session)) => Ok(Self { session }),
+            Ok((cookie, session)) => Ok(Self { cookie, session }),
             Err(NoSession::SignedOut) => Err(ApiError::unauthorized(
                 "no console session: sign in at /ui/login",
             )),

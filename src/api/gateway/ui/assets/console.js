@@ -84,26 +84,47 @@
   }
 
   var KINDS = ['queued', 'delivered', 'expired', 'rejected', 'dead', 'result', 'node_online', 'node_offline'];
-  if (window.EventSource && (page === 'fleet' || page === 'node')) {
-    // From the newest event the page was rendered with: nothing falls in between.
-    var after = body.getAttribute('data-last-event');
-    var es = new EventSource('/ui/events' + (after ? '?after=' + encodeURIComponent(after) : ''));
+  // From the newest event the page was rendered with, then the newest one seen:
+  // nothing falls in between, however often the stream is closed and opened again.
+  var lastEvent = body.getAttribute('data-last-event');
+  var es = null;
+  function onEvent(kind, e) {
+    if (e.lastEventId) { lastEvent = e.lastEventId; }
+    var data;
+    try { data = JSON.parse(e.data); } catch (err) { return; }
+    if (page === 'node') {
+      if (data.node_id !== node) { return; }
+      prepend(kind, data, e.lastEventId);
+      if (kind === 'node_online') { setNodeLiveness('online'); }
+      if (kind === 'node_offline') { setNodeLiveness('offline'); }
+    }
+    soon();
+  }
+  function openStream() {
+    if (es || !window.EventSource || (page !== 'fleet' && page !== 'node')) { return; }
+    es = new EventSource('/ui/events' + (lastEvent ? '?after=' + encodeURIComponent(lastEvent) : ''));
     es.onopen = function () { if (live) { live.textContent = 'live'; live.className = 'live on'; } };
     es.onerror = function () { if (live) { live.textContent = 'reconnecting'; live.className = 'live'; } };
     KINDS.forEach(function (kind) {
-      es.addEventListener(kind, function (e) {
-        var data;
-        try { data = JSON.parse(e.data); } catch (err) { return; }
-        if (page === 'node') {
-          if (data.node_id !== node) { return; }
-          prepend(kind, data, e.lastEventId);
-          if (kind === 'node_online') { setNodeLiveness('online'); }
-          if (kind === 'node_offline') { setNodeLiveness('offline'); }
-        }
-        soon();
-      });
+      es.addEventListener(kind, function (e) { onEvent(kind, e); });
     });
   }
+  function closeStream() {
+    if (!es) { return; }
+    es.close();
+    es = null;
+    if (live) { live.textContent = 'paused'; live.className = 'live'; }
+  }
+  openStream();
+  // A page left for another may be kept in the back/forward cache: it must not hold its
+  // stream (a browser allows only 6 connections per host over HTTP/1.1, and kept pages
+  // would use them all). Closed when the page is hidden, opened again when it is shown.
+  window.addEventListener('pagehide', closeStream);
+  window.addEventListener('pageshow', function () {
+    if (es) { return; }
+    openStream();
+    soon();
+  });
   // Stale, offline and dead follow from silence, which sends no event.
   if (page === 'fleet' || page === 'node') { window.setInterval(soon, 15000); }
   applyFilter();
