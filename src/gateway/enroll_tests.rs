@@ -1,4 +1,5 @@
 use super::*;
+use crate::enroll::Approve;
 use crate::enroll::TokenClaims;
 use crate::envelope::Keys;
 
