@@ -654,7 +654,7 @@ async fn failed_sign_ins_are_rate_limited() {
     assert_eq!(&statuses[..10], &[401; 10]);
     assert_eq!(&statuses[10..], &[429; 2]);
     let (r, s) = sign_in(&gw, &admin).await;
-    assert_eq!(r.status(), 303);
+    assert_eq!(r.status(), 303, "{}", gw.log_text());
     assert!(s.is_some());
 }
 

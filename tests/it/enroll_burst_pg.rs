@@ -1,7 +1,8 @@
 //! A fleet's first boot on two replicas over one PostgreSQL database (PROTOCOL §15.3):
 //! hundreds of devices enroll at once while an operator uses the console. The
 //! enrollment decisions take a bounded share of each replica's pool, so no device is
-//! told the storage is unavailable and the console stays fast.
+//! told the storage is unavailable and every console page is answered. The console's
+//! latency during the burst is printed (`-- --nocapture`) and recorded in BENCHMARKS.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -106,13 +107,12 @@ async fn a_burst_of_enrollments_leaves_the_pool_to_the_console() {
             "device {i}: {codes:?}"
         );
     }
+    // Every console page answered (200, asserted as it loaded): with the decisions
+    // unbounded, the pool went to enrollments and the fleet page answered 503. How
+    // fast it answered is a benchmark (BENCHMARKS "Enrollment"), not asserted here.
     assert!(
         took.len() >= 10,
         "the burst ended before the console was measured"
-    );
-    assert!(
-        p99 < Duration::from_millis(250),
-        "console p99 {p99:?} during the burst"
     );
 
     // Each device is enrolled once, at both replicas.
