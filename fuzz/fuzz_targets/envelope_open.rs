@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let ctx = OpenContext {
         me: "node:pump-17",
         keys: &w.node,
+        previous_keys: None,
         trust: &w.trust,
         now_ms: 1_763_798_400_000,
         skew_ms: 300_000,
