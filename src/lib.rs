@@ -7,12 +7,13 @@
 //!
 //! Data flows one way: API → (token check, envelope open) → store → worker (tools /
 //! sync) → store → API. Nothing below `store` knows about HTTP; `envelope`, `token`,
-//! `audit` and the sync state machine do no I/O and never read the clock.
+//! `audit`, `fleet` and the sync state machine do no I/O and never read the clock.
 //!
 //! ## Layout
 //!
 //! Public (the integration tests and benchmarks use them): `clock`, `config`, `store`,
-//! `envelope`, `token`, `audit`, `enroll`, `sync`, `gateway` (cargo feature `gateway`,
+//! `envelope`, `token`, `audit`, `enroll`, `fleet` (labels, selectors, desired and
+//! reported state: pure), `sync`, `gateway` (cargo feature `gateway`,
 //! on by default; the device build has none), and `cli`, which the binary runs. The rest
 //! is the crate's own:
 //!
@@ -43,6 +44,7 @@ pub mod config;
 pub(crate) mod daemon;
 pub mod enroll;
 pub mod envelope;
+pub mod fleet;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub(crate) mod http_server;
