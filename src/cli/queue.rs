@@ -158,18 +158,32 @@ pub fn backup(arg: &ConfigArg, path: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(path)?;
     eprintln!("snapshotting the store into {} …", path.display());
     store.backup_to(&path.join("store"))?;
-    for f in ["keys.json", "identity.json"] {
+    // The key pair and identity, and what a key rotation leaves (daemon::rotation): the
+    // retired signing keys `audit verify` needs for older checkpoints, the retired pair
+    // still opening envelopes sealed to it during its grace, a prepared pair and its
+    // statement not yet delivered. Private keys stay 0600.
+    let files = [
+        ("keys.json", 0o600),
+        ("identity.json", 0o644),
+        ("key-history.json", 0o644),
+        ("keys.previous.json", 0o600),
+        ("keys.next.json", 0o600),
+        ("rotation.json", 0o644),
+    ];
+    let mut copied = Vec::new();
+    for (f, mode) in files {
         let src = cfg.data_dir.join(f);
         if src.exists() {
             let bytes = std::fs::read(&src)?;
-            let mode = if f == "keys.json" { 0o600 } else { 0o644 };
             crate::app::keyfile::write_atomic(&path.join(f), &bytes, mode)?;
+            copied.push(f);
         }
     }
     store.close();
     println!(
-        "backup written to {} (store snapshot, keys 0600, identity)",
-        path.display()
+        "backup written to {} (store snapshot, {})",
+        path.display(),
+        copied.join(", ")
     );
     Ok(())
 }

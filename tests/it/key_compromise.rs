@@ -109,4 +109,22 @@ async fn a_compromised_key_is_refused_at_once_after_rotate_or_end_grace() {
         "{events:?}"
     );
     assert_eq!(rotations.len(), 3, "{events:?}");
+
+    // A backup of the node holds what its rotations left: the retired signing keys
+    // (`audit verify` of older checkpoints needs them) and, in its grace, the retired
+    // pair, private keys 0600.
+    let b = node.dir.path().join("backup");
+    let o = node.cli(&["backup", b.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    for f in ["keys.json", "identity.json", "key-history.json"] {
+        assert!(b.join(f).exists(), "{f} not in the backup: {}", text(&o));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["keys.json", "keys.previous.json"] {
+        let p = b.join(f);
+        if node.data().join(f).exists() {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{f}");
+        }
+    }
 }
