@@ -26,8 +26,6 @@
 //!   [`Queued::Duplicate`] and nothing is written.
 
 pub mod embedded;
-#[cfg(feature = "postgres")]
-pub mod embedded_snapshot;
 mod enrollments;
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -483,18 +483,12 @@ impl GatewayState for Embedded {
     }
 }
 
-#[path = "embedded_pull.rs"]
-mod pull;
-
-#[path = "embedded_records.rs"]
-mod records;
-
-#[path = "embedded_enroll.rs"]
 mod enroll;
-
-#[path = "embedded_shared.rs"]
+mod pull;
+mod records;
 mod shared;
+#[cfg(feature = "postgres")]
+pub mod snapshot;
 
 #[cfg(test)]
-#[path = "embedded_tests.rs"]
 mod tests;

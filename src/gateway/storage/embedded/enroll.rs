@@ -1,10 +1,9 @@
 //! Enrollment on the embedded store: tokens, their uses and enrollment records in KV,
 //! each enrollment one commit with the trust store it changes and its pending audit
-//! entry (`embedded_audit.rs`). One process writes
+//! entry (`enroll/audit.rs`). One process writes
 //! uses and records (the gateway, under `enrolling`); `outpost enroll-token` writes
 //! only the token records, so neither overwrites the other's writes.
 
-#[path = "embedded_audit.rs"]
 mod audit;
 
 use super::Embedded;
