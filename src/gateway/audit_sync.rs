@@ -13,35 +13,12 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::error::GatewayError;
+pub use super::error::Refusal;
 use super::state::Gateway;
 use super::storage::AuditExtension;
-use crate::audit::{leaf_hash, verify_extension, ExtensionError, Frontier};
+use crate::audit::{leaf_hash, verify_extension, Frontier};
 use crate::envelope::b64_encode;
 use crate::sync::wire::{AuditStatus, AuditUpload};
-
-/// Why an upload is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("entries must start at the confirmed size {expected}, got {got}")]
-    Gap { expected: u64, got: u64 },
-    #[error("entry {0} differs from the copy the gateway already holds")]
-    Rewritten(u64),
-    #[error("entry at position {0} is not an audit entry")]
-    BadEntry(u64),
-    #[error(transparent)]
-    Extension(#[from] ExtensionError),
-}
-
-impl Refusal {
-    pub fn code(&self) -> &'static str {
-        match self {
-            Refusal::Gap { .. } | Refusal::Extension(ExtensionError::IndexMismatch { .. }) => {
-                "audit_gap"
-            }
-            _ => "audit_mismatch",
-        }
-    }
-}
 
 fn entry_index(bytes: &[u8]) -> Option<u64> {
     serde_json::from_slice::<Value>(bytes)
@@ -222,6 +199,7 @@ mod tests {
     use super::*;
     use crate::audit::{
         origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+        ExtensionError,
     };
     use ed25519_dalek::SigningKey;
 

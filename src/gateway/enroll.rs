@@ -8,125 +8,21 @@
 
 use std::net::IpAddr;
 
-use serde::{Deserialize, Serialize};
-
-mod admission;
+pub mod admission;
 mod history;
 pub use admission::{Admission, Admitted, Throttle};
 use history::{audit, enrolled_or_pending, recorded_decision};
-pub use history::{retired_records, rotated_records};
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
+pub use super::storage::{
+    retired_records, rotated_records, trust_node, Decision, EnrollmentRecord, Facts, Kind,
+    RecordState, TokenRecord, NODE_RIGHTS,
+};
+use crate::audit::{AuditEvent, AuditOutcome};
 use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
-use crate::envelope::{b64_encode, IdentityDocument, OpenContext, Rights, TrustStore};
-
-/// A token as the gateway keeps it: its claims, and how often it was used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenRecord {
-    pub claims: crate::enroll::TokenClaims,
-    pub created_at_ms: u64,
-    pub revoked: bool,
-    /// Enrollments recorded under it (each device key once).
-    pub uses: u64,
-}
-
-impl TokenRecord {
-    /// `active`, `expired`, `exhausted` or `revoked`.
-    pub fn state(&self, now_ms: u64) -> &'static str {
-        if self.revoked {
-            "revoked"
-        } else if now_ms >= self.claims.expires_at_ms {
-            "expired"
-        } else if self.uses >= self.claims.max_uses {
-            "exhausted"
-        } else {
-            "active"
-        }
-    }
-}
-
-/// Where one device key's enrollment under a node id stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(test, derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum RecordState {
-    Enrolled,
-    Pending,
-    Rejected,
-    /// The node was retired (`outpost nodes revoke`): this key is refused for good.
-    Revoked,
-    /// The node rotated away from this key (PROTOCOL §15.7): its newer key is the
-    /// node's; this one is refused for good.
-    Rotated,
-}
-
-/// A new device, or a known id with a new key (a reflashed device).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    New,
-    Rekey,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::New => "new",
-            Kind::Rekey => "rekey",
-        }
-    }
-}
-
-/// One device key's enrollment under a node id (keyed by both).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnrollmentRecord {
-    pub node_id: String,
-    /// b64url of the device's signing key.
-    pub node_sign_pk: String,
-    pub token_id: String,
-    pub document: IdentityDocument,
-    pub state: RecordState,
-    pub kind: Kind,
-    pub created_at_ms: u64,
-    pub decided_at_ms: Option<u64>,
-}
-
-/// What the state knows when an enrollment arrives (read in its transaction).
-#[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
-    pub now_ms: u64,
-    pub node: &'a IdentityDocument,
-    pub token: Option<&'a TokenRecord>,
-    /// The record of this node id with this key, if any.
-    pub same: Option<&'a EnrollmentRecord>,
-    /// The document trusted for this node id now, if any.
-    pub trusted: Option<&'a IdentityDocument>,
-    /// Another key of this node id waits for approval.
-    pub pending_other: bool,
-    /// The node now trusted under this id (another key) was heard from recently: a
-    /// second device, not a reflashed one.
-    pub online: bool,
-}
-
-/// What to answer, and what to write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Answer from a record already there; nothing is written.
-    Answer(EnrollmentRecord),
-    /// Refuse with a code of PROTOCOL §15.4; nothing is written.
-    Refuse(&'static str, String),
-    /// Write `record` (and count a use of the token when `consume`); when the record is
-    /// `Enrolled`, the node is trusted with `send` in the same transaction; `audit` is
-    /// the gateway's audit entry of it, pending in the same transaction.
-    Record {
-        record: EnrollmentRecord,
-        consume: bool,
-        audit: AuditRecord,
-    },
-}
+use crate::envelope::{b64_encode, IdentityDocument, OpenContext, TrustStore};
 
 /// The pure core of an enrollment.
 pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
@@ -205,19 +101,6 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
         Approve::Manual => RecordState::Pending,
     };
     recorded_decision(record(state, Kind::New), true)
-}
-
-/// The rights an enrolled node gets: what a hand enrollment gives (`trust add --send`).
-pub const NODE_RIGHTS: Rights = Rights {
-    send: true,
-    issue: false,
-};
-
-/// Put `doc` into `t` as an enrolled node (replacing a retired key).
-pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), String> {
-    t.add(doc.clone(), NODE_RIGHTS)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }
 
 impl Enrollment<'_> {

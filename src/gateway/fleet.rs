@@ -5,6 +5,7 @@
 
 use super::commands::result_of;
 use super::error::GatewayError;
+use super::events::{Event, GatewayEvent, Missed, REPLAY};
 use super::state::Gateway;
 use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE as TO_NODE};
 use crate::sync::wire::TaskResult;
@@ -96,8 +97,8 @@ impl Fleet<'_> {
 impl Fleet<'_> {
     /// The events after `after` a resuming dashboard or console page missed: from
     /// memory, or from the replicas' shared state when memory does not reach back.
-    pub async fn events_after(&self, after: u64) -> super::events::Missed {
-        super::events::missed(self.0, after).await
+    pub async fn events_after(&self, after: u64) -> Missed {
+        missed(self.0, after).await
     }
 
     /// `GET /v1/status` of a gateway: the node's shape where it applies.
@@ -131,5 +132,49 @@ pub struct Fleet<'g>(pub(super) &'g Gateway);
 impl Gateway {
     pub fn fleet(&self) -> Fleet<'_> {
         Fleet(self)
+    }
+}
+
+/// The events after `after`: from memory, or from the replicas' shared state when
+/// memory does not reach back that far.
+async fn missed(gw: &Gateway, after: u64) -> Missed {
+    let (mut kept, complete) = gw.events.replay(after);
+    if complete {
+        return Missed {
+            lagged: false,
+            events: kept,
+        };
+    }
+    let Some(replicas) = gw.state.replicas() else {
+        return Missed {
+            lagged: true,
+            events: kept,
+        };
+    };
+    match replicas.events_after(after, REPLAY).await {
+        Ok(rows) => {
+            let mut events = Vec::with_capacity(rows.len() + kept.len());
+            let mut last = after;
+            for (id, ts_ms, json) in rows {
+                match serde_json::from_str::<GatewayEvent>(&json) {
+                    Ok(event) => events.push(std::sync::Arc::new(Event { id, ts_ms, event })),
+                    Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
+                }
+                last = last.max(id);
+            }
+            kept.retain(|e| e.id > last);
+            events.extend(kept);
+            Missed {
+                lagged: false,
+                events,
+            }
+        }
+        Err(e) => {
+            tracing::warn!(event = "events_replay_failed", error = %e);
+            Missed {
+                lagged: true,
+                events: kept,
+            }
+        }
     }
 }

@@ -173,7 +173,7 @@ async fn retired(
         }
     };
     let mut one = TrustStore::new();
-    one.add(doc, super::enroll::NODE_RIGHTS).is_ok() && verify(&one).is_ok()
+    one.add(doc, super::storage::NODE_RIGHTS).is_ok() && verify(&one).is_ok()
 }
 
 /// Refuse a request seen before: replicas remember signatures in their shared state

@@ -69,7 +69,7 @@ pub struct Gateway {
     /// decided on each request).
     pub(super) verify_cache: crate::token::VerifyCache,
     /// Who gets an enrollment answer while strangers flood (budgets, decision slots).
-    pub(super) admission: super::enroll::Admission,
+    pub(super) admission: super::enroll::admission::Admission,
 }
 
 /// The stored identity with the current TLS pin; a data dir without its stored
@@ -144,7 +144,7 @@ impl Gateway {
             ready: AtomicBool::new(false),
             job_locks: crate::keyed_lock::KeyedLocks::new(),
             verify_cache: crate::token::VerifyCache::new(1024),
-            admission: super::enroll::Admission::new(slots, started_ms),
+            admission: super::enroll::admission::Admission::new(slots, started_ms),
         }
     }
 

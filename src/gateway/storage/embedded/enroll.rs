@@ -9,7 +9,7 @@ mod audit;
 use super::Embedded;
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
-use crate::gateway::enroll::{
+use crate::gateway::storage::{
     trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
 use crate::gateway::storage::{
@@ -231,7 +231,7 @@ impl Embedded {
         };
         trust.remove(node_id);
         let mut batch = Batch::new();
-        for r in crate::gateway::enroll::retired_records(self.records_of(node_id)?, &doc, now_ms) {
+        for r in crate::gateway::storage::retired_records(self.records_of(node_id)?, &doc, now_ms) {
             batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
         }
         crate::daemon::trust::put(&mut batch, &trust);
@@ -389,7 +389,7 @@ impl EnrollmentState for Embedded {
             crate::daemon::trust::put(&mut batch, &trust);
             let node_id = &rotation.new_doc.node_id;
             let records = self.records_of(node_id)?;
-            for r in crate::gateway::enroll::rotated_records(records, rotation, now_ms) {
+            for r in crate::gateway::storage::rotated_records(records, rotation, now_ms) {
                 batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
             }
             self.pend(&mut batch, now_ms, audit)?;

@@ -7,7 +7,6 @@ use tokio_postgres::Transaction;
 use super::super::{
     CommandKey, ForNode, GatewayState, InboxMessage, NewJob, Queued, StateError, Upload,
 };
-use super::group::Failed;
 use super::{after_commit, i, listen, u, unavailable, Postgres};
 use crate::store::StoreError;
 
@@ -200,6 +199,14 @@ pub(super) async fn insert_group(
             Err(e) => Err(e),
         })
         .collect())
+}
+
+/// Why a group's transaction did not commit.
+pub enum Failed {
+    /// A statement's error (bad data in one message): nothing of the group is kept.
+    Statement,
+    /// The connection or the commit failed: every message of the group gets this.
+    Connection(StateError),
 }
 
 /// A statement's error fails the group's transaction; the connection's fails the group.

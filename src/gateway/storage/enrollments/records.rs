@@ -1,0 +1,198 @@
+//! What the state keeps of enrollment (PROTOCOL §15): a token with its uses, one
+//! record per node id and device key, the facts an enrollment is decided on and the
+//! decision the state writes; and how a retirement or a key rotation rewrites a node
+//! id's records (pure; the state writes the result in the decision's transaction).
+//! The flow that decides (`gateway::enroll`) and both engines share these types.
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::AuditRecord;
+use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rights, TrustStore};
+
+/// A token as the gateway keeps it: its claims, and how often it was used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub claims: crate::enroll::TokenClaims,
+    pub created_at_ms: u64,
+    pub revoked: bool,
+    /// Enrollments recorded under it (each device key once).
+    pub uses: u64,
+}
+
+impl TokenRecord {
+    /// `active`, `expired`, `exhausted` or `revoked`.
+    pub fn state(&self, now_ms: u64) -> &'static str {
+        if self.revoked {
+            "revoked"
+        } else if now_ms >= self.claims.expires_at_ms {
+            "expired"
+        } else if self.uses >= self.claims.max_uses {
+            "exhausted"
+        } else {
+            "active"
+        }
+    }
+}
+
+/// Where one device key's enrollment under a node id stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    Enrolled,
+    Pending,
+    Rejected,
+    /// The node was retired (`outpost nodes revoke`): this key is refused for good.
+    Revoked,
+    /// The node rotated away from this key (PROTOCOL §15.7): its newer key is the
+    /// node's; this one is refused for good.
+    Rotated,
+}
+
+/// A new device, or a known id with a new key (a reflashed device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    New,
+    Rekey,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::New => "new",
+            Kind::Rekey => "rekey",
+        }
+    }
+}
+
+/// One device key's enrollment under a node id (keyed by both).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollmentRecord {
+    pub node_id: String,
+    /// b64url of the device's signing key.
+    pub node_sign_pk: String,
+    pub token_id: String,
+    pub document: IdentityDocument,
+    pub state: RecordState,
+    pub kind: Kind,
+    pub created_at_ms: u64,
+    pub decided_at_ms: Option<u64>,
+}
+
+/// What the state knows when an enrollment arrives (read in its transaction).
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    pub now_ms: u64,
+    pub node: &'a IdentityDocument,
+    pub token: Option<&'a TokenRecord>,
+    /// The record of this node id with this key, if any.
+    pub same: Option<&'a EnrollmentRecord>,
+    /// The document trusted for this node id now, if any.
+    pub trusted: Option<&'a IdentityDocument>,
+    /// Another key of this node id waits for approval.
+    pub pending_other: bool,
+    /// The node now trusted under this id (another key) was heard from recently: a
+    /// second device, not a reflashed one.
+    pub online: bool,
+}
+
+/// What to answer, and what to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Answer from a record already there; nothing is written.
+    Answer(EnrollmentRecord),
+    /// Refuse with a code of PROTOCOL §15.4; nothing is written.
+    Refuse(&'static str, String),
+    /// Write `record` (and count a use of the token when `consume`); when the record is
+    /// `Enrolled`, the node is trusted with `send` in the same transaction; `audit` is
+    /// the gateway's audit entry of it, pending in the same transaction.
+    Record {
+        record: EnrollmentRecord,
+        consume: bool,
+        audit: AuditRecord,
+    },
+}
+
+/// The rights an enrolled node gets: what a hand enrollment gives (`trust add --send`).
+pub const NODE_RIGHTS: Rights = Rights {
+    send: true,
+    issue: false,
+};
+
+/// Put `doc` into `t` as an enrolled node (replacing a retired key).
+pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), String> {
+    t.add(doc.clone(), NODE_RIGHTS)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The records to write when the node trusted as `doc` is retired at `now_ms`, from
+/// `records` (every record of its id): each enrolled, pending or rotated-away key reads
+/// revoked (a rejected one stays rejected), and the trusted key's record is there even
+/// when it was trusted by hand. Only the trusted key's is decided now (the others keep
+/// their time), so the newest retired key is the one last trusted.
+pub fn retired_records(
+    records: Vec<EnrollmentRecord>,
+    doc: &IdentityDocument,
+    now_ms: u64,
+) -> Vec<EnrollmentRecord> {
+    let key = b64_encode(&doc.sign_pk);
+    let mut out: Vec<EnrollmentRecord> = records
+        .into_iter()
+        .filter(|r| match r.state {
+            RecordState::Rejected => false,
+            RecordState::Revoked => r.node_sign_pk == key,
+            _ => true,
+        })
+        .map(|mut r| {
+            r.state = RecordState::Revoked;
+            r
+        })
+        .collect();
+    match out.iter_mut().find(|r| r.node_sign_pk == key) {
+        Some(r) => r.decided_at_ms = Some(now_ms),
+        None => out.push(EnrollmentRecord {
+            node_id: doc.node_id.clone(),
+            node_sign_pk: key,
+            token_id: String::new(),
+            document: doc.clone(),
+            state: RecordState::Revoked,
+            kind: Kind::New,
+            created_at_ms: now_ms,
+            decided_at_ms: Some(now_ms),
+        }),
+    }
+    out
+}
+
+/// The records to write when `rot` is applied at `now_ms`, from `records` (every
+/// record of the node id): the retired key's enrolled record reads rotated, and the new
+/// key gets an enrolled record under the same token and kind. A node trusted by hand
+/// (no enrolled record of the retired key) has none to change.
+pub fn rotated_records(
+    records: Vec<EnrollmentRecord>,
+    rot: &KeyRotation,
+    now_ms: u64,
+) -> Vec<EnrollmentRecord> {
+    let old = b64_encode(&rot.old_sign_pk);
+    let Some(mut was) = records
+        .into_iter()
+        .find(|r| r.node_sign_pk == old && r.state == RecordState::Enrolled)
+    else {
+        return Vec::new();
+    };
+    let new = EnrollmentRecord {
+        node_id: rot.new_doc.node_id.clone(),
+        node_sign_pk: b64_encode(&rot.new_doc.sign_pk),
+        token_id: was.token_id.clone(),
+        document: rot.new_doc.clone(),
+        state: RecordState::Enrolled,
+        kind: was.kind,
+        created_at_ms: now_ms,
+        decided_at_ms: Some(now_ms),
+    };
+    was.state = RecordState::Rotated;
+    was.decided_at_ms = Some(now_ms);
+    vec![was, new]
+}
