@@ -9,6 +9,7 @@ use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE};
 use crate::envelope::{seal, IdentityDocument, SealParams};
+use crate::keyed_lock::KeyedLocks;
 use crate::sync::wire::TaskResult;
 use crate::telemetry::MessageEvent;
 
@@ -218,7 +219,7 @@ impl Commands<'_> {
     /// by the same caller with the same request is answered as the first was and queues
     /// nothing; another request is [`GatewayError::IdempotencyConflict`].
     pub async fn command(&self, subject: &str, c: Command) -> Result<(String, u64), GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let doc = target(gw, &c.node_id).await?;
         if c.command_type.is_empty() || c.command_type.len() > 64 {
             return Err(GatewayError::BadRequest(
@@ -235,7 +236,7 @@ impl Commands<'_> {
         // database: the key's row decides).
         let (message_id, _held) = match &c.message_id {
             Some(id) => {
-                let held = gw.job_locks.lock(&format!("command/{id}")).await;
+                let held = self.job_locks.lock(&format!("command/{id}")).await;
                 if let Some(k) = gw.state.command_key(id).await? {
                     return repeat(k, subject, &request_sha256);
                 }
@@ -306,10 +307,25 @@ fn repeat(
 
 /// Tool calls and commands for nodes: sealed, queued durably, answered when the node's
 /// result comes in.
-pub struct Commands<'g>(pub(super) &'g Gateway);
+pub struct Commands<'g> {
+    pub(super) gw: &'g Gateway,
+    /// Its own state: one lock per caller's job (and per command key), so concurrent
+    /// repeats queue one message.
+    job_locks: &'g KeyedLocks,
+}
 
 impl Gateway {
     pub fn commands(&self) -> Commands<'_> {
-        Commands(self)
+        Commands {
+            gw: self,
+            job_locks: &self.job_locks,
+        }
+    }
+}
+
+impl Commands<'_> {
+    /// The lock of one caller's job or command key.
+    pub(super) async fn lock_job(&self, key: &str) -> crate::keyed_lock::KeyedGuard {
+        self.job_locks.lock(key).await
     }
 }

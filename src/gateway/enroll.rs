@@ -109,8 +109,8 @@ impl Enrollment<'_> {
     /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
     /// the answer to a node's request.
     pub fn hello(&self, from: IpAddr, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
-        let gw = self.0;
-        gw.admission
+        let gw = self.gw;
+        self.admission
             .hello(from, gw.now_ms())
             .map_err(|t| throttled(gw, "hello", t))?;
         let nonce_ok = (1..=64).contains(&nonce.len())
@@ -149,8 +149,8 @@ impl Enrollment<'_> {
         from: IpAddr,
         req: crate::enroll::Request,
     ) -> Result<Answered, GatewayError> {
-        let gw = self.0;
-        let admitted = gw
+        let gw = self.gw;
+        let admitted = self
             .admission
             .request(from, gw.now_ms())
             .map_err(|t| throttled(gw, "enroll", t))?;
@@ -183,12 +183,12 @@ impl Enrollment<'_> {
             ));
         }
         if must_prove
-            && (now >= token.claims.expires_at_ms || gw.admission.is_dead(&token.claims.id))
+            && (now >= token.claims.expires_at_ms || self.admission.is_dead(&token.claims.id))
         {
             return Err(throttled(gw, "enroll", Throttle::Token));
         }
         // A bounded number of decisions at once: the rest of the pool is delivery's.
-        let _slot = gw
+        let _slot = self
             .admission
             .slot()
             .await
@@ -206,7 +206,7 @@ impl Enrollment<'_> {
                     code,
                     codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
                 ) {
-                    gw.admission.mark_dead(&token.claims.id);
+                    self.admission.mark_dead(&token.claims.id);
                 }
                 gw.publish(GatewayEvent::Enrollment {
                     node_id: node.node_id.clone(),
@@ -323,7 +323,7 @@ fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
 impl Enrollment<'_> {
     /// Every enrollment record.
     pub async fn records(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         Ok(gw.state.enrollments().await?)
     }
 }
@@ -331,7 +331,7 @@ impl Enrollment<'_> {
 impl Enrollment<'_> {
     /// Enrollments waiting for an operator.
     pub async fn pending(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let mut all = gw.state.enrollments().await?;
         all.retain(|r| r.state == RecordState::Pending);
         Ok(all)
@@ -347,7 +347,7 @@ impl Enrollment<'_> {
         node_id: &str,
         approve: bool,
     ) -> Result<EnrollmentRecord, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let outcome = if approve { "approved" } else { "rejected" };
         let entry = |r: &EnrollmentRecord| {
             let (event, result) = if approve {
@@ -383,11 +383,19 @@ impl Enrollment<'_> {
 }
 
 /// Nodes enrolling themselves, and the operator's decisions on them.
-pub struct Enrollment<'g>(pub(super) &'g Gateway);
+pub struct Enrollment<'g> {
+    pub(super) gw: &'g Gateway,
+    /// Its own state: who gets an enrollment answer while strangers flood (budgets per
+    /// source, decision slots).
+    admission: &'g Admission,
+}
 
 impl Gateway {
     pub fn enrollment(&self) -> Enrollment<'_> {
-        Enrollment(self)
+        Enrollment {
+            gw: self,
+            admission: &self.admission,
+        }
     }
 }
 

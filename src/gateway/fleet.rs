@@ -66,12 +66,7 @@ impl Fleet<'_> {
             .filter(|s| s.queue == TO_NODE)
             .map(|s| (s.peer.as_str(), s))
             .collect();
-        // A shared state answers for all nodes at once; the embedded one from memory.
-        let audit_sizes = if gw.state.replicas().is_some() {
-            gw.state.audit_sizes(&ids).await?
-        } else {
-            std::collections::HashMap::new()
-        };
+        let audit_sizes = gw.audit_sync().confirmed_sizes(&ids).await?;
         for id in &ids {
             let (liveness, last_seen, polling) =
                 live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
@@ -84,10 +79,7 @@ impl Fleet<'_> {
                 can_connect: trust.get(id).is_some_and(|p| p.rights.send),
                 queue_depth: st.map(|s| s.depth).unwrap_or(0),
                 oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
-                audit_size: match audit_sizes.get(id) {
-                    Some(n) => *n,
-                    None => super::audit_sync::confirmed_size(gw, id).await,
-                },
+                audit_size: audit_sizes.get(id).copied().unwrap_or(0),
             });
         }
         Ok(out)

@@ -84,7 +84,7 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartEr
         crate::clock::system(),
     )?;
     let state: Arc<dyn GatewayState> = Arc::new(storage::embedded::Embedded::new(store));
-    assemble(cfg, state, shutdown)
+    assemble(cfg, state, None, shutdown)
 }
 
 /// Open the gateway on whichever state its config names: the embedded store (on a
@@ -100,7 +100,8 @@ pub async fn open_any(
     if let Some(db) = cfg.gateway_db.clone() {
         let pg = open_postgres(&cfg, &db, &shutdown, starting).await?;
         let state: Arc<dyn GatewayState> = pg.clone();
-        let gw = assemble(cfg, state, shutdown.clone())?;
+        let shared: Arc<dyn storage::SharedState> = pg.clone();
+        let gw = assemble(cfg, state, Some(shared), shutdown.clone())?;
         pg.spawn_listener(shutdown);
         return Ok(gw);
     }
@@ -148,9 +149,13 @@ async fn open_postgres(
     }
 }
 
+/// Build the gateway once: its keys (finishing a key switch cut short), the trust
+/// cache over `state`, and every service with its own state, each picking its body for
+/// one process or for replicas that share `shared`.
 fn assemble(
     cfg: Config,
     state: Arc<dyn GatewayState>,
+    shared: Option<Arc<dyn storage::SharedState>>,
     shutdown: CancellationToken,
 ) -> Result<Gateway, StartError> {
     let now_ms = state.now_ms();
@@ -185,7 +190,7 @@ fn assemble(
             .set_me_previous(old, *until)
             .map_err(|e| StartError::Trust(e.to_string()))?;
     }
-    let gw = Gateway::new(cfg, state, keys, trust, shutdown);
+    let gw = Gateway::new(cfg, state, shared, keys, trust, shutdown);
     if let Some((old, until)) = previous {
         gw.keys.set_previous(old, until);
     }

@@ -20,7 +20,7 @@ impl Enrollment<'_> {
         operator: &str,
         node_id: &str,
     ) -> Result<Vec<String>, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let entry = |retired: &IdentityDocument, refused: usize| {
             let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
                 .actor(operator)

@@ -82,7 +82,7 @@ impl Commands<'_> {
         subject: &str,
         call: ToolCall,
     ) -> Result<ToolCallOutcome, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         // A name no node can have would wait in the queue for nothing.
         if !crate::tools::valid_tool_name(&call.tool_name) {
             return Err(GatewayError::BadRequest(
@@ -106,7 +106,7 @@ impl Commands<'_> {
         let args = serde_json::to_vec(&call.tool_args)
             .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
         let args_sha = crate::audit::sha256_hex(&args);
-        let held = gw.job_locks.lock(&key).await;
+        let held = self.lock_job(&key).await;
         if let Some(rec) = gw.state.job(&key).await? {
             return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
         }
