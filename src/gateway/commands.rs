@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE};
+use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE};
 use crate::envelope::{seal, IdentityDocument, SealParams};
 use crate::keyed_lock::KeyedLocks;
 use crate::sync::wire::TaskResult;
@@ -183,7 +183,7 @@ pub(super) fn queued(
 /// Metric, log, and wake the node's long-poll (the event is already committed).
 fn announce_queued(gw: &Gateway, message_id: &str, node_id: &str) {
     MessageEvent {
-        queue: TO_NODE,
+        queue: QUEUE_TO_NODE,
         event: "enqueued",
         peer: node_id,
         message_id,

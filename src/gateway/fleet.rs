@@ -7,7 +7,7 @@ use super::commands::result_of;
 use super::error::GatewayError;
 use super::events::{Event, GatewayEvent, Missed, REPLAY};
 use super::state::Gateway;
-use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE as TO_NODE};
+use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE};
 use crate::sync::wire::TaskResult;
 use crate::telemetry::status::{AuditStatus, QueueStatus, Status};
 
@@ -63,7 +63,7 @@ impl Fleet<'_> {
         let live = gw.liveness_of(&ids).await;
         let stats: std::collections::HashMap<&str, &QueueStat> = stats
             .iter()
-            .filter(|s| s.queue == TO_NODE)
+            .filter(|s| s.queue == QUEUE_TO_NODE)
             .map(|s| (s.peer.as_str(), s))
             .collect();
         let audit_sizes = gw.audit_sync().confirmed_sizes(&ids).await?;

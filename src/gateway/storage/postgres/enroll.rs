@@ -15,7 +15,7 @@ use crate::gateway::storage::{
 use crate::gateway::storage::{
     Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
-use crate::store::names::Q_TO_NODE as Q_NODE;
+use crate::store::names::Q_TO_NODE;
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
     StateError::Corrupt(format!("{what}: {e}"))
@@ -340,7 +340,7 @@ impl Postgres {
                          attempts = excluded.attempts, keep_until_ms = excluded.keep_until_ms
                  RETURNING message_id",
                 &[
-                    &Q_NODE,
+                    &Q_TO_NODE,
                     &node_id,
                     &keep,
                     &shard,

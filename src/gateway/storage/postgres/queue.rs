@@ -10,7 +10,7 @@ use super::super::{
 use super::{after_commit, i, listen, u, unavailable, Postgres};
 use crate::store::StoreError;
 
-pub use crate::store::names::{Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS};
+pub use crate::store::names::{Q_GATEWAY_INBOX, Q_TO_NODE, SCOPE_RESULTS};
 
 /// Enqueue in one statement (one round trip, its own commit when run outside a
 /// transaction): the id must be unknown (queued, finished, or remembered) and the
@@ -220,7 +220,7 @@ fn failed(e: tokio_postgres::Error) -> Failed {
 
 fn row(msg: &ForNode) -> Row<'_> {
     Row {
-        queue: Q_NODE,
+        queue: Q_TO_NODE,
         peer: &msg.node_id,
         message_id: &msg.message_id,
         payload_type: &msg.payload_type,
@@ -392,7 +392,7 @@ pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Qu
                 if q == Queued::Queued {
                     tx.execute(
                         &remember,
-                        &[&Q_INBOX, &m.message_id, &i(m.remember_until_ms)],
+                        &[&Q_GATEWAY_INBOX, &m.message_id, &i(m.remember_until_ms)],
                     )
                     .await
                     .map_err(unavailable)?;
@@ -435,7 +435,7 @@ async fn inbox_insert(
     shard: i16,
 ) -> Result<Queued, StateError> {
     let row = Row {
-        queue: Q_INBOX,
+        queue: Q_GATEWAY_INBOX,
         peer: &m.from_node,
         message_id: &m.message_id,
         payload_type: &m.payload_type,
