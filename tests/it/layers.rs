@@ -281,6 +281,10 @@ fn named_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
             if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || b"_:".contains(&bytes[i - 1])) {
                 continue;
             }
+            // `pub(in crate::gateway)` names a visibility, not an import.
+            if code[..i].ends_with("(in ") {
+                continue;
+            }
             let path: String = code[i..]
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
@@ -361,7 +365,7 @@ fn file_imports(under: &str) -> BTreeMap<String, BTreeSet<String>> {
 fn no_file_cycle_inside_the_gateway() {
     let deps = file_imports("gateway");
     assert!(
-        deps.get("gateway/commands.rs")
+        deps.get("gateway/commands/mod.rs")
             .is_some_and(|d| d.contains("gateway/storage/mod.rs")),
         "the scan found no commands -> storage edge: {deps:?}"
     );
@@ -392,7 +396,9 @@ fn the_gateway_storage_imports_no_flow() {
 }
 
 /// The leaves of the gateway (the event bus, the enrollment admission, the per-source
-/// budgets) name nothing of `gateway/` but the storage below them and each other.
+/// budgets, the state node authentication and audit sync own) name nothing of
+/// `gateway/` but the storage below them and each other: `Gateway` holds them without
+/// a cycle.
 #[test]
 fn the_gateway_leaves_import_nothing_above_them() {
     let deps = file_imports("gateway");
@@ -400,6 +406,8 @@ fn the_gateway_leaves_import_nothing_above_them() {
         "gateway/events.rs",
         "gateway/enroll/admission.rs",
         "gateway/source_budget.rs",
+        "gateway/node_auth/replays.rs",
+        "gateway/audit_sync/frontiers.rs",
     ];
     for leaf in leaves {
         let up: Vec<&String> = deps[leaf]

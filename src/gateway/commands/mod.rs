@@ -1,6 +1,10 @@
 //! Work for nodes: a caller's tool call or command is sealed to its node and queued
 //! durably; a tool call waits (a bounded time) for the node's result.
 
+mod tool_calls;
+
+pub use tool_calls::{ToolCall, ToolCallOutcome};
+
 use rand_core::OsRng;
 use serde_json::{json, Value};
 

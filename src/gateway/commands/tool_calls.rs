@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::commands::{result_of, seal_and_queue, target, Binding, Commands};
-use super::error::GatewayError;
-use super::events::GatewayEvent;
-use super::state::Gateway;
-use super::storage::{job_key, JobRecord, NewJob};
+use super::{result_of, seal_and_queue, target, Binding, Commands};
+use crate::gateway::error::GatewayError;
+use crate::gateway::events::GatewayEvent;
+use crate::gateway::state::Gateway;
+use crate::gateway::storage::{job_key, JobRecord, NewJob};
 use crate::sync::wire::{TaskRequest, TaskResult};
 use crate::token::{issue, Claims};
 
@@ -196,7 +196,7 @@ async fn wait_for_result(
     gw: &Gateway,
     message_id: &str,
     wait: Duration,
-    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<super::events::Event>>,
+    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<crate::gateway::events::Event>>,
 ) -> Result<Option<TaskResult>, GatewayError> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {

@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 pub mod admission;
 mod history;
+mod retire;
 pub use admission::{Admission, Admitted, Throttle};
 use history::{audit, enrolled_or_pending, recorded_decision};
 
@@ -400,5 +401,4 @@ impl Gateway {
 }
 
 #[cfg(test)]
-#[path = "enroll_tests.rs"]
 mod tests;
