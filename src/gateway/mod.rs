@@ -11,12 +11,20 @@
 //!                                   ◄── audit_sync (verify, store) ◄───────┘
 //! ```
 //!
-//! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
-//! behind one interface) · [`commands`] (tool calls, commands) · [`console`] (what the
-//! operator's web console shows, its sessions) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
-//! ack, revocations, revoking a token) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
-//! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
-//! live beside the node's, in `api::gateway`.
+//! Layout: [`state`] (`Gateway`: what every service shares — config, state, keys,
+//! trust, metrics, events, liveness maps, shutdown — and the state each service owns,
+//! built once by `assemble` for the engine) · [`storage`] (the durable state behind
+//! one interface, the records it keeps, both engines) · one service per flow, reached
+//! through its handle (`gw.commands()`, …): [`node_auth`] (signed node requests, its
+//! replay window) · [`client_auth`] (bearer tokens, its verify cache) · [`commands`]
+//! (commands and tool calls, its job locks) · [`delivery`] (pull, ack, revocations) ·
+//! [`uploads`] (results, inbox, forwarding) · [`inbox`] · [`audit_sync`] (audit copies,
+//! its frontiers) · [`own_audit`] · [`enroll`] (enrollment, approvals, retiring; its
+//! admission) · [`rotation`] (key rotations, grace) · [`fleet`] (the read model of the
+//! node list, a message's state, the events a subscriber missed) · [`console`] (what
+//! the operator's web console shows, its sessions) · [`sweeper`] (background passes);
+//! leaves: [`events`] · [`liveness`] · [`source_budget`] · [`error`]. The HTTP routes
+//! and handlers live beside the node's, in `api::gateway`.
 //!
 //! Files in the data directory (same conventions as the node): `keys.json`, the store in
 //! `store/`, `api.addr` written after binding; the trust store is the KV record

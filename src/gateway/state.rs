@@ -1,5 +1,8 @@
-//! What every gateway handler and task shares: config, store, keys, trust, events,
-//! per-node wake-ups and liveness.
+//! `Gateway`: what every gateway service shares (config, state, keys, trust, metrics,
+//! events, per-node wake-ups and liveness, shutdown) and the state each service owns
+//! (replay window, verify cache, audit frontiers, job locks, enrollment admission),
+//! built once in [`Gateway::new`] for the engine; each service reaches its own through
+//! its handle (`gw.node_auth()`, …).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,6 @@
-//! Work for nodes: a caller's tool call or command is sealed to its node and queued
-//! durably; a tool call waits (a bounded time) for the node's result.
+//! Work for nodes: a caller's command (here) or tool call (`tool_calls.rs`) is sealed to
+//! its node and queued durably; a tool call waits (a bounded time) for the node's
+//! result. The job locks are this service's own.
 
 mod tool_calls;
 
