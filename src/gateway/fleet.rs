@@ -1,7 +1,8 @@
 //! The fleet as operators read it: every enrolled node with its liveness, long-poll,
 //! queue and audit copy (`GET /v1/nodes`), and where one message is (`GET
-//! /v1/messages/{id}`). Read-only: it asks the state, liveness and the trust store and
-//! changes nothing.
+//! /v1/messages/{id}`), the gateway's `/v1/status`, and the events a resuming
+//! subscriber missed (from memory, or the replicas' events). Read-only: it asks the
+//! state, liveness, audit sync and the trust store and changes nothing.
 
 use super::commands::result_of;
 use super::error::GatewayError;
@@ -16,21 +17,6 @@ use crate::telemetry::status::{AuditStatus, QueueStatus, Status};
 pub struct MessageView {
     pub status: Option<MessageStatus>,
     pub result: Option<TaskResult>,
-}
-
-impl Fleet<'_> {
-    pub async fn message(&self, id: &str) -> Result<MessageView, GatewayError> {
-        let gw = self.0;
-        let status = gw.state.message_status(id).await?;
-        let result = result_of(gw, id).await?;
-        if status.is_none() && result.is_none() {
-            return Err(GatewayError::NotFound(
-                "not_found",
-                "no such message".into(),
-            ));
-        }
-        Ok(MessageView { status, result })
-    }
 }
 
 /// One enrolled node as `GET /v1/nodes` shows it. Fields in alphabetical order: the
@@ -49,7 +35,30 @@ pub struct NodeView {
     pub queue_depth: u64,
 }
 
+/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the
+/// console show. Reads only.
+pub struct Fleet<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn fleet(&self) -> Fleet<'_> {
+        Fleet(self)
+    }
+}
+
 impl Fleet<'_> {
+    pub async fn message(&self, id: &str) -> Result<MessageView, GatewayError> {
+        let gw = self.0;
+        let status = gw.state.message_status(id).await?;
+        let result = result_of(gw, id).await?;
+        if status.is_none() && result.is_none() {
+            return Err(GatewayError::NotFound(
+                "not_found",
+                "no such message".into(),
+            ));
+        }
+        Ok(MessageView { status, result })
+    }
+
     pub async fn nodes(&self) -> Result<Vec<NodeView>, GatewayError> {
         let gw = self.0;
         let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
@@ -84,9 +93,7 @@ impl Fleet<'_> {
         }
         Ok(out)
     }
-}
 
-impl Fleet<'_> {
     /// The events after `after` a resuming dashboard or console page missed: from
     /// memory, or from the replicas' shared state when memory does not reach back.
     pub async fn events_after(&self, after: u64) -> Missed {
@@ -114,16 +121,6 @@ impl Fleet<'_> {
             key_rotation: None,
             clock: None,
         })
-    }
-}
-
-/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the
-/// console show. Reads only.
-pub struct Fleet<'g>(pub(super) &'g Gateway);
-
-impl Gateway {
-    pub fn fleet(&self) -> Fleet<'_> {
-        Fleet(self)
     }
 }
 

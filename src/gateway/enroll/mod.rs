@@ -104,127 +104,10 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
     recorded_decision(record(state, Kind::New), true)
 }
 
-impl Enrollment<'_> {
-    /// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
-    /// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
-    /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
-    /// the answer to a node's request.
-    pub fn hello(&self, from: IpAddr, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
-        let gw = self.gw;
-        self.admission
-            .hello(from, gw.now_ms())
-            .map_err(|t| throttled(gw, "hello", t))?;
-        let nonce_ok = (1..=64).contains(&nonce.len())
-            && nonce
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !crate::envelope::is_valid_node_id(node_id) || !nonce_ok {
-            return Err(GatewayError::BadRequest(
-                "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
-            ));
-        }
-        Ok(Hello {
-            rotation: gw.rotation_for_nodes(),
-            gateway: gw.identity(),
-            time: crate::envelope::sign_time_statement(
-                &gw.keys.current(),
-                &gw.cfg.node_id,
-                node_id,
-                gw.now_ms(),
-                &crate::enroll::hello_echo(nonce),
-            ),
-        })
-    }
-}
-
 /// An enrollment's answer: enrolled (HTTP 200) or pending (202), signed.
 pub struct Answered {
     pub standing: Standing,
     pub answer: Answer,
-}
-
-impl Enrollment<'_> {
-    /// `POST /v1/enroll`.
-    pub async fn enroll(
-        &self,
-        from: IpAddr,
-        req: crate::enroll::Request,
-    ) -> Result<Answered, GatewayError> {
-        let gw = self.gw;
-        let admitted = self
-            .admission
-            .request(from, gw.now_ms())
-            .map_err(|t| throttled(gw, "enroll", t))?;
-        let must_prove = admitted == Admitted::TokenMustProve;
-        let node = req.node;
-        let refused = |code: &'static str, msg: String| {
-            // Over its address's budget a stranger's refusals are counted, not logged one
-            // by one (a flood would fill the journal).
-            if must_prove {
-                gw.metrics.throttled_total.inc(&["enroll", code]);
-            } else {
-                tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
-            }
-            GatewayError::Enroll(code, msg)
-        };
-        let token = open_request(gw, &node, req.envelope)?;
-        let token =
-            Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
-        // Tokens made before this gateway's key rotation verify with the retired key
-        // while its grace lasts.
-        let now = gw.now_ms();
-        let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
-            .into_iter()
-            .flatten()
-            .any(|k| token.verify(&k.sign_pk()));
-        if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
-            return Err(refused(
-                codes::WRONG_GATEWAY,
-                "the token was not issued by this gateway".into(),
-            ));
-        }
-        if must_prove
-            && (now >= token.claims.expires_at_ms || self.admission.is_dead(&token.claims.id))
-        {
-            return Err(throttled(gw, "enroll", Throttle::Token));
-        }
-        // A bounded number of decisions at once: the rest of the pool is delivery's.
-        let _slot = self
-            .admission
-            .slot()
-            .await
-            .map_err(|t| throttled(gw, "enroll", t))?;
-        let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
-        let token_id = token.claims.id.clone();
-        let decide = move |f: &Facts<'_>| decide(f, &token_id);
-        let decision = gw
-            .state
-            .enroll(&node, &token.claims.id, online, &decide)
-            .await?;
-        let record = match decision {
-            Decision::Refuse(code, msg) => {
-                if matches!(
-                    code,
-                    codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
-                ) {
-                    self.admission.mark_dead(&token.claims.id);
-                }
-                gw.publish(GatewayEvent::Enrollment {
-                    node_id: node.node_id.clone(),
-                    outcome: "refused".into(),
-                    detail: code.to_string(),
-                });
-                gw.events_committed().await;
-                return Err(refused(code, msg));
-            }
-            Decision::Answer(r) => r,
-            Decision::Record { record, .. } => {
-                recorded(gw, &record).await;
-                record
-            }
-        };
-        Ok(answer(gw, &record))
-    }
 }
 
 /// Count a request held back, and say why.
@@ -321,15 +204,143 @@ fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
     }
 }
 
+/// Nodes enrolling themselves, and the operator's decisions on them.
+pub struct Enrollment<'g> {
+    pub(super) gw: &'g Gateway,
+    /// Its own state: who gets an enrollment answer while strangers flood (budgets per
+    /// source, decision slots).
+    admission: &'g Admission,
+}
+
+impl Gateway {
+    pub fn enrollment(&self) -> Enrollment<'_> {
+        Enrollment {
+            gw: self,
+            admission: &self.admission,
+        }
+    }
+}
+
 impl Enrollment<'_> {
+    /// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
+    /// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
+    /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
+    /// the answer to a node's request.
+    pub fn hello(&self, from: IpAddr, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
+        let gw = self.gw;
+        self.admission
+            .hello(from, gw.now_ms())
+            .map_err(|t| throttled(gw, "hello", t))?;
+        let nonce_ok = (1..=64).contains(&nonce.len())
+            && nonce
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !crate::envelope::is_valid_node_id(node_id) || !nonce_ok {
+            return Err(GatewayError::BadRequest(
+                "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
+            ));
+        }
+        Ok(Hello {
+            rotation: gw.rotation_for_nodes(),
+            gateway: gw.identity(),
+            time: crate::envelope::sign_time_statement(
+                &gw.keys.current(),
+                &gw.cfg.node_id,
+                node_id,
+                gw.now_ms(),
+                &crate::enroll::hello_echo(nonce),
+            ),
+        })
+    }
+
+    /// `POST /v1/enroll`.
+    pub async fn enroll(
+        &self,
+        from: IpAddr,
+        req: crate::enroll::Request,
+    ) -> Result<Answered, GatewayError> {
+        let gw = self.gw;
+        let admitted = self
+            .admission
+            .request(from, gw.now_ms())
+            .map_err(|t| throttled(gw, "enroll", t))?;
+        let must_prove = admitted == Admitted::TokenMustProve;
+        let node = req.node;
+        let refused = |code: &'static str, msg: String| {
+            // Over its address's budget a stranger's refusals are counted, not logged one
+            // by one (a flood would fill the journal).
+            if must_prove {
+                gw.metrics.throttled_total.inc(&["enroll", code]);
+            } else {
+                tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
+            }
+            GatewayError::Enroll(code, msg)
+        };
+        let token = open_request(gw, &node, req.envelope)?;
+        let token =
+            Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+        // Tokens made before this gateway's key rotation verify with the retired key
+        // while its grace lasts.
+        let now = gw.now_ms();
+        let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
+            .into_iter()
+            .flatten()
+            .any(|k| token.verify(&k.sign_pk()));
+        if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
+            return Err(refused(
+                codes::WRONG_GATEWAY,
+                "the token was not issued by this gateway".into(),
+            ));
+        }
+        if must_prove
+            && (now >= token.claims.expires_at_ms || self.admission.is_dead(&token.claims.id))
+        {
+            return Err(throttled(gw, "enroll", Throttle::Token));
+        }
+        // A bounded number of decisions at once: the rest of the pool is delivery's.
+        let _slot = self
+            .admission
+            .slot()
+            .await
+            .map_err(|t| throttled(gw, "enroll", t))?;
+        let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
+        let token_id = token.claims.id.clone();
+        let decide = move |f: &Facts<'_>| decide(f, &token_id);
+        let decision = gw
+            .state
+            .enroll(&node, &token.claims.id, online, &decide)
+            .await?;
+        let record = match decision {
+            Decision::Refuse(code, msg) => {
+                if matches!(
+                    code,
+                    codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
+                ) {
+                    self.admission.mark_dead(&token.claims.id);
+                }
+                gw.publish(GatewayEvent::Enrollment {
+                    node_id: node.node_id.clone(),
+                    outcome: "refused".into(),
+                    detail: code.to_string(),
+                });
+                gw.events_committed().await;
+                return Err(refused(code, msg));
+            }
+            Decision::Answer(r) => r,
+            Decision::Record { record, .. } => {
+                recorded(gw, &record).await;
+                record
+            }
+        };
+        Ok(answer(gw, &record))
+    }
+
     /// Every enrollment record.
     pub async fn records(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
         let gw = self.gw;
         Ok(gw.state.enrollments().await?)
     }
-}
 
-impl Enrollment<'_> {
     /// Enrollments waiting for an operator.
     pub async fn pending(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
         let gw = self.gw;
@@ -337,9 +348,7 @@ impl Enrollment<'_> {
         all.retain(|r| r.state == RecordState::Pending);
         Ok(all)
     }
-}
 
-impl Enrollment<'_> {
     /// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
     /// re-key retires the old key: from then on only the new one is trusted.
     pub async fn settle(
@@ -380,23 +389,6 @@ impl Enrollment<'_> {
         super::own_audit::append_pending(gw).await;
         gw.events_committed().await;
         Ok(r)
-    }
-}
-
-/// Nodes enrolling themselves, and the operator's decisions on them.
-pub struct Enrollment<'g> {
-    pub(super) gw: &'g Gateway,
-    /// Its own state: who gets an enrollment answer while strangers flood (budgets per
-    /// source, decision slots).
-    admission: &'g Admission,
-}
-
-impl Gateway {
-    pub fn enrollment(&self) -> Enrollment<'_> {
-        Enrollment {
-            gw: self,
-            admission: &self.admission,
-        }
     }
 }
 
