@@ -26,7 +26,7 @@ fn migrate(_arg: &ConfigArg, _to: &str) -> anyhow::Result<()> {
 fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
     use super::common::{load_config, open_store};
     use crate::config::{redact_url, PostgresConfig, Role};
-    use crate::gateway::storage::{embedded_snapshot, postgres::Postgres};
+    use crate::gateway::storage::{embedded, postgres::Postgres};
 
     let cfg = load_config(arg)?;
     if cfg.role != Role::Gateway {
@@ -42,7 +42,7 @@ fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
     // lock, held by `outpost run` for its whole life, says whether one runs.
     let _owner = super::common::own_data_dir(&cfg)?;
     let store = open_store(&cfg)?;
-    let snap = embedded_snapshot::read(&store);
+    let snap = embedded::snapshot::read(&store);
     store.close();
     let snap = snap?;
     eprintln!(

@@ -4,7 +4,7 @@
 //! revoked. The node's counterpart is `app::auth::Authorizer`; both decide with
 //! `token::check_cached`.
 
-use crate::token::{check_cached, Claims, Decision, DenyReason, Need, Request};
+use crate::token::{check_cached, Claims, Decision, DenyReason, Need, Request, VerifyCache};
 
 use super::error::GatewayError;
 use super::state::Gateway;
@@ -13,7 +13,7 @@ impl ClientAuth<'_> {
     /// Check `token` for `need`; its claims, or why not ([`GatewayError::Denied`]; a
     /// revocation list that cannot be read refuses the token, never honours it).
     pub fn authorize(&self, token: &str, need: Need<'_>) -> Result<Claims, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let req = Request {
             node_id: &gw.cfg.node_id,
             need,
@@ -34,7 +34,7 @@ impl ClientAuth<'_> {
                 gw.skew_ms(),
                 trust,
                 &revoked,
-                Some(&gw.verify_cache),
+                Some(self.verify_cache),
             )
         };
         let mut d = decide(&gw.trust());
@@ -65,16 +65,25 @@ impl ClientAuth<'_> {
 impl ClientAuth<'_> {
     /// Whether token id `jti` was revoked (a session's token, checked on each request).
     pub fn is_revoked(&self, jti: &str) -> Result<bool, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         Ok(gw.state.is_revoked(jti)?)
     }
 }
 
 /// Operators' bearer tokens: who they are and what they may do.
-pub struct ClientAuth<'g>(pub(super) &'g Gateway);
+pub struct ClientAuth<'g> {
+    gw: &'g Gateway,
+    /// Its own state: a memo of bearer-token signature checks (an operator's client
+    /// sends the same token with every command; time window, audience, scope and
+    /// revocation are still decided on each request).
+    verify_cache: &'g VerifyCache,
+}
 
 impl Gateway {
     pub fn client_auth(&self) -> ClientAuth<'_> {
-        ClientAuth(self)
+        ClientAuth {
+            gw: self,
+            verify_cache: &self.verify_cache,
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! What a gateway flow can fail with, in the gateway's own terms. The HTTP edge
 //! (`api::gateway::error`) gives each a status; nothing in `gateway/` knows one.
 
-use super::audit_sync::Refusal;
+use super::enroll::admission::Throttle;
 use super::storage::StateError;
+use crate::audit::ExtensionError;
 use crate::config::TtlError;
 
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +58,7 @@ pub enum GatewayError {
     Enroll(&'static str, String),
     /// An unauthenticated request held back before any work (PROTOCOL §15.3).
     #[error("{}", throttle_message(*.0))]
-    Throttled(super::enroll::Throttle),
+    Throttled(Throttle),
     /// A bearer token that does not allow the request (PROTOCOL §4).
     #[error("{message}")]
     Denied {
@@ -75,8 +76,7 @@ pub enum GatewayError {
     Internal(String),
 }
 
-fn throttle_message(t: super::enroll::Throttle) -> &'static str {
-    use super::enroll::Throttle;
+fn throttle_message(t: Throttle) -> &'static str {
     match t {
         Throttle::Address => "too many enrollment requests from this address; retry in a few seconds",
         Throttle::Token => "too many enrollment requests from this address, and this one's token is not one this gateway still honours",
@@ -87,5 +87,29 @@ fn throttle_message(t: super::enroll::Throttle) -> &'static str {
 impl From<crate::store::StoreError> for GatewayError {
     fn from(e: crate::store::StoreError) -> Self {
         Self::State(e.into())
+    }
+}
+
+/// Why an upload is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("entries must start at the confirmed size {expected}, got {got}")]
+    Gap { expected: u64, got: u64 },
+    #[error("entry {0} differs from the copy the gateway already holds")]
+    Rewritten(u64),
+    #[error("entry at position {0} is not an audit entry")]
+    BadEntry(u64),
+    #[error(transparent)]
+    Extension(#[from] ExtensionError),
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::Gap { .. } | Refusal::Extension(ExtensionError::IndexMismatch { .. }) => {
+                "audit_gap"
+            }
+            _ => "audit_mismatch",
+        }
     }
 }

@@ -326,50 +326,6 @@ pub struct Missed {
     pub events: Vec<Arc<Event>>,
 }
 
-/// The events after `after`: from memory, or from the replicas' shared state when
-/// memory does not reach back that far.
-pub(super) async fn missed(gw: &super::Gateway, after: u64) -> Missed {
-    let (mut kept, complete) = gw.events.replay(after);
-    if complete {
-        return Missed {
-            lagged: false,
-            events: kept,
-        };
-    }
-    let Some(replicas) = gw.state.replicas() else {
-        return Missed {
-            lagged: true,
-            events: kept,
-        };
-    };
-    match replicas.events_after(after, REPLAY).await {
-        Ok(rows) => {
-            let mut events = Vec::with_capacity(rows.len() + kept.len());
-            let mut last = after;
-            for (id, ts_ms, json) in rows {
-                match serde_json::from_str::<GatewayEvent>(&json) {
-                    Ok(event) => events.push(Arc::new(Event { id, ts_ms, event })),
-                    Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
-                }
-                last = last.max(id);
-            }
-            kept.retain(|e| e.id > last);
-            events.extend(kept);
-            Missed {
-                lagged: false,
-                events,
-            }
-        }
-        Err(e) => {
-            tracing::warn!(event = "events_replay_failed", error = %e);
-            Missed {
-                lagged: true,
-                events: kept,
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod log_tests {
     use super::*;

@@ -1,12 +1,14 @@
 //! The fleet as operators read it: every enrolled node with its liveness, long-poll,
 //! queue and audit copy (`GET /v1/nodes`), and where one message is (`GET
-//! /v1/messages/{id}`). Read-only: it asks the state, liveness and the trust store and
-//! changes nothing.
+//! /v1/messages/{id}`), the gateway's `/v1/status`, and the events a resuming
+//! subscriber missed (from memory, or the replicas' events). Read-only: it asks the
+//! state, liveness, audit sync and the trust store and changes nothing.
 
 use super::commands::result_of;
 use super::error::GatewayError;
+use super::events::{Event, GatewayEvent, Missed, REPLAY};
 use super::state::Gateway;
-use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE as TO_NODE};
+use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE};
 use crate::sync::wire::TaskResult;
 use crate::telemetry::status::{AuditStatus, QueueStatus, Status};
 
@@ -15,21 +17,6 @@ use crate::telemetry::status::{AuditStatus, QueueStatus, Status};
 pub struct MessageView {
     pub status: Option<MessageStatus>,
     pub result: Option<TaskResult>,
-}
-
-impl Fleet<'_> {
-    pub async fn message(&self, id: &str) -> Result<MessageView, GatewayError> {
-        let gw = self.0;
-        let status = gw.state.message_status(id).await?;
-        let result = result_of(gw, id).await?;
-        if status.is_none() && result.is_none() {
-            return Err(GatewayError::NotFound(
-                "not_found",
-                "no such message".into(),
-            ));
-        }
-        Ok(MessageView { status, result })
-    }
 }
 
 /// One enrolled node as `GET /v1/nodes` shows it. Fields in alphabetical order: the
@@ -48,7 +35,30 @@ pub struct NodeView {
     pub queue_depth: u64,
 }
 
+/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the
+/// console show. Reads only.
+pub struct Fleet<'g>(pub(super) &'g Gateway);
+
+impl Gateway {
+    pub fn fleet(&self) -> Fleet<'_> {
+        Fleet(self)
+    }
+}
+
 impl Fleet<'_> {
+    pub async fn message(&self, id: &str) -> Result<MessageView, GatewayError> {
+        let gw = self.0;
+        let status = gw.state.message_status(id).await?;
+        let result = result_of(gw, id).await?;
+        if status.is_none() && result.is_none() {
+            return Err(GatewayError::NotFound(
+                "not_found",
+                "no such message".into(),
+            ));
+        }
+        Ok(MessageView { status, result })
+    }
+
     pub async fn nodes(&self) -> Result<Vec<NodeView>, GatewayError> {
         let gw = self.0;
         let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
@@ -62,15 +72,10 @@ impl Fleet<'_> {
         let live = gw.liveness_of(&ids).await;
         let stats: std::collections::HashMap<&str, &QueueStat> = stats
             .iter()
-            .filter(|s| s.queue == TO_NODE)
+            .filter(|s| s.queue == QUEUE_TO_NODE)
             .map(|s| (s.peer.as_str(), s))
             .collect();
-        // A shared state answers for all nodes at once; the embedded one from memory.
-        let audit_sizes = if gw.state.replicas().is_some() {
-            gw.state.audit_sizes(&ids).await?
-        } else {
-            std::collections::HashMap::new()
-        };
+        let audit_sizes = gw.audit_sync().confirmed_sizes(&ids).await?;
         for id in &ids {
             let (liveness, last_seen, polling) =
                 live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
@@ -83,21 +88,16 @@ impl Fleet<'_> {
                 can_connect: trust.get(id).is_some_and(|p| p.rights.send),
                 queue_depth: st.map(|s| s.depth).unwrap_or(0),
                 oldest_age_s: st.map(|s| s.oldest_age_s).unwrap_or(0),
-                audit_size: match audit_sizes.get(id) {
-                    Some(n) => *n,
-                    None => super::audit_sync::confirmed_size(gw, id).await,
-                },
+                audit_size: audit_sizes.get(id).copied().unwrap_or(0),
             });
         }
         Ok(out)
     }
-}
 
-impl Fleet<'_> {
     /// The events after `after` a resuming dashboard or console page missed: from
     /// memory, or from the replicas' shared state when memory does not reach back.
-    pub async fn events_after(&self, after: u64) -> super::events::Missed {
-        super::events::missed(self.0, after).await
+    pub async fn events_after(&self, after: u64) -> Missed {
+        missed(self.0, after).await
     }
 
     /// `GET /v1/status` of a gateway: the node's shape where it applies.
@@ -124,12 +124,46 @@ impl Fleet<'_> {
     }
 }
 
-/// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the
-/// console show. Reads only.
-pub struct Fleet<'g>(pub(super) &'g Gateway);
-
-impl Gateway {
-    pub fn fleet(&self) -> Fleet<'_> {
-        Fleet(self)
+/// The events after `after`: from memory, or from the replicas' shared state when
+/// memory does not reach back that far.
+async fn missed(gw: &Gateway, after: u64) -> Missed {
+    let (mut kept, complete) = gw.events.replay(after);
+    if complete {
+        return Missed {
+            lagged: false,
+            events: kept,
+        };
+    }
+    let Some(replicas) = gw.state.replicas() else {
+        return Missed {
+            lagged: true,
+            events: kept,
+        };
+    };
+    match replicas.events_after(after, REPLAY).await {
+        Ok(rows) => {
+            let mut events = Vec::with_capacity(rows.len() + kept.len());
+            let mut last = after;
+            for (id, ts_ms, json) in rows {
+                match serde_json::from_str::<GatewayEvent>(&json) {
+                    Ok(event) => events.push(std::sync::Arc::new(Event { id, ts_ms, event })),
+                    Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
+                }
+                last = last.max(id);
+            }
+            kept.retain(|e| e.id > last);
+            events.extend(kept);
+            Missed {
+                lagged: false,
+                events,
+            }
+        }
+        Err(e) => {
+            tracing::warn!(event = "events_replay_failed", error = %e);
+            Missed {
+                lagged: true,
+                events: kept,
+            }
+        }
     }
 }

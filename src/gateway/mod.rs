@@ -11,12 +11,20 @@
 //!                                   ◄── audit_sync (verify, store) ◄───────┘
 //! ```
 //!
-//! Layout: [`state`] (shared state, liveness, trust) · [`storage`] (the durable state
-//! behind one interface) · [`commands`] (tool calls, commands) · [`console`] (what the
-//! operator's web console shows, its sessions) · [`fleet`] (the node list, a message's state) · [`delivery`] (pull,
-//! ack, revocations, revoking a token) · [`uploads`] (results, inbox, forwarding) · [`audit_sync`] ·
-//! [`events`] · [`liveness`] · [`sweeper`] · [`error`]. The HTTP routes and handlers
-//! live beside the node's, in `api::gateway`.
+//! Layout: [`state`] (`Gateway`: what every service shares — config, state, keys,
+//! trust, metrics, events, liveness maps, shutdown — and the state each service owns,
+//! built once by `assemble` for the engine) · [`storage`] (the durable state behind
+//! one interface, the records it keeps, both engines) · one service per flow, reached
+//! through its handle (`gw.commands()`, …): [`node_auth`] (signed node requests, its
+//! replay window) · [`client_auth`] (bearer tokens, its verify cache) · [`commands`]
+//! (commands and tool calls, its job locks) · [`delivery`] (pull, ack, revocations) ·
+//! [`uploads`] (results, inbox, forwarding) · [`inbox`] · [`audit_sync`] (audit copies,
+//! its frontiers) · [`own_audit`] · [`enroll`] (enrollment, approvals, retiring; its
+//! admission) · [`rotation`] (key rotations, grace) · [`fleet`] (the read model of the
+//! node list, a message's state, the events a subscriber missed) · [`console`] (what
+//! the operator's web console shows, its sessions) · [`sweeper`] (background passes);
+//! leaves: [`events`] · [`liveness`] · [`source_budget`] · [`error`]. The HTTP routes
+//! and handlers live beside the node's, in `api::gateway`.
 //!
 //! Files in the data directory (same conventions as the node): `keys.json`, the store in
 //! `store/`, `api.addr` written after binding; the trust store is the KV record
@@ -31,20 +39,17 @@ pub mod enroll;
 pub mod error;
 pub mod events;
 pub mod fleet;
-pub mod grace;
 pub mod inbox;
 pub mod live;
 pub mod liveness;
 pub mod node_auth;
 pub mod own_audit;
-pub mod retire;
 pub mod rotation;
 pub mod source_budget;
 pub mod state;
 pub mod storage;
 pub mod sweeper;
 pub mod tls;
-pub mod tool_calls;
 pub mod uploads;
 
 use std::sync::Arc;
@@ -84,7 +89,7 @@ pub fn open(cfg: Config, shutdown: CancellationToken) -> Result<Gateway, StartEr
         crate::clock::system(),
     )?;
     let state: Arc<dyn GatewayState> = Arc::new(storage::embedded::Embedded::new(store));
-    assemble(cfg, state, shutdown)
+    assemble(cfg, state, None, shutdown)
 }
 
 /// Open the gateway on whichever state its config names: the embedded store (on a
@@ -100,7 +105,8 @@ pub async fn open_any(
     if let Some(db) = cfg.gateway_db.clone() {
         let pg = open_postgres(&cfg, &db, &shutdown, starting).await?;
         let state: Arc<dyn GatewayState> = pg.clone();
-        let gw = assemble(cfg, state, shutdown.clone())?;
+        let shared: Arc<dyn storage::SharedState> = pg.clone();
+        let gw = assemble(cfg, state, Some(shared), shutdown.clone())?;
         pg.spawn_listener(shutdown);
         return Ok(gw);
     }
@@ -148,9 +154,13 @@ async fn open_postgres(
     }
 }
 
+/// Build the gateway once: its keys (finishing a key switch cut short), the trust
+/// cache over `state`, and every service with its own state, each picking its body for
+/// one process or for replicas that share `shared`.
 fn assemble(
     cfg: Config,
     state: Arc<dyn GatewayState>,
+    shared: Option<Arc<dyn storage::SharedState>>,
     shutdown: CancellationToken,
 ) -> Result<Gateway, StartError> {
     let now_ms = state.now_ms();
@@ -185,7 +195,7 @@ fn assemble(
             .set_me_previous(old, *until)
             .map_err(|e| StartError::Trust(e.to_string()))?;
     }
-    let gw = Gateway::new(cfg, state, keys, trust, shutdown);
+    let gw = Gateway::new(cfg, state, shared, keys, trust, shutdown);
     if let Some((old, until)) = previous {
         gw.keys.set_previous(old, until);
     }

@@ -13,7 +13,6 @@
 //! appended by the next pass. Racing another replica's append is never a reason to
 //! stop: the loop reads the log again and goes on until nothing is pending.
 
-use super::audit_sync::frontier;
 use super::error::GatewayError;
 use super::state::Gateway;
 use super::storage::AuditExtension;
@@ -42,13 +41,14 @@ pub(super) async fn append_all(gw: &Gateway) -> Result<u64, GatewayError> {
     if gw.state.audit_pending(1).await?.is_empty() {
         return Ok(0);
     }
-    let mut frontiers = gw.audit.lock().await;
+    let sync = gw.audit_sync();
+    let mut frontiers = sync.lock_frontiers().await;
     loop {
         let pending = gw.state.audit_pending(BATCH).await?;
         if pending.is_empty() {
             return Ok(appended);
         }
-        let f = frontier(gw, &mut frontiers, &me).await?;
+        let f = sync.frontier(&mut frontiers, &me).await?;
         let mut next = f.clone();
         let mut entries = Vec::with_capacity(pending.len());
         let mut seqs = Vec::with_capacity(pending.len());

@@ -1,5 +1,8 @@
-//! What every gateway handler and task shares: config, store, keys, trust, events,
-//! per-node wake-ups and liveness.
+//! `Gateway`: what every gateway service shares (config, state, keys, trust, metrics,
+//! events, per-node wake-ups and liveness, shutdown) and the state each service owns
+//! (replay window, verify cache, audit frontiers, job locks, enrollment admission),
+//! built once in [`Gateway::new`] for the engine; each service reaches its own through
+//! its handle (`gw.node_auth()`, …).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,12 +11,14 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::audit_sync::frontiers::Frontiers;
+use super::enroll::admission::Admission;
 use super::events::{EventLog, GatewayEvent};
 use super::liveness::Liveness;
-use super::storage::GatewayState;
-use crate::audit::Frontier;
+use super::node_auth::replays::ReplayWindow;
+use super::storage::{GatewayState, SharedState};
 use crate::config::Config;
-use crate::envelope::{IdentityDocument, KeyRing, Keys, SeenSignatures, TrustStore};
+use crate::envelope::{IdentityDocument, KeyRing, Keys, TrustStore};
 use crate::telemetry::Metrics;
 
 /// Per-node runtime state (not persisted: after a restart every node is `offline` until
@@ -55,21 +60,21 @@ pub struct Gateway {
     live_sent: Mutex<HashSet<String>>,
     /// Shared state: when this replica last wrote each node's liveness.
     pub(super) heard_at: Mutex<HashMap<String, u64>>,
-    pub(super) seen_sigs: Mutex<SeenSignatures>,
-    /// Per-node audit frontier, loaded lazily from the KV rows; the lock also serialises
-    /// audit uploads per gateway so two cannot interleave.
-    pub(super) audit: tokio::sync::Mutex<HashMap<String, Frontier>>,
     pub(super) progress: AtomicU64,
     pub(super) started_ms: u64,
     ready: AtomicBool,
-    /// One lock per caller's job, so concurrent repeats queue one TASK_REQUEST.
-    pub(super) job_locks: crate::keyed_lock::KeyedLocks,
-    /// Memo of bearer-token signature checks: an operator's client sends the same
-    /// token with every command (time window, audience, scope and revocation are still
-    /// decided on each request).
+    // What each service owns, built here once for the engine and handed to the
+    // service's handle (`gw.node_auth()`, …), which alone uses it.
+    /// Node authentication: the replay window (in memory, or the replicas' state).
+    pub(super) replays: ReplayWindow,
+    /// Client authentication: the memo of token signature checks.
     pub(super) verify_cache: crate::token::VerifyCache,
-    /// Who gets an enrollment answer while strangers flood (budgets, decision slots).
-    pub(super) admission: super::enroll::Admission,
+    /// Audit sync: each node's frontier.
+    pub(super) frontiers: Frontiers,
+    /// Commands and tool calls: one lock per caller's job.
+    pub(super) job_locks: crate::keyed_lock::KeyedLocks,
+    /// Enrollment: who gets an answer while strangers flood (budgets, decision slots).
+    pub(super) admission: Admission,
 }
 
 /// The stored identity with the current TLS pin; a data dir without its stored
@@ -107,6 +112,7 @@ impl Gateway {
     pub(super) fn new(
         cfg: Config,
         state: Arc<dyn GatewayState>,
+        shared: Option<Arc<dyn SharedState>>,
         keys: Keys,
         trust: crate::daemon::trust::TrustCache,
         shutdown: CancellationToken,
@@ -115,7 +121,7 @@ impl Gateway {
         let slots = enroll_slots(&cfg);
         let published = published_or_own(&cfg, &keys);
         let started_ms = state.now_ms();
-        let (events, event_writer) = if state.replicas().is_some() {
+        let (events, event_writer) = if shared.is_some() {
             let (log, rx) = EventLog::shared();
             (log, Some(rx))
         } else {
@@ -137,14 +143,14 @@ impl Gateway {
             live: Mutex::new(HashMap::new()),
             live_sent: Mutex::new(HashSet::new()),
             heard_at: Mutex::new(HashMap::new()),
-            seen_sigs: Mutex::new(SeenSignatures::new(skew_ms, 1_000_000)),
-            audit: tokio::sync::Mutex::new(HashMap::new()),
             progress: AtomicU64::new(0),
             started_ms,
             ready: AtomicBool::new(false),
+            frontiers: Frontiers::new(shared.is_some()),
+            replays: ReplayWindow::new(shared, skew_ms),
             job_locks: crate::keyed_lock::KeyedLocks::new(),
             verify_cache: crate::token::VerifyCache::new(1024),
-            admission: super::enroll::Admission::new(slots, started_ms),
+            admission: Admission::new(slots, started_ms),
         }
     }
 

@@ -44,10 +44,7 @@ pub async fn run(gw: Arc<Gateway>) {
         gw.check_offline().await;
         // Audit entries a crash, or a failed append, left pending (any replica's).
         super::own_audit::append_pending(&gw).await;
-        gw.seen_sigs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .prune(now);
+        gw.node_auth().prune_replays(now);
         gw.progress.fetch_add(1, Ordering::Relaxed);
         tokio::select! {
             _ = gw.shutdown.cancelled() => return,

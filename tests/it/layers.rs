@@ -1,6 +1,8 @@
 //! The layering `docs/ARCHITECTURE.md` draws, kept true: no cycle between the crate's
-//! top-level modules, nothing below `api/` knows an HTTP status, and no source file
-//! over 500 lines (tests aside). Read from the source, as a reviewer would.
+//! top-level modules, nothing below `api/` knows an HTTP status, no source file over
+//! 500 lines (tests aside); inside the gateway, no cycle between files, a storage that
+//! imports no flow, and leaves (the event bus, the enrollment admission, the per-source
+//! budgets) that import nothing above them. Read from the source, as a reviewer would.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -158,5 +160,260 @@ fn the_roles_domains_import_neither_each_other_nor_the_edge() {
                 deps.get(m)
             );
         }
+    }
+}
+
+/// The module path of a source file: `gateway/storage/mod.rs` → `gateway::storage`,
+/// `gateway/enroll.rs` → `gateway::enroll`.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut m: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if m.last().is_some_and(|l| l == "mod") {
+        m.pop();
+    }
+    m
+}
+
+/// A file's code without comments and without its inline test modules
+/// (`#[cfg(test)] mod name { … }`, to its closing brace).
+fn code_of(text: &str) -> String {
+    let code: String = text
+        .lines()
+        .map(|l| match l.find("//") {
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = String::new();
+    let mut rest = &code[..];
+    while let Some(at) = rest.find("#[cfg(test)]\nmod ") {
+        let head_end = rest[at..].find(['{', ';']).map_or(rest.len(), |n| at + n);
+        if !rest[head_end..].starts_with('{') {
+            out.push_str(&rest[..head_end]);
+            rest = &rest[head_end..];
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        let mut depth = 0usize;
+        let mut end = rest.len();
+        let mut in_str = false;
+        let mut prev = ' ';
+        for (i, c) in rest[head_end..].char_indices() {
+            let quoted = prev == '\'' && rest[head_end + i + 1..].starts_with('\'');
+            prev = c;
+            match c {
+                _ if quoted => {}
+                '"' if !rest[..head_end + i].ends_with('\\') => in_str = !in_str,
+                _ if in_str => {}
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = head_end + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The paths of one `use` tree (`a::{b, c::{d as e}}` → `a::b`, `a::c::d`).
+fn expand_use(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap().trim();
+        return vec![path.trim_end_matches("::self").to_string()];
+    };
+    let prefix = tree[..open].trim_end_matches("::").trim();
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let (mut depth, mut start, mut parts) = (0, 0, Vec::new());
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.trim().is_empty())
+        .flat_map(expand_use)
+        .map(|p| match p.as_str() {
+            "self" => prefix.to_string(),
+            _ => format!("{prefix}::{p}"),
+        })
+        .collect()
+}
+
+/// Every path a file's code names (its `use` trees expanded, and the `crate::`,
+/// `super::` and `self::` paths written inline), as segments from the crate root.
+fn named_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
+    let mut raw: Vec<String> = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("use ") {
+        let boundary = i == 0
+            || !rest.as_bytes()[i - 1].is_ascii_alphanumeric() && rest.as_bytes()[i - 1] != b'_';
+        let Some(end) = rest[i..].find(';') else {
+            break;
+        };
+        if boundary {
+            raw.extend(expand_use(&rest[i + 4..i + end]));
+        }
+        rest = &rest[i + 4..];
+    }
+    let bytes = code.as_bytes();
+    for root in ["crate::", "super::", "self::"] {
+        for (i, _) in code.match_indices(root) {
+            if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || b"_:".contains(&bytes[i - 1])) {
+                continue;
+            }
+            // `pub(in crate::gateway)` names a visibility, not an import.
+            if code[..i].ends_with("(in ") {
+                continue;
+            }
+            let path: String = code[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            // `use super::{…}`: the tree is expanded above.
+            if !path.ends_with("::") {
+                raw.push(path);
+            }
+        }
+    }
+    raw.into_iter()
+        .filter_map(|p| {
+            let segs: Vec<&str> = p.split("::").filter(|s| !s.is_empty()).collect();
+            let mut at: Vec<String> = module.to_vec();
+            let mut rest = &segs[..];
+            match rest.first() {
+                Some(&"crate") => {
+                    at.clear();
+                    rest = &rest[1..];
+                }
+                Some(&"self") => rest = &rest[1..],
+                Some(&"super") => {
+                    while rest.first() == Some(&"super") {
+                        at.pop()?;
+                        rest = &rest[1..];
+                    }
+                }
+                // A child module named without `self::` (in a `use` only).
+                Some(_) => {}
+                None => return None,
+            }
+            at.extend(rest.iter().map(|s| s.to_string()));
+            Some(at)
+        })
+        .collect()
+}
+
+/// File → the other files of `under` (`src/<under>/…`) its code names: each named path
+/// goes to the file of its longest prefix that is a module. A module naming its own
+/// submodules (declaring, re-exporting them) is its structure, not an import.
+fn file_imports(under: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(&src().join(under), &mut files);
+    let mut by_module: BTreeMap<Vec<String>, String> = BTreeMap::new();
+    let mut texts = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(src()).unwrap().to_path_buf();
+        if is_test(&rel) {
+            continue;
+        }
+        let module = module_of(&rel);
+        by_module.insert(module.clone(), rel.display().to_string());
+        texts.push((module, rel, code_of(&std::fs::read_to_string(&f).unwrap())));
+    }
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, rel, code) in &texts {
+        let entry = out.entry(rel.display().to_string()).or_default();
+        for path in named_paths(module, code) {
+            let Some(target) = (1..=path.len())
+                .rev()
+                .find(|n| by_module.contains_key(&path[..*n]))
+                .map(|n| &path[..n])
+            else {
+                continue;
+            };
+            if target.starts_with(module) {
+                continue;
+            }
+            entry.insert(by_module[target].clone());
+        }
+    }
+    out
+}
+
+/// The gateway's files depend on each other one way: no file reaches itself through
+/// others (a circle of files is one module split by lines, not by concern).
+#[test]
+fn no_file_cycle_inside_the_gateway() {
+    let deps = file_imports("gateway");
+    assert!(
+        deps.get("gateway/commands/mod.rs")
+            .is_some_and(|d| d.contains("gateway/storage/mod.rs")),
+        "the scan found no commands -> storage edge: {deps:?}"
+    );
+    let cycles: Vec<String> = deps
+        .keys()
+        .filter_map(|f| path(&deps, f, f))
+        .map(|c| c.join(" -> "))
+        .collect();
+    assert!(cycles.is_empty(), "file cycles in src/gateway: {cycles:#?}");
+}
+
+/// The gateway's storage is below every flow: its contract and both engines name
+/// nothing of `gateway/` outside `gateway/storage/` (record types live with the
+/// contract).
+#[test]
+fn the_gateway_storage_imports_no_flow() {
+    let deps = file_imports("gateway");
+    let up: Vec<String> = deps
+        .iter()
+        .filter(|(f, _)| f.starts_with("gateway/storage/"))
+        .flat_map(|(f, to)| {
+            to.iter()
+                .filter(|t| !t.starts_with("gateway/storage/"))
+                .map(move |t| format!("{f} -> {t}"))
+        })
+        .collect();
+    assert!(up.is_empty(), "gateway/storage imports from above: {up:#?}");
+}
+
+/// The leaves of the gateway (the event bus, the enrollment admission, the per-source
+/// budgets, the state node authentication and audit sync own) name nothing of
+/// `gateway/` but the storage below them and each other: `Gateway` holds them without
+/// a cycle.
+#[test]
+fn the_gateway_leaves_import_nothing_above_them() {
+    let deps = file_imports("gateway");
+    let leaves = [
+        "gateway/events.rs",
+        "gateway/enroll/admission.rs",
+        "gateway/source_budget.rs",
+        "gateway/node_auth/replays.rs",
+        "gateway/audit_sync/frontiers.rs",
+    ];
+    for leaf in leaves {
+        let up: Vec<&String> = deps[leaf]
+            .iter()
+            .filter(|t| !t.starts_with("gateway/storage/") && !leaves.contains(&t.as_str()))
+            .collect();
+        assert!(up.is_empty(), "{leaf} imports from above it: {up:?}");
     }
 }

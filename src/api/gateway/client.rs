@@ -21,7 +21,7 @@ use super::wire::{
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
 use crate::gateway::commands::{self, Command};
-use crate::gateway::tool_calls::{ToolCall, ToolCallOutcome};
+use crate::gateway::commands::{ToolCall, ToolCallOutcome};
 use crate::gateway::Gateway;
 use crate::token::Need;
 

@@ -26,8 +26,6 @@
 //!   [`Queued::Duplicate`] and nothing is written.
 
 pub mod embedded;
-#[cfg(feature = "postgres")]
-pub mod embedded_snapshot;
 mod enrollments;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -40,7 +38,11 @@ use std::pin::Pin;
 
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
-pub use enrollments::{pending_json, EnrollmentState, PendingAudit, RetireAudit, SettleAudit};
+pub use enrollments::{
+    pending_json, retired_records, rotated_records, trust_node, Decision, EnrollmentRecord,
+    EnrollmentState, Facts, Kind, PendingAudit, RecordState, RetireAudit, SettleAudit, TokenRecord,
+    NODE_RIGHTS,
+};
 pub use shared::SharedState;
 
 /// Queue names the state reports in [`QueueStat::queue`] (and `/v1/status`, metrics

@@ -1,5 +1,5 @@
 //! What `outpost gateway migrate` moves from one engine to another: read from the
-//! embedded store by [`super::embedded_snapshot::read`], written into PostgreSQL by
+//! embedded store by [`super::embedded::snapshot::read`], written into PostgreSQL by
 //! `Postgres::import`.
 
 use super::JobRecord;

@@ -19,7 +19,7 @@ use super::session::{admin_refusal, csrf_refusal, PageSession};
 use super::Console;
 use crate::api::ApiError;
 use crate::gateway::commands::Command;
-use crate::gateway::tool_calls::{ToolCall, ToolCallOutcome};
+use crate::gateway::commands::{ToolCall, ToolCallOutcome};
 
 #[derive(Debug, Deserialize)]
 pub struct CommandForm {

@@ -2,7 +2,7 @@
 //! supersedes older ones at any replica), a pull's look at the queue's head, and acks.
 
 use super::super::{Delivery, GatewayState, NodeAck, PullBatch, StateError, Take};
-use super::queue::Q_NODE;
+use super::queue::Q_TO_NODE;
 use super::{i, listen, u, unavailable, Postgres, LEASE_MS, STATUS_KEEP_MS};
 
 pub async fn begin_pull(pg: &Postgres, node: &str) -> Result<u64, StateError> {
@@ -83,7 +83,7 @@ pub async fn take_batch(
         .query_relaxed(
             &st,
             &[
-                &Q_NODE,
+                &Q_TO_NODE,
                 &node,
                 &i(now),
                 &(max.max(1) as i64),
@@ -171,7 +171,7 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
         .query(
             &st,
             &[
-                &Q_NODE,
+                &Q_TO_NODE,
                 &node,
                 &ids,
                 &rejected_ids,

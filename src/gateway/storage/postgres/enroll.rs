@@ -8,14 +8,14 @@ use tokio_postgres::Transaction;
 use super::{i, listen, own_audit, unavailable, Postgres, STATUS_KEEP_MS};
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
-use crate::gateway::enroll::{
-    Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
-};
 use crate::gateway::storage::{
     AuditExtension, EnrollmentState, Fut, GatewayState, PendingAudit, RetireAudit, SettleAudit,
     StateError,
 };
-use crate::store::names::Q_TO_NODE as Q_NODE;
+use crate::gateway::storage::{
+    Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
+};
+use crate::store::names::Q_TO_NODE;
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
     StateError::Corrupt(format!("{what}: {e}"))
@@ -315,7 +315,7 @@ impl Postgres {
             return Ok(None);
         };
         let records = records_of(&tx, node_id).await?;
-        for r in crate::gateway::enroll::retired_records(records, &doc, now_ms) {
+        for r in crate::gateway::storage::retired_records(records, &doc, now_ms) {
             put_record(&tx, &r).await?;
         }
         tx.execute("DELETE FROM peers WHERE node_id = $1", &[&node_id])
@@ -340,7 +340,7 @@ impl Postgres {
                          attempts = excluded.attempts, keep_until_ms = excluded.keep_until_ms
                  RETURNING message_id",
                 &[
-                    &Q_NODE,
+                    &Q_TO_NODE,
                     &node_id,
                     &keep,
                     &shard,

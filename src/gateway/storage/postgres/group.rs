@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, Semaphore};
 
 use super::super::{ForNode, Queued, StateError};
-use super::{listen, queue, Postgres};
+use super::queue::{self, Failed};
+use super::{listen, Postgres};
 use crate::store::StoreError;
 
 /// Groups in flight at once, each on its own connection: one group's statements run
@@ -129,14 +130,6 @@ async fn flush(pg: &Postgres, group: Vec<(ForNode, Reply)>) {
         // The caller may have gone away; its message is committed all the same.
         let _ = reply.send(answer);
     }
-}
-
-/// Why a group's transaction did not commit.
-pub enum Failed {
-    /// A statement's error (bad data in one message): nothing of the group is kept.
-    Statement,
-    /// The connection or the commit failed: every message of the group gets this.
-    Connection(StateError),
 }
 
 /// The same error for each caller of a group.

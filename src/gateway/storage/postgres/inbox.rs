@@ -2,7 +2,7 @@
 //! clients): listing in order and acknowledging.
 
 use super::super::{GatewayState, StateError};
-use super::queue::Q_INBOX;
+use super::queue::Q_GATEWAY_INBOX;
 use super::{i, unavailable, Postgres, STATUS_KEEP_MS};
 
 pub async fn list(
@@ -16,7 +16,7 @@ pub async fn list(
             "SELECT body FROM messages
              WHERE queue = $1 AND ($2::text IS NULL OR peer = $2) AND expires_at_ms > $3
              ORDER BY peer, priority DESC, seq LIMIT $4",
-            &[&Q_INBOX, &from, &i(pg.now_ms()), &(limit as i64)],
+            &[&Q_GATEWAY_INBOX, &from, &i(pg.now_ms()), &(limit as i64)],
         )
         .await
         .map_err(unavailable)?;
@@ -42,7 +42,7 @@ pub async fn ack(pg: &Postgres, message_id: &str) -> Result<Option<bool>, StateE
              SELECT message_id, 'delivered', $1, peer, attempts, NULL, $3 FROM gone
              ON CONFLICT (message_id) DO UPDATE SET state = 'delivered', keep_until_ms = excluded.keep_until_ms
              RETURNING message_id",
-            &[&Q_INBOX, &message_id, &keep, &shard],
+            &[&Q_GATEWAY_INBOX, &message_id, &keep, &shard],
         )
         .await
         .map_err(unavailable)?;
@@ -51,7 +51,7 @@ pub async fn ack(pg: &Postgres, message_id: &str) -> Result<Option<bool>, StateE
         None => tx
             .query_opt(
                 "SELECT 1 FROM message_status WHERE message_id = $1 AND queue = $2",
-                &[&message_id, &Q_INBOX],
+                &[&message_id, &Q_GATEWAY_INBOX],
             )
             .await
             .map_err(unavailable)?

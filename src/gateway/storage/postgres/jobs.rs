@@ -79,7 +79,10 @@ pub(super) async fn upload_seen(pg: &Postgres, message_id: &str) -> Result<bool,
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM remembered_ids
                             WHERE scope = ANY($1) AND id = $2)",
-            &[&vec![queue::SCOPE_RESULTS, queue::Q_INBOX], &message_id],
+            &[
+                &vec![queue::SCOPE_RESULTS, queue::Q_GATEWAY_INBOX],
+                &message_id,
+            ],
         )
         .await
         .map_err(unavailable)?;
@@ -97,7 +100,10 @@ pub(super) async fn uploads_seen(
     let rows = c
         .query(
             &st,
-            &[&vec![queue::SCOPE_RESULTS, queue::Q_INBOX], &message_ids],
+            &[
+                &vec![queue::SCOPE_RESULTS, queue::Q_GATEWAY_INBOX],
+                &message_ids,
+            ],
         )
         .await
         .map_err(unavailable)?;

@@ -7,11 +7,10 @@ use tokio_postgres::Transaction;
 use super::super::{
     CommandKey, ForNode, GatewayState, InboxMessage, NewJob, Queued, StateError, Upload,
 };
-use super::group::Failed;
 use super::{after_commit, i, listen, u, unavailable, Postgres};
 use crate::store::StoreError;
 
-pub use crate::store::names::{Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS};
+pub use crate::store::names::{Q_GATEWAY_INBOX, Q_TO_NODE, SCOPE_RESULTS};
 
 /// Enqueue in one statement (one round trip, its own commit when run outside a
 /// transaction): the id must be unknown (queued, finished, or remembered) and the
@@ -202,6 +201,14 @@ pub(super) async fn insert_group(
         .collect())
 }
 
+/// Why a group's transaction did not commit.
+pub enum Failed {
+    /// A statement's error (bad data in one message): nothing of the group is kept.
+    Statement,
+    /// The connection or the commit failed: every message of the group gets this.
+    Connection(StateError),
+}
+
 /// A statement's error fails the group's transaction; the connection's fails the group.
 fn failed(e: tokio_postgres::Error) -> Failed {
     match e.as_db_error().map(|db| &db.code().code()[..2]) {
@@ -213,7 +220,7 @@ fn failed(e: tokio_postgres::Error) -> Failed {
 
 fn row(msg: &ForNode) -> Row<'_> {
     Row {
-        queue: Q_NODE,
+        queue: Q_TO_NODE,
         peer: &msg.node_id,
         message_id: &msg.message_id,
         payload_type: &msg.payload_type,
@@ -385,7 +392,7 @@ pub async fn receive_uploads(pg: &Postgres, items: Vec<Upload>) -> Result<Vec<Qu
                 if q == Queued::Queued {
                     tx.execute(
                         &remember,
-                        &[&Q_INBOX, &m.message_id, &i(m.remember_until_ms)],
+                        &[&Q_GATEWAY_INBOX, &m.message_id, &i(m.remember_until_ms)],
                     )
                     .await
                     .map_err(unavailable)?;
@@ -428,7 +435,7 @@ async fn inbox_insert(
     shard: i16,
 ) -> Result<Queued, StateError> {
     let row = Row {
-        queue: Q_INBOX,
+        queue: Q_GATEWAY_INBOX,
         peer: &m.from_node,
         message_id: &m.message_id,
         payload_type: &m.payload_type,

@@ -47,7 +47,7 @@ impl Postgres {
         .await
         .map_err(unavailable)?;
         let records = records_of(&tx, node_id).await?;
-        for r in crate::gateway::enroll::rotated_records(records, rot, now_ms) {
+        for r in crate::gateway::storage::rotated_records(records, rot, now_ms) {
             put_record(&tx, &r).await?;
         }
         own_audit::pend(&tx, now_ms, audit).await?;

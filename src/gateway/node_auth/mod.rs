@@ -15,6 +15,10 @@ use crate::envelope::{
     VerifiedRequest,
 };
 
+pub(super) mod replays;
+
+use replays::ReplayWindow;
+
 use super::state::Gateway;
 use super::storage::StateError;
 
@@ -57,7 +61,7 @@ pub fn refuse(node: &str, why: &str, fix: &str) -> NodeAuthError {
 impl NodeAuth<'_> {
     /// Authenticate `r` and record its signature (a replay is refused).
     pub async fn authenticate(&self, r: &SignedRequest<'_>) -> Result<(), NodeAuthError> {
-        let gw = self.0;
+        let gw = self.gw;
         let verify = |trust: &TrustStore| {
             verify_request(
                 trust,
@@ -99,7 +103,17 @@ impl NodeAuth<'_> {
                 "a node asks only for its own path",
             ));
         }
-        first_use(gw, r.node_id, &v).await
+        let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
+        if !self.replays.first_use(&v, gw.now_ms(), keep_until).await? {
+            return Err(refuse(r.node_id, "request replayed", "a replayed request"));
+        }
+        Ok(())
+    }
+
+    /// Forget the signatures whose timestamps can no longer pass the check (the
+    /// sweeper, each pass).
+    pub(super) fn prune_replays(&self, now_ms: u64) {
+        self.replays.prune(now_ms);
     }
 }
 
@@ -173,34 +187,20 @@ async fn retired(
         }
     };
     let mut one = TrustStore::new();
-    one.add(doc, super::enroll::NODE_RIGHTS).is_ok() && verify(&one).is_ok()
-}
-
-/// Refuse a request seen before: replicas remember signatures in their shared state
-/// (every replica must refuse a replay another one saw); one process keeps its window
-/// in memory. A signature is kept as long as its timestamp can pass the check.
-async fn first_use(gw: &Gateway, node_id: &str, v: &VerifiedRequest) -> Result<(), NodeAuthError> {
-    match gw.state.replicas() {
-        None => {
-            let mut seen = gw.seen_sigs.lock().unwrap_or_else(|p| p.into_inner());
-            seen.insert(v, gw.now_ms())
-                .map_err(|e| refuse(node_id, &e.to_string(), "a replayed request"))?;
-        }
-        Some(replicas) => {
-            let keep_until = v.timestamp_ms.saturating_add(gw.skew_ms());
-            if !replicas.first_use(&v.signature, keep_until).await? {
-                return Err(refuse(node_id, "request replayed", "a replayed request"));
-            }
-        }
-    }
-    Ok(())
+    one.add(doc, super::storage::NODE_RIGHTS).is_ok() && verify(&one).is_ok()
 }
 
 /// Nodes' signed requests: who sent them, and not twice.
-pub struct NodeAuth<'g>(pub(super) &'g Gateway);
+pub struct NodeAuth<'g> {
+    gw: &'g Gateway,
+    replays: &'g ReplayWindow,
+}
 
 impl Gateway {
     pub fn node_auth(&self) -> NodeAuth<'_> {
-        NodeAuth(self)
+        NodeAuth {
+            gw: self,
+            replays: &self.replays,
+        }
     }
 }

@@ -12,36 +12,17 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+pub(super) mod frontiers;
+
+use frontiers::Frontiers;
+
 use super::error::GatewayError;
+pub use super::error::Refusal;
 use super::state::Gateway;
 use super::storage::AuditExtension;
-use crate::audit::{leaf_hash, verify_extension, ExtensionError, Frontier};
+use crate::audit::{leaf_hash, verify_extension, Frontier};
 use crate::envelope::b64_encode;
 use crate::sync::wire::{AuditStatus, AuditUpload};
-
-/// Why an upload is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("entries must start at the confirmed size {expected}, got {got}")]
-    Gap { expected: u64, got: u64 },
-    #[error("entry {0} differs from the copy the gateway already holds")]
-    Rewritten(u64),
-    #[error("entry at position {0} is not an audit entry")]
-    BadEntry(u64),
-    #[error(transparent)]
-    Extension(#[from] ExtensionError),
-}
-
-impl Refusal {
-    pub fn code(&self) -> &'static str {
-        match self {
-            Refusal::Gap { .. } | Refusal::Extension(ExtensionError::IndexMismatch { .. }) => {
-                "audit_gap"
-            }
-            _ => "audit_mismatch",
-        }
-    }
-}
 
 fn entry_index(bytes: &[u8]) -> Option<u64> {
     serde_json::from_slice::<Value>(bytes)
@@ -83,23 +64,6 @@ pub fn verify_upload(
     Ok((ext.frontier, ext.checkpoint.size, fresh))
 }
 
-/// `node`'s frontier from the cache, unless another replica extended the copy since
-/// (a shared state is asked for the size first), else read from the state.
-pub(super) async fn frontier(
-    gw: &Gateway,
-    frontiers: &mut HashMap<String, Frontier>,
-    node: &str,
-) -> Result<Frontier, GatewayError> {
-    if let Some(f) = frontiers.get(node) {
-        if gw.state.replicas().is_none() || gw.state.audit_size(node).await? == f.size() {
-            return Ok(f.clone());
-        }
-    }
-    let f = load_frontier(gw, node).await?;
-    frontiers.insert(node.to_string(), f.clone());
-    Ok(f)
-}
-
 async fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, GatewayError> {
     let mut f = Frontier::new();
     for v in gw.state.audit_entries(node).await? {
@@ -134,7 +98,7 @@ impl AuditSync<'_> {
     /// Verify an upload from `node` against its stored copy and store the extension.
     /// Returns the new confirmed size. Uploads are serialised per gateway.
     pub async fn extend(&self, node: &str, body: AuditUpload) -> Result<u64, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         // Its key, and the one a rotation retired while that key's grace lasts (a
         // checkpoint signed before the switch, uploaded after it).
         let now = gw.now_ms();
@@ -146,8 +110,8 @@ impl AuditSync<'_> {
             return Err(GatewayError::UnknownPeer);
         };
         let entries: Vec<Vec<u8>> = body.entries.into_iter().map(|e| e.into_bytes()).collect();
-        let mut frontiers = gw.audit.lock().await;
-        let old = frontier(gw, &mut frontiers, node).await?;
+        let mut frontiers = self.lock_frontiers().await;
+        let old = self.frontier(&mut frontiers, node).await?;
         let resent = resent_prefix(gw, node, old.size(), &entries).await?;
         let stored = |i: u64| resent.get(&i).cloned();
         let (new, size, fresh) =
@@ -186,9 +150,8 @@ impl AuditSync<'_> {
 impl AuditSync<'_> {
     /// The confirmed size and root of `node`'s copy.
     pub async fn status(&self, node: &str) -> Result<AuditStatus, GatewayError> {
-        let gw = self.0;
-        let mut frontiers = gw.audit.lock().await;
-        let f = frontier(gw, &mut frontiers, node).await?;
+        let mut frontiers = self.lock_frontiers().await;
+        let f = self.frontier(&mut frontiers, node).await?;
         Ok(AuditStatus {
             root: b64_encode(&f.root()),
             size: f.size(),
@@ -196,24 +159,67 @@ impl AuditSync<'_> {
     }
 }
 
-/// Confirmed audit size of `node` (for `GET /v1/nodes`).
-pub(super) async fn confirmed_size(gw: &Gateway, node: &str) -> u64 {
-    if gw.state.replicas().is_some() {
-        return gw.state.audit_size(node).await.unwrap_or(0);
+/// The frontiers, locked: no other upload (or append of the gateway's own log) runs
+/// meanwhile.
+pub(super) type Locked<'a> = tokio::sync::MutexGuard<'a, HashMap<String, Frontier>>;
+
+impl AuditSync<'_> {
+    pub(super) async fn lock_frontiers(&self) -> Locked<'_> {
+        self.frontiers.lock().await
     }
-    let mut frontiers = gw.audit.lock().await;
-    frontier(gw, &mut frontiers, node)
-        .await
-        .map(|f| f.size())
-        .unwrap_or(0)
+
+    /// `node`'s frontier from the cache, unless another replica extended the copy since
+    /// (a shared state is asked for the size first), else read from the state.
+    pub(super) async fn frontier(
+        &self,
+        frontiers: &mut HashMap<String, Frontier>,
+        node: &str,
+    ) -> Result<Frontier, GatewayError> {
+        let gw = self.gw;
+        if let Some(f) = frontiers.get(node) {
+            if !self.frontiers.shared() || gw.state.audit_size(node).await? == f.size() {
+                return Ok(f.clone());
+            }
+        }
+        let f = load_frontier(gw, node).await?;
+        frontiers.insert(node.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Confirmed audit sizes of `nodes` (for `GET /v1/nodes`): a shared state answers
+    /// for all at once; one process from its frontiers (0 for a copy it cannot read).
+    pub(super) async fn confirmed_sizes(
+        &self,
+        nodes: &[String],
+    ) -> Result<HashMap<String, u64>, GatewayError> {
+        if self.frontiers.shared() {
+            return Ok(self.gw.state.audit_sizes(nodes).await?);
+        }
+        let mut frontiers = self.lock_frontiers().await;
+        let mut out = HashMap::with_capacity(nodes.len());
+        for node in nodes {
+            let size = self
+                .frontier(&mut frontiers, node)
+                .await
+                .map_or(0, |f| f.size());
+            out.insert(node.clone(), size);
+        }
+        Ok(out)
+    }
 }
 
 /// The gateway's verified copies of the nodes' audit logs.
-pub struct AuditSync<'g>(pub(super) &'g Gateway);
+pub struct AuditSync<'g> {
+    gw: &'g Gateway,
+    frontiers: &'g Frontiers,
+}
 
 impl Gateway {
     pub fn audit_sync(&self) -> AuditSync<'_> {
-        AuditSync(self)
+        AuditSync {
+            gw: self,
+            frontiers: &self.frontiers,
+        }
     }
 }
 
@@ -222,6 +228,7 @@ mod tests {
     use super::*;
     use crate::audit::{
         origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+        ExtensionError,
     };
     use ed25519_dalek::SigningKey;
 

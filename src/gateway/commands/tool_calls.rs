@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::commands::{result_of, seal_and_queue, target, Binding, Commands};
-use super::error::GatewayError;
-use super::events::GatewayEvent;
-use super::state::Gateway;
-use super::storage::{job_key, JobRecord, NewJob};
+use super::{result_of, seal_and_queue, target, Binding, Commands};
+use crate::gateway::error::GatewayError;
+use crate::gateway::events::GatewayEvent;
+use crate::gateway::state::Gateway;
+use crate::gateway::storage::{job_key, JobRecord, NewJob};
 use crate::sync::wire::{TaskRequest, TaskResult};
 use crate::token::{issue, Claims};
 
@@ -82,7 +82,7 @@ impl Commands<'_> {
         subject: &str,
         call: ToolCall,
     ) -> Result<ToolCallOutcome, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         // A name no node can have would wait in the queue for nothing.
         if !crate::tools::valid_tool_name(&call.tool_name) {
             return Err(GatewayError::BadRequest(
@@ -106,7 +106,7 @@ impl Commands<'_> {
         let args = serde_json::to_vec(&call.tool_args)
             .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
         let args_sha = crate::audit::sha256_hex(&args);
-        let held = gw.job_locks.lock(&key).await;
+        let held = self.lock_job(&key).await;
         if let Some(rec) = gw.state.job(&key).await? {
             return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
         }
@@ -196,7 +196,7 @@ async fn wait_for_result(
     gw: &Gateway,
     message_id: &str,
     wait: Duration,
-    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<super::events::Event>>,
+    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<crate::gateway::events::Event>>,
 ) -> Result<Option<TaskResult>, GatewayError> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {

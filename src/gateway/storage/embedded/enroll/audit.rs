@@ -7,12 +7,12 @@
 use super::super::{index_key, ns_audit_checkpoints, ns_audit_entries, Embedded};
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::gateway::storage::{pending_json, AuditExtension, PendingAudit, StateError};
-use crate::store::names::KV_GW_AUDIT_PENDING as KV_PENDING;
+use crate::store::names::KV_GW_AUDIT_PENDING;
 use crate::store::Batch;
 
 fn seq_of(key: &str) -> Result<u64, StateError> {
     key.parse()
-        .map_err(|_| StateError::Corrupt(format!("{KV_PENDING} key {key}")))
+        .map_err(|_| StateError::Corrupt(format!("{KV_GW_AUDIT_PENDING} key {key}")))
 }
 
 impl Embedded {
@@ -24,12 +24,12 @@ impl Embedded {
         ts_ms: u64,
         record: &AuditRecord,
     ) -> Result<(), StateError> {
-        let next = match self.store.kv_list(KV_PENDING)?.last() {
+        let next = match self.store.kv_list(KV_GW_AUDIT_PENDING)?.last() {
             Some((k, _)) => seq_of(k)? + 1,
             None => 0,
         };
         batch.kv_put(
-            KV_PENDING,
+            KV_GW_AUDIT_PENDING,
             &index_key(next),
             pending_json(ts_ms, record).into_bytes(),
         );
@@ -41,9 +41,14 @@ impl Embedded {
         max: usize,
     ) -> Result<Vec<PendingAudit>, StateError> {
         let mut out = Vec::new();
-        for (k, v) in self.store.kv_list(KV_PENDING)?.into_iter().take(max) {
+        for (k, v) in self
+            .store
+            .kv_list(KV_GW_AUDIT_PENDING)?
+            .into_iter()
+            .take(max)
+        {
             let entry: AuditEntry = serde_json::from_slice(&v)
-                .map_err(|e| StateError::Corrupt(format!("{KV_PENDING}/{k}: {e}")))?;
+                .map_err(|e| StateError::Corrupt(format!("{KV_GW_AUDIT_PENDING}/{k}: {e}")))?;
             out.push(PendingAudit {
                 seq: seq_of(&k)?,
                 entry,
@@ -67,10 +72,14 @@ impl Embedded {
         }
         let mut batch = Batch::new();
         for seq in seqs {
-            if self.store.kv_get(KV_PENDING, &index_key(*seq))?.is_none() {
+            if self
+                .store
+                .kv_get(KV_GW_AUDIT_PENDING, &index_key(*seq))?
+                .is_none()
+            {
                 return Ok(false);
             }
-            batch.kv_delete(KV_PENDING, &index_key(*seq));
+            batch.kv_delete(KV_GW_AUDIT_PENDING, &index_key(*seq));
         }
         for (i, e) in ext.entries.into_iter().enumerate() {
             batch.kv_put(&ns, &index_key(ext.start + i as u64), e);

@@ -5,6 +5,8 @@
 //! change in its own audit log (the entry committed with the switch) and on the event
 //! stream.
 
+mod grace;
+
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::Gateway;

@@ -1,5 +1,10 @@
-//! Work for nodes: a caller's tool call or command is sealed to its node and queued
-//! durably; a tool call waits (a bounded time) for the node's result.
+//! Work for nodes: a caller's command (here) or tool call (`tool_calls.rs`) is sealed to
+//! its node and queued durably; a tool call waits (a bounded time) for the node's
+//! result. The job locks are this service's own.
+
+mod tool_calls;
+
+pub use tool_calls::{ToolCall, ToolCallOutcome};
 
 use rand_core::OsRng;
 use serde_json::{json, Value};
@@ -7,8 +12,9 @@ use serde_json::{json, Value};
 use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
-use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE as TO_NODE};
+use super::storage::{CommandKey, ForNode, NewJob, Queued, StateError, QUEUE_TO_NODE};
 use crate::envelope::{seal, IdentityDocument, SealParams};
+use crate::keyed_lock::KeyedLocks;
 use crate::sync::wire::TaskResult;
 use crate::telemetry::MessageEvent;
 
@@ -182,7 +188,7 @@ pub(super) fn queued(
 /// Metric, log, and wake the node's long-poll (the event is already committed).
 fn announce_queued(gw: &Gateway, message_id: &str, node_id: &str) {
     MessageEvent {
-        queue: TO_NODE,
+        queue: QUEUE_TO_NODE,
         event: "enqueued",
         peer: node_id,
         message_id,
@@ -218,7 +224,7 @@ impl Commands<'_> {
     /// by the same caller with the same request is answered as the first was and queues
     /// nothing; another request is [`GatewayError::IdempotencyConflict`].
     pub async fn command(&self, subject: &str, c: Command) -> Result<(String, u64), GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let doc = target(gw, &c.node_id).await?;
         if c.command_type.is_empty() || c.command_type.len() > 64 {
             return Err(GatewayError::BadRequest(
@@ -235,7 +241,7 @@ impl Commands<'_> {
         // database: the key's row decides).
         let (message_id, _held) = match &c.message_id {
             Some(id) => {
-                let held = gw.job_locks.lock(&format!("command/{id}")).await;
+                let held = self.job_locks.lock(&format!("command/{id}")).await;
                 if let Some(k) = gw.state.command_key(id).await? {
                     return repeat(k, subject, &request_sha256);
                 }
@@ -306,10 +312,25 @@ fn repeat(
 
 /// Tool calls and commands for nodes: sealed, queued durably, answered when the node's
 /// result comes in.
-pub struct Commands<'g>(pub(super) &'g Gateway);
+pub struct Commands<'g> {
+    pub(super) gw: &'g Gateway,
+    /// Its own state: one lock per caller's job (and per command key), so concurrent
+    /// repeats queue one message.
+    job_locks: &'g KeyedLocks,
+}
 
 impl Gateway {
     pub fn commands(&self) -> Commands<'_> {
-        Commands(self)
+        Commands {
+            gw: self,
+            job_locks: &self.job_locks,
+        }
+    }
+}
+
+impl Commands<'_> {
+    /// The lock of one caller's job or command key.
+    pub(super) async fn lock_job(&self, key: &str) -> crate::keyed_lock::KeyedGuard {
+        self.job_locks.lock(key).await
     }
 }

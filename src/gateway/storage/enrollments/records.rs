@@ -1,14 +1,13 @@
-//! The pure core of an enrollment (PROTOCOL §15.3): the records the state keeps (tokens,
-//! one record per node id and device key), what the state knows when a request
-//! arrives ([`Facts`]) and [`decide`]: what to answer and what to write. No I/O, no
-//! clock; the storage engines run it inside their transaction.
+//! What the state keeps of enrollment (PROTOCOL §15): a token with its uses, one
+//! record per node id and device key, the facts an enrollment is decided on and the
+//! decision the state writes; and how a retirement or a key rotation rewrites a node
+//! id's records (pure; the state writes the result in the decision's transaction).
+//! The flow that decides (`gateway::enroll`) and both engines share these types.
 
 use serde::{Deserialize, Serialize};
 
-use super::history::recorded_decision;
 use crate::audit::AuditRecord;
-use crate::enroll::{codes, Approve};
-use crate::envelope::{b64_encode, IdentityDocument, Rights, TrustStore};
+use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rights, TrustStore};
 
 /// A token as the gateway keeps it: its claims, and how often it was used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,85 +114,6 @@ pub enum Decision {
     },
 }
 
-/// The pure core of an enrollment.
-pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
-    let key = b64_encode(&f.node.sign_pk);
-    if let Some(r) = f.same {
-        return match r.state {
-            RecordState::Enrolled | RecordState::Pending => Decision::Answer(r.clone()),
-            RecordState::Rejected => Decision::Refuse(
-                codes::REJECTED,
-                "an operator rejected this device's enrollment".into(),
-            ),
-            RecordState::Revoked => Decision::Refuse(
-                codes::NODE_REVOKED,
-                "this device key was retired (`outpost nodes revoke`); a reflashed device enrolls with a new key".into(),
-            ),
-            RecordState::Rotated => Decision::Refuse(
-                codes::NODE_REVOKED,
-                "this device key was retired by a key rotation: the node signs with its newer key".into(),
-            ),
-        };
-    }
-    let Some(t) = f.token.filter(|t| !t.revoked) else {
-        return Decision::Refuse(
-            codes::TOKEN_REVOKED,
-            "the enrollment token was revoked".into(),
-        );
-    };
-    if f.now_ms >= t.claims.expires_at_ms {
-        return Decision::Refuse(codes::TOKEN_EXPIRED, "the enrollment token expired".into());
-    }
-    if t.uses >= t.claims.max_uses {
-        return Decision::Refuse(
-            codes::TOKEN_EXHAUSTED,
-            format!("the enrollment token was used {} times, its limit", t.uses),
-        );
-    }
-    if let Some(p) = &t.claims.node_prefix {
-        if !f.node.node_id.starts_with(p.as_str()) {
-            return Decision::Refuse(
-                codes::NODE_ID_NOT_ALLOWED,
-                format!("this token enrolls node ids starting with {p:?} only"),
-            );
-        }
-    }
-    let trusted_same = f.trusted.is_some_and(|d| d.sign_pk == f.node.sign_pk);
-    let record = |state, kind| EnrollmentRecord {
-        node_id: f.node.node_id.clone(),
-        node_sign_pk: key.clone(),
-        token_id: token_id.to_string(),
-        document: f.node.clone(),
-        state,
-        kind,
-        created_at_ms: f.now_ms,
-        decided_at_ms: (state == RecordState::Enrolled).then_some(f.now_ms),
-    };
-    if trusted_same {
-        // Trusted by hand before: nothing to change, no use counted.
-        return recorded_decision(record(RecordState::Enrolled, Kind::New), false);
-    }
-    if f.trusted.is_some() || f.pending_other {
-        if f.online || f.pending_other {
-            return Decision::Refuse(
-                codes::DUPLICATE_NODE_ID,
-                format!(
-                    "{} is enrolled with another key{}: a second device with the same id is never merged (give each device its own id: identity.node_id_from)",
-                    f.node.node_id,
-                    if f.online { " and online now" } else { " waiting for approval" }
-                ),
-            );
-        }
-        // Enrolled, silent, and now a new key: a reflashed device. An operator decides.
-        return recorded_decision(record(RecordState::Pending, Kind::Rekey), true);
-    }
-    let state = match t.claims.approve {
-        Approve::Auto => RecordState::Enrolled,
-        Approve::Manual => RecordState::Pending,
-    };
-    recorded_decision(record(state, Kind::New), true)
-}
-
 /// The rights an enrolled node gets: what a hand enrollment gives (`trust add --send`).
 pub const NODE_RIGHTS: Rights = Rights {
     send: true,
@@ -205,4 +125,74 @@ pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), Stri
     t.add(doc.clone(), NODE_RIGHTS)
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// The records to write when the node trusted as `doc` is retired at `now_ms`, from
+/// `records` (every record of its id): each enrolled, pending or rotated-away key reads
+/// revoked (a rejected one stays rejected), and the trusted key's record is there even
+/// when it was trusted by hand. Only the trusted key's is decided now (the others keep
+/// their time), so the newest retired key is the one last trusted.
+pub fn retired_records(
+    records: Vec<EnrollmentRecord>,
+    doc: &IdentityDocument,
+    now_ms: u64,
+) -> Vec<EnrollmentRecord> {
+    let key = b64_encode(&doc.sign_pk);
+    let mut out: Vec<EnrollmentRecord> = records
+        .into_iter()
+        .filter(|r| match r.state {
+            RecordState::Rejected => false,
+            RecordState::Revoked => r.node_sign_pk == key,
+            _ => true,
+        })
+        .map(|mut r| {
+            r.state = RecordState::Revoked;
+            r
+        })
+        .collect();
+    match out.iter_mut().find(|r| r.node_sign_pk == key) {
+        Some(r) => r.decided_at_ms = Some(now_ms),
+        None => out.push(EnrollmentRecord {
+            node_id: doc.node_id.clone(),
+            node_sign_pk: key,
+            token_id: String::new(),
+            document: doc.clone(),
+            state: RecordState::Revoked,
+            kind: Kind::New,
+            created_at_ms: now_ms,
+            decided_at_ms: Some(now_ms),
+        }),
+    }
+    out
+}
+
+/// The records to write when `rot` is applied at `now_ms`, from `records` (every
+/// record of the node id): the retired key's enrolled record reads rotated, and the new
+/// key gets an enrolled record under the same token and kind. A node trusted by hand
+/// (no enrolled record of the retired key) has none to change.
+pub fn rotated_records(
+    records: Vec<EnrollmentRecord>,
+    rot: &KeyRotation,
+    now_ms: u64,
+) -> Vec<EnrollmentRecord> {
+    let old = b64_encode(&rot.old_sign_pk);
+    let Some(mut was) = records
+        .into_iter()
+        .find(|r| r.node_sign_pk == old && r.state == RecordState::Enrolled)
+    else {
+        return Vec::new();
+    };
+    let new = EnrollmentRecord {
+        node_id: rot.new_doc.node_id.clone(),
+        node_sign_pk: b64_encode(&rot.new_doc.sign_pk),
+        token_id: was.token_id.clone(),
+        document: rot.new_doc.clone(),
+        state: RecordState::Enrolled,
+        kind: was.kind,
+        created_at_ms: now_ms,
+        decided_at_ms: Some(now_ms),
+    };
+    was.state = RecordState::Rotated;
+    was.decided_at_ms = Some(now_ms);
+    vec![was, new]
 }

@@ -10,10 +10,15 @@
 //! transaction that removes it from pending. A decision without its entry cannot exist,
 //! even across a crash; an entry is appended once.
 
+mod records;
+
 use super::{AuditExtension, Fut};
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::envelope::{IdentityDocument, KeyRotation, Rotated, RotationError};
-use crate::gateway::enroll::{Decision, EnrollmentRecord, Facts, TokenRecord};
+pub use records::{
+    retired_records, rotated_records, trust_node, Decision, EnrollmentRecord, Facts, Kind,
+    RecordState, TokenRecord, NODE_RIGHTS,
+};
 
 /// The audit entry of an approval or rejection, made from the settled record.
 pub type SettleAudit<'a> = dyn Fn(&EnrollmentRecord) -> AuditRecord + Send + Sync + 'a;
@@ -47,7 +52,7 @@ pub trait EnrollmentState: Send + Sync {
     /// Run one enrollment in one transaction: read the [`Facts`] about `node` (its
     /// record, the token `token_id`, the trusted document of its id), ask `decide`,
     /// and apply a [`Decision::Record`]: the record, a use of the token when it says so,
-    /// and the node in the trust store (with [`super::enroll::NODE_RIGHTS`]) when the
+    /// and the node in the trust store (with [`NODE_RIGHTS`]) when the
     /// record is enrolled, and the decision's audit entry as pending. Concurrent enrollments under one token are serialised, so
     /// its limit holds across replicas. Returns the decision.
     fn enroll<'a>(
@@ -91,7 +96,7 @@ pub trait EnrollmentState: Send + Sync {
     /// key gets an enrolled record (same token and kind); `audit` is a pending
     /// audit entry. Only when it says [`Rotated::Applied`]: otherwise nothing is written.
     ///
-    /// [`RecordState::Rotated`]: crate::gateway::enroll::RecordState::Rotated
+    /// [`RecordState::Rotated`]: RecordState::Rotated
     fn rotate_node<'a>(
         &'a self,
         rotation: &'a KeyRotation,

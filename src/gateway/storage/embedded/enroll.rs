@@ -1,24 +1,22 @@
 //! Enrollment on the embedded store: tokens, their uses and enrollment records in KV,
 //! each enrollment one commit with the trust store it changes and its pending audit
-//! entry (`embedded_audit.rs`). One process writes
+//! entry (`enroll/audit.rs`). One process writes
 //! uses and records (the gateway, under `enrolling`); `outpost enroll-token` writes
 //! only the token records, so neither overwrites the other's writes.
 
-#[path = "embedded_audit.rs"]
 mod audit;
 
 use super::Embedded;
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
-use crate::gateway::enroll::{
+use crate::gateway::storage::{
     trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
 use crate::gateway::storage::{
     AuditExtension, EnrollmentState, Fut, PendingAudit, RetireAudit, SettleAudit, StateError,
 };
 use crate::store::names::{
-    KV_GW_ENROLLMENTS as KV_RECORDS, KV_GW_ENROLL_TOKENS as KV_TOKENS,
-    KV_GW_ENROLL_USES as KV_USES, KV_GW_ROTATION, Q_TO_NODE as Q_NODE,
+    KV_GW_ENROLLMENTS, KV_GW_ENROLL_TOKENS, KV_GW_ENROLL_USES, KV_GW_ROTATION, Q_TO_NODE,
 };
 use crate::store::Batch;
 
@@ -58,13 +56,13 @@ impl Embedded {
     fn uses(&self, token_id: &str) -> Result<u64, StateError> {
         Ok(self
             .store
-            .kv_get(KV_USES, token_id)?
+            .kv_get(KV_GW_ENROLL_USES, token_id)?
             .and_then(|b| String::from_utf8(b).ok()?.parse().ok())
             .unwrap_or(0))
     }
 
     pub(super) fn token_now(&self, id: &str) -> Result<Option<TokenRecord>, StateError> {
-        let Some(mut t) = self.kv_json::<TokenRecord>(KV_TOKENS, id)? else {
+        let Some(mut t) = self.kv_json::<TokenRecord>(KV_GW_ENROLL_TOKENS, id)? else {
             return Ok(None);
         };
         t.uses = self.uses(id)?;
@@ -73,7 +71,7 @@ impl Embedded {
 
     pub(super) fn tokens_now(&self) -> Result<Vec<TokenRecord>, StateError> {
         let mut out = Vec::new();
-        for (id, _) in self.store.kv_list(KV_TOKENS)? {
+        for (id, _) in self.store.kv_list(KV_GW_ENROLL_TOKENS)? {
             out.extend(self.token_now(&id)?);
         }
         Ok(out)
@@ -81,30 +79,30 @@ impl Embedded {
 
     pub(super) async fn token_add_now(&self, t: TokenRecord) -> Result<(), StateError> {
         self.store
-            .kv_put(KV_TOKENS, &t.claims.id.clone(), json(&t))
+            .kv_put(KV_GW_ENROLL_TOKENS, &t.claims.id.clone(), json(&t))
             .await?;
         Ok(())
     }
 
     pub(super) async fn token_revoke_now(&self, id: &str) -> Result<Option<bool>, StateError> {
-        let Some(mut t) = self.kv_json::<TokenRecord>(KV_TOKENS, id)? else {
+        let Some(mut t) = self.kv_json::<TokenRecord>(KV_GW_ENROLL_TOKENS, id)? else {
             return Ok(None);
         };
         if t.revoked {
             return Ok(Some(false));
         }
         t.revoked = true;
-        self.store.kv_put(KV_TOKENS, id, json(&t)).await?;
+        self.store.kv_put(KV_GW_ENROLL_TOKENS, id, json(&t)).await?;
         Ok(Some(true))
     }
 
     pub(super) fn records_now(&self) -> Result<Vec<EnrollmentRecord>, StateError> {
         self.store
-            .kv_list(KV_RECORDS)?
+            .kv_list(KV_GW_ENROLLMENTS)?
             .into_iter()
             .map(|(k, v)| {
                 serde_json::from_slice(&v)
-                    .map_err(|e| StateError::Corrupt(format!("{KV_RECORDS}/{k}: {e}")))
+                    .map_err(|e| StateError::Corrupt(format!("{KV_GW_ENROLLMENTS}/{k}: {e}")))
             })
             .collect()
     }
@@ -155,10 +153,10 @@ impl Embedded {
             self.pend(&mut batch, facts.now_ms, audit)?;
             if *consume {
                 let uses = token.as_ref().map_or(0, |t| t.uses) + 1;
-                batch.kv_put(KV_USES, token_id, uses.to_string().into_bytes());
+                batch.kv_put(KV_GW_ENROLL_USES, token_id, uses.to_string().into_bytes());
             }
             batch.kv_put(
-                KV_RECORDS,
+                KV_GW_ENROLLMENTS,
                 &record_key(&record.node_id, &record.node_sign_pk),
                 json(record),
             );
@@ -201,7 +199,11 @@ impl Embedded {
                 {
                     o.state = RecordState::Revoked;
                     o.decided_at_ms = Some(now_ms);
-                    batch.kv_put(KV_RECORDS, &record_key(node_id, &o.node_sign_pk), json(&o));
+                    batch.kv_put(
+                        KV_GW_ENROLLMENTS,
+                        &record_key(node_id, &o.node_sign_pk),
+                        json(&o),
+                    );
                 }
             }
             trust_node(&mut trust, &r.document).map_err(StateError::Corrupt)?;
@@ -209,7 +211,11 @@ impl Embedded {
         } else {
             r.state = RecordState::Rejected;
         }
-        batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+        batch.kv_put(
+            KV_GW_ENROLLMENTS,
+            &record_key(node_id, &r.node_sign_pk),
+            json(&r),
+        );
         self.pend(&mut batch, now_ms, &audit(&r))?;
         self.store.commit(batch).await?;
         Ok(Some(r))
@@ -232,8 +238,12 @@ impl Embedded {
         };
         trust.remove(node_id);
         let mut batch = Batch::new();
-        for r in crate::gateway::enroll::retired_records(self.records_of(node_id)?, &doc, now_ms) {
-            batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+        for r in crate::gateway::storage::retired_records(self.records_of(node_id)?, &doc, now_ms) {
+            batch.kv_put(
+                KV_GW_ENROLLMENTS,
+                &record_key(node_id, &r.node_sign_pk),
+                json(&r),
+            );
         }
         crate::daemon::trust::put(&mut batch, &trust);
         let mut ids = Vec::new();
@@ -241,7 +251,7 @@ impl Embedded {
         loop {
             let page = self
                 .store
-                .list(Q_NODE, Some(node_id), after.as_deref(), 1_000)?;
+                .list(Q_TO_NODE, Some(node_id), after.as_deref(), 1_000)?;
             ids.extend(page.items.into_iter().map(|m| m.message_id));
             match page.next {
                 Some(n) => after = Some(n),
@@ -249,7 +259,7 @@ impl Embedded {
             }
         }
         for id in &ids {
-            batch.reject(Q_NODE, node_id, id, NODE_REVOKED, now_ms);
+            batch.reject(Q_TO_NODE, node_id, id, NODE_REVOKED, now_ms);
         }
         self.pend(&mut batch, now_ms, &audit(&doc, ids.len()))?;
         self.store.commit(batch).await?;
@@ -390,8 +400,12 @@ impl EnrollmentState for Embedded {
             crate::daemon::trust::put(&mut batch, &trust);
             let node_id = &rotation.new_doc.node_id;
             let records = self.records_of(node_id)?;
-            for r in crate::gateway::enroll::rotated_records(records, rotation, now_ms) {
-                batch.kv_put(KV_RECORDS, &record_key(node_id, &r.node_sign_pk), json(&r));
+            for r in crate::gateway::storage::rotated_records(records, rotation, now_ms) {
+                batch.kv_put(
+                    KV_GW_ENROLLMENTS,
+                    &record_key(node_id, &r.node_sign_pk),
+                    json(&r),
+                );
             }
             self.pend(&mut batch, now_ms, audit)?;
             self.store.commit(batch).await?;

@@ -3,7 +3,7 @@
 //! refusals in the node's ack are its own to make.
 
 use super::{Delivery, PullBatch, StateError, Take};
-use super::{Embedded, Q_NODE};
+use super::{Embedded, Q_TO_NODE};
 use crate::store::{MessageState, StoredMessage};
 
 impl Embedded {
@@ -19,7 +19,7 @@ impl Embedded {
         let mut out = Vec::new();
         for (id, code) in rejected {
             let queued = self.store.status(id)?.is_some_and(|s| {
-                s.queue == Q_NODE
+                s.queue == Q_TO_NODE
                     && s.peer == node
                     && matches!(s.state, MessageState::Queued | MessageState::Delivering)
             });
@@ -65,9 +65,13 @@ impl Embedded {
                 .filter(|m| m.message_id == id)
                 .cloned()
         });
-        let mut batch =
-            self.store
-                .next_batch_after(Q_NODE, node, from.as_ref(), max, self.store.now_ms())?;
+        let mut batch = self.store.next_batch_after(
+            Q_TO_NODE,
+            node,
+            from.as_ref(),
+            max,
+            self.store.now_ms(),
+        )?;
         let mut bytes = 0usize;
         let fits = batch
             .iter()
@@ -78,7 +82,7 @@ impl Embedded {
             .unwrap_or(batch.len())
             .max(1);
         batch.truncate(fits);
-        let pending = self.store.pending(Q_NODE, node)? as u64;
+        let pending = self.store.pending(Q_TO_NODE, node)? as u64;
         if let Some(last) = batch.last() {
             self.handed_out
                 .lock()
@@ -93,7 +97,7 @@ impl Embedded {
         }
         if !batch.is_empty() {
             let ids = batch.iter().map(|m| m.message_id.clone()).collect();
-            self.store.mark_delivering(Q_NODE, node, ids).await?;
+            self.store.mark_delivering(Q_TO_NODE, node, ids).await?;
         }
         Ok(PullBatch {
             deliveries: batch

@@ -6,9 +6,9 @@
 //!
 //! [`ROTATION_GRACE_MS`]: crate::envelope::ROTATION_GRACE_MS
 
-use super::error::GatewayError;
-use super::rotation::Rotations;
+use super::Rotations;
 use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
+use crate::gateway::error::GatewayError;
 
 impl Rotations<'_> {
     /// End the grace of `node_id`'s retired key now: `Ok(true)` when one was running,
@@ -32,7 +32,7 @@ impl Rotations<'_> {
                 actor = %actor,
                 "the retired key of this node is refused from now on"
             );
-            super::own_audit::append_pending(gw).await;
+            crate::gateway::own_audit::append_pending(gw).await;
         }
         Ok(ended)
     }

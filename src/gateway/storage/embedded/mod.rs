@@ -13,10 +13,8 @@ use crate::store::{
 };
 
 use crate::store::names::{
-    KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS as KV_JOBS,
-    KV_GW_REQUESTS as KV_REQUESTS, KV_GW_RESULTS as KV_RESULTS,
-    KV_GW_REVOCATIONS as KV_REVOCATIONS, Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE,
-    RESULT_GW_COMMAND_KEY_PREFIX, SCOPE_RESULTS,
+    KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS, KV_GW_REQUESTS, KV_GW_RESULTS,
+    KV_GW_REVOCATIONS, Q_GATEWAY_INBOX, Q_TO_NODE, RESULT_GW_COMMAND_KEY_PREFIX, SCOPE_RESULTS,
 };
 
 fn ns_audit_entries(node: &str) -> String {
@@ -80,7 +78,7 @@ impl Embedded {
     fn revocation_rows(&self) -> Result<Vec<(u64, String)>, StateError> {
         Ok(self
             .store
-            .kv_list(KV_REVOCATIONS)?
+            .kv_list(KV_GW_REVOCATIONS)?
             .into_iter()
             .map(|(k, v)| {
                 (
@@ -110,8 +108,8 @@ impl GatewayState for Embedded {
                 }
                 let record = serde_json::to_vec(&job.record)
                     .map_err(|e| StateError::Corrupt(format!("job record: {e}")))?;
-                extra.kv_put(KV_JOBS, &job.key, record).kv_put(
-                    KV_REQUESTS,
+                extra.kv_put(KV_GW_JOBS, &job.key, record).kv_put(
+                    KV_GW_REQUESTS,
                     &msg.message_id,
                     msg.node_id.clone().into_bytes(),
                 );
@@ -159,20 +157,20 @@ impl GatewayState for Embedded {
     }
 
     fn job<'a>(&'a self, key: &'a str) -> Fut<'a, Option<JobRecord>> {
-        Box::pin(async move { self.kv_json(KV_JOBS, key) })
+        Box::pin(async move { self.kv_json(KV_GW_JOBS, key) })
     }
 
     fn request_node<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<String>> {
         Box::pin(async move {
             Ok(self
                 .store
-                .kv_get(KV_REQUESTS, request_id)?
+                .kv_get(KV_GW_REQUESTS, request_id)?
                 .map(|b| String::from_utf8_lossy(&b).into_owned()))
         })
     }
 
     fn result<'a>(&'a self, request_id: &'a str) -> Fut<'a, Option<Vec<u8>>> {
-        Box::pin(async move { Ok(self.store.kv_get(KV_RESULTS, request_id)?) })
+        Box::pin(async move { Ok(self.store.kv_get(KV_GW_RESULTS, request_id)?) })
     }
 
     fn file_result(&self, r: FiledResult) -> Fut<'_, ()> {
@@ -217,7 +215,7 @@ impl GatewayState for Embedded {
     fn upload_seen<'a>(&'a self, message_id: &'a str) -> Fut<'a, bool> {
         Box::pin(async move {
             Ok(self.store.seen(SCOPE_RESULTS, message_id)?
-                || self.store.seen(Q_INBOX, message_id)?)
+                || self.store.seen(Q_GATEWAY_INBOX, message_id)?)
         })
     }
 
@@ -238,9 +236,9 @@ impl GatewayState for Embedded {
         Box::pin(async move {
             let now = self.now_ms();
             let mut batch = Batch::new();
-            batch.ack(Q_NODE, node, ack.delivered, now);
+            batch.ack(Q_TO_NODE, node, ack.delivered, now);
             for (id, code) in self.queued_for_node(node, &ack.rejected)? {
-                batch.reject(Q_NODE, node, id, code, now);
+                batch.reject(Q_TO_NODE, node, id, code, now);
             }
             let done = self.store.commit(batch).await?;
             Ok(done.removed().map(str::to_string).collect())
@@ -254,7 +252,7 @@ impl GatewayState for Embedded {
     fn inbox_list<'a>(&'a self, from: Option<&'a str>, limit: usize) -> Fut<'a, Vec<Vec<u8>>> {
         Box::pin(async move {
             let now = self.now_ms();
-            let page = self.store.list(Q_INBOX, from, None, limit)?;
+            let page = self.store.list(Q_GATEWAY_INBOX, from, None, limit)?;
             // `list` includes what expired but the sweeper has not removed yet (up to a
             // tick): never hand that out, as the node's inbox does not.
             Ok(page
@@ -271,14 +269,14 @@ impl GatewayState for Embedded {
             let Some(st) = self
                 .store
                 .status(message_id)?
-                .filter(|s| s.queue == Q_INBOX)
+                .filter(|s| s.queue == Q_GATEWAY_INBOX)
             else {
                 return Ok(None);
             };
             let out = self
                 .store
                 .ack(
-                    Q_INBOX,
+                    Q_GATEWAY_INBOX,
                     &st.peer,
                     vec![message_id.to_string()],
                     self.now_ms(),
@@ -301,7 +299,7 @@ impl GatewayState for Embedded {
             while out.len() < limit {
                 let page =
                     self.store
-                        .list(Q_NODE, Some(node), after.as_deref(), limit - out.len())?;
+                        .list(Q_TO_NODE, Some(node), after.as_deref(), limit - out.len())?;
                 out.extend(
                     page.items
                         .into_iter()
@@ -353,7 +351,11 @@ impl GatewayState for Embedded {
             }
             let version = rows.iter().map(|(v, _)| *v).max().unwrap_or(0) + 1;
             self.store
-                .kv_put(KV_REVOCATIONS, &index_key(version), jti.as_bytes().to_vec())
+                .kv_put(
+                    KV_GW_REVOCATIONS,
+                    &index_key(version),
+                    jti.as_bytes().to_vec(),
+                )
                 .await?;
             Ok(Revoked::Added { version })
         })
@@ -483,18 +485,12 @@ impl GatewayState for Embedded {
     }
 }
 
-#[path = "embedded_pull.rs"]
-mod pull;
-
-#[path = "embedded_records.rs"]
-mod records;
-
-#[path = "embedded_enroll.rs"]
 mod enroll;
-
-#[path = "embedded_shared.rs"]
+mod pull;
+mod records;
 mod shared;
+#[cfg(feature = "postgres")]
+pub mod snapshot;
 
 #[cfg(test)]
-#[path = "embedded_tests.rs"]
 mod tests;

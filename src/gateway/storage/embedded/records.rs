@@ -2,9 +2,7 @@
 
 use super::super::{FiledResult, ForNode, InboxMessage, StateError};
 use super::Embedded;
-use crate::store::names::{
-    KV_GW_RESULTS as KV_RESULTS, Q_GATEWAY_INBOX as Q_INBOX, Q_TO_NODE as Q_NODE, SCOPE_RESULTS,
-};
+use crate::store::names::{KV_GW_RESULTS, Q_GATEWAY_INBOX, Q_TO_NODE, SCOPE_RESULTS};
 use crate::store::{Batch, NewMessage};
 
 impl Embedded {
@@ -19,7 +17,7 @@ impl Embedded {
 
     pub(super) fn inbox_message(m: InboxMessage) -> NewMessage {
         NewMessage {
-            queue: Q_INBOX.into(),
+            queue: Q_GATEWAY_INBOX.into(),
             peer: m.from_node,
             message_id: m.message_id,
             payload_type: m.payload_type,
@@ -34,13 +32,13 @@ impl Embedded {
 
     pub(super) fn file(batch: &mut Batch, r: FiledResult) {
         batch
-            .kv_put(KV_RESULTS, &r.request_id, r.plaintext)
+            .kv_put(KV_GW_RESULTS, &r.request_id, r.plaintext)
             .remember(SCOPE_RESULTS, &r.result_message_id, r.remember_until_ms);
     }
 
     pub(super) fn new_message(&self, m: ForNode) -> NewMessage {
         NewMessage {
-            queue: Q_NODE.into(),
+            queue: Q_TO_NODE.into(),
             peer: m.node_id,
             message_id: m.message_id,
             payload_type: m.payload_type,

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use super::snapshot::Snapshot;
-use super::StateError;
+use super::super::snapshot::Snapshot;
+use super::super::StateError;
 use crate::store::names::{
     KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS, KV_GW_REQUESTS, KV_GW_RESULTS,
     KV_GW_REVOCATIONS, Q_GATEWAY_INBOX, Q_TO_NODE,

@@ -3,13 +3,13 @@
 //! refused with reason `node_revoked`, and the gateway's own audit log records it (the
 //! entry committed with the retirement).
 
-use super::enroll::Enrollment;
-use super::error::GatewayError;
-use super::events::GatewayEvent;
-use super::storage::QUEUE_TO_NODE;
+use super::Enrollment;
 use crate::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use crate::enroll::codes;
 use crate::envelope::{b64_encode, IdentityDocument};
+use crate::gateway::error::GatewayError;
+use crate::gateway::events::GatewayEvent;
+use crate::gateway::storage::QUEUE_TO_NODE;
 use crate::telemetry::MessageEvent;
 
 impl Enrollment<'_> {
@@ -20,7 +20,7 @@ impl Enrollment<'_> {
         operator: &str,
         node_id: &str,
     ) -> Result<Vec<String>, GatewayError> {
-        let gw = self.0;
+        let gw = self.gw;
         let entry = |retired: &IdentityDocument, refused: usize| {
             let mut a = AuditRecord::new(AuditEvent::Revoke, AuditOutcome::Ok)
                 .actor(operator)
@@ -56,7 +56,7 @@ impl Enrollment<'_> {
             messages: ids.len() as u64,
         });
         gw.recheck_trust(node_id).await;
-        super::own_audit::append_pending(gw).await;
+        crate::gateway::own_audit::append_pending(gw).await;
         gw.events_committed().await;
         Ok(ids)
     }

@@ -1,0 +1,396 @@
+//! Enrollment at the gateway (PROTOCOL §15): tokens, the exchange with a node that
+//! enrolls itself, operator approval, and retiring a node.
+//!
+//! The decision is [`decide`], pure: given what the state knows about the token, this
+//! node id and this key, what to answer and what to write. The state runs it inside one
+//! transaction ([`GatewayState::enroll`]), so uses are counted exactly once across
+//! replicas and a repeated request (a lost answer) finds its first answer.
+
+use std::net::IpAddr;
+
+pub mod admission;
+mod history;
+mod retire;
+pub use admission::{Admission, Admitted, Throttle};
+use history::{audit, enrolled_or_pending, recorded_decision};
+
+use super::error::GatewayError;
+use super::events::GatewayEvent;
+use super::state::Gateway;
+pub use super::storage::{
+    retired_records, rotated_records, trust_node, Decision, EnrollmentRecord, Facts, Kind,
+    RecordState, TokenRecord, NODE_RIGHTS,
+};
+use crate::audit::{AuditEvent, AuditOutcome};
+use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
+use crate::envelope::{b64_encode, IdentityDocument, OpenContext, TrustStore};
+
+/// The pure core of an enrollment.
+pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
+    let key = b64_encode(&f.node.sign_pk);
+    if let Some(r) = f.same {
+        return match r.state {
+            RecordState::Enrolled | RecordState::Pending => Decision::Answer(r.clone()),
+            RecordState::Rejected => Decision::Refuse(
+                codes::REJECTED,
+                "an operator rejected this device's enrollment".into(),
+            ),
+            RecordState::Revoked => Decision::Refuse(
+                codes::NODE_REVOKED,
+                "this device key was retired (`outpost nodes revoke`); a reflashed device enrolls with a new key".into(),
+            ),
+            RecordState::Rotated => Decision::Refuse(
+                codes::NODE_REVOKED,
+                "this device key was retired by a key rotation: the node signs with its newer key".into(),
+            ),
+        };
+    }
+    let Some(t) = f.token.filter(|t| !t.revoked) else {
+        return Decision::Refuse(
+            codes::TOKEN_REVOKED,
+            "the enrollment token was revoked".into(),
+        );
+    };
+    if f.now_ms >= t.claims.expires_at_ms {
+        return Decision::Refuse(codes::TOKEN_EXPIRED, "the enrollment token expired".into());
+    }
+    if t.uses >= t.claims.max_uses {
+        return Decision::Refuse(
+            codes::TOKEN_EXHAUSTED,
+            format!("the enrollment token was used {} times, its limit", t.uses),
+        );
+    }
+    if let Some(p) = &t.claims.node_prefix {
+        if !f.node.node_id.starts_with(p.as_str()) {
+            return Decision::Refuse(
+                codes::NODE_ID_NOT_ALLOWED,
+                format!("this token enrolls node ids starting with {p:?} only"),
+            );
+        }
+    }
+    let trusted_same = f.trusted.is_some_and(|d| d.sign_pk == f.node.sign_pk);
+    let record = |state, kind| EnrollmentRecord {
+        node_id: f.node.node_id.clone(),
+        node_sign_pk: key.clone(),
+        token_id: token_id.to_string(),
+        document: f.node.clone(),
+        state,
+        kind,
+        created_at_ms: f.now_ms,
+        decided_at_ms: (state == RecordState::Enrolled).then_some(f.now_ms),
+    };
+    if trusted_same {
+        // Trusted by hand before: nothing to change, no use counted.
+        return recorded_decision(record(RecordState::Enrolled, Kind::New), false);
+    }
+    if f.trusted.is_some() || f.pending_other {
+        if f.online || f.pending_other {
+            return Decision::Refuse(
+                codes::DUPLICATE_NODE_ID,
+                format!(
+                    "{} is enrolled with another key{}: a second device with the same id is never merged (give each device its own id: identity.node_id_from)",
+                    f.node.node_id,
+                    if f.online { " and online now" } else { " waiting for approval" }
+                ),
+            );
+        }
+        // Enrolled, silent, and now a new key: a reflashed device. An operator decides.
+        return recorded_decision(record(RecordState::Pending, Kind::Rekey), true);
+    }
+    let state = match t.claims.approve {
+        Approve::Auto => RecordState::Enrolled,
+        Approve::Manual => RecordState::Pending,
+    };
+    recorded_decision(record(state, Kind::New), true)
+}
+
+/// An enrollment's answer: enrolled (HTTP 200) or pending (202), signed.
+pub struct Answered {
+    pub standing: Standing,
+    pub answer: Answer,
+}
+
+/// Count a request held back, and say why.
+fn throttled(gw: &Gateway, route: &'static str, t: Throttle) -> GatewayError {
+    gw.metrics.throttled_total.inc(&[route, t.as_str()]);
+    GatewayError::Throttled(t)
+}
+
+/// Check the request's document and open its envelope: the sealed token text. Opening
+/// proves the node holds the document's signing key, and kept the token secret from
+/// anyone on the way.
+fn open_request(
+    gw: &Gateway,
+    node: &IdentityDocument,
+    envelope: serde_json::Value,
+) -> Result<String, GatewayError> {
+    node.verify()
+        .map_err(|e| GatewayError::BadRequest(format!("node document: {e}")))?;
+    if node.role != "node" {
+        return Err(GatewayError::BadRequest("only a node enrolls".into()));
+    }
+    let env: crate::envelope::Envelope = serde_json::from_value(envelope)
+        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e}")))?;
+    if env.sender_node_id != node.node_id || env.payload_type != crate::enroll::PAYLOAD_TYPE {
+        return Err(GatewayError::BadRequest(
+            "the envelope must be an ENROLL from the node the document names".into(),
+        ));
+    }
+    let mut one = TrustStore::new();
+    one.add(node.clone(), NODE_RIGHTS)
+        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let now_ms = gw.now_ms();
+    let (keys, previous) = (gw.keys.current(), gw.keys.previous(now_ms));
+    let ctx = OpenContext {
+        me: &gw.cfg.node_id,
+        keys: &keys,
+        previous_keys: previous.as_deref(),
+        trust: &one,
+        now_ms,
+        skew_ms: gw.skew_ms(),
+        max_bytes: 16 * 1024,
+        max_ttl_ms: 3_600_000,
+        pruned_ahead: None,
+    };
+    let opened = crate::envelope::open_parsed(&env, &ctx, &|_, _| false)
+        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
+    let sealed: Sealed = serde_json::from_slice(&opened.plaintext)
+        .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
+    Ok(sealed.token)
+}
+
+/// A new record was written (its audit entry pending with it): log it, publish it,
+/// append the entry, and trust it here at once.
+async fn recorded(gw: &Gateway, record: &EnrollmentRecord) {
+    let outcome = enrolled_or_pending(record);
+    tracing::info!(
+        event = "node_enrollment",
+        node = %record.node_id,
+        outcome,
+        kind = record.kind.as_str(),
+        token = %record.token_id,
+    );
+    gw.publish(GatewayEvent::Enrollment {
+        node_id: record.node_id.clone(),
+        outcome: outcome.into(),
+        detail: record.kind.as_str().into(),
+    });
+    if record.state == RecordState::Enrolled {
+        gw.recheck_trust(&record.node_id).await;
+    }
+    super::own_audit::append_pending(gw).await;
+    gw.events_committed().await;
+}
+
+/// The signed answer for `record`: enrolled (200) or pending (202).
+fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
+    let standing = match record.state {
+        RecordState::Enrolled => Standing::Enrolled,
+        _ => Standing::Pending,
+    };
+    let claims = AnswerClaims {
+        v: 1,
+        status: standing,
+        node_id: record.node_id.clone(),
+        node_sign_pk: record.node_sign_pk.clone(),
+        token_id: record.token_id.clone(),
+        kind: record.kind.as_str().into(),
+        gateway: gw.identity(),
+        now_ms: gw.now_ms(),
+    };
+    Answered {
+        standing,
+        answer: Answer::sign(&gw.keys.current(), &claims),
+    }
+}
+
+/// Nodes enrolling themselves, and the operator's decisions on them.
+pub struct Enrollment<'g> {
+    pub(super) gw: &'g Gateway,
+    /// Its own state: who gets an enrollment answer while strangers flood (budgets per
+    /// source, decision slots).
+    admission: &'g Admission,
+}
+
+impl Gateway {
+    pub fn enrollment(&self) -> Enrollment<'_> {
+        Enrollment {
+            gw: self,
+            admission: &self.admission,
+        }
+    }
+}
+
+impl Enrollment<'_> {
+    /// `GET /v1/enroll`: the gateway's document and its time, signed for the node's nonce.
+    /// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
+    /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
+    /// the answer to a node's request.
+    pub fn hello(&self, from: IpAddr, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
+        let gw = self.gw;
+        self.admission
+            .hello(from, gw.now_ms())
+            .map_err(|t| throttled(gw, "hello", t))?;
+        let nonce_ok = (1..=64).contains(&nonce.len())
+            && nonce
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !crate::envelope::is_valid_node_id(node_id) || !nonce_ok {
+            return Err(GatewayError::BadRequest(
+                "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
+            ));
+        }
+        Ok(Hello {
+            rotation: gw.rotation_for_nodes(),
+            gateway: gw.identity(),
+            time: crate::envelope::sign_time_statement(
+                &gw.keys.current(),
+                &gw.cfg.node_id,
+                node_id,
+                gw.now_ms(),
+                &crate::enroll::hello_echo(nonce),
+            ),
+        })
+    }
+
+    /// `POST /v1/enroll`.
+    pub async fn enroll(
+        &self,
+        from: IpAddr,
+        req: crate::enroll::Request,
+    ) -> Result<Answered, GatewayError> {
+        let gw = self.gw;
+        let admitted = self
+            .admission
+            .request(from, gw.now_ms())
+            .map_err(|t| throttled(gw, "enroll", t))?;
+        let must_prove = admitted == Admitted::TokenMustProve;
+        let node = req.node;
+        let refused = |code: &'static str, msg: String| {
+            // Over its address's budget a stranger's refusals are counted, not logged one
+            // by one (a flood would fill the journal).
+            if must_prove {
+                gw.metrics.throttled_total.inc(&["enroll", code]);
+            } else {
+                tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
+            }
+            GatewayError::Enroll(code, msg)
+        };
+        let token = open_request(gw, &node, req.envelope)?;
+        let token =
+            Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+        // Tokens made before this gateway's key rotation verify with the retired key
+        // while its grace lasts.
+        let now = gw.now_ms();
+        let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
+            .into_iter()
+            .flatten()
+            .any(|k| token.verify(&k.sign_pk()));
+        if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
+            return Err(refused(
+                codes::WRONG_GATEWAY,
+                "the token was not issued by this gateway".into(),
+            ));
+        }
+        if must_prove
+            && (now >= token.claims.expires_at_ms || self.admission.is_dead(&token.claims.id))
+        {
+            return Err(throttled(gw, "enroll", Throttle::Token));
+        }
+        // A bounded number of decisions at once: the rest of the pool is delivery's.
+        let _slot = self
+            .admission
+            .slot()
+            .await
+            .map_err(|t| throttled(gw, "enroll", t))?;
+        let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
+        let token_id = token.claims.id.clone();
+        let decide = move |f: &Facts<'_>| decide(f, &token_id);
+        let decision = gw
+            .state
+            .enroll(&node, &token.claims.id, online, &decide)
+            .await?;
+        let record = match decision {
+            Decision::Refuse(code, msg) => {
+                if matches!(
+                    code,
+                    codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
+                ) {
+                    self.admission.mark_dead(&token.claims.id);
+                }
+                gw.publish(GatewayEvent::Enrollment {
+                    node_id: node.node_id.clone(),
+                    outcome: "refused".into(),
+                    detail: code.to_string(),
+                });
+                gw.events_committed().await;
+                return Err(refused(code, msg));
+            }
+            Decision::Answer(r) => r,
+            Decision::Record { record, .. } => {
+                recorded(gw, &record).await;
+                record
+            }
+        };
+        Ok(answer(gw, &record))
+    }
+
+    /// Every enrollment record.
+    pub async fn records(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
+        let gw = self.gw;
+        Ok(gw.state.enrollments().await?)
+    }
+
+    /// Enrollments waiting for an operator.
+    pub async fn pending(&self) -> Result<Vec<EnrollmentRecord>, GatewayError> {
+        let gw = self.gw;
+        let mut all = gw.state.enrollments().await?;
+        all.retain(|r| r.state == RecordState::Pending);
+        Ok(all)
+    }
+
+    /// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
+    /// re-key retires the old key: from then on only the new one is trusted.
+    pub async fn settle(
+        &self,
+        operator: &str,
+        node_id: &str,
+        approve: bool,
+    ) -> Result<EnrollmentRecord, GatewayError> {
+        let gw = self.gw;
+        let outcome = if approve { "approved" } else { "rejected" };
+        let entry = |r: &EnrollmentRecord| {
+            let (event, result) = if approve {
+                (AuditEvent::Approve, AuditOutcome::Ok)
+            } else {
+                (AuditEvent::Reject, AuditOutcome::Rejected)
+            };
+            audit(event, result, operator, r, outcome)
+        };
+        let r = gw
+            .state
+            .settle_enrollment(node_id, approve, gw.now_ms(), &entry)
+            .await?
+            .ok_or_else(|| {
+                GatewayError::NotFound(
+                    "not_found",
+                    format!("no enrollment of {node_id} is pending"),
+                )
+            })?;
+        tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());
+        gw.publish(GatewayEvent::Enrollment {
+            node_id: node_id.to_string(),
+            outcome: outcome.into(),
+            detail: r.kind.as_str().into(),
+        });
+        if approve {
+            gw.recheck_trust(node_id).await;
+        }
+        super::own_audit::append_pending(gw).await;
+        gw.events_committed().await;
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests;
