@@ -23,7 +23,9 @@
 //! - `OUTPOST_FLEET_NODES` [2000], `OUTPOST_FLEET_RATE` commands/s [500],
 //!   `OUTPOST_FLEET_SECS` [60], `OUTPOST_FLEET_CLIENTS` producer connections [16],
 //!   `OUTPOST_FLEET_GRACE_S` [30], `OUTPOST_FLEET_WAIT_S` fixed long-poll wait
-//!   [each node draws 25..=30];
+//!   [each node draws 25..=30]; `OUTPOST_FLEET_IDLE_S` [5]: how long the gateway's
+//!   CPU is measured with every long-poll held and no command, before the load (30 or
+//!   more includes every node's re-poll);
 //! - `OUTPOST_FLEET_GATEWAYS=http://h1:p1,http://h2:p2`: use these gateways (replicas
 //!   sharing one state) instead of starting one; nodes are spread round-robin, producer
 //!   connections too. Needs `OUTPOST_FLEET_GATEWAY_CONFIG` (a gateway config for `outpost
@@ -116,6 +118,7 @@ struct Cfg {
     secs: f64,
     clients: usize,
     grace_s: f64,
+    idle_s: f64,
     wait_s: Option<u64>,
     gateways: Vec<String>,
     gateway_config: Option<PathBuf>,
@@ -145,6 +148,7 @@ impl Cfg {
             secs: env_or("OUTPOST_FLEET_SECS", 60.0),
             clients: env_or("OUTPOST_FLEET_CLIENTS", 16),
             grace_s: env_or("OUTPOST_FLEET_GRACE_S", 30.0),
+            idle_s: env_or("OUTPOST_FLEET_IDLE_S", 5.0),
             wait_s,
             gateways,
             gateway_config: std::env::var("OUTPOST_FLEET_GATEWAY_CONFIG")
@@ -1346,13 +1350,27 @@ fn main() {
     );
     // Idle with every long-poll held: what holding them costs the gateway.
     let idle_cpu0: Vec<f64> = pids.iter().map(|p| cpu_s(*p)).collect();
+    let idle_sys0: Vec<f64> = pids.iter().map(|p| cpu_split_s(*p).1).collect();
+    let node_requests = || {
+        let st = &ctx.stats;
+        st.pulls.load(Ordering::Relaxed)
+            + st.acks.load(Ordering::Relaxed)
+            + st.revocation_fetches.load(Ordering::Relaxed)
+    };
+    let idle_requests0 = node_requests();
     let t_idle = Instant::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs_f64(cfg.idle_s));
     let idle_s = t_idle.elapsed().as_secs_f64();
+    let idle_requests = node_requests() - idle_requests0;
     let idle_cpu: Vec<f64> = pids
         .iter()
         .zip(&idle_cpu0)
         .map(|(p, c0)| cpu_s(*p) - c0)
+        .collect();
+    let idle_sys: Vec<f64> = pids
+        .iter()
+        .zip(&idle_sys0)
+        .map(|(p, c0)| cpu_split_s(*p).1 - c0)
         .collect();
     let rss_polls: Vec<u64> = pids.iter().map(|p| status_kib(*p, "VmRSS")).collect();
     let errors_before_load: u64 = ctx.stats.errors.lock().unwrap().values().sum();
@@ -1548,11 +1566,17 @@ fn main() {
         );
         let cpu = gw_cpu1[i] - gw_cpu0[i];
         println!(
-            "    CPU {cpu:.2} s ({:.2} s of it in the kernel) in the {window_s:.1} s load+drain ({:.0} % of a core, {:.0} µs per queued command); idle with the long-polls held: {:.0} % of a core",
+            "    CPU {cpu:.2} s ({:.2} s of it in the kernel) in the {window_s:.1} s load+drain ({:.0} % of a core, {:.0} µs per queued command); idle with the long-polls held: {:.0} % of a core ({:.0} % of it in the kernel) over {idle_s:.0} s, {:.4} % per node, {idle_requests} node requests",
             gw_sys1[i] - gw_sys0[i],
             100.0 * cpu / window_s,
             cpu * 1e6 / sent.max(1) as f64,
-            100.0 * idle_cpu[i] / idle_s
+            100.0 * idle_cpu[i] / idle_s,
+            100.0 * idle_sys[i] / idle_cpu[i].max(1e-9),
+            100.0 * idle_cpu[i] / idle_s / cfg.nodes.max(1) as f64,
+        );
+        println!(
+            "    memory per held long-poll: {:.1} KiB ((RSS holding - RSS at start) / nodes)",
+            rss_polls[i].saturating_sub(rss_start[i]) as f64 / cfg.nodes.max(1) as f64
         );
     }
     println!(
@@ -1607,6 +1631,11 @@ fn main() {
                 "cpu_s": gw_cpu1[i] - gw_cpu0[i],
                 "cpu_kernel_s": gw_sys1[i] - gw_sys0[i],
                 "idle_polls_cpu_pct": 100.0 * idle_cpu[i] / idle_s,
+                "idle_polls_cpu_kernel_pct": 100.0 * idle_sys[i] / idle_s,
+                "idle_s": idle_s,
+                "idle_node_requests": idle_requests,
+                "idle_cpu_pct_per_node": 100.0 * idle_cpu[i] / idle_s / cfg.nodes.max(1) as f64,
+                "kib_per_long_poll": rss_polls[i].saturating_sub(rss_start[i]) as f64 / cfg.nodes.max(1) as f64,
             })
         })
         .collect();

@@ -1,11 +1,16 @@
 //! The trust store lives in the store's KV (one record), so `trust add` is durable and
-//! backed up with everything else.
+//! backed up with everything else. Beside the record, written in the same commit, is its
+//! stamp (the record's [`fingerprint`]): a running role asks "did it change?" every
+//! second, and with thousands of nodes the record is megabytes, so the question reads
+//! the 8-byte stamp and only a change reads the record.
 
 use crate::envelope::{IdentityDocument, Rights, TrustStore};
 use crate::store::Store;
 
 pub use crate::store::names::KV_TRUST;
 const KEY: &str = "peers";
+/// The record's [`fingerprint`], little-endian, committed with every write of it.
+const STAMP: &str = "peers.stamp";
 
 pub fn load(store: &Store) -> anyhow::Result<TrustStore> {
     Ok(match store.kv_get(KV_TRUST, KEY)? {
@@ -15,13 +20,18 @@ pub fn load(store: &Store) -> anyhow::Result<TrustStore> {
 }
 
 pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
-    store.kv_put(KV_TRUST, KEY, t.to_bytes()).wait()?;
+    let mut batch = crate::store::Batch::new();
+    put(&mut batch, t);
+    store.commit(batch).wait()?;
     Ok(())
 }
 
-/// [`save`] as part of `batch` (committed with whatever else it holds).
+/// [`save`] as part of `batch` (committed with whatever else it holds): the record and
+/// its stamp together.
 pub fn put(batch: &mut crate::store::Batch, t: &TrustStore) {
-    batch.kv_put(KV_TRUST, KEY, t.to_bytes());
+    let bytes = t.to_bytes();
+    batch.kv_put(KV_TRUST, STAMP, fingerprint(&bytes).to_le_bytes().to_vec());
+    batch.kv_put(KV_TRUST, KEY, bytes);
 }
 
 /// What a running role verifies with: the persisted peers plus its own identity, which
@@ -41,9 +51,9 @@ pub fn effective(store: &Store, me: &IdentityDocument) -> anyhow::Result<TrustSt
 ///   [`TrustCache::recheck`], which asks the source at once; callers that miss meanwhile
 ///   wait for that one answer instead of each asking.
 ///
-/// Asking is cheap when nothing changed: the source answers "unchanged" from a
-/// fingerprint (a hash of the stored record; a database-backed gateway's version
-/// counter), and only a change is parsed.
+/// Asking is cheap when nothing changed, whatever the number of peers: the source
+/// answers "unchanged" from a fingerprint (the store record's stamp; a database-backed
+/// gateway's version counter), and only a change is read and parsed.
 pub struct TrustCache {
     load: Loader,
     /// This role's own entry (a key rotation replaces it while the role runs).
@@ -75,10 +85,32 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
     h.finish().max(1)
 }
 
-/// The store's trust record when its fingerprint differs from `known`.
+/// The store's trust record when its fingerprint differs from `known`: an unchanged
+/// record costs one read of its stamp, whatever the number of peers.
 pub fn load_since(store: &Store, known: u64) -> anyhow::Result<Option<(u64, TrustStore)>> {
-    let bytes = store.kv_get(KV_TRUST, KEY)?;
-    let fp = bytes.as_deref().map_or(1, fingerprint);
+    load_since_with(|key| Ok(store.kv_get(KV_TRUST, key)?), known)
+}
+
+/// [`load_since`] over `get` (a read of one key of the trust namespace).
+///
+/// The stamp is read before the record: a write committed between the two reads pairs
+/// an older stamp with the newer record, which the next check reads again; the other
+/// order could pair the newer stamp with the older record and keep it. A record written
+/// without a stamp (by an older build) is read and hashed whole, as its fingerprint is
+/// what its stamp would be.
+fn load_since_with(
+    get: impl Fn(&str) -> anyhow::Result<Option<Vec<u8>>>,
+    known: u64,
+) -> anyhow::Result<Option<(u64, TrustStore)>> {
+    let stamp = get(STAMP)?
+        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+        .map(u64::from_le_bytes)
+        .filter(|fp| *fp != 0);
+    if stamp.is_some_and(|fp| fp == known) {
+        return Ok(None);
+    }
+    let bytes = get(KEY)?;
+    let fp = stamp.unwrap_or_else(|| bytes.as_deref().map_or(1, fingerprint));
     if fp == known {
         return Ok(None);
     }
@@ -366,6 +398,67 @@ mod tests {
             2,
             "one initial load, one check"
         );
+    }
+
+    /// With 10,000 nodes the record is megabytes, and every running role checks it
+    /// every second: a check of an unchanged record reads its 8-byte stamp only.
+    #[test]
+    fn a_check_of_an_unchanged_record_reads_only_its_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(
+            dir.path(),
+            crate::store::StoreOptions::default(),
+            crate::clock::system(),
+        )
+        .unwrap();
+        let mut t = TrustStore::new();
+        t.add(doc("node:d"), RIGHTS).unwrap();
+        save(&store, &t).unwrap();
+        let read = Mutex::new(Vec::new());
+        let get = |key: &str| {
+            read.lock().unwrap().push(key.to_string());
+            Ok(store.kv_get(KV_TRUST, key)?)
+        };
+        let (fp, loaded) = load_since_with(get, 0).unwrap().unwrap();
+        assert_eq!(loaded, t);
+        read.lock().unwrap().clear();
+        assert!(load_since_with(get, fp).unwrap().is_none());
+        assert_eq!(*read.lock().unwrap(), [STAMP], "only the stamp was read");
+        // A change is seen (its stamp differs) and read.
+        t.add(doc("node:e"), RIGHTS).unwrap();
+        save(&store, &t).unwrap();
+        let (fp2, loaded) = load_since(&store, fp).unwrap().unwrap();
+        assert_ne!(fp2, fp);
+        assert_eq!(loaded, t);
+    }
+
+    /// A record an older build wrote has no stamp: it is fingerprinted whole, to the
+    /// value the stamp of the same record has, so the first write that adds the stamp
+    /// does not read as a change, and a change is still seen.
+    #[test]
+    fn a_record_without_a_stamp_is_fingerprinted_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(
+            dir.path(),
+            crate::store::StoreOptions::default(),
+            crate::clock::system(),
+        )
+        .unwrap();
+        let mut t = TrustStore::new();
+        t.add(doc("node:f"), RIGHTS).unwrap();
+        store.kv_put(KV_TRUST, KEY, t.to_bytes()).wait().unwrap();
+        let (fp, loaded) = load_since(&store, 0).unwrap().unwrap();
+        assert_eq!(loaded, t);
+        assert!(load_since(&store, fp).unwrap().is_none());
+        save(&store, &t).unwrap();
+        assert!(
+            load_since(&store, fp).unwrap().is_none(),
+            "same record, same stamp"
+        );
+        t.remove("node:f");
+        store.kv_put(KV_TRUST, KEY, t.to_bytes()).wait().unwrap();
+        store.kv_delete(KV_TRUST, STAMP).wait().unwrap();
+        assert_eq!(load_since(&store, fp).unwrap().unwrap().1, t);
     }
 
     #[test]

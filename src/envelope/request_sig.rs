@@ -6,7 +6,7 @@
 //! signature string — which is what makes the seen-signature cache a complete replay
 //! defence within the ±skew window.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use ed25519_dalek::Signature;
 use sha2::{Digest as _, Sha256};
@@ -150,12 +150,29 @@ fn parse_canonical_u64(text: &str) -> Option<u64> {
 /// (`timestamp + skew`), so pruning by time keeps the set small; the hard cap turns a
 /// flood into `CacheFull` (refuse) rather than unbounded memory or forgotten entries
 /// (which would re-open replays).
+///
+/// A signature is remembered by its first [`SEEN_KEY_BYTES`] bytes (of its `R`, which
+/// `verify_strict` binds to the message and key): a gateway holds every node's requests
+/// of the last skew window (at 10,000 nodes, over 100,000), and the full 64 bytes twice
+/// over were ~200 B an entry where this is ~60. Keying on a prefix refuses at least what
+/// the whole signature would: a replay, malleated or not, repeats its `R`; two fresh
+/// signatures share 16 bytes of `R` with negligible probability (2^-128 a pair).
 #[derive(Debug)]
 pub struct SeenSignatures {
     skew_ms: u64,
     max_entries: usize,
-    set: HashMap<[u8; 64], u64>,
-    order: VecDeque<(u64, [u8; 64])>,
+    set: HashSet<SeenKey>,
+    order: VecDeque<(u64, SeenKey)>,
+}
+
+/// How many leading bytes of a signature [`SeenSignatures`] keeps.
+pub const SEEN_KEY_BYTES: usize = 16;
+type SeenKey = [u8; SEEN_KEY_BYTES];
+
+fn seen_key(sig: &[u8; 64]) -> SeenKey {
+    let mut k = [0u8; SEEN_KEY_BYTES];
+    k.copy_from_slice(&sig[..SEEN_KEY_BYTES]);
+    k
 }
 
 impl SeenSignatures {
@@ -163,7 +180,7 @@ impl SeenSignatures {
         Self {
             skew_ms,
             max_entries,
-            set: HashMap::new(),
+            set: HashSet::new(),
             order: VecDeque::new(),
         }
     }
@@ -171,15 +188,16 @@ impl SeenSignatures {
     /// Record `req`; `Err(Replayed)` if it was seen before.
     pub fn insert(&mut self, req: &VerifiedRequest, now_ms: u64) -> Result<(), RequestSigError> {
         self.prune(now_ms);
-        if self.set.contains_key(&req.signature) {
+        let key = seen_key(&req.signature);
+        if self.set.contains(&key) {
             return Err(RequestSigError::Replayed);
         }
         if self.set.len() >= self.max_entries {
             return Err(RequestSigError::CacheFull);
         }
         let until = req.timestamp_ms.saturating_add(self.skew_ms);
-        self.set.insert(req.signature, until);
-        self.order.push_back((until, req.signature));
+        self.set.insert(key);
+        self.order.push_back((until, key));
         // Entries usually arrive in time order; keep the deque sorted cheaply when not.
         if self.order.len() >= 2 && self.order[self.order.len() - 2].0 > until {
             self.order.make_contiguous().sort_by_key(|(t, _)| *t);
@@ -402,6 +420,13 @@ mod tests {
         seen.insert(&r1, now).unwrap();
         assert_eq!(
             seen.insert(&r1, now).unwrap_err(),
+            RequestSigError::Replayed
+        );
+        // The same R with another S (a malleated copy) is the same request.
+        let mut malleated = r1.clone();
+        malleated.signature[63] ^= 1;
+        assert_eq!(
+            seen.insert(&malleated, now).unwrap_err(),
             RequestSigError::Replayed
         );
         seen.insert(&req(now + 1), now).unwrap();
