@@ -15,6 +15,7 @@ mod console;
 mod console_limits;
 mod console_pages;
 mod demo;
+mod device_build;
 mod diskfull;
 mod docs;
 mod enroll;
