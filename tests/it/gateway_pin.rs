@@ -225,6 +225,14 @@ fn a_node_refuses_a_gateway_whose_key_is_not_the_pinned_one() {
             .is_some_and(|e| e.contains("pins")),
         "{v}"
     );
+    // One encoding, plain words: the pin as the identity document writes it
+    // (base64url), not hex inside rustls' debug text.
+    let doc: Value = serde_json::from_str(&other.identity_json()).unwrap();
+    let pinned = doc["tls_spki_sha256"].as_str().unwrap();
+    let e = v["upstream"]["last_error"].as_str().unwrap();
+    assert!(e.contains(&format!("pins tls_spki_sha256 {pinned}")), "{e}");
+    assert!(!e.contains("OtherError") && !e.contains("Refused("), "{e}");
+    assert!(!log.contains("OtherError"), "{log}");
 }
 
 /// A node with an `https://` upstream and no anchor at all says so when it starts.
