@@ -71,6 +71,8 @@ mod migrate_pg;
 mod netns;
 #[path = "../it/openapi.rs"]
 mod openapi;
+#[path = "../it/operator_day.rs"]
+mod operator_day;
 #[path = "../it/pg.rs"]
 mod pg;
 #[path = "../it/pipeline.rs"]

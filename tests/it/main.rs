@@ -42,6 +42,7 @@ mod newcomer;
 mod node;
 mod node_id_from;
 mod openapi;
+mod operator_day;
 mod pg;
 mod pipeline;
 mod powercut;
