@@ -4,7 +4,84 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use crate::harness::{text, Home};
+use serde_json::Value;
+
+use crate::harness::{http, text, Home};
+use crate::self_enroll::{
+    command_is_delivered, enrolling_node, enrollment_becomes, gateway, gw_url, make_token,
+};
+
+/// A retired node's status says it was retired (not "trust add it"); `trust add` of its
+/// identity document is refused with the date and the way back, and lists nothing;
+/// `command` and `call` for it say it was retired.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retired_node_is_told_the_truth_and_cannot_be_half_trusted_again() {
+    let (gw, gwd) = gateway();
+    let token = make_token(&gw, &["--max-uses", "2"]);
+    let (n, _) = enrolling_node("node:old", &gw_url(&gwd), &token);
+    let d = n.start();
+    enrollment_becomes(&d, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:old").await;
+    let o = gw.cli(&["nodes", "revoke", "node:old"]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The device: refused as retired, and told so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let hint = loop {
+        let v: Value = http()
+            .get(d.url("/v1/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["upstream"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("node_revoked"))
+        {
+            break v["upstream"]["hint"].as_str().unwrap_or("").to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(!hint.contains("trust add"), "{hint}");
+    assert!(
+        hint.contains("retired") && hint.contains("enrollment token"),
+        "{hint}"
+    );
+    let o = n.cli(&["status"]);
+    let s = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(s.contains("retired") && !s.contains("trust add"), "{s}");
+
+    // The gateway: its document cannot be trusted again by hand.
+    let doc = n.identity_json();
+    let o = gw.cli_stdin(&["trust", "add", "-", "--send"], doc.as_bytes());
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        err.contains("node:old was retired on 20") && err.contains("enrollment token"),
+        "{err}"
+    );
+    let o = gw.cli(&["nodes"]);
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("node:old"),
+        "{}",
+        text(&o)
+    );
+    for args in [
+        vec!["command", "node:old", "ping"],
+        vec!["call", "node:old", "echo", "--wait", "1s"],
+    ] {
+        let o = gw.cli(&args);
+        assert!(!o.status.success(), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(
+            err.contains("was retired on 20") && !err.contains("trust add"),
+            "{args:?}: {err}"
+        );
+    }
+}
 
 /// `enroll-token create --out FILE` writes the token readable by its owner only, even
 /// over a world-readable file, and prints nothing on stdout.
