@@ -17,7 +17,7 @@ pub use decide::{
     NODE_RIGHTS,
 };
 use history::{audit, enrolled_or_pending};
-pub use history::{retired_records, rotated_records};
+pub use history::{retired_records, rotated_records, settleable};
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
@@ -262,8 +262,9 @@ impl Enrollment<'_> {
 }
 
 impl Enrollment<'_> {
-    /// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
-    /// re-key retires the old key: from then on only the new one is trusted.
+    /// An operator approves (or rejects) the pending enrollment of `node_id`, or approves
+    /// a rejected one ([`settleable`]). Approving a re-key retires the old key: from then
+    /// on only the new one is trusted.
     pub async fn settle(
         &self,
         operator: &str,
@@ -287,7 +288,11 @@ impl Enrollment<'_> {
             .ok_or_else(|| {
                 GatewayError::NotFound(
                     "not_found",
-                    format!("no enrollment of {node_id} is pending"),
+                    if approve {
+                        format!("no enrollment of {node_id} is pending or rejected")
+                    } else {
+                        format!("no enrollment of {node_id} is pending")
+                    },
                 )
             })?;
         tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());

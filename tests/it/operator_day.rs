@@ -83,6 +83,43 @@ async fn a_retired_node_is_told_the_truth_and_cannot_be_half_trusted_again() {
     }
 }
 
+/// A device rejected by mistake is let in by approving it; its log says so instead of
+/// advising a new token, and the decision is in the gateway's audit log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_device_can_be_approved_after_all() {
+    let (gw, gwd) = gateway();
+    let manual = make_token(&gw, &["--max-uses", "2", "--approve", "manual"]);
+    let (n, _) = enrolling_node("node:b", &gw_url(&gwd), &manual);
+    let d = n.start();
+    enrollment_becomes(&d, "pending").await;
+    let o = gw.cli(&["nodes", "reject", "node:b"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let e = enrollment_becomes(&d, "refused").await;
+    assert_eq!(e["code"], "rejected", "{e}");
+    let log = d.log_text();
+    assert!(log.contains("outpost nodes approve"), "{log}");
+    d.stop();
+
+    let o = gw.cli(&["nodes", "approve", "node:b"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Its next retry (here: its next start) finds itself enrolled.
+    let d = n.start();
+    enrollment_becomes(&d, "enrolled").await;
+    command_is_delivered(&gw, &gwd, "node:b").await;
+    let o = gw.cli(&["audit", "export", "--jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let events: Vec<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].to_string())
+        .collect();
+    assert_eq!(
+        events,
+        ["\"enroll\"", "\"reject\"", "\"approve\""],
+        "{events:?}"
+    );
+}
+
 /// `enroll-token create --out FILE` writes the token readable by its owner only, even
 /// over a world-readable file, and prints nothing on stdout.
 #[test]
