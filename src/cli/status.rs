@@ -345,6 +345,26 @@ fn upstream_line(up: &Value, now_ms: u64) -> String {
             let _ = write!(line, "\n  what to do: {h}");
         }
     }
+    if let Some(since) = up["failing_since_ms"].as_u64() {
+        let what = match up["reason"].as_str() {
+            Some(r) if crate::sync::advice::UNREACHABLE.contains(&r) => "gateway unreachable",
+            _ => "no exchange with the gateway",
+        };
+        let _ = write!(
+            line,
+            "\n  {what} since {} ({} ago)",
+            crate::token::format_rfc3339_ms(since).unwrap_or_default(),
+            duration(now_ms.saturating_sub(since) / 1000)
+        );
+    }
+    if let Some(next) = up["next_attempt_at_ms"].as_u64() {
+        let _ = write!(
+            line,
+            "\n  next attempt at {} (in {})",
+            crate::token::format_rfc3339_ms(next).unwrap_or_default(),
+            duration(next.saturating_sub(now_ms).div_ceil(1000))
+        );
+    }
     line
 }
 

@@ -4,6 +4,17 @@
 
 use super::transport::SyncError;
 
+/// The classes that mean no answer came from the gateway at all (as opposed to an
+/// answer that refused this node).
+pub const UNREACHABLE: &[&str] = &[
+    "refused",
+    "dns",
+    "timeout",
+    "unreachable",
+    "network",
+    "slow",
+];
+
 /// A failure's class and the fix to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Advice {
@@ -25,8 +36,10 @@ pub fn advise(e: &SyncError) -> Advice {
         SyncError::Network(detail) => network(&detail.to_ascii_lowercase()),
         SyncError::Slow(_) => advice(
             "slow",
-            "the gateway answers too slowly for upstream.request_timeout_s (a slow link or an \
-             overloaded gateway); the node asks for smaller batches by itself",
+            "no answer from the gateway within upstream.request_timeout_s: the gateway is \
+             unreachable (a link that drops packets, a gateway host that is down) or \
+             overloaded; the node retries on its backoff (upstream.retry_max_s), and on a \
+             slow link halves its batches until they get through",
         ),
         SyncError::Status { status: 401, code } if code == crate::enroll::codes::NODE_REVOKED => {
             advice(

@@ -140,3 +140,90 @@ fn an_enrollment_token_written_with_out_is_0600() {
     let o = gw.cli(&["enroll-token", "list", "--json"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
 }
+
+/// A gateway address that accepts connections and never answers: a blackholed link.
+fn silent_gateway() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept() {
+            held.push(s);
+        }
+    });
+    addr
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A blackholed link is said as an unreachable gateway, since when, with the backoff's
+/// next attempt; the backoff stops doubling at `upstream.retry_max_s`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blackholed_gateway_is_unreachable_since_a_time_with_the_next_attempt() {
+    let gw = silent_gateway();
+    let n = Home::init(
+        "node",
+        "node:far",
+        &format!(
+            "[upstream]\nurl = \"http://{gw}\"\ngateway_id = \"gateway:main\"\n\
+             request_timeout_s = 1\npoll_wait_s = 1\nretry_max_s = 5\n"
+        ),
+    );
+    let d = n.start();
+    let started = now_ms();
+    let mut ahead = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let up = loop {
+        let v: Value = http()
+            .get(d.url("/v1/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let up = v["upstream"].clone();
+        if let Some(next) = up["next_attempt_at_ms"].as_u64() {
+            let wait = next.saturating_sub(now_ms());
+            if !ahead.iter().any(|(n, _)| *n == next) {
+                ahead.push((next, wait));
+            }
+        }
+        if ahead.len() >= 3 {
+            break up;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{up}\n{ahead:?}\n{}",
+            d.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let since = up["failing_since_ms"].as_u64().expect("failing_since_ms");
+    assert!(
+        since >= started.saturating_sub(1_000) && since <= now_ms(),
+        "{up}"
+    );
+    assert_eq!(up["reason"], "slow", "{up}");
+    assert!(
+        up["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("unreachable")),
+        "{up}"
+    );
+    // 5 s, then 10 s without the cap: every wait is at most 5 s and its 10 % jitter.
+    for (_, wait) in &ahead {
+        assert!(*wait <= 5_600, "{ahead:?}");
+    }
+    let o = n.cli(&["status"]);
+    let s = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        s.contains("gateway unreachable since 20") && s.contains("next attempt at 20"),
+        "{s}"
+    );
+}
