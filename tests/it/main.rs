@@ -51,6 +51,7 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod readme_first_hour;
 mod self_enroll;
 mod sim;
 mod slow_clients;
