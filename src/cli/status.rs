@@ -129,11 +129,17 @@ pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let body = match local.get("/v1/status") {
         Ok((200, body)) => body,
         Ok((code, body)) => {
+            let why = if code == 401 && local.observer.is_none() {
+                " (a gateway's status beyond loopback needs a read token, which this \
+                 command signs with the gateway's key: run it as the gateway's user)"
+            } else {
+                ""
+            };
             return Err(Exit::failed(format!(
-                "the daemon on {addr} answered {code}: {}",
+                "the daemon on {addr} answered {code}: {}{why}",
                 error_text(&body)
             ))
-            .into())
+            .into());
         }
         Err(e) => {
             return Err(Exit::failed(format!(
