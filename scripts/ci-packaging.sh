@@ -35,7 +35,7 @@ trap 'rm -rf "$scratch"' EXIT
 step "shellcheck"
 if command -v shellcheck >/dev/null; then
   shellcheck scripts/cross-check.sh scripts/install.sh scripts/ci-packaging.sh scripts/setup-ci.sh \
-    scripts/yocto-crates.sh scripts/readme-walk.sh scripts/schemathesis.sh scripts/soak-plot.sh scripts/bench-pg.sh scripts/bench-fleet-pg.sh cross/pre-build.sh debian/postinst debian/prerm debian/postrm
+    scripts/yocto-crates.sh scripts/readme-walk.sh scripts/readme-walk-check.sh scripts/schemathesis.sh scripts/soak-plot.sh scripts/bench-pg.sh scripts/bench-fleet-pg.sh cross/pre-build.sh debian/postinst debian/prerm debian/postrm
   echo "shellcheck: clean"
 else
   fail "shellcheck missing (run scripts/setup-ci.sh)"

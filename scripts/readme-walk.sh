@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README, walked top to bottom as a new user would, in a fresh clone: every command
 # of its shell blocks is printed with its real output, and the walk stops at the first
-# one that fails. docs/README-WALK.md is one such run; CI (.ci/run) runs it again.
+# one that fails. docs/README-WALK.md is one such run; CI (.ci/run) runs it again and
+# compares the two (scripts/readme-walk-check.sh).
 #
 #   scripts/readme-walk.sh [--bin PATH] [--record FILE] [--keep] [REPO]
 #
@@ -70,7 +71,8 @@ if [ -n "$record" ]; then
     echo
     echo "Timestamps, ids, keys, tokens, pids, ports of the demo and temporary paths differ"
     echo "from run to run. CI (\`.ci/run\`) runs the same walk with the binary it built and"
-    echo "fails if a command fails. Lines \`# walk: …\` are what the walk does that the README"
+    echo "fails if a command fails, or if its transcript differs from this one beyond those"
+    echo "(\`scripts/readme-walk-check.sh\`). Lines \`# walk: …\` are what the walk does that the README"
     echo "does not say (the top of \`scripts/readme-walk.sh\` lists them); \`(ran: …)\` shows a"
     echo "README line as it was run: with \`--bin\`, \`cargo run --release --\` is that binary,"
     echo "and in the by-hand section \`gw.example\` is \`127.0.0.1\` (both hosts are this one)."

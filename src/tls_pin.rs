@@ -115,13 +115,46 @@ fn der_skip(b: &[u8]) -> Option<&[u8]> {
     Some(&b[total..])
 }
 
-/// Lower-case hex, for messages.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A refusal of the verifier, in plain words: rustls shows it with `{:?}` inside its
+/// own error (`Other(OtherError(…))`), so its `Debug` is the message too, and
+/// [`plain_error`] takes the wrapper off.
+struct Refused(String);
+
+impl std::fmt::Debug for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
-#[derive(Debug)]
-struct Refused(String);
+const WRAPPER: &str = "Other(OtherError(";
+
+/// A transport error's text with rustls' debug wrapper around this verifier's
+/// refusals taken off (the message inside is the whole story).
+pub fn plain_error(detail: &str) -> String {
+    let mut out = String::with_capacity(detail.len());
+    let mut rest = detail;
+    while let Some(i) = rest.find(WRAPPER) {
+        out.push_str(&rest[..i]);
+        let inner = &rest[i + WRAPPER.len()..];
+        match inner.find("))") {
+            Some(j) => {
+                out.push_str(&inner[..j]);
+                rest = &inner[j + 2..];
+            }
+            None => {
+                out.push_str(inner);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A pin as the identity document writes it (`tls_spki_sha256`, base64url).
+fn pin_text(pin: &Pin) -> String {
+    crate::envelope::b64_encode(pin)
+}
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,10 +201,10 @@ impl ServerCertVerifier for PinVerifier {
                 return Ok(ServerCertVerified::assertion());
             }
             return Err(refused(format!(
-                "the server's key (spki sha256 {}) is not the one the gateway's identity \
-                 document pins (tls_spki_sha256 {})",
-                hex(&got),
-                hex(&want)
+                "the server's TLS key is {}, but the gateway's identity document pins \
+                 tls_spki_sha256 {}",
+                pin_text(&got),
+                pin_text(&want)
             )));
         }
         match &self.webpki {

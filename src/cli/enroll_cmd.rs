@@ -31,6 +31,10 @@ pub enum EnrollTokenCmd {
         /// `auto`: trusted at once; `manual`: each waits for `outpost nodes approve`.
         #[arg(long, default_value = "auto")]
         approve: String,
+        /// Write the token to this file, readable by its owner only (0600), instead of
+        /// stdout (a shell redirect makes it world-readable under the usual umask).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
     },
     /// Every token: id, uses, limit, expiry, state.
     List {
@@ -111,7 +115,16 @@ pub fn enroll_token(arg: &ConfigArg, cmd: EnrollTokenCmd) -> anyhow::Result<()> 
             max_uses,
             node_prefix,
             approve,
-        } => create(&cfg, &st, &ttl, max_uses, node_prefix, &approve),
+            out,
+        } => create(
+            &cfg,
+            &st,
+            &ttl,
+            max_uses,
+            node_prefix,
+            &approve,
+            out.as_deref(),
+        ),
         EnrollTokenCmd::List { json } => list(&st, json),
         EnrollTokenCmd::Revoke { id } => revoke(&st, &id),
     };
@@ -126,6 +139,7 @@ fn create(
     max_uses: u64,
     node_prefix: Option<String>,
     approve: &str,
+    out: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let approve = match approve {
         "auto" => Approve::Auto,
@@ -146,6 +160,8 @@ fn create(
         }
     }
     let ttl_ms = parse_duration_ms("--ttl", ttl)?;
+    // Opened before the token is recorded: a path that cannot be written mints nothing.
+    let mut file = out.map(open_private).transpose()?;
     let keys = load_keys(cfg)?;
     let doc = crate::app::keyfile::published_identity(cfg, &keys)?;
     let now = st.state.now_ms();
@@ -174,8 +190,34 @@ fn create(
         crate::token::format_rfc3339_ms(claims.expires_at_ms).unwrap_or_default(),
         approve.as_str()
     );
-    println!("{}", token.to_text());
+    match (&mut file, out) {
+        (Some(f), Some(path)) => {
+            use std::io::Write;
+            f.write_all(format!("{}\n", token.to_text()).as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| Exit::failed(format!("writing {}: {e}", path.display())))?;
+            eprintln!("wrote {} (mode 0600)", path.display());
+        }
+        _ => println!("{}", token.to_text()),
+    }
     Ok(())
+}
+
+/// `path` truncated and readable by its owner only, whatever the umask (and whatever
+/// mode an existing file had: it is set to 0600 before the token is written).
+fn open_private(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let cannot = |e: std::io::Error| Exit::failed(format!("cannot write {}: {e}", path.display()));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(cannot)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(cannot)?;
+    Ok(f)
 }
 
 fn list(st: &Opened, json: bool) -> anyhow::Result<()> {

@@ -163,6 +163,7 @@ const TOKEN_TTL_MS: u64 = 5 * 60 * 1000;
 
 /// The gateway this config names, and a token for it.
 struct Client {
+    cfg: crate::config::Config,
     local: Local,
     token: String,
 }
@@ -196,7 +197,16 @@ impl Client {
         Ok(Client {
             local: Local::of(&cfg)?,
             token: token::issue(&keys, &claims)?,
+            cfg,
         })
+    }
+
+    /// Why `node` is unknown when the gateway retired it (the gateway's answer says only
+    /// that it is not enrolled).
+    fn retired(&self, node: &str) -> Option<String> {
+        let records = super::retired::records(&self.cfg)?;
+        super::retired::retired_node(&records, node)
+            .map(|r| format!("{}; nothing was queued", super::retired::explain(r)))
     }
 
     /// The JSON answer to `method path`, or an error that says what the gateway said.
@@ -220,6 +230,12 @@ impl Client {
             })?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if code >= 400 {
+            let target = body.and_then(|b| b["target"]["node_id"].as_str());
+            if let (Some(node), Some("unknown_node")) = (target, v["error"]["code"].as_str()) {
+                if let Some(why) = self.retired(node) {
+                    return Err(Exit::failed(why).into());
+                }
+            }
             return Err(Exit::failed(format!(
                 "the gateway answered {code} {}: {}",
                 v["error"]["code"].as_str().unwrap_or("?"),

@@ -157,6 +157,15 @@ impl Book {
         }
     }
 
+    /// The gateway's enrollment records (what it retired); none on a node.
+    #[cfg(feature = "gateway")]
+    fn retirements(&self) -> anyhow::Result<Vec<crate::gateway::enroll::EnrollmentRecord>> {
+        match self {
+            Book::Store(_) => Ok(Vec::new()),
+            Book::Gateway(g) => Ok(g.rt.block_on(g.state.enrollments())?),
+        }
+    }
+
     fn close(self) {
         match self {
             Book::Store(s) => s.close(),
@@ -196,6 +205,8 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
         TrustCmd::Add { file, send, issue } => {
             let bytes = read_input(&file)?;
             let docs = identity_documents(&bytes)?;
+            #[cfg(feature = "gateway")]
+            let retired = store.retirements()?;
             let mut lines = Vec::with_capacity(docs.len());
             // All or nothing: every document is checked before the one write.
             for doc in docs {
@@ -203,6 +214,14 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
                     return Err(Exit::failed("refusing to add our own identity as a peer").into());
                 }
                 let id = doc.node_id.clone();
+                #[cfg(feature = "gateway")]
+                if let Some(r) = super::retired::retired_key(&retired, &doc) {
+                    return Err(Exit::failed(format!(
+                        "refused {id}: {}; nothing was added",
+                        super::retired::explain(r)
+                    ))
+                    .into());
+                }
                 if !send && doc.role == "node" && cfg.role == crate::config::Role::Gateway {
                     eprintln!(
                         "warning: {id} is trusted without --send: it can never fetch what is \

@@ -21,6 +21,8 @@ pub mod gw;
 pub mod identity;
 pub mod init;
 pub mod queue;
+#[cfg(feature = "gateway")]
+pub mod retired;
 pub mod run;
 pub mod status;
 pub mod tls_gen;

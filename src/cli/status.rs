@@ -18,6 +18,32 @@ use super::{ConfigArg, Exit};
 pub(super) struct Local {
     addr: std::net::SocketAddr,
     tls: Option<crate::tls_pin::Pin>,
+    /// A gateway's status is open on loopback only: beyond it (a gateway bound to one
+    /// address is reached from that address) a `read` token this host signs with the
+    /// gateway's key. `None` on a node, or when the key is not readable by this user.
+    observer: Option<String>,
+}
+
+/// How long the `read` token `status` and `wait-ready` sign for themselves lives.
+const OBSERVER_TTL_MS: u64 = 60 * 1000;
+
+/// A short-lived `read` token signed with the gateway's own key, if this user can read it.
+fn observer_token(cfg: &crate::config::Config) -> Option<String> {
+    if cfg.role != crate::config::Role::Gateway {
+        return None;
+    }
+    let keys = super::common::load_keys(cfg).ok()?;
+    let claims = crate::token::Claims::new(
+        &cfg.node_id,
+        "outpost-status",
+        &cfg.node_id,
+        vec!["read".into()],
+        crate::clock::system().now_ms(),
+        OBSERVER_TTL_MS,
+        &uuid::Uuid::now_v7().to_string(),
+    )
+    .ok()?;
+    crate::token::issue(&keys, &claims).ok()
 }
 
 impl Local {
@@ -36,7 +62,11 @@ impl Local {
             ),
             None => None,
         };
-        Ok(Local { addr, tls })
+        Ok(Local {
+            addr,
+            tls,
+            observer: observer_token(cfg),
+        })
     }
 
     pub(super) fn url(&self) -> String {
@@ -45,7 +75,21 @@ impl Local {
     }
 
     fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        http_get(self.addr, path, self.tls)
+        let auth = self.observer.as_ref().map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        http_request(
+            self.addr,
+            "GET",
+            path,
+            &headers,
+            &[],
+            self.tls,
+            Duration::from_secs(5),
+        )
     }
 
     /// `method path` with a bearer token and an optional JSON body; waits up to
@@ -85,11 +129,17 @@ pub fn status(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
     let body = match local.get("/v1/status") {
         Ok((200, body)) => body,
         Ok((code, body)) => {
+            let why = if code == 401 && local.observer.is_none() {
+                " (a gateway's status beyond loopback needs a read token, which this \
+                 command signs with the gateway's key: run it as the gateway's user)"
+            } else {
+                ""
+            };
             return Err(Exit::failed(format!(
-                "the daemon on {addr} answered {code}: {}",
+                "the daemon on {addr} answered {code}: {}{why}",
                 error_text(&body)
             ))
-            .into())
+            .into());
         }
         Err(e) => {
             return Err(Exit::failed(format!(
@@ -301,6 +351,26 @@ fn upstream_line(up: &Value, now_ms: u64) -> String {
             let _ = write!(line, "\n  what to do: {h}");
         }
     }
+    if let Some(since) = up["failing_since_ms"].as_u64() {
+        let what = match up["reason"].as_str() {
+            Some(r) if crate::sync::advice::UNREACHABLE.contains(&r) => "gateway unreachable",
+            _ => "no exchange with the gateway",
+        };
+        let _ = write!(
+            line,
+            "\n  {what} since {} ({} ago)",
+            crate::token::format_rfc3339_ms(since).unwrap_or_default(),
+            duration(now_ms.saturating_sub(since) / 1000)
+        );
+    }
+    if let Some(next) = up["next_attempt_at_ms"].as_u64() {
+        let _ = write!(
+            line,
+            "\n  next attempt at {} (in {})",
+            crate::token::format_rfc3339_ms(next).unwrap_or_default(),
+            duration(next.saturating_sub(now_ms).div_ceil(1000))
+        );
+    }
     line
 }
 
@@ -363,14 +433,6 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 /// A tiny loopback HTTP/1.1 GET, enough for status without an HTTP client runtime:
 /// the status code and the body. With `tls`, over TLS to a server whose certificate
 /// carries the key of that pin.
-fn http_get(
-    addr: std::net::SocketAddr,
-    path: &str,
-    tls: Option<crate::tls_pin::Pin>,
-) -> std::io::Result<(u16, String)> {
-    http_request(addr, "GET", path, &[], &[], tls, Duration::from_secs(5))
-}
-
 fn http_request(
     addr: std::net::SocketAddr,
     method: &str,

@@ -79,6 +79,8 @@ pub struct RawUpstream {
     pub enroll_token_delete: Option<bool>,
     pub poll_wait_s: Option<u64>,
     pub request_timeout_s: Option<u64>,
+    /// The longest wait between two attempts to reach an unreachable gateway.
+    pub retry_max_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

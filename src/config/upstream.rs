@@ -17,11 +17,17 @@ pub struct Upstream {
     pub ca_file: Option<PathBuf>,
     pub poll_wait_s: u64,
     pub request_timeout_s: u64,
+    /// The reconnect backoff's longest wait (5 s, doubling, up to this).
+    pub retry_max_s: u64,
     /// Enroll with this token while no gateway is trusted (PROTOCOL §15).
     pub enroll_token_file: Option<PathBuf>,
     /// Delete the token file once enrolled (default false).
     pub enroll_token_delete: bool,
 }
+
+/// The reconnect backoff's default cap: a node finds its gateway again within a minute
+/// of its return (PROTOCOL §14 allows up to 300 s).
+pub const DEFAULT_RETRY_MAX_S: u64 = 60;
 
 /// Where an enrolled node notes which gateway it enrolled with (its id, for a config
 /// that names none once the token file is gone).
@@ -123,6 +129,10 @@ pub(super) fn check(u: RawUpstream, role: Role, errs: &mut Vec<String>) -> Upstr
     if poll_wait_s > 120 {
         errs.push("upstream.poll_wait_s must be at most 120".into());
     }
+    let retry_max_s = u.retry_max_s.unwrap_or(DEFAULT_RETRY_MAX_S);
+    if !(5..=300).contains(&retry_max_s) {
+        errs.push("upstream.retry_max_s must be between 5 and 300".into());
+    }
     Upstream {
         url: urls.first().cloned().unwrap_or_default(),
         urls,
@@ -130,6 +140,7 @@ pub(super) fn check(u: RawUpstream, role: Role, errs: &mut Vec<String>) -> Upstr
         ca_file: u.ca_file,
         poll_wait_s,
         request_timeout_s: u.request_timeout_s.unwrap_or(10),
+        retry_max_s,
         enroll_token_file: u.enroll_token_file,
         enroll_token_delete: u.enroll_token_delete.unwrap_or(false),
     }

@@ -14,7 +14,10 @@ pub enum GatewayError {
     #[error(transparent)]
     Ttl(#[from] TtlError),
     /// The target is not an enrolled node.
-    #[error("{0:?} is not an enrolled node (add it with `outpost trust add --send`)")]
+    #[error(
+        "{0:?} is not an enrolled node (`outpost nodes` lists them; a device joins with an \
+         enrollment token or `outpost trust add --send`, a retired one cannot)"
+    )]
     UnknownNode(String),
     /// The target is enrolled without the `send` right: it can never pull what would be
     /// queued for it.

@@ -12,7 +12,13 @@ const JITTER: f64 = 0.10;
 /// ±10 % spread (values outside are clamped, NaN counts as 0); the caller supplies it
 /// from its RNG so this stays deterministic under test.
 pub fn delay_ms(attempt: u32, jitter: f64) -> u64 {
-    let base = base_delay_ms(attempt);
+    delay_capped_ms(attempt, jitter, CAP_MS)
+}
+
+/// [`delay_ms`] with the schedule capped at `cap_ms` (at most 300 s) before the jitter:
+/// the sync loop's reconnect backoff (`upstream.retry_max_s`).
+pub fn delay_capped_ms(attempt: u32, jitter: f64, cap_ms: u64) -> u64 {
+    let base = base_delay_ms(attempt).min(cap_ms);
     let j = if jitter.is_nan() {
         0.0
     } else {
@@ -38,6 +44,15 @@ pub fn base_delay_ms(attempt: u32) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_lower_cap_stops_the_doubling_there_with_its_jitter() {
+        let got: Vec<u64> = (1..=9)
+            .map(|n| delay_capped_ms(n, 0.0, 60_000) / 1000)
+            .collect();
+        assert_eq!(got, vec![0, 5, 10, 20, 40, 60, 60, 60, 60]);
+        assert_eq!(delay_capped_ms(20, 1.0, 60_000), 66_000);
+    }
 
     #[test]
     fn schedule_matches_the_spec() {

@@ -4,13 +4,24 @@
 
 use super::transport::SyncError;
 
+/// The classes that mean no answer came from the gateway at all (as opposed to an
+/// answer that refused this node).
+pub const UNREACHABLE: &[&str] = &[
+    "refused",
+    "dns",
+    "timeout",
+    "unreachable",
+    "network",
+    "slow",
+];
+
 /// A failure's class and the fix to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Advice {
     /// Stable, snake_case: `refused`, `dns`, `tls_untrusted`, `tls_pin_mismatch`,
     /// `tls_plain`, `timeout`,
     /// `unreachable`, `network`, `slow`, `unauthorized`, `forbidden`, `not_found`,
-    /// `gateway_error`, `status`, `clock_skew`, `malformed`, `setup`.
+    /// `gateway_error`, `status`, `clock_skew`, `malformed`, `setup`, `retired`.
     pub class: &'static str,
     pub hint: &'static str,
 }
@@ -25,9 +36,20 @@ pub fn advise(e: &SyncError) -> Advice {
         SyncError::Network(detail) => network(&detail.to_ascii_lowercase()),
         SyncError::Slow(_) => advice(
             "slow",
-            "the gateway answers too slowly for upstream.request_timeout_s (a slow link or an \
-             overloaded gateway); the node asks for smaller batches by itself",
+            "no answer from the gateway within upstream.request_timeout_s: the gateway is \
+             unreachable (a link that drops packets, a gateway host that is down) or \
+             overloaded; the node retries on its backoff (upstream.retry_max_s), and on a \
+             slow link halves its batches until they get through",
         ),
+        SyncError::Status { status: 401, code } if code == crate::enroll::codes::NODE_REVOKED => {
+            advice(
+                "retired",
+                "the gateway retired this node (`outpost nodes revoke`) and refuses its key for \
+                 good; trusting this key again is refused too. To bring the device back, give it \
+                 a new key and enroll it again with an enrollment token (docs/INSTALL.md \
+                 \"A reflashed card\")",
+            )
+        }
         SyncError::Status { status: 401, .. } => advice(
             "unauthorized",
             "the gateway refuses this node's signature: it does not trust this node, or trusts \
@@ -190,6 +212,16 @@ mod tests {
         })
         .hint
         .contains("--send"));
+        let retired = advise(&SyncError::Status {
+            status: 401,
+            code: "node_revoked".into(),
+        });
+        assert_eq!(retired.class, "retired");
+        assert!(
+            !retired.hint.contains("trust add") && retired.hint.contains("enrollment token"),
+            "{}",
+            retired.hint
+        );
     }
 
     #[test]

@@ -67,6 +67,26 @@ enum Attempt {
     Failed(String),
 }
 
+/// What gets a refused enrollment through, by its code: a new token helps only when
+/// the token was the problem.
+pub fn refused_fix(code: &str) -> &'static str {
+    match code {
+        codes::REJECTED => {
+            "an operator rejected this device at the gateway; a new token does not help: \
+             if it should join, they run `outpost nodes approve <this node>` there and it is \
+             let in at its next retry"
+        }
+        codes::NODE_REVOKED => {
+            "this node was retired at the gateway; a new key (a reflashed device) enrolls \
+             again with a token"
+        }
+        codes::DUPLICATE_NODE_ID => {
+            "another device holds this node id and is connected: give this one its own name"
+        }
+        _ => "replace the token file with a valid token for this gateway (the node reads it at each retry)",
+    }
+}
+
 /// The node's side, with what it needs from the daemon.
 pub struct Enroller {
     pub cfg: Arc<Config>,
@@ -94,7 +114,8 @@ impl Enroller {
                     gateway = %gateway,
                     code = code.unwrap_or("-"),
                     reason = reason.as_deref().unwrap_or("-"),
-                    "the gateway refused this node's enrollment; retrying every 10 minutes (replace the token file to try another token)"
+                    fix = refused_fix(code.unwrap_or("-")),
+                    "the gateway refused this node's enrollment; retrying every 10 minutes"
                 ),
                 "pending" => tracing::warn!(
                     event = "enrollment_pending",

@@ -25,7 +25,7 @@
 //! the configured size. Without it a batch too large for the link's speed would time
 //! out on every retry, and nothing would ever get through.
 
-use crate::store::backoff::delay_ms;
+use crate::store::backoff::delay_capped_ms;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MachineConfig {
@@ -46,6 +46,8 @@ pub struct MachineConfig {
     pub outbox_every_ms: u64,
     pub audit_every_ms: u64,
     pub revocations_every_ms: u64,
+    /// The reconnect backoff's longest wait (`upstream.retry_max_s`).
+    pub retry_max_ms: u64,
 }
 
 impl Default for MachineConfig {
@@ -59,6 +61,7 @@ impl Default for MachineConfig {
             outbox_every_ms: 5_000,
             audit_every_ms: 30_000,
             revocations_every_ms: 60_000,
+            retry_max_ms: 300_000,
         }
     }
 }
@@ -167,6 +170,8 @@ pub struct Machine {
     revocations_due_ms: u64,
     last_ok_ms: Option<u64>,
     last_error: Option<String>,
+    /// The first failure since the gateway last answered (or since start).
+    failing_since_ms: Option<u64>,
     /// Per kind of batch ([`Kind`]): the configured size is divided by `2^shrink` (at
     /// least 1); raised by a slow answer to a request of that kind, lowered by a full
     /// batch of that kind that got through.
@@ -203,6 +208,7 @@ impl Machine {
             revocations_due_ms: 0,
             last_ok_ms: None,
             last_error: None,
+            failing_since_ms: None,
             shrink: [0; 3],
             in_flight: None,
         }
@@ -225,6 +231,15 @@ impl Machine {
     }
     pub fn retry_at_ms(&self) -> u64 {
         self.retry_at_ms
+    }
+    /// Since when the gateway has not answered: the first failure after the last
+    /// success (or since start); `None` while it answers.
+    pub fn failing_since_ms(&self) -> Option<u64> {
+        self.failing_since_ms
+    }
+    /// When the next attempt goes out, while the node waits out its backoff.
+    pub fn next_attempt_ms(&self) -> Option<u64> {
+        (self.phase == Phase::Offline && self.failures > 0).then_some(self.retry_at_ms)
     }
 
     fn configured(&self, k: Kind) -> u32 {
@@ -279,6 +294,7 @@ impl Machine {
     /// that can still be halved — halve it and go again at once.
     fn failed(&mut self, now: u64, jitter: f64, slow: bool) -> Action {
         self.phase = Phase::Offline;
+        self.failing_since_ms.get_or_insert(now);
         let shrinks = match self.in_flight {
             Some(k) if slow && self.can_shrink(k) => Some(k),
             _ => None,
@@ -291,7 +307,12 @@ impl Machine {
         } else {
             self.failures = self.failures.saturating_add(1);
             // Failure n is followed by attempt n+1 of the schedule (5 s first).
-            self.retry_at_ms = now + delay_ms(self.failures.saturating_add(1), jitter);
+            self.retry_at_ms = now
+                + delay_capped_ms(
+                    self.failures.saturating_add(1),
+                    jitter,
+                    self.cfg.retry_max_ms,
+                );
         }
         // Everything is due again once we are back.
         self.outbox_dirty = true;
@@ -306,6 +327,7 @@ impl Machine {
         self.failures = 0;
         self.last_ok_ms = Some(now);
         self.last_error = None;
+        self.failing_since_ms = None;
     }
 
     /// Feed one event; get the one thing to do next.

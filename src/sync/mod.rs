@@ -133,6 +133,12 @@ pub struct SyncStatus {
     pub last_error: Option<String>,
     /// What to do about `last_error` ([`advice`]).
     pub hint: Option<String>,
+    /// The class of `last_error` ([`advice::Advice::class`]).
+    pub reason: Option<&'static str>,
+    /// The first failure since the gateway last answered.
+    pub failing_since_ms: Option<u64>,
+    /// When the reconnect backoff tries again.
+    pub next_attempt_at_ms: Option<u64>,
     pub audit_synced_size: u64,
     pub pulled: u64,
     pub pushed: u64,
@@ -191,6 +197,9 @@ impl SyncHandle {
             "last_ok_ms": s.last_ok_ms,
             "last_error": s.last_error,
             "hint": s.hint,
+            "reason": s.reason,
+            "failing_since_ms": s.failing_since_ms,
+            "next_attempt_at_ms": s.next_attempt_at_ms,
             "audit_synced_size": s.audit_synced_size,
             "envelopes_pulled": s.pulled,
             "envelopes_pushed": s.pushed,

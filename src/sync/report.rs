@@ -33,11 +33,11 @@ impl Worker {
         else {
             return;
         };
-        self.shared
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .hint = Some(advice.hint.to_string());
+        {
+            let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.hint = Some(advice.hint.to_string());
+            s.reason = Some(advice.class);
+        }
         if self
             .reporter
             .failed(advice.class, self.now(), REPORT_AGAIN_MS)
@@ -67,8 +67,11 @@ impl Worker {
             s.connected = connected;
             s.last_ok_ms = m.last_ok_ms();
             s.last_error = m.last_error().map(str::to_string);
+            s.failing_since_ms = m.failing_since_ms();
+            s.next_attempt_at_ms = m.next_attempt_ms();
             if s.last_error.is_none() {
                 s.hint = None;
+                s.reason = None;
             }
             if let Some(c) = self.confirmed_audit {
                 s.audit_synced_size = c;

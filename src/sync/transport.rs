@@ -75,6 +75,7 @@ fn network_error(e: reqwest::Error) -> SyncError {
         detail.push_str(&s.to_string());
         src = s.source();
     }
+    let detail = crate::tls_pin::plain_error(&detail);
     if slow {
         SyncError::Slow(detail)
     } else {

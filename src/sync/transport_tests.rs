@@ -48,6 +48,7 @@ async fn two_requests_in_one_millisecond_never_share_a_signature() {
         enroll_token_file: None,
         enroll_token_delete: false,
         request_timeout_s: 5,
+        retry_max_s: 60,
     };
     let t = Transport::new(
         &up,
@@ -143,6 +144,7 @@ fn upstream(urls: Vec<String>) -> Upstream {
         enroll_token_file: None,
         enroll_token_delete: false,
         request_timeout_s: 5,
+        retry_max_s: 60,
     }
 }
 

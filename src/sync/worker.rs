@@ -63,6 +63,7 @@ pub fn spawn(
     let mcfg = MachineConfig {
         poll_wait_s: up.poll_wait_s,
         flush_batch: deps.cfg.queue.flush_batch,
+        retry_max_ms: up.retry_max_s * 1000,
         ..MachineConfig::default()
     };
     let w = Worker {

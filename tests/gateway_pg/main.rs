@@ -23,6 +23,9 @@
 //! - `audit`, `demo`, `diskfull`, `malformed`, `node`, `startup`, `store_cli`,
 //!   `systemd`: nodes only (`startup` also checks that a node's config naming
 //!   PostgreSQL is refused).
+//! - `gateway::gateway_metrics_need_read_off_loopback_and_count_requests`: the HTTP
+//!   edge, from a network namespace of its own, where the test's database on loopback
+//!   is out of reach.
 //! - The embedded state's unit tests (`gateway::storage::embedded::tests`, in the
 //!   library) test that engine's code.
 
@@ -71,6 +74,8 @@ mod migrate_pg;
 mod netns;
 #[path = "../it/openapi.rs"]
 mod openapi;
+#[path = "../it/operator_day.rs"]
+mod operator_day;
 #[path = "../it/pg.rs"]
 mod pg;
 #[path = "../it/pipeline.rs"]

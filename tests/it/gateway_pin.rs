@@ -225,6 +225,14 @@ fn a_node_refuses_a_gateway_whose_key_is_not_the_pinned_one() {
             .is_some_and(|e| e.contains("pins")),
         "{v}"
     );
+    // One encoding, plain words: the pin as the identity document writes it
+    // (base64url), not hex inside rustls' debug text.
+    let doc: Value = serde_json::from_str(&other.identity_json()).unwrap();
+    let pinned = doc["tls_spki_sha256"].as_str().unwrap();
+    let e = v["upstream"]["last_error"].as_str().unwrap();
+    assert!(e.contains(&format!("pins tls_spki_sha256 {pinned}")), "{e}");
+    assert!(!e.contains("OtherError") && !e.contains("Refused("), "{e}");
+    assert!(!log.contains("OtherError"), "{log}");
 }
 
 /// A node with an `https://` upstream and no anchor at all says so when it starts.
@@ -295,4 +303,37 @@ fn init_takes_an_operators_certificate_or_plain_http_on_purpose() {
         "--allow-plaintext",
     ]);
     assert_eq!(o.status.code(), Some(64), "{}", text(&o));
+}
+
+/// This host's address on its default route (no packet is sent), if it has one beyond
+/// loopback.
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// A gateway bound to one address beyond loopback is reached from that address, where
+/// its status needs a `read` token: `outpost status` and `wait-ready` sign one with the
+/// gateway's key (they answered 401 without a way to pass one).
+#[test]
+fn status_works_on_a_gateway_bound_to_one_address() {
+    let Some(ip) = non_loopback_ip() else {
+        crate::harness::skipped(
+            "gateway_pin::status_works_on_a_gateway_bound_to_one_address",
+            "this host has no address beyond loopback",
+        );
+        return;
+    };
+    let gw = init("gateway", "gateway:main", &["--listen", &format!("{ip}:0")]);
+    let _g = gw.start();
+    let o = gw.cli(&["wait-ready", "--timeout", "20s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = gw.cli(&["status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["role"], "gateway", "{v}");
+    let o = gw.cli(&["status"]);
+    assert!(o.status.success(), "{}", text(&o));
 }

@@ -15,6 +15,7 @@ mod console;
 mod console_limits;
 mod console_pages;
 mod demo;
+mod device_build;
 mod diskfull;
 mod docs;
 mod enroll;
@@ -41,6 +42,7 @@ mod newcomer;
 mod node;
 mod node_id_from;
 mod openapi;
+mod operator_day;
 mod pg;
 mod pipeline;
 mod powercut;
@@ -49,6 +51,7 @@ mod powercut;
 #[allow(dead_code)]
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
+mod readme_first_hour;
 mod self_enroll;
 mod sim;
 mod slow_clients;

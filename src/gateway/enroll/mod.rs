@@ -18,8 +18,8 @@ use super::error::GatewayError;
 use super::events::GatewayEvent;
 use super::state::Gateway;
 pub use super::storage::{
-    retired_records, rotated_records, trust_node, Decision, EnrollmentRecord, Facts, Kind,
-    RecordState, TokenRecord, NODE_RIGHTS,
+    retired_records, rotated_records, settleable, trust_node, Decision, EnrollmentRecord, Facts,
+    Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
 use crate::audit::{AuditEvent, AuditOutcome};
 use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
@@ -349,8 +349,9 @@ impl Enrollment<'_> {
         Ok(all)
     }
 
-    /// An operator approves (or rejects) the pending enrollment of `node_id`. Approving a
-    /// re-key retires the old key: from then on only the new one is trusted.
+    /// An operator approves (or rejects) the pending enrollment of `node_id`, or approves
+    /// a rejected one ([`settleable`]). Approving a re-key retires the old key: from then
+    /// on only the new one is trusted.
     pub async fn settle(
         &self,
         operator: &str,
@@ -374,7 +375,11 @@ impl Enrollment<'_> {
             .ok_or_else(|| {
                 GatewayError::NotFound(
                     "not_found",
-                    format!("no enrollment of {node_id} is pending"),
+                    if approve {
+                        format!("no enrollment of {node_id} is pending or rejected")
+                    } else {
+                        format!("no enrollment of {node_id} is pending")
+                    },
                 )
             })?;
         tracing::info!(event = "node_enrollment", node = %node_id, outcome, kind = r.kind.as_str());

@@ -39,9 +39,9 @@ use std::pin::Pin;
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 pub use enrollments::{
-    pending_json, retired_records, rotated_records, trust_node, Decision, EnrollmentRecord,
-    EnrollmentState, Facts, Kind, PendingAudit, RecordState, RetireAudit, SettleAudit, TokenRecord,
-    NODE_RIGHTS,
+    pending_json, retired_records, rotated_records, settleable, trust_node, Decision,
+    EnrollmentRecord, EnrollmentState, Facts, Kind, PendingAudit, RecordState, RetireAudit,
+    SettleAudit, TokenRecord, NODE_RIGHTS,
 };
 pub use shared::SharedState;
 

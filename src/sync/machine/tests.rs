@@ -12,6 +12,7 @@ fn m() -> Machine {
         outbox_every_ms: 5_000,
         audit_every_ms: 30_000,
         revocations_every_ms: 60_000,
+        retry_max_ms: 300_000,
     })
 }
 
@@ -128,6 +129,48 @@ fn failure_backs_off_on_the_spec_schedule_and_success_resets() {
     assert_eq!(s.last_ok_ms(), Some(36_100));
     assert_eq!(fail(&mut s, 40_000), Action::Wait { until_ms: 45_000 });
     assert_eq!(s.last_error(), Some("x"));
+}
+
+/// The reconnect backoff stops doubling at `retry_max_ms`; the status knows since when
+/// the gateway has not answered and when the next attempt goes out.
+#[test]
+fn the_backoff_stops_at_its_cap_and_says_since_when_and_the_next_attempt() {
+    let mut s = Machine::new(MachineConfig {
+        retry_max_ms: 15_000,
+        ..MachineConfig::default()
+    });
+    s.handle(Event::Start, 0);
+    assert_eq!((s.failing_since_ms(), s.next_attempt_ms()), (None, None));
+    let mut now = 1_000;
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let a = s.handle(
+            Event::Failed {
+                error: "x".into(),
+                jitter: 0.0,
+                slow: false,
+            },
+            now,
+        );
+        let Action::Wait { until_ms } = a else {
+            panic!("{a:?}")
+        };
+        assert_eq!(s.next_attempt_ms(), Some(until_ms));
+        waits.push(until_ms - now);
+        now = until_ms;
+        s.handle(Event::Timer, now);
+    }
+    assert_eq!(waits, [5_000, 10_000, 15_000, 15_000, 15_000]);
+    assert_eq!(s.failing_since_ms(), Some(1_000), "the first failure, kept");
+    s.handle(
+        Event::Pulled {
+            pending_count: 0,
+            received: 0,
+            stalled: false,
+        },
+        now + 10,
+    );
+    assert_eq!((s.failing_since_ms(), s.next_attempt_ms()), (None, None));
 }
 
 #[test]

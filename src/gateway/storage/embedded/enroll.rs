@@ -178,10 +178,10 @@ impl Embedded {
     ) -> Result<Option<EnrollmentRecord>, StateError> {
         let _one = self.enrolling.lock().await;
         let records = self.records_of(node_id)?;
-        let Some(mut r) = records
-            .iter()
-            .find(|r| r.state == RecordState::Pending)
-            .cloned()
+        let mut trust = self.trust_now()?;
+        let trusted = trust.get(node_id).map(|p| b64_encode(&p.doc.sign_pk));
+        let Some(mut r) =
+            crate::gateway::storage::settleable(&records, approve, trusted.as_deref())
         else {
             return Ok(None);
         };
@@ -189,10 +189,9 @@ impl Embedded {
         r.decided_at_ms = Some(now_ms);
         if approve {
             r.state = RecordState::Enrolled;
-            let mut trust = self.trust_now()?;
             if r.kind == Kind::Rekey {
                 // The key it replaces is retired: a device coming back with it is refused.
-                let old = trust.get(node_id).map(|p| b64_encode(&p.doc.sign_pk));
+                let old = trusted;
                 for mut o in records
                     .into_iter()
                     .filter(|o| Some(&o.node_sign_pk) == old.as_ref())

@@ -16,8 +16,8 @@ use super::{AuditExtension, Fut};
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::envelope::{IdentityDocument, KeyRotation, Rotated, RotationError};
 pub use records::{
-    retired_records, rotated_records, trust_node, Decision, EnrollmentRecord, Facts, Kind,
-    RecordState, TokenRecord, NODE_RIGHTS,
+    retired_records, rotated_records, settleable, trust_node, Decision, EnrollmentRecord, Facts,
+    Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
 
 /// The audit entry of an approval or rejection, made from the settled record.

@@ -127,6 +127,35 @@ pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), Stri
         .map_err(|e| e.to_string())
 }
 
+/// The record an operator's decision on `node_id` settles, from `records` (every record
+/// of the id): the pending one; or, to approve, the newest rejected one (a device
+/// rejected by mistake is let in again: its retries answer from this record). A rejected
+/// record's kind is what it would be now: a re-key when the id is trusted under
+/// `trusted_key`, another key (approving it retires that key).
+pub fn settleable(
+    records: &[EnrollmentRecord],
+    approve: bool,
+    trusted_key: Option<&str>,
+) -> Option<EnrollmentRecord> {
+    if let Some(p) = records.iter().find(|r| r.state == RecordState::Pending) {
+        return Some(p.clone());
+    }
+    if !approve {
+        return None;
+    }
+    let mut r = records
+        .iter()
+        .filter(|r| r.state == RecordState::Rejected)
+        .max_by_key(|r| r.decided_at_ms)?
+        .clone();
+    r.kind = if trusted_key.is_some_and(|k| k != r.node_sign_pk) {
+        Kind::Rekey
+    } else {
+        Kind::New
+    };
+    Some(r)
+}
+
 /// The records to write when the node trusted as `doc` is retired at `now_ms`, from
 /// `records` (every record of its id): each enrolled, pending or rotated-away key reads
 /// revoked (a rejected one stays rejected), and the trusted key's record is there even

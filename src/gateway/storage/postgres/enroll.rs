@@ -264,10 +264,10 @@ impl Postgres {
         let tx = c.transaction().await.map_err(unavailable)?;
         lock_node(&tx, node_id).await?;
         let records = records_of(&tx, node_id).await?;
-        let Some(mut r) = records
-            .iter()
-            .find(|r| r.state == RecordState::Pending)
-            .cloned()
+        let old = trusted_node(&tx, node_id)
+            .await?
+            .map(|d| b64_encode(&d.sign_pk));
+        let Some(mut r) = crate::gateway::storage::settleable(&records, approve, old.as_deref())
         else {
             return Ok(None);
         };
@@ -275,9 +275,6 @@ impl Postgres {
         if approve {
             r.state = RecordState::Enrolled;
             if r.kind == Kind::Rekey {
-                let old = trusted_node(&tx, node_id)
-                    .await?
-                    .map(|d| b64_encode(&d.sign_pk));
                 for mut o in records
                     .into_iter()
                     .filter(|o| Some(&o.node_sign_pk) == old.as_ref())
