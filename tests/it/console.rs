@@ -122,7 +122,7 @@ impl Session {
 
 /// A gateway with node `node:a` paired, a `node:b` enrolled but never started, and an
 /// admin token. Returns (gateway home, node a home, node b home, gateway, admin token).
-fn fleet(poll_wait_s: u64) -> (Home, Home, Home, Daemon, String) {
+pub(crate) fn fleet(poll_wait_s: u64) -> (Home, Home, Home, Daemon, String) {
     let (gw_home, a) = gateway_and_node("node:a", poll_wait_s);
     pair(&gw_home, &a);
     let gw = gw_home.start();
