@@ -683,8 +683,9 @@ async fn an_admin_calls_a_tool_from_the_node_page() {
     assert_eq!(r.status(), 303);
     let to = r.headers()[LOCATION].to_str().unwrap().to_string();
     let id = to
-        .split("sent=")
+        .split("call=")
         .nth(1)
+        .and_then(|v| v.split('#').next())
         .expect("the message id")
         .to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -705,6 +706,12 @@ async fn an_admin_calls_a_tool_from_the_node_page() {
         assert!(std::time::Instant::now() < deadline, "{v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The page the browser is sent to follows that call.
+    let page = s.get(&to).await.text().await.unwrap();
+    assert!(
+        page.contains(&format!("data-message-id=\"{id}\"")),
+        "{page}"
+    );
     // Arguments that are not JSON: a readable refusal, nothing queued.
     let r = s
         .post(

@@ -80,7 +80,7 @@ async fn in_a_browser_the_waiting_devices_come_first_and_are_approved_together()
              return !!p && !!(p.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING)")
         .await;
     assert_eq!(first, true, "the pending list is above the fleet table");
-    b.screenshot("fleet-pending.png").await;
+    b.screenshot("fleet-approve.png").await;
 
     // On a phone: no sideways page, and every row's liveness within the screen.
     c.set_window_size(390, 844).await.unwrap();
@@ -172,7 +172,7 @@ async fn in_a_browser_the_fleet_totals_follow_a_node_going_stale() {
     .await;
     assert_eq!(total(&b, "online").await, "0");
     assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
-    b.screenshot("fleet.png").await;
+    b.screenshot("fleet-stale.png").await;
     b.close().await;
 }
 
@@ -366,6 +366,8 @@ async fn in_a_browser_retiring_needs_the_node_id_typed_and_records_who() {
     confirm.clear().await.unwrap();
     confirm.send_keys("node:b").await.unwrap();
     assert_eq!(disabled().await, false);
+    b.js("document.getElementById('retire').scrollIntoView(); return 1")
+        .await;
     b.screenshot("node-retire.png").await;
     c.find(Css("#retire-button"))
         .await

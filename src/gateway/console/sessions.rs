@@ -348,6 +348,32 @@ mod tests {
     }
 
     #[test]
+    fn a_revoked_tokens_sessions_remember_why_they_ended_and_only_so_many() {
+        let s = Sessions::new();
+        let (c1, _) = s.create(who(u64::MAX), 1);
+        let (c2, _) = s.create(who(u64::MAX), 2);
+        let mut other = who(u64::MAX);
+        other.jti = "j2".into();
+        let (c3, _) = s.create(other, 3);
+        s.remove(&c2);
+        assert_eq!(s.end_reason(&c2), None, "a sign-out has no reason to tell");
+        s.end_token("j1");
+        assert_eq!(s.end_reason(&c1), Some(Ended::TokenRevoked));
+        assert!(s.get(&c1, 4).is_none());
+        assert_eq!(s.end_reason(&c3), None);
+        assert!(s.get(&c3, 4).is_some());
+        // Bounded: the oldest reasons are forgotten first.
+        for i in 0..ENDED_KEPT {
+            let mut w = who(u64::MAX);
+            w.jti = format!("x{i}");
+            s.create(w, 5);
+            s.end_token(&format!("x{i}"));
+        }
+        assert_eq!(s.end_reason(&c1), None);
+        assert!(lock(&s.ended).len() <= ENDED_KEPT);
+    }
+
+    #[test]
     fn a_session_is_found_by_its_cookie_only_and_ends_at_the_earlier_expiry() {
         let s = Sessions::new();
         let (cookie, made) = s.create(who(u64::MAX), 1_000);
