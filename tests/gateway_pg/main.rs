@@ -38,6 +38,8 @@ pub const GATEWAY_ENGINE: &str = "postgres";
 mod browser;
 #[path = "../it/console.rs"]
 mod console;
+#[path = "../it/console_day.rs"]
+mod console_day;
 #[path = "../it/enroll.rs"]
 mod enroll;
 #[path = "../it/enroll_burst_pg.rs"]

@@ -122,7 +122,7 @@ impl Session {
 
 /// A gateway with node `node:a` paired, a `node:b` enrolled but never started, and an
 /// admin token. Returns (gateway home, node a home, node b home, gateway, admin token).
-fn fleet(poll_wait_s: u64) -> (Home, Home, Home, Daemon, String) {
+pub(crate) fn fleet(poll_wait_s: u64) -> (Home, Home, Home, Daemon, String) {
     let (gw_home, a) = gateway_and_node("node:a", poll_wait_s);
     pair(&gw_home, &a);
     let gw = gw_home.start();
@@ -683,8 +683,9 @@ async fn an_admin_calls_a_tool_from_the_node_page() {
     assert_eq!(r.status(), 303);
     let to = r.headers()[LOCATION].to_str().unwrap().to_string();
     let id = to
-        .split("sent=")
+        .split("call=")
         .nth(1)
+        .and_then(|v| v.split('#').next())
         .expect("the message id")
         .to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -705,6 +706,12 @@ async fn an_admin_calls_a_tool_from_the_node_page() {
         assert!(std::time::Instant::now() < deadline, "{v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The page the browser is sent to follows that call.
+    let page = s.get(&to).await.text().await.unwrap();
+    assert!(
+        page.contains(&format!("data-message-id=\"{id}\"")),
+        "{page}"
+    );
     // Arguments that are not JSON: a readable refusal, nothing queued.
     let r = s
         .post(

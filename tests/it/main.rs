@@ -12,6 +12,7 @@ mod answer_caps;
 mod audit;
 mod browser;
 mod console;
+mod console_day;
 mod console_limits;
 mod console_pages;
 mod demo;

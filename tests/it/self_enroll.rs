@@ -640,7 +640,7 @@ async fn an_operator_approves_and_retires_from_the_console() {
         .post(
             "/ui/nodes/node:a/retire",
             Some(&admin.origin),
-            &[("csrf", &csrf)],
+            &[("csrf", &csrf), ("confirm", "node:a")],
         )
         .await;
     assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());

@@ -21,6 +21,7 @@ use super::fleet::Fleet;
 use super::fleet::NodeView;
 use super::liveness::{DEAD_MS, ONLINE_MS, STALE_MS};
 use super::storage::QueuedMessage;
+use crate::sync::wire::TaskResult;
 
 /// Rows per fleet page: 2,000 nodes are ten pages, each rendered in a few ms.
 pub const PAGE_ROWS: usize = 200;
@@ -28,6 +29,8 @@ pub const PAGE_ROWS: usize = 200;
 pub const NODE_QUEUE_ROWS: usize = 200;
 /// Recent events a node page lists.
 pub const NODE_EVENTS: usize = 50;
+/// Recent results a node page lists, each with what the tool answered.
+pub const NODE_RESULTS: usize = 20;
 
 /// What the liveness column says: the four states of [`super::liveness`] plus `never`
 /// for a node not heard from since this gateway started (there `offline`).
@@ -307,8 +310,9 @@ pub struct NodePage {
     pub queued: Vec<QueuedMessage>,
     /// Its events among those in memory, newest first.
     pub events: Vec<Arc<Event>>,
-    /// Its `result` events among those in memory, newest first.
-    pub results: Vec<Arc<Event>>,
+    /// Its `result` events among those in memory, newest first (at most
+    /// [`NODE_RESULTS`]), each with the result filed for its call where it is still kept.
+    pub results: Vec<(Arc<Event>, Option<TaskResult>)>,
     pub now_ms: u64,
 }
 
@@ -355,12 +359,17 @@ impl Fleet<'_> {
             .filter(|e| event_node(&e.event) == Some(node_id))
             .cloned()
             .collect();
-        let results = mine
+        let mut results = Vec::new();
+        for e in mine
             .iter()
             .filter(|e| matches!(e.event, GatewayEvent::Result { .. }))
-            .take(NODE_EVENTS)
-            .cloned()
-            .collect();
+            .take(NODE_RESULTS)
+        {
+            let GatewayEvent::Result { message_id, .. } = &e.event else {
+                continue;
+            };
+            results.push((e.clone(), super::commands::result_of(gw, message_id).await?));
+        }
         Ok(NodePage {
             row,
             queued: gw.state.queued_for(node_id, NODE_QUEUE_ROWS).await?,

@@ -73,6 +73,20 @@ struct Entry {
 
 pub struct Sessions {
     table: Mutex<Table>,
+    /// Why recently ended sessions ended, by their cookie's hash (at most
+    /// [`ENDED_KEPT`], the oldest forgotten first): the sign-in page tells the operator
+    /// whose cookie names one.
+    ended: Mutex<std::collections::VecDeque<([u8; 32], Ended)>>,
+}
+
+/// How many ended sessions' reasons are kept.
+pub const ENDED_KEPT: usize = 1_024;
+
+/// Why a session ended before its operator signed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The token it was signed in with was revoked.
+    TokenRevoked,
 }
 
 impl Default for Sessions {
@@ -113,6 +127,7 @@ impl Sessions {
     pub fn new() -> Self {
         Self {
             table: Mutex::new(Table::default()),
+            ended: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -168,9 +183,28 @@ impl Sessions {
         lock(&self.table).remove(&digest(cookie));
     }
 
-    /// Token `jti` was revoked: every session it signed in ends.
+    /// Token `jti` was revoked: every session it signed in ends, and the reason is
+    /// kept for [`Sessions::end_reason`].
     pub fn end_token(&self, jti: &str) {
-        lock(&self.table).remove_where(|s| s.jti == jti);
+        let gone = lock(&self.table).remove_where(|s| s.jti == jti);
+        let mut ended = lock(&self.ended);
+        for k in gone {
+            if ended.len() >= ENDED_KEPT {
+                ended.pop_front();
+            }
+            ended.push_back((k, Ended::TokenRevoked));
+        }
+    }
+
+    /// Why the session `cookie` named ended, when it ended for a reason the operator
+    /// did not choose (and it was among the last [`ENDED_KEPT`]).
+    pub fn end_reason(&self, cookie: &str) -> Option<Ended> {
+        let key = digest(cookie);
+        lock(&self.ended)
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, why)| *why)
     }
 
     /// How many sessions are held (live or not yet pruned).
@@ -228,16 +262,18 @@ impl Table {
         e.ended.cancel();
     }
 
-    fn remove_where(&mut self, f: impl Fn(&Session) -> bool) {
+    /// Remove every session `f` picks; returns their keys.
+    fn remove_where(&mut self, f: impl Fn(&Session) -> bool) -> Vec<[u8; 32]> {
         let gone: Vec<[u8; 32]> = self
             .by_hash
             .iter()
             .filter(|(_, e)| f(&e.session))
             .map(|(k, _)| *k)
             .collect();
-        for k in gone {
-            self.remove(&k);
+        for k in &gone {
+            self.remove(k);
         }
+        gone
     }
 
     fn of_token(&self, jti: &str) -> usize {
@@ -309,6 +345,32 @@ mod tests {
             admin: true,
             token_expires_ms: exp,
         }
+    }
+
+    #[test]
+    fn a_revoked_tokens_sessions_remember_why_they_ended_and_only_so_many() {
+        let s = Sessions::new();
+        let (c1, _) = s.create(who(u64::MAX), 1);
+        let (c2, _) = s.create(who(u64::MAX), 2);
+        let mut other = who(u64::MAX);
+        other.jti = "j2".into();
+        let (c3, _) = s.create(other, 3);
+        s.remove(&c2);
+        assert_eq!(s.end_reason(&c2), None, "a sign-out has no reason to tell");
+        s.end_token("j1");
+        assert_eq!(s.end_reason(&c1), Some(Ended::TokenRevoked));
+        assert!(s.get(&c1, 4).is_none());
+        assert_eq!(s.end_reason(&c3), None);
+        assert!(s.get(&c3, 4).is_some());
+        // Bounded: the oldest reasons are forgotten first.
+        for i in 0..ENDED_KEPT {
+            let mut w = who(u64::MAX);
+            w.jti = format!("x{i}");
+            s.create(w, 5);
+            s.end_token(&format!("x{i}"));
+        }
+        assert_eq!(s.end_reason(&c1), None);
+        assert!(lock(&s.ended).len() <= ENDED_KEPT);
     }
 
     #[test]

@@ -15,11 +15,14 @@ use serde_json::Value;
 
 use super::fleet::{encode, encode_segment, revoked_location};
 use super::layout;
+use super::node::{self, FormKind, NodeParams, Refused};
 use super::session::{admin_refusal, csrf_refusal, PageSession};
 use super::Console;
 use crate::api::ApiError;
 use crate::gateway::commands::Command;
 use crate::gateway::commands::{ToolCall, ToolCallOutcome};
+use crate::gateway::error::GatewayError;
+use axum::http::StatusCode;
 
 #[derive(Debug, Deserialize)]
 pub struct CommandForm {
@@ -38,6 +41,39 @@ fn refused(e: impl Into<ApiError>, title: &str) -> Response {
     layout::error_page(e.status, title, &e.message)
 }
 
+/// An optional whole number of seconds; `Err` when something else was typed.
+fn ttl(text: &str) -> Result<Option<u64>, ()> {
+    match text.trim() {
+        "" => Ok(None),
+        t => t.parse::<u64>().map(Some).map_err(|_| ()),
+    }
+}
+
+/// The node page again (400), its form `form` filled with what was typed and `error`
+/// above it.
+async fn sent_back(
+    c: &Console,
+    s: &PageSession,
+    node_id: &str,
+    form: FormKind,
+    error: String,
+    values: Vec<(&'static str, String)>,
+) -> Response {
+    node::render(
+        c,
+        s,
+        node_id,
+        &NodeParams::default(),
+        StatusCode::BAD_REQUEST,
+        Some(Refused {
+            form,
+            error,
+            values,
+        }),
+    )
+    .await
+}
+
 /// `POST /ui/nodes/{id}/commands`.
 pub async fn command(
     State(c): State<Arc<Console>>,
@@ -48,29 +84,23 @@ pub async fn command(
     if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
         return r;
     }
+    let again = |error: String| {
+        let values = vec![
+            ("command_type", f.command_type.clone()),
+            ("body", f.body.clone()),
+            ("ttl_s", f.ttl_s.clone()),
+        ];
+        sent_back(&c, &s, &node_id, FormKind::Command, error, values)
+    };
     let body = match f.body.trim() {
         "" => Value::Null,
         text => match serde_json::from_str(text) {
             Ok(v) => v,
-            Err(e) => {
-                return refused(
-                    ApiError::bad_request(format!("the body is not JSON: {e}")),
-                    "Command not queued",
-                )
-            }
+            Err(e) => return again(format!("Not queued: the body is not JSON ({e}).")).await,
         },
     };
-    let ttl_s = match f.ttl_s.trim() {
-        "" => None,
-        t => match t.parse::<u64>() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                return refused(
-                    ApiError::bad_request("the TTL must be a whole number of seconds"),
-                    "Command not queued",
-                )
-            }
-        },
+    let Ok(ttl_s) = ttl(&f.ttl_s) else {
+        return again("Not queued: the TTL must be a whole number of seconds.".into()).await;
     };
     let cmd = Command {
         node_id: node_id.clone(),
@@ -80,6 +110,7 @@ pub async fn command(
         message_id: None,
     };
     match c.gw.commands().command(&s.session.subject, cmd).await {
+        Err(GatewayError::BadRequest(m)) => again(format!("Not queued: {m}")).await,
         Ok((message_id, _expires)) => {
             tracing::info!(event = "console_command_queued", subject = %s.session.subject, node = %node_id, message_id = %message_id);
             Redirect::to(&format!(
@@ -160,16 +191,80 @@ pub async fn settle(
     }
 }
 
+#[derive(Debug, Deserialize)]
+pub struct RetireForm {
+    #[serde(default)]
+    pub csrf: String,
+    /// The node id typed again: retiring cannot be undone.
+    #[serde(default)]
+    pub confirm: String,
+}
+
+/// `POST /ui/enrollments/approve`: approve every enrollment ticked on the fleet page
+/// (fields `node`, repeated), each through the same flow as `POST
+/// /v1/enrollments/{node_id}/approve`. One that is no longer pending (decided meanwhile,
+/// elsewhere) is named in the notice; the others are approved.
+pub async fn approve_many(
+    State(c): State<Arc<Console>>,
+    s: PageSession,
+    // The pairs in order: `node` repeats, which a struct cannot hold.
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let mut csrf = String::new();
+    let mut nodes: Vec<String> = Vec::new();
+    for (k, v) in fields {
+        match k.as_str() {
+            "csrf" => csrf = v,
+            "node" if !nodes.contains(&v) => nodes.push(v),
+            _ => {}
+        }
+    }
+    if let Some(r) = csrf_refusal(&s.session, &csrf).or_else(|| admin_refusal(&s.session)) {
+        return r;
+    }
+    if nodes.is_empty() {
+        return refused(
+            ApiError::bad_request("no device was ticked: tick the ones to approve"),
+            "Nothing approved",
+        );
+    }
+    let mut approved = 0usize;
+    let mut not = Vec::new();
+    for n in &nodes {
+        match c.gw.enrollment().settle(&s.session.subject, n, true).await {
+            Ok(_) => approved += 1,
+            Err(e) => {
+                tracing::info!(event = "console_approval_refused", subject = %s.session.subject, node = %n, error = %e);
+                not.push(n.as_str());
+            }
+        }
+    }
+    let mut to = format!("/ui?approved={approved}");
+    if !not.is_empty() {
+        to.push_str("&refused=");
+        to.push_str(&encode(&not.join(", ")));
+    }
+    Redirect::to(&to).into_response()
+}
+
 /// `POST /ui/nodes/{id}/retire`: retire a node (`gateway::enroll::revoke_node`, behind
-/// `POST /v1/node_revocations`).
+/// `POST /v1/node_revocations`), once the operator typed its id again. The audit entry
+/// names the session's token subject.
 pub async fn retire(
     State(c): State<Arc<Console>>,
     s: PageSession,
     Path(node_id): Path<String>,
-    Form(f): Form<CsrfForm>,
+    Form(f): Form<RetireForm>,
 ) -> Response {
     if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
         return r;
+    }
+    if f.confirm.trim() != node_id {
+        let error = format!(
+            "Not retired: type the node id {node_id} exactly to confirm (retiring cannot be undone)."
+        );
+        let values = vec![("confirm", f.confirm.clone())];
+        return sent_back(&c, &s, &node_id, FormKind::Retire, error, values).await;
     }
     match c
         .gw
@@ -192,6 +287,8 @@ pub struct ToolCallForm {
     pub tool_name: String,
     #[serde(default)]
     pub tool_args: String,
+    #[serde(default)]
+    pub ttl_s: String,
 }
 
 /// `POST /ui/nodes/{id}/tool_calls`: a tool call on the node through the flow behind
@@ -206,24 +303,30 @@ pub async fn tool_call(
     if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
         return r;
     }
+    let again = |error: String| {
+        let values = vec![
+            ("tool_name", f.tool_name.clone()),
+            ("tool_args", f.tool_args.clone()),
+            ("ttl_s", f.ttl_s.clone()),
+        ];
+        sent_back(&c, &s, &node_id, FormKind::ToolCall, error, values)
+    };
     let tool_args = match f.tool_args.trim() {
         "" => Value::Object(Default::default()),
         text => match serde_json::from_str(text) {
             Ok(v) => v,
-            Err(e) => {
-                return refused(
-                    ApiError::bad_request(format!("the arguments are not JSON: {e}")),
-                    "Tool call not queued",
-                )
-            }
+            Err(e) => return again(format!("Not called: the arguments are not JSON ({e}).")).await,
         },
+    };
+    let Ok(ttl_s) = ttl(&f.ttl_s) else {
+        return again("Not called: give up after a whole number of seconds.".into()).await;
     };
     let call = ToolCall {
         node_id: node_id.clone(),
         tool_name: f.tool_name.trim().to_string(),
         tool_args,
         job_id: None,
-        ttl_s: None,
+        ttl_s,
         wait: std::time::Duration::ZERO,
         token: None,
     };
@@ -235,12 +338,13 @@ pub async fn tool_call(
             };
             tracing::info!(event = "console_tool_call_queued", subject = %s.session.subject, node = %node_id, message_id = %id);
             Redirect::to(&format!(
-                "/ui/nodes/{}?sent={}",
+                "/ui/nodes/{}?call={}#call-result",
                 encode_segment(&node_id),
                 encode(&id)
             ))
             .into_response()
         }
+        Err(GatewayError::BadRequest(m)) => again(format!("Not called: {m}")).await,
         Err(e) => refused(e, "Tool call not queued"),
     }
 }

@@ -41,6 +41,11 @@ pub struct FleetParams {
     pub decided: String,
     #[serde(default)]
     pub node: String,
+    /// After approving several at once: how many were approved, and those refused.
+    #[serde(default)]
+    pub approved: String,
+    #[serde(default)]
+    pub refused: String,
 }
 
 impl FleetParams {
@@ -121,11 +126,25 @@ pub async fn page(
             p.node
         )),
         "retired" => Some(format!(
-            "{} is retired: its requests are refused (node_revoked), its queue was refused.",
-            p.node
+            "{} is retired by {}: its requests are refused (node_revoked), its queue was \
+             refused. The gateway's audit log records it under that name.",
+            p.node, s.session.subject
         )),
         _ => None,
     };
+    let approved = (!p.approved.is_empty()).then(|| {
+        let mut n = format!(
+            "{} enrollments approved: they connect on their next try.",
+            p.approved
+        );
+        if !p.refused.is_empty() {
+            n.push_str(&format!(
+                " Not approved (no longer pending): {}.",
+                p.refused
+            ));
+        }
+        n
+    });
     let notice = (!p.revoked.is_empty()).then(|| {
         if p.dup == "1" {
             format!("Token {} was already revoked.", p.revoked)
@@ -139,15 +158,15 @@ pub async fn page(
     let main = html! {
         @if let Some(n) = &notice { p.notice role="status" { (n) } }
         @if let Some(n) = &decided { p.notice role="status" { (n) } }
-        (totals(&fleet.totals))
-        (chart(&fleet.chart))
+        @if let Some(n) = &approved { p.notice role="status" { (n) } }
+        div #pending-slot { (pending_enrollments(&pending, &s.session, c.gw.now_ms())) }
+        div #fleet-summary { (summary(&fleet)) }
         section.fleet {
             form.filter method="get" action="/ui" {
                 input #filter type="search" name="q" value=(q.filter) placeholder="Filter nodes (id or state)" aria-label="Filter nodes";
                 input type="hidden" name="sort" value=(q.sort.as_str());
                 input type="hidden" name="dir" value=(if q.descending { "desc" } else { "asc" });
                 button type="submit" { "Filter" }
-                span.count { (fleet.matched) " of " (fleet.totals.nodes) " nodes" }
             }
             div.scroll {
                 table #fleet {
@@ -166,7 +185,6 @@ pub async fn page(
             }
             (pager(&q, &fleet))
         }
-        (pending_enrollments(&pending, &s.session, c.gw.now_ms()))
         @if s.session.admin {
             section.actions {
                 h2 { "Revoke a token" }
@@ -205,6 +223,39 @@ pub async fn rows_fragment(
     Ok(layout::html_response(StatusCode::OK, rows(&fleet)))
 }
 
+/// `GET /ui/fleet/summary?…`: the totals, the chart and the count of matching rows, as
+/// the page shows them above the table (fetched again with the rows: liveness changes
+/// with silence, and the totals follow it).
+pub async fn summary_fragment(
+    State(c): State<Arc<Console>>,
+    _s: ApiSession,
+    Query(p): Query<FleetParams>,
+) -> Result<Response, ApiError> {
+    let fleet = c.gw.fleet().fleet_page(&p.query()).await?;
+    Ok(layout::html_response(StatusCode::OK, summary(&fleet)))
+}
+
+/// `GET /ui/fleet/pending`: the enrollments waiting for an operator (fetched again when
+/// an `enrollment` event arrives).
+pub async fn pending_fragment(
+    State(c): State<Arc<Console>>,
+    s: ApiSession,
+) -> Result<Response, ApiError> {
+    let pending = c.gw.enrollment().pending().await?;
+    Ok(layout::html_response(
+        StatusCode::OK,
+        pending_enrollments(&pending, &s.session, c.gw.now_ms()),
+    ))
+}
+
+fn summary(fleet: &FleetPage) -> Markup {
+    html! {
+        (totals(&fleet.totals))
+        (chart(&fleet.chart))
+        p.count #fleet-count { (fleet.matched) " of " (fleet.totals.nodes) " nodes" }
+    }
+}
+
 /// Enrollments waiting for an operator (manual tokens, and re-keys of reflashed
 /// devices: PROTOCOL §15), each row `data-enrollment="<node id>"` with approve and
 /// reject for an admin session.
@@ -217,16 +268,27 @@ fn pending_enrollments(
         @if !pending.is_empty() {
             section.pending #pending-enrollments {
                 h2 { "Waiting for approval" span.sub { " (" (pending.len()) ")" } }
+                @if session.admin {
+                    form #bulk-approve method="post" action="/ui/enrollments/approve" {
+                        input type="hidden" name="csrf" value=(session.csrf);
+                        button type="submit" { "Approve selected" }
+                        span.note { " Tick the devices you expect, then approve them at once." }
+                    }
+                }
                 div.scroll {
                     table {
                         thead { tr {
+                            @if session.admin { th { input #select-all type="checkbox" aria-label="Select all"; } }
                             th { "Node" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th { "Asked" }
                             @if session.admin { th { "Decision" } }
                         } }
                         tbody {
                             @for r in pending {
                                 tr data-enrollment=(r.node_id) data-kind=(r.kind.as_str()) {
-                                    td { (r.node_id) }
+                                    @if session.admin {
+                                        td { input type="checkbox" form="bulk-approve" name="node" value=(r.node_id) aria-label={ "Select " (r.node_id) }; }
+                                    }
+                                    td.node { span.id title=(r.node_id) { (r.node_id) } }
                                     td { @if r.kind == crate::gateway::enroll::Kind::Rekey { "re-key (reflashed?)" } @else { "new" } }
                                     td.wide title=(r.node_sign_pk) { (r.node_sign_pk.chars().take(12).collect::<String>()) "…" }
                                     td.wide { (r.token_id) }
@@ -280,7 +342,7 @@ pub fn rows(f: &FleetPage) -> Markup {
 fn row(r: &FleetRow, now_ms: u64) -> Markup {
     html! {
         tr data-node-id=(r.node_id) data-liveness=(r.liveness) {
-            td { a href={ "/ui/nodes/" (r.node_id) } { (r.node_id) }
+            td.node { a.id href={ "/ui/nodes/" (r.node_id) } title=(r.node_id) { (r.node_id) }
                  @if !r.can_connect { " " span.tag title="trusted without send: it cannot pull" { "no send" } } }
             td { span class={ "state " (r.liveness) } { (r.liveness) } }
             td.wide title=(at(r.since_ms)) { (ago(r.since_ms, now_ms)) }
@@ -300,14 +362,14 @@ fn row(r: &FleetRow, now_ms: u64) -> Markup {
 fn totals(t: &Totals) -> Markup {
     html! {
         section.totals aria-label="Fleet totals" {
-            div { b { (t.nodes) } " nodes" }
-            div.online { b { (t.online) } " online" }
-            div.stale { b { (t.stale) } " stale" }
-            div.offline { b { (t.offline) } " offline" }
-            div.dead { b { (t.dead) } " dead" }
-            div.never { b { (t.never) } " never seen" }
-            div { b { (t.polling) } " polling" }
-            div { b { (t.queued) } " queued" }
+            div data-total="nodes" { b { (t.nodes) } " nodes" }
+            div.online data-total="online" { b { (t.online) } " online" }
+            div.stale data-total="stale" { b { (t.stale) } " stale" }
+            div.offline data-total="offline" { b { (t.offline) } " offline" }
+            div.dead data-total="dead" { b { (t.dead) } " dead" }
+            div.never data-total="never" { b { (t.never) } " never seen" }
+            div data-total="polling" { b { (t.polling) } " polling" }
+            div data-total="queued" { b { (t.queued) } " queued" }
         }
     }
 }

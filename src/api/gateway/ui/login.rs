@@ -21,7 +21,7 @@ use super::layout::{self, Frame};
 use super::session::{cookie, set_cookie, PageSession, LOGIN_COOKIE, SESSION_COOKIE};
 use super::Console;
 use crate::api::gateway::auth::authorize;
-use crate::gateway::console::sessions::{random_hex, same, SignIn};
+use crate::gateway::console::sessions::{random_hex, same, Ended, SignIn};
 use crate::gateway::source_budget::Source;
 use crate::token::Need;
 
@@ -30,7 +30,7 @@ const LOGIN_NONCE_S: u64 = 3_600;
 /// Longest token the form takes (a PASETO token with a few scopes is ~400 bytes).
 const MAX_TOKEN_LEN: usize = 8_192;
 
-fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
+fn form_markup(c: &Console, nonce: &str, error: Option<&str>, ended: Option<Ended>) -> Markup {
     let main = html! {
         section.login {
             h1 { "Sign in" }
@@ -38,6 +38,12 @@ fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
                 "Paste a gateway token: " code { "read" } " to look, " code { "admin" }
                 " to act. On the gateway host: "
                 code { "outpost token issue --aud " (c.gw.cfg().node_id) " --scope admin --ttl 12h" }
+            }
+            @if let Some(Ended::TokenRevoked) = ended {
+                p.notice #session-ended data-reason="token_revoked" role="status" {
+                    "You were signed out: the token this session was signed in with has been revoked. "
+                    "Sign in with another token."
+                }
             }
             @if let Some(e) = error {
                 p.error #login-error role="alert" { (e) }
@@ -65,8 +71,17 @@ fn form_markup(c: &Console, nonce: &str, error: Option<&str>) -> Markup {
 
 /// The form with a fresh nonce (also set as a cookie the POST must match).
 fn form_response(c: &Console, status: StatusCode, error: Option<&str>) -> Response {
+    form_response_ended(c, status, error, None)
+}
+
+fn form_response_ended(
+    c: &Console,
+    status: StatusCode,
+    error: Option<&str>,
+    ended: Option<Ended>,
+) -> Response {
     let nonce = random_hex();
-    let mut r = layout::html_response(status, form_markup(c, &nonce, error));
+    let mut r = layout::html_response(status, form_markup(c, &nonce, error, ended));
     r.headers_mut().append(
         header::SET_COOKIE,
         set_cookie(c, LOGIN_COOKIE, &nonce, LOGIN_NONCE_S),
@@ -74,9 +89,11 @@ fn form_response(c: &Console, status: StatusCode, error: Option<&str>) -> Respon
     r
 }
 
-/// `GET /ui/login`.
-pub async fn form(State(c): State<Arc<Console>>) -> Response {
-    form_response(&c, StatusCode::OK, None)
+/// `GET /ui/login`. A browser whose session cookie names a session that ended without
+/// its operator (its token revoked) is told so.
+pub async fn form(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    let ended = cookie(&headers, SESSION_COOKIE).and_then(|k| c.sessions.end_reason(k));
+    form_response_ended(&c, StatusCode::OK, None, ended)
 }
 
 #[derive(Debug, Deserialize)]

@@ -70,10 +70,17 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
     Router::new()
         .route("/ui", get(fleet::page))
         .route("/ui/fleet/rows", get(fleet::rows_fragment))
+        .route("/ui/fleet/summary", get(fleet::summary_fragment))
+        .route("/ui/fleet/pending", get(fleet::pending_fragment))
         .route("/ui/nodes/{id}", get(node::page))
         .route("/ui/nodes/{id}/queue", get(node::queue_fragment))
+        .route(
+            "/ui/nodes/{id}/calls/{message_id}",
+            get(node::call_fragment),
+        )
         .route("/ui/nodes/{id}/commands", post(actions::command))
         .route("/ui/revocations", post(actions::revoke))
+        .route("/ui/enrollments/approve", post(actions::approve_many))
         .route("/ui/enrollments/{id}/{decision}", post(actions::settle))
         .route("/ui/nodes/{id}/retire", post(actions::retire))
         .route("/ui/nodes/{id}/tool_calls", post(actions::tool_call))

@@ -11,18 +11,56 @@ use axum::response::Response;
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::fleet::encode_segment;
 use super::layout::{self, ago, at, dur, Frame};
 use super::session::{ApiSession, PageSession};
 use super::Console;
 use crate::api::ApiError;
 use crate::gateway::console::{NodePage, NODE_QUEUE_ROWS};
 use crate::gateway::events::{Event, GatewayEvent};
+use crate::gateway::fleet::MessageView;
+use crate::store::MessageState;
+use crate::sync::wire::TaskResult;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct NodeParams {
     /// After a command was queued: its message id.
     #[serde(default)]
     pub sent: String,
+    /// After a tool call was queued: its message id (the page follows its result).
+    #[serde(default)]
+    pub call: String,
+}
+
+/// Which form on the page a refusal belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FormKind {
+    Command,
+    ToolCall,
+    Retire,
+}
+
+/// A form sent back with what the operator typed and why it was refused: the page is
+/// shown again with the form filled in, nothing lost.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub form: FormKind,
+    pub error: String,
+    /// Field name → what was typed.
+    pub values: Vec<(&'static str, String)>,
+}
+
+impl Refused {
+    fn value(&self, form: FormKind, field: &str) -> &str {
+        if self.form != form {
+            return "";
+        }
+        self.values
+            .iter()
+            .find(|(k, _)| *k == field)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    }
 }
 
 /// `GET /ui/nodes/{id}`.
@@ -32,20 +70,46 @@ pub async fn page(
     Path(id): Path<String>,
     Query(p): Query<NodeParams>,
 ) -> Response {
+    render(&c, &s, &id, &p, StatusCode::OK, None).await
+}
+
+/// The node page, with `refused` (a form sent back, with `status`) when given.
+pub async fn render(
+    c: &Console,
+    s: &PageSession,
+    id: &str,
+    p: &NodeParams,
+    status: StatusCode,
+    refused: Option<Refused>,
+) -> Response {
     let last_event = c.gw.events().last_id();
-    let n = match c.gw.fleet().node_page(&id).await {
+    let n = match c.gw.fleet().node_page(id).await {
         Ok(n) => n,
         Err(e) => {
             let e = ApiError::from(e);
             return layout::error_page(e.status, "No such node", &e.message);
         }
     };
+    let f = refused.as_ref();
+    let typed = |form: FormKind, field: &str| f.map(|r| r.value(form, field)).unwrap_or("");
+    let form_error = |form: FormKind| -> Markup {
+        html! {
+            @if let Some(r) = f.filter(|r| r.form == form) {
+                p.error #form-error role="alert" { (r.error) }
+            }
+        }
+    };
     let r = &n.row;
     let main = html! {
         @if !p.sent.is_empty() {
             p.notice role="status" {
-                "Command queued as " code { (p.sent) } ". "
-                "Its state: " code { "GET /v1/messages/" (p.sent) }
+                "Command queued as " code { (p.sent) } ": its delivery appears under "
+                i { "Recent events" } " below when the node takes it."
+            }
+        }
+        @if !p.call.is_empty() {
+            section.call #call-result data-message-id=(p.call) data-node=(r.node_id) {
+                (call_box(&p.call, &CallState::Waiting))
             }
         }
         @if let Some((code, at_ms)) = &r.audit_alarm {
@@ -70,31 +134,40 @@ pub async fn page(
         }
         @if s.session.admin {
             section.actions {
-                h2 { "Send a command" }
-                form method="post" action={ "/ui/nodes/" (r.node_id) "/commands" } {
+                h2 #send-command { "Send a command" }
+                (form_error(FormKind::Command))
+                form method="post" action={ "/ui/nodes/" (encode_segment(&r.node_id)) "/commands" } {
                     input type="hidden" name="csrf" value=(s.session.csrf);
                     label for="command_type" { "Command type" }
-                    input #command_type type="text" name="command_type" required maxlength="64" placeholder="e.g. setpoint";
+                    input #command_type type="text" name="command_type" required maxlength="64" placeholder="e.g. setpoint" value=(typed(FormKind::Command, "command_type"));
                     label for="body" { "Body (JSON, optional)" }
-                    textarea #body name="body" rows="3" spellcheck="false" placeholder="{\"value\": 42}" {}
+                    textarea #body name="body" rows="3" spellcheck="false" placeholder="{\"value\": 42}" { (typed(FormKind::Command, "body")) }
                     label for="ttl_s" { "TTL in seconds (optional)" }
-                    input #ttl_s type="number" name="ttl_s" min="1";
+                    input #ttl_s type="number" name="ttl_s" min="1" value=(typed(FormKind::Command, "ttl_s"));
                     button type="submit" { "Queue command" }
                 }
-                h2 { "Call a tool" }
-                form method="post" action={ "/ui/nodes/" (r.node_id) "/tool_calls" } {
+                h2 #call-tool { "Call a tool" }
+                (form_error(FormKind::ToolCall))
+                form method="post" action={ "/ui/nodes/" (encode_segment(&r.node_id)) "/tool_calls" } {
                     input type="hidden" name="csrf" value=(s.session.csrf);
                     label for="tool_name" { "Tool" }
-                    input #tool_name type="text" name="tool_name" required maxlength="64" placeholder="e.g. sysinfo";
+                    input #tool_name type="text" name="tool_name" required maxlength="64" placeholder="e.g. sysinfo" value=(typed(FormKind::ToolCall, "tool_name"));
                     label for="tool_args" { "Arguments (JSON, optional)" }
-                    textarea #tool_args name="tool_args" rows="3" spellcheck="false" placeholder="{}" {}
+                    textarea #tool_args name="tool_args" rows="3" spellcheck="false" placeholder="{}" { (typed(FormKind::ToolCall, "tool_args")) }
+                    label for="call_ttl_s" { "Give up after, in seconds (optional)" }
+                    input #call_ttl_s type="number" name="ttl_s" min="1" value=(typed(FormKind::ToolCall, "ttl_s"));
                     button type="submit" { "Call" }
                 }
-                h2 { "Retire this node" }
-                form.retire method="post" action={ "/ui/nodes/" (r.node_id) "/retire" } {
+            }
+            section.danger-zone {
+                h2 #retire { "Retire this node" }
+                (form_error(FormKind::Retire))
+                form.retire method="post" action={ "/ui/nodes/" (encode_segment(&r.node_id)) "/retire" } {
                     input type="hidden" name="csrf" value=(s.session.csrf);
-                    p.note { "Its requests are refused from now on (node_revoked) and what is queued for it is refused; a reflashed device enrolls again with a new token." }
-                    button type="submit" { "Retire" }
+                    p.note { "This cannot be undone. Its requests are refused from now on (node_revoked) and what is queued for it is refused; a reflashed device enrolls again with a new token. The gateway's audit log records that you (" (s.session.subject) ") did it." }
+                    label for="retire-confirm" { "Type the node id " code { (r.node_id) } " to confirm" }
+                    input #retire-confirm type="text" name="confirm" required autocomplete="off" spellcheck="false" data-expect=(r.node_id) value=(typed(FormKind::Retire, "confirm"));
+                    button.danger #retire-button type="submit" { "Retire " (r.node_id) }
                 }
             }
         } @else {
@@ -103,7 +176,7 @@ pub async fn page(
         section {
             h2 { "Recent results" }
             @if n.results.is_empty() { p.note { "None among the recent events." } }
-            ul.events { @for e in &n.results { (event_item(e)) } }
+            ul.events #node-results { @for (e, result) in &n.results { (result_item(e, result.as_ref())) } }
         }
         section {
             h2 { "Recent events" span.sub { " (live)" } }
@@ -111,7 +184,7 @@ pub async fn page(
         }
     };
     layout::html_response(
-        StatusCode::OK,
+        status,
         layout::page(
             Frame {
                 title: &r.node_id,
@@ -124,6 +197,123 @@ pub async fn page(
             main,
         ),
     )
+}
+
+/// Where a tool call started from the console is.
+pub enum CallState {
+    /// Not answered yet: queued, or taken by the node and running.
+    Waiting,
+    /// The node answered: the tool's result, or its error.
+    Answered(TaskResult),
+    /// It never ran: expired in the queue, or refused (the code says why).
+    Ended { state: &'static str, code: String },
+}
+
+impl CallState {
+    fn of(view: Option<MessageView>) -> Self {
+        let Some(v) = view else {
+            return CallState::Waiting;
+        };
+        if let Some(r) = v.result {
+            return CallState::Answered(r);
+        }
+        match v.status {
+            Some(st)
+                if matches!(
+                    st.state,
+                    MessageState::Expired | MessageState::Dead | MessageState::Rejected
+                ) =>
+            {
+                CallState::Ended {
+                    state: st.state.as_str(),
+                    code: st.reason.unwrap_or_else(|| st.state.as_str().to_string()),
+                }
+            }
+            _ => CallState::Waiting,
+        }
+    }
+}
+
+/// `GET /ui/nodes/{id}/calls/{message_id}`: the box that shows a tool call's outcome
+/// (the script fetches it when an event names the call).
+pub async fn call_fragment(
+    State(c): State<Arc<Console>>,
+    _s: ApiSession,
+    Path((_id, message_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let view = match c.gw.fleet().message(&message_id).await {
+        Ok(v) => Some(v),
+        Err(crate::gateway::error::GatewayError::NotFound(..)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(layout::html_response(
+        StatusCode::OK,
+        call_box(&message_id, &CallState::of(view)),
+    ))
+}
+
+/// A tool call's outcome: `data-state` is `waiting`, `ok` or `failed` (with `data-code`).
+fn call_box(message_id: &str, st: &CallState) -> Markup {
+    html! {
+        @match st {
+            CallState::Waiting => {
+                div.notice data-state="waiting" role="status" {
+                    "Tool call sent as " code { (message_id) } ". Waiting for the node's answer…"
+                }
+            }
+            CallState::Answered(r) if r.ok => {
+                div.notice data-state="ok" role="status" {
+                    "The node answered " code { (message_id) } " (job " (r.job_id) "):"
+                    pre.result { (pretty(r.result.as_ref())) }
+                }
+            }
+            CallState::Answered(r) => {
+                @let (code, msg) = r.error.as_ref().map(|e| (e.code.as_str(), e.message.as_str())).unwrap_or(("failed", ""));
+                div.error data-state="failed" data-code=(code) role="alert" {
+                    "The tool call " code { (message_id) } " failed: " b { (code) } @if !msg.is_empty() { " — " (msg) }
+                }
+            }
+            CallState::Ended { state, code } => {
+                div.error data-state="failed" data-code=(code) role="alert" {
+                    "The tool call " code { (message_id) } " never ran: it " (state) " (" b { (code) } ")"
+                    @if *state == "expired" { ", the node did not take it in time" }
+                    "."
+                }
+            }
+        }
+    }
+}
+
+/// JSON as people read it, cut at 4 KiB.
+fn pretty(v: Option<&serde_json::Value>) -> String {
+    let mut s =
+        serde_json::to_string_pretty(v.unwrap_or(&serde_json::Value::Null)).unwrap_or_default();
+    if s.len() > 4096 {
+        let mut cut = 4096;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("\n…");
+    }
+    s
+}
+
+/// One result under *Recent results*: what the tool answered, or its error's code.
+fn result_item(e: &Event, r: Option<&TaskResult>) -> Markup {
+    html! {
+        li data-event-id=(e.id) {
+            time { (at(Some(e.ts_ms))) } " "
+            @match r {
+                Some(r) if r.ok => { b { "ok" } " job " (r.job_id) pre.result { (pretty(r.result.as_ref())) } }
+                Some(r) => {
+                    b.failed { "failed" } " job " (r.job_id) ": "
+                    @if let Some(err) = &r.error { b { (err.code) } " — " (err.message) }
+                }
+                None => { (event_item_detail(e)) }
+            }
+        }
+    }
 }
 
 /// `GET /ui/nodes/{id}/queue`.
@@ -158,8 +348,21 @@ fn queue(n: &NodePage) -> Markup {
     }
 }
 
+fn event_item_detail(e: &Event) -> Markup {
+    html! { b { (e.event.name()) } " " (detail_of(e)) }
+}
+
 /// One event as the list shows it (the script writes live ones the same way).
 fn event_item(e: &Event) -> Markup {
+    html! {
+        li data-event-id=(e.id) {
+            time { (at(Some(e.ts_ms))) } " "
+            b { (e.event.name()) } " " (detail_of(e))
+        }
+    }
+}
+
+fn detail_of(e: &Event) -> String {
     let detail = match &e.event {
         GatewayEvent::Queued {
             message_id,
@@ -193,10 +396,90 @@ fn event_item(e: &Event) -> Markup {
         // The kind's name says it all (`node_online`, …).
         _ => String::new(),
     };
-    html! {
-        li data-event-id=(e.id) {
-            time { (at(Some(e.ts_ms))) } " "
-            b { (e.event.name()) } " " (detail)
-        }
+    detail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MessageStatus;
+    use crate::sync::wire::TaskError;
+
+    fn status(state: MessageState, reason: Option<&str>) -> Option<MessageStatus> {
+        Some(MessageStatus {
+            state,
+            queue: "to_node".into(),
+            peer: "node:a".into(),
+            attempts: 0,
+            next_attempt_at_ms: 0,
+            reason: reason.map(str::to_string),
+        })
+    }
+
+    fn shown(view: Option<MessageView>) -> String {
+        call_box("m-1", &CallState::of(view)).into_string()
+    }
+
+    #[test]
+    fn a_calls_box_says_waiting_its_result_or_its_error_code() {
+        let waiting = shown(Some(MessageView {
+            status: status(MessageState::Delivered, None),
+            result: None,
+        }));
+        assert!(waiting.contains(r#"data-state="waiting""#), "{waiting}");
+        assert!(shown(None).contains(r#"data-state="waiting""#));
+        let ok = shown(Some(MessageView {
+            status: None,
+            result: Some(TaskResult {
+                error: None,
+                evidence: serde_json::Value::Null,
+                job_id: "j".into(),
+                ok: true,
+                request_id: None,
+                result: Some(serde_json::json!({"reading": "<7>"})),
+            }),
+        }));
+        assert!(ok.contains(r#"data-state="ok""#), "{ok}");
+        assert!(
+            ok.contains("&quot;reading&quot;: &quot;&lt;7&gt;&quot;"),
+            "{ok}"
+        );
+        let failed = shown(Some(MessageView {
+            status: None,
+            result: Some(TaskResult {
+                error: Some(TaskError {
+                    code: "unknown_tool".into(),
+                    message: "no such tool".into(),
+                }),
+                evidence: serde_json::Value::Null,
+                job_id: "j".into(),
+                ok: false,
+                request_id: None,
+                result: None,
+            }),
+        }));
+        assert!(failed.contains(r#"data-code="unknown_tool""#), "{failed}");
+        let expired = shown(Some(MessageView {
+            status: status(MessageState::Expired, Some("timeout_in_queue")),
+            result: None,
+        }));
+        assert!(
+            expired.contains(r#"data-code="timeout_in_queue""#),
+            "{expired}"
+        );
+        assert!(expired.contains("expired"), "{expired}");
+    }
+
+    #[test]
+    fn a_form_sent_back_keeps_only_its_own_fields() {
+        let r = Refused {
+            form: FormKind::ToolCall,
+            error: "no".into(),
+            values: vec![("tool_args", "{".into())],
+        };
+        assert_eq!(r.value(FormKind::ToolCall, "tool_args"), "{");
+        assert_eq!(r.value(FormKind::Command, "tool_args"), "");
+        assert_eq!(r.value(FormKind::ToolCall, "tool_name"), "");
+        assert!(pretty(Some(&serde_json::json!("x".repeat(5000)))).ends_with('…'));
     }
 }

@@ -23,30 +23,38 @@
   }
   if (filter) { filter.addEventListener('input', applyFilter); }
 
-  // --- Refetch what changed, at most once a second.
-  function fragmentUrl() {
-    if (page === 'fleet') { return '/ui/fleet/rows' + window.location.search; }
-    if (page === 'node') { return '/ui/nodes/' + encodeURIComponent(node) + '/queue'; }
-    return null;
+  // --- Refetch what changed, at most once a second: on the fleet page the rows and
+  // the totals and chart above them (liveness follows silence: they change together),
+  // on a node's page its queue.
+  function parts() {
+    if (page === 'fleet') {
+      return [
+        ['/ui/fleet/rows' + window.location.search, rows],
+        ['/ui/fleet/summary' + window.location.search, document.getElementById('fleet-summary')]
+      ];
+    }
+    if (page === 'node') {
+      return [['/ui/nodes/' + encodeURIComponent(node) + '/queue', document.getElementById('node-queue')]];
+    }
+    return [];
   }
-  function target() {
-    return page === 'fleet' ? rows : document.getElementById('node-queue');
-  }
-  var pending = false;
-  var lastFetch = 0;
-  function refresh() {
-    var url = fragmentUrl();
-    var el = target();
-    if (!url || !el) { return; }
-    lastFetch = Date.now();
+  function fetchInto(url, el, after) {
+    if (!el) { return; }
     fetch(url, { credentials: 'same-origin', cache: 'no-store' }).then(function (r) {
       if (r.status === 401) { window.location.assign('/ui/login'); return null; }
       return r.ok ? r.text() : null;
     }).then(function (html) {
       if (html === null) { return; }
       el.innerHTML = html;
-      applyFilter();
+      if (after) { after(); }
     }).catch(function () {});
+  }
+  var pending = false;
+  var lastFetch = 0;
+  function refresh() {
+    lastFetch = Date.now();
+    parts().forEach(function (p) { fetchInto(p[0], p[1], applyFilter); });
+    followCall();
   }
   function soon() {
     if (pending) { return; }
@@ -54,6 +62,45 @@
     pending = true;
     window.setTimeout(function () { pending = false; refresh(); }, wait);
   }
+
+  // --- Fleet: the enrollments waiting for approval, again when one is asked or decided
+  // (the boxes ticked stay ticked).
+  var pendingSlot = document.getElementById('pending-slot');
+  function refreshPending() {
+    if (!pendingSlot) { return; }
+    var ticked = {};
+    pendingSlot.querySelectorAll('input[name=node]:checked').forEach(function (b) { ticked[b.value] = true; });
+    fetchInto('/ui/fleet/pending', pendingSlot, function () {
+      pendingSlot.querySelectorAll('input[name=node]').forEach(function (b) { b.checked = !!ticked[b.value]; });
+    });
+  }
+  document.addEventListener('change', function (e) {
+    if (e.target && e.target.id === 'select-all') {
+      document.querySelectorAll('#pending-enrollments input[name=node]').forEach(function (b) { b.checked = e.target.checked; });
+    }
+  });
+
+  // --- Node page: a tool call just sent, until the node answers (or it ends unanswered).
+  var call = document.getElementById('call-result');
+  function callWaiting() {
+    var box = call && call.firstElementChild;
+    return !!call && (!box || box.getAttribute('data-state') === 'waiting');
+  }
+  function followCall() {
+    if (!callWaiting()) { return; }
+    fetchInto('/ui/nodes/' + encodeURIComponent(node) + '/calls/' +
+      encodeURIComponent(call.getAttribute('data-message-id')), call);
+  }
+
+  // --- Node page: retiring asks for the node id, typed again.
+  var confirmBox = document.getElementById('retire-confirm');
+  var retireButton = document.getElementById('retire-button');
+  function checkConfirm() {
+    if (confirmBox && retireButton) {
+      retireButton.disabled = confirmBox.value.trim() !== confirmBox.getAttribute('data-expect');
+    }
+  }
+  if (confirmBox) { confirmBox.addEventListener('input', checkConfirm); checkConfirm(); }
 
   // --- Node page: the node's events as they happen.
   var list = document.getElementById('node-events');
@@ -83,7 +130,8 @@
     el.textContent = state;
   }
 
-  var KINDS = ['queued', 'delivered', 'expired', 'rejected', 'dead', 'result', 'node_online', 'node_offline'];
+  var KINDS = ['queued', 'delivered', 'expired', 'rejected', 'dead', 'result', 'node_online',
+    'node_offline', 'enrollment', 'node_revoked'];
   // From the newest event the page was rendered with, then the newest one seen:
   // nothing falls in between, however often the stream is closed and opened again.
   var lastEvent = body.getAttribute('data-last-event');
@@ -92,11 +140,15 @@
     if (e.lastEventId) { lastEvent = e.lastEventId; }
     var data;
     try { data = JSON.parse(e.data); } catch (err) { return; }
+    if (kind === 'enrollment' || kind === 'node_revoked') {
+      if (page === 'fleet') { refreshPending(); }
+    }
     if (page === 'node') {
       if (data.node_id !== node) { return; }
       prepend(kind, data, e.lastEventId);
       if (kind === 'node_online') { setNodeLiveness('online'); }
       if (kind === 'node_offline') { setNodeLiveness('offline'); }
+      if (call && data.message_id === call.getAttribute('data-message-id')) { followCall(); }
     }
     soon();
   }
@@ -104,7 +156,12 @@
     if (es || !window.EventSource || (page !== 'fleet' && page !== 'node')) { return; }
     es = new EventSource('/ui/events' + (lastEvent ? '?after=' + encodeURIComponent(lastEvent) : ''));
     es.onopen = function () { if (live) { live.textContent = 'live'; live.className = 'live on'; } };
-    es.onerror = function () { if (live) { live.textContent = 'reconnecting'; live.className = 'live'; } };
+    es.onerror = function () {
+      if (live) { live.textContent = 'reconnecting'; live.className = 'live'; }
+      // Refused (the session ended: signed out elsewhere, its token revoked): the
+      // browser gives up; a fetch finds out and goes to the sign-in, which says why.
+      if (es && es.readyState === 2) { es = null; soon(); }
+    };
     KINDS.forEach(function (kind) {
       es.addEventListener(kind, function (e) { onEvent(kind, e); });
     });
@@ -128,4 +185,5 @@
   // Stale, offline and dead follow from silence, which sends no event.
   if (page === 'fleet' || page === 'node') { window.setInterval(soon, 15000); }
   applyFilter();
+  followCall();
 }());
