@@ -376,3 +376,68 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
         None
     );
 }
+
+/// A rejected device can be let in after all (issue 38: 11): approving an id with no
+/// pending record approves its newest rejected one; a rejection needs a pending one.
+/// A rejected key of an id trusted under another key is approved as a re-key: the key
+/// it replaces reads revoked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_enrollment_can_be_approved_later_as_what_it_is_now() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    state
+        .enroll_token_add(token("manual", Approve::Manual))
+        .await
+        .unwrap();
+    let (_, h) = peer("node:h", "node", "2026-11-20T06:00:00Z");
+    enroll(state, &h, "manual").await;
+    let r = state.settle_enrollment("node:h", false, T0 + 1, &settled);
+    assert_eq!(
+        r.await.unwrap().map(|r| r.state),
+        Some(RecordState::Rejected)
+    );
+    let again = state.settle_enrollment("node:h", false, T0 + 2, &settled);
+    assert_eq!(again.await.unwrap(), None, "nothing pending to reject");
+    let approved = state
+        .settle_enrollment("node:h", true, T0 + 3, &settled)
+        .await
+        .unwrap()
+        .expect("the rejected record");
+    assert_eq!(
+        (approved.state, approved.decided_at_ms),
+        (RecordState::Enrolled, Some(T0 + 3))
+    );
+    assert_eq!(state.load_trust().unwrap().get("node:h").unwrap().doc, h);
+
+    // A second key for node:h, rejected, then approved: a re-key of the trusted one.
+    let (_, h2) = peer("node:h", "node", "2026-11-21T06:00:00Z");
+    let Decision::Record { record, .. } = enroll(state, &h2, "manual").await else {
+        panic!("not recorded");
+    };
+    assert_eq!(record.state, RecordState::Pending);
+    state
+        .settle_enrollment("node:h", false, T0 + 4, &settled)
+        .await
+        .unwrap();
+    let rekey = state
+        .settle_enrollment("node:h", true, T0 + 5, &settled)
+        .await
+        .unwrap()
+        .expect("the rejected re-key");
+    assert_eq!(rekey.kind.as_str(), "rekey");
+    assert_eq!(state.load_trust().unwrap().get("node:h").unwrap().doc, h2);
+    let mut states: Vec<(u64, String)> = state
+        .enrollments()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.decided_at_ms.unwrap_or(0), format!("{:?}", r.state)))
+        .collect();
+    states.sort();
+    assert_eq!(
+        states,
+        [(T0 + 5, "Enrolled".into()), (T0 + 5, "Revoked".into())]
+    );
+}

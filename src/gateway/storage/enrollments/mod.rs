@@ -65,8 +65,10 @@ pub trait EnrollmentState: Send + Sync {
     /// Every enrollment record.
     fn enrollments(&self) -> Fut<'_, Vec<EnrollmentRecord>>;
     /// Approve (trust it, retiring the key it replaces) or reject the pending
-    /// enrollment of `node_id`, in one transaction with `audit(settled record)` as a
-    /// pending audit entry; `None` (and nothing written) when none is pending.
+    /// enrollment of `node_id`, or approve its newest rejected one when none is pending
+    /// ([`crate::gateway::enroll::settleable`]), in one transaction with
+    /// `audit(settled record)` as a pending audit entry; `None` (and nothing written)
+    /// when there is none to settle.
     fn settle_enrollment<'a>(
         &'a self,
         node_id: &'a str,
