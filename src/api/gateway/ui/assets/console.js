@@ -34,7 +34,11 @@
       ];
     }
     if (page === 'node') {
-      return [['/ui/nodes/' + encodeURIComponent(node) + '/queue', document.getElementById('node-queue')]];
+      var base = '/ui/nodes/' + encodeURIComponent(node);
+      return [
+        [base + '/queue', document.getElementById('node-queue')],
+        [base + '/facts', document.getElementById('node-summary')]
+      ];
     }
     return [];
   }
