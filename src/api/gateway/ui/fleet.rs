@@ -193,10 +193,14 @@ fn notices(p: &FleetParams, subject: &str) -> Vec<String> {
         _ => None,
     };
     let approved = (!p.approved.is_empty()).then(|| {
-        let mut n = format!(
-            "{} enrollments approved: they connect on their next try.",
-            p.approved
-        );
+        let mut n = if p.approved == "1" {
+            "1 enrollment approved: it connects on its next try.".to_string()
+        } else {
+            format!(
+                "{} enrollments approved: they connect on their next try.",
+                p.approved
+            )
+        };
         if !p.refused.is_empty() {
             n.push_str(&format!(
                 " Not approved (no longer pending): {}.",
