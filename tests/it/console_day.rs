@@ -261,11 +261,13 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
     assert_eq!(overflow, 0, "the page is wider than a phone's screen");
     b.screenshot("node-call-phone.png").await;
     c.set_window_size(1280, 900).await.unwrap();
-    // Recent results shows what the tool answered, not only `result ok job …`.
-    c.refresh().await.unwrap();
-    b.wait_for_page("/ui/nodes/node:a").await;
-    let results = text_of(&b, "#node-results").await;
-    assert!(results.contains("\"reading\": 7"), "{results}");
+    // Recent results shows what the tool answered (not only `result ok job …`), live.
+    b.wait_for("the result under Recent results", 10, || async {
+        let results = text_of(&b, "#node-results").await;
+        results.contains("\"reading\": 7").then_some(())
+    })
+    .await;
+    assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
 
     // A tool the node does not have: the error and its code.
     call(&b, "node:a", "no_such_tool", "", "").await;

@@ -119,8 +119,7 @@ pub async fn render(
         (actions(&r.node_id, s, f))
         section {
             h2 { "Recent results" }
-            @if n.results.is_empty() { p.note { "None among the recent events." } }
-            ul.events #node-results { @for (e, result) in &n.results { (result_item(e, result.as_ref())) } }
+            div #node-results { (results(&n)) }
         }
         section {
             h2 { "Recent events" span.sub { " (live)" } }
@@ -296,6 +295,25 @@ fn pretty(v: Option<&serde_json::Value>) -> String {
         s.push_str("\n…");
     }
     s
+}
+
+/// *Recent results*: what each recent call answered.
+fn results(n: &NodePage) -> Markup {
+    html! {
+        @if n.results.is_empty() { p.note { "None among the recent events." } }
+        ul.events { @for (e, result) in &n.results { (result_item(e, result.as_ref())) } }
+    }
+}
+
+/// `GET /ui/nodes/{id}/results`: *Recent results* (fetched again when a result
+/// arrives).
+pub async fn results_fragment(
+    State(c): State<Arc<Console>>,
+    _s: ApiSession,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let n = c.gw.fleet().node_page(&id).await?;
+    Ok(layout::html_response(StatusCode::OK, results(&n)))
 }
 
 /// One result under *Recent results*: what the tool answered, or its error's code.

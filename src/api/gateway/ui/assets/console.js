@@ -153,6 +153,9 @@
       if (kind === 'node_online') { setNodeLiveness('online'); }
       if (kind === 'node_offline') { setNodeLiveness('offline'); }
       if (call && data.message_id === call.getAttribute('data-message-id')) { followCall(); }
+      if (kind === 'result') {
+        fetchInto('/ui/nodes/' + encodeURIComponent(node) + '/results', document.getElementById('node-results'));
+      }
     }
     soon();
   }
