@@ -261,11 +261,13 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
     assert_eq!(overflow, 0, "the page is wider than a phone's screen");
     b.screenshot("node-call-phone.png").await;
     c.set_window_size(1280, 900).await.unwrap();
-    // Recent results shows what the tool answered, not only `result ok job …`.
-    c.refresh().await.unwrap();
-    b.wait_for_page("/ui/nodes/node:a").await;
-    let results = text_of(&b, "#node-results").await;
-    assert!(results.contains("\"reading\": 7"), "{results}");
+    // Recent results shows what the tool answered (not only `result ok job …`), live.
+    b.wait_for("the result under Recent results", 10, || async {
+        let results = text_of(&b, "#node-results").await;
+        results.contains("\"reading\": 7").then_some(())
+    })
+    .await;
+    assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
 
     // A tool the node does not have: the error and its code.
     call(&b, "node:a", "no_such_tool", "", "").await;
@@ -297,6 +299,30 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
         .await;
     assert_eq!(kept, serde_json::json!(["echo", "{\"reading\": "]));
     assert!(text_of(&b, "#form-error").await.contains("not JSON"));
+    // The same for a command's body.
+    for (id, v) in [("#command_type", "setpoint"), ("#body", "{not json")] {
+        let el = c.find(Css(id)).await.unwrap();
+        el.clear().await.unwrap();
+        el.send_keys(v).await.unwrap();
+    }
+    c.find(Css(r#"form[action$="/commands"] button[type=submit]"#))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for("the command form sent back", 20, || async {
+        let kept = b
+            .js("var e = document.getElementById('form-error'); return e && e.textContent.indexOf('body is not JSON') >= 0 ? document.getElementById('body').value : null")
+            .await;
+        kept.as_str().map(str::to_string)
+    })
+    .await;
+    assert_eq!(
+        b.js("return [document.getElementById('command_type').value, document.getElementById('body').value]")
+            .await,
+        serde_json::json!(["setpoint", "{not json"])
+    );
     b.close().await;
 }
 
@@ -426,5 +452,56 @@ async fn in_a_browser_a_revoked_session_is_told_why_it_ended() {
     let why = text_of(&b, "#session-ended").await;
     assert!(why.contains("revoked"), "the reason: {why:?}");
     b.screenshot("login-revoked.png").await;
+    b.close().await;
+}
+
+/// A node's page keeps its facts live too: a command queued for it (by the API, while
+/// the page is open) shows in "Queued", and its expiry takes it out again, without a
+/// reload, as the queue table below does.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_a_nodes_facts_follow_its_queue() {
+    let Some(b) = browser::start("console: node facts live").await else {
+        return;
+    };
+    let (_gw_home, _a, _b, gwd, admin) = fleet(2);
+    b.sign_in(&gwd.url(""), &admin).await;
+    b.client.goto(&gwd.url("/ui/nodes/node:b")).await.unwrap();
+    b.wait_for_page("/ui/nodes/node:b").await;
+    b.wait_for("the live stream", 20, || async {
+        (b.js("return document.getElementById('live').textContent")
+            .await
+            == "live")
+            .then_some(())
+    })
+    .await;
+    b.js("window.__outpostNoReload = 1; return 1").await;
+    let queued = || async {
+        b.js("return document.querySelector('#node-summary [data-fact=queued], dl.facts dd:nth-of-type(5)').textContent")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(queued().await, "0");
+    let r = http()
+        .post(gwd.url("/v1/commands"))
+        .bearer_auth(&admin)
+        .json(
+            &serde_json::json!({"target": {"node_id": "node:b"}, "command_type": "setpoint",
+                                  "body": {"v": 1}, "ttl_s": 3}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    b.wait_for("Queued to say 1", 10, || async {
+        queued().await.starts_with("1,").then_some(())
+    })
+    .await;
+    b.wait_for("Queued back to 0 after the expiry", 30, || async {
+        (queued().await == "0").then_some(())
+    })
+    .await;
+    assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
     b.close().await;
 }

@@ -1,9 +1,13 @@
 //! What an admin session can do: queue a command for a node (`gateway::commands::
-//! command`, the flow behind `POST /v1/commands`) and revoke a token by its id
-//! (`gateway::delivery::revoke`, behind `POST /v1/revocations`). Each checks the
-//! session's CSRF token, then admin, then hands over to the domain; its answer is a
-//! redirect to the page that shows the outcome, its refusal a readable error page with
-//! the JSON API's status.
+//! command`, the flow behind `POST /v1/commands`), call a tool on it (`tool_call`,
+//! behind `POST /v1/tool_call`), revoke a token by its id (`gateway::delivery::revoke`,
+//! behind `POST /v1/revocations`), decide enrollments, one or several at once
+//! (`enrollment().settle`, behind `POST /v1/enrollments/{id}/approve|reject`), and
+//! retire a node once its id is typed again (`enrollment().revoke_node`). Each checks
+//! the session's CSRF token, then admin, then hands over to the domain; its answer is a
+//! redirect to the page that shows the outcome. A node form that cannot be sent as typed
+//! comes back filled in (400); other refusals are a readable error page with the JSON
+//! API's status.
 
 use std::sync::Arc;
 

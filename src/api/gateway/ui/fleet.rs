@@ -116,49 +116,9 @@ pub async fn page(
         tracing::warn!(event = "enrollments_unreadable", error = %e);
         Vec::new()
     });
-    let decided = match p.decided.as_str() {
-        "approved" => Some(format!(
-            "{} is enrolled: it connects on its next try.",
-            p.node
-        )),
-        "rejected" => Some(format!(
-            "{}'s enrollment was rejected: it stays out.",
-            p.node
-        )),
-        "retired" => Some(format!(
-            "{} is retired by {}: its requests are refused (node_revoked), its queue was \
-             refused. The gateway's audit log records it under that name.",
-            p.node, s.session.subject
-        )),
-        _ => None,
-    };
-    let approved = (!p.approved.is_empty()).then(|| {
-        let mut n = format!(
-            "{} enrollments approved: they connect on their next try.",
-            p.approved
-        );
-        if !p.refused.is_empty() {
-            n.push_str(&format!(
-                " Not approved (no longer pending): {}.",
-                p.refused
-            ));
-        }
-        n
-    });
-    let notice = (!p.revoked.is_empty()).then(|| {
-        if p.dup == "1" {
-            format!("Token {} was already revoked.", p.revoked)
-        } else {
-            format!(
-                "Token {} is revoked: nodes refuse it once they fetch the list.",
-                p.revoked
-            )
-        }
-    });
+    let notices = notices(&p, &s.session.subject);
     let main = html! {
-        @if let Some(n) = &notice { p.notice role="status" { (n) } }
-        @if let Some(n) = &decided { p.notice role="status" { (n) } }
-        @if let Some(n) = &approved { p.notice role="status" { (n) } }
+        @for n in &notices { p.notice role="status" { (n) } }
         div #pending-slot { (pending_enrollments(&pending, &s.session, c.gw.now_ms())) }
         div #fleet-summary { (summary(&fleet)) }
         section.fleet {
@@ -211,6 +171,55 @@ pub async fn page(
             main,
         ),
     )
+}
+
+/// What the page says after an action redirected to it (a revocation, a decision, a
+/// retirement by `subject`, approvals).
+fn notices(p: &FleetParams, subject: &str) -> Vec<String> {
+    let decided = match p.decided.as_str() {
+        "approved" => Some(format!(
+            "{} is enrolled: it connects on its next try.",
+            p.node
+        )),
+        "rejected" => Some(format!(
+            "{}'s enrollment was rejected: it stays out.",
+            p.node
+        )),
+        "retired" => Some(format!(
+            "{} is retired by {}: its requests are refused (node_revoked), its queue was \
+             refused. The gateway's audit log records it under that name.",
+            p.node, subject
+        )),
+        _ => None,
+    };
+    let approved = (!p.approved.is_empty()).then(|| {
+        let mut n = if p.approved == "1" {
+            "1 enrollment approved: it connects on its next try.".to_string()
+        } else {
+            format!(
+                "{} enrollments approved: they connect on their next try.",
+                p.approved
+            )
+        };
+        if !p.refused.is_empty() {
+            n.push_str(&format!(
+                " Not approved (no longer pending): {}.",
+                p.refused
+            ));
+        }
+        n
+    });
+    let notice = (!p.revoked.is_empty()).then(|| {
+        if p.dup == "1" {
+            format!("Token {} was already revoked.", p.revoked)
+        } else {
+            format!(
+                "Token {} is revoked: nodes refuse it once they fetch the list.",
+                p.revoked
+            )
+        }
+    });
+    [notice, decided, approved].into_iter().flatten().collect()
 }
 
 /// `GET /ui/fleet/rows?…`: the table body for the same query.
@@ -279,7 +288,7 @@ fn pending_enrollments(
                     table {
                         thead { tr {
                             @if session.admin { th { input #select-all type="checkbox" aria-label="Select all"; } }
-                            th { "Node" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th { "Asked" }
+                            th { "Node" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th.wide { "Asked" }
                             @if session.admin { th { "Decision" } }
                         } }
                         tbody {
@@ -292,7 +301,7 @@ fn pending_enrollments(
                                     td { @if r.kind == crate::gateway::enroll::Kind::Rekey { "re-key (reflashed?)" } @else { "new" } }
                                     td.wide title=(r.node_sign_pk) { (r.node_sign_pk.chars().take(12).collect::<String>()) "…" }
                                     td.wide { (r.token_id) }
-                                    td { (super::layout::ago(Some(r.created_at_ms), now_ms)) }
+                                    td.wide { (super::layout::ago(Some(r.created_at_ms), now_ms)) }
                                     @if session.admin {
                                         td.decide {
                                             form method="post" action={ "/ui/enrollments/" (encode_segment(&r.node_id)) "/approve" } {
@@ -301,7 +310,7 @@ fn pending_enrollments(
                                             }
                                             form method="post" action={ "/ui/enrollments/" (encode_segment(&r.node_id)) "/reject" } {
                                                 input type="hidden" name="csrf" value=(session.csrf);
-                                                button type="submit" name="decision" value="reject" { "Reject" }
+                                                button.secondary type="submit" name="decision" value="reject" { "Reject" }
                                             }
                                         }
                                     }

@@ -74,6 +74,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
         .route("/ui/fleet/pending", get(fleet::pending_fragment))
         .route("/ui/nodes/{id}", get(node::page))
         .route("/ui/nodes/{id}/queue", get(node::queue_fragment))
+        .route("/ui/nodes/{id}/facts", get(node::facts_fragment))
+        .route("/ui/nodes/{id}/results", get(node::results_fragment))
         .route(
             "/ui/nodes/{id}/calls/{message_id}",
             get(node::call_fragment),

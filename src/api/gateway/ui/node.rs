@@ -91,14 +91,6 @@ pub async fn render(
         }
     };
     let f = refused.as_ref();
-    let typed = |form: FormKind, field: &str| f.map(|r| r.value(form, field)).unwrap_or("");
-    let form_error = |form: FormKind| -> Markup {
-        html! {
-            @if let Some(r) = f.filter(|r| r.form == form) {
-                p.error #form-error role="alert" { (r.error) }
-            }
-        }
-    };
     let r = &n.row;
     let main = html! {
         @if !p.sent.is_empty() {
@@ -119,64 +111,15 @@ pub async fn render(
                 "The copy keeps the " (r.audit_size) " entries verified before; nothing was merged."
             }
         }
-        h1 { (r.node_id) " " span class={ "state " (r.liveness) } #node-liveness data-liveness=(r.liveness) { (r.liveness) } }
-        dl.facts {
-            dt { "Since" } dd title=(at(r.since_ms)) { (ago(r.since_ms, n.now_ms)) }
-            dt { "Last seen" } dd title=(at(r.last_seen_ms)) { (ago(r.last_seen_ms, n.now_ms)) }
-            dt { "Polling now" } dd { @if r.polling { "yes" } @else { "no" } }
-            dt { "Can connect" } dd { @if r.can_connect { "yes" } @else { "no (trusted without send)" } }
-            dt { "Queued" } dd { (r.queue_depth) @if r.queue_depth > 0 { ", oldest " (dur(r.oldest_age_s)) } }
-            dt { "Audit copy" } dd { (r.audit_size) " entries confirmed" }
-        }
+        div #node-summary { (facts(&n)) }
         section {
             h2 { "Queue" span.sub { " (first " (NODE_QUEUE_ROWS) ", in delivery order)" } }
             div.scroll #node-queue { (queue(&n)) }
         }
-        @if s.session.admin {
-            section.actions {
-                h2 #send-command { "Send a command" }
-                (form_error(FormKind::Command))
-                form method="post" action={ "/ui/nodes/" (encode_segment(&r.node_id)) "/commands" } {
-                    input type="hidden" name="csrf" value=(s.session.csrf);
-                    label for="command_type" { "Command type" }
-                    input #command_type type="text" name="command_type" required maxlength="64" placeholder="e.g. setpoint" value=(typed(FormKind::Command, "command_type"));
-                    label for="body" { "Body (JSON, optional)" }
-                    textarea #body name="body" rows="3" spellcheck="false" placeholder="{\"value\": 42}" { (typed(FormKind::Command, "body")) }
-                    label for="ttl_s" { "TTL in seconds (optional)" }
-                    input #ttl_s type="number" name="ttl_s" min="1" value=(typed(FormKind::Command, "ttl_s"));
-                    button type="submit" { "Queue command" }
-                }
-                h2 #call-tool { "Call a tool" }
-                (form_error(FormKind::ToolCall))
-                form method="post" action={ "/ui/nodes/" (encode_segment(&r.node_id)) "/tool_calls" } {
-                    input type="hidden" name="csrf" value=(s.session.csrf);
-                    label for="tool_name" { "Tool" }
-                    input #tool_name type="text" name="tool_name" required maxlength="64" placeholder="e.g. sysinfo" value=(typed(FormKind::ToolCall, "tool_name"));
-                    label for="tool_args" { "Arguments (JSON, optional)" }
-                    textarea #tool_args name="tool_args" rows="3" spellcheck="false" placeholder="{}" { (typed(FormKind::ToolCall, "tool_args")) }
-                    label for="call_ttl_s" { "Give up after, in seconds (optional)" }
-                    input #call_ttl_s type="number" name="ttl_s" min="1" value=(typed(FormKind::ToolCall, "ttl_s"));
-                    button type="submit" { "Call" }
-                }
-            }
-            section.danger-zone {
-                h2 #retire { "Retire this node" }
-                (form_error(FormKind::Retire))
-                form.retire method="post" action={ "/ui/nodes/" (encode_segment(&r.node_id)) "/retire" } {
-                    input type="hidden" name="csrf" value=(s.session.csrf);
-                    p.note { "This cannot be undone. Its requests are refused from now on (node_revoked) and what is queued for it is refused; a reflashed device enrolls again with a new token. The gateway's audit log records that you (" (s.session.subject) ") did it." }
-                    label for="retire-confirm" { "Type the node id " code { (r.node_id) } " to confirm" }
-                    input #retire-confirm type="text" name="confirm" required autocomplete="off" spellcheck="false" data-expect=(r.node_id) value=(typed(FormKind::Retire, "confirm"));
-                    button.danger #retire-button type="submit" { "Retire " (r.node_id) }
-                }
-            }
-        } @else {
-            p.note { "Read-only session: sign in with an admin token to send commands." }
-        }
+        (actions(&r.node_id, s, f))
         section {
             h2 { "Recent results" }
-            @if n.results.is_empty() { p.note { "None among the recent events." } }
-            ul.events #node-results { @for (e, result) in &n.results { (result_item(e, result.as_ref())) } }
+            div #node-results { (results(&n)) }
         }
         section {
             h2 { "Recent events" span.sub { " (live)" } }
@@ -197,6 +140,61 @@ pub async fn render(
             main,
         ),
     )
+}
+
+/// The admin's forms (or the read-only note), `refused` filled back in.
+fn actions(node_id: &str, s: &PageSession, f: Option<&Refused>) -> Markup {
+    let typed = |form: FormKind, field: &str| f.map(|r| r.value(form, field)).unwrap_or("");
+    let form_error = |form: FormKind| -> Markup {
+        html! {
+            @if let Some(r) = f.filter(|r| r.form == form) {
+                p.error #form-error role="alert" { (r.error) }
+            }
+        }
+    };
+    html! {
+        @if s.session.admin {
+            section.actions {
+                h2 #send-command { "Send a command" }
+                (form_error(FormKind::Command))
+                form method="post" action={ "/ui/nodes/" (encode_segment(node_id)) "/commands" } {
+                    input type="hidden" name="csrf" value=(s.session.csrf);
+                    label for="command_type" { "Command type" }
+                    input #command_type type="text" name="command_type" required maxlength="64" placeholder="e.g. setpoint" value=(typed(FormKind::Command, "command_type"));
+                    label for="body" { "Body (JSON, optional)" }
+                    textarea #body name="body" rows="3" spellcheck="false" placeholder="{\"value\": 42}" { (typed(FormKind::Command, "body")) }
+                    label for="ttl_s" { "TTL in seconds (optional)" }
+                    input #ttl_s type="number" name="ttl_s" min="1" value=(typed(FormKind::Command, "ttl_s"));
+                    button type="submit" { "Queue command" }
+                }
+                h2 #call-tool { "Call a tool" }
+                (form_error(FormKind::ToolCall))
+                form method="post" action={ "/ui/nodes/" (encode_segment(node_id)) "/tool_calls" } {
+                    input type="hidden" name="csrf" value=(s.session.csrf);
+                    label for="tool_name" { "Tool" }
+                    input #tool_name type="text" name="tool_name" required maxlength="64" placeholder="e.g. sysinfo" value=(typed(FormKind::ToolCall, "tool_name"));
+                    label for="tool_args" { "Arguments (JSON, optional)" }
+                    textarea #tool_args name="tool_args" rows="3" spellcheck="false" placeholder="{}" { (typed(FormKind::ToolCall, "tool_args")) }
+                    label for="call_ttl_s" { "Give up after, in seconds (optional)" }
+                    input #call_ttl_s type="number" name="ttl_s" min="1" value=(typed(FormKind::ToolCall, "ttl_s"));
+                    button type="submit" { "Call" }
+                }
+            }
+            section.danger-zone {
+                h2 #retire { "Retire this node" }
+                (form_error(FormKind::Retire))
+                form.retire method="post" action={ "/ui/nodes/" (encode_segment(node_id)) "/retire" } {
+                    input type="hidden" name="csrf" value=(s.session.csrf);
+                    p.note { "This cannot be undone. Its requests are refused from now on (node_revoked) and what is queued for it is refused; a reflashed device enrolls again with a new token. The gateway's audit log records that you (" (s.session.subject) ") did it." }
+                    label for="retire-confirm" { "Type the node id " code { (node_id) } " to confirm" }
+                    input #retire-confirm type="text" name="confirm" required autocomplete="off" spellcheck="false" data-expect=(node_id) value=(typed(FormKind::Retire, "confirm"));
+                    button.danger #retire-button type="submit" { "Retire " (node_id) }
+                }
+            }
+        } @else {
+            p.note { "Read-only session: sign in with an admin token to send commands." }
+        }
+    }
 }
 
 /// Where a tool call started from the console is.
@@ -299,6 +297,25 @@ fn pretty(v: Option<&serde_json::Value>) -> String {
     s
 }
 
+/// *Recent results*: what each recent call answered.
+fn results(n: &NodePage) -> Markup {
+    html! {
+        @if n.results.is_empty() { p.note { "None among the recent events." } }
+        ul.events { @for (e, result) in &n.results { (result_item(e, result.as_ref())) } }
+    }
+}
+
+/// `GET /ui/nodes/{id}/results`: *Recent results* (fetched again when a result
+/// arrives).
+pub async fn results_fragment(
+    State(c): State<Arc<Console>>,
+    _s: ApiSession,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let n = c.gw.fleet().node_page(&id).await?;
+    Ok(layout::html_response(StatusCode::OK, results(&n)))
+}
+
 /// One result under *Recent results*: what the tool answered, or its error's code.
 fn result_item(e: &Event, r: Option<&TaskResult>) -> Markup {
     html! {
@@ -312,6 +329,32 @@ fn result_item(e: &Event, r: Option<&TaskResult>) -> Markup {
                 }
                 None => { (event_item_detail(e)) }
             }
+        }
+    }
+}
+
+/// `GET /ui/nodes/{id}/facts`: the node's liveness and facts (fetched with its queue:
+/// liveness follows silence, the queue depth follows deliveries and expiries).
+pub async fn facts_fragment(
+    State(c): State<Arc<Console>>,
+    _s: ApiSession,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let n = c.gw.fleet().node_page(&id).await?;
+    Ok(layout::html_response(StatusCode::OK, facts(&n)))
+}
+
+fn facts(n: &NodePage) -> Markup {
+    let r = &n.row;
+    html! {
+        h1 { (r.node_id) " " span class={ "state " (r.liveness) } #node-liveness data-liveness=(r.liveness) { (r.liveness) } }
+        dl.facts {
+            dt { "Since" } dd title=(at(r.since_ms)) { (ago(r.since_ms, n.now_ms)) }
+            dt { "Last seen" } dd title=(at(r.last_seen_ms)) { (ago(r.last_seen_ms, n.now_ms)) }
+            dt { "Polling now" } dd { @if r.polling { "yes" } @else { "no" } }
+            dt { "Can connect" } dd { @if r.can_connect { "yes" } @else { "no (trusted without send)" } }
+            dt { "Queued" } dd data-fact="queued" { (r.queue_depth) @if r.queue_depth > 0 { ", oldest " (dur(r.oldest_age_s)) } }
+            dt { "Audit copy" } dd { (r.audit_size) " entries confirmed" }
         }
     }
 }

@@ -34,7 +34,11 @@
       ];
     }
     if (page === 'node') {
-      return [['/ui/nodes/' + encodeURIComponent(node) + '/queue', document.getElementById('node-queue')]];
+      var base = '/ui/nodes/' + encodeURIComponent(node);
+      return [
+        [base + '/queue', document.getElementById('node-queue')],
+        [base + '/facts', document.getElementById('node-summary')]
+      ];
     }
     return [];
   }
@@ -149,6 +153,9 @@
       if (kind === 'node_online') { setNodeLiveness('online'); }
       if (kind === 'node_offline') { setNodeLiveness('offline'); }
       if (call && data.message_id === call.getAttribute('data-message-id')) { followCall(); }
+      if (kind === 'result') {
+        fetchInto('/ui/nodes/' + encodeURIComponent(node) + '/results', document.getElementById('node-results'));
+      }
     }
     soon();
   }
