@@ -29,6 +29,23 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// The caller's `Idempotency-Key` (1..255 visible ASCII characters), for both roles'
+/// queueing routes (the node's `POST /v1/outbox`, the gateway's commands and tool
+/// calls): `None` without one, 400 for a malformed one.
+pub fn idempotency_key(headers: &axum::http::HeaderMap) -> ApiResult<Option<&str>> {
+    headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::bad_request("Idempotency-Key must be 1..255 visible ASCII characters")
+                })
+        })
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::bearer;

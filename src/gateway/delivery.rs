@@ -196,22 +196,17 @@ impl Delivery<'_> {
         };
         // Replicas commit each event with the removal it describes (a replica killed after
         // the commit must not lose them); one process publishes them from memory after it.
-        let staged = match gw.state.replicas() {
-            Some(_) => {
-                let mut events = Vec::new();
-                for id in ack
-                    .delivered
-                    .iter()
-                    .chain(rejected.iter().map(|(id, _)| id))
-                {
-                    let json = serde_json::to_string(&event(id, gw.was_stored(id)))
-                        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
-                    events.push((id.clone(), json));
-                }
-                Some((gw.now_ms(), events))
-            }
-            None => None,
-        };
+        let events = ack
+            .delivered
+            .iter()
+            .chain(rejected.iter().map(|(id, _)| id))
+            .map(|id| (id.clone(), event(id, gw.was_stored(id))));
+        let staged = gw
+            .events
+            .to_commit_all(events)
+            .transpose()
+            .map_err(|e| GatewayError::Internal(format!("event: {e}")))?
+            .map(|events| (gw.now_ms(), events));
         let with_ack = staged.is_some();
         let removed = gw
             .state

@@ -186,6 +186,28 @@ impl EventLog {
         }
     }
 
+    /// The JSON of `event` to commit with the write it describes: in shared mode each
+    /// event is a row of the write's own transaction (a replica killed after the commit
+    /// loses none); locally `None`, and the flow publishes it after the commit.
+    pub fn to_commit(&self, event: &GatewayEvent) -> Option<Result<String, serde_json::Error>> {
+        self.writer.as_ref().map(|_| serde_json::to_string(event))
+    }
+
+    /// [`Self::to_commit`] for the events of one write, each with its key (the events
+    /// are not made at all locally).
+    pub fn to_commit_all(
+        &self,
+        events: impl IntoIterator<Item = (String, GatewayEvent)>,
+    ) -> Option<Result<Vec<(String, String)>, serde_json::Error>> {
+        self.writer.as_ref()?;
+        Some(
+            events
+                .into_iter()
+                .map(|(key, e)| serde_json::to_string(&e).map(|json| (key, json)))
+                .collect(),
+        )
+    }
+
     /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers.
     /// Returns the receiving end for the writer task.
     pub fn shared() -> (Self, mpsc::UnboundedReceiver<ToWriter>) {

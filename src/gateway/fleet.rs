@@ -78,7 +78,7 @@ impl Fleet<'_> {
         let audit_sizes = gw.audit_sync().confirmed_sizes(&ids).await?;
         for id in &ids {
             let (liveness, last_seen, polling) =
-                live.get(id).copied().unwrap_or(super::state::NOT_SEEN);
+                live.get(id).copied().unwrap_or(super::live::NOT_SEEN);
             let st = stats.get(id.as_str());
             out.push(NodeView {
                 node_id: id.clone(),

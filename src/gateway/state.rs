@@ -4,37 +4,20 @@
 //! built once in [`Gateway::new`] for the engine; each service reaches its own through
 //! its handle (`gw.node_auth()`, …).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::audit_sync::frontiers::Frontiers;
 use super::enroll::admission::Admission;
 use super::events::{EventLog, GatewayEvent};
-use super::liveness::Liveness;
+use super::live::table::LiveTable;
 use super::node_auth::replays::ReplayWindow;
 use super::storage::{GatewayState, SharedState};
 use crate::config::Config;
 use crate::envelope::{IdentityDocument, KeyRing, Keys, TrustStore};
 use crate::telemetry::Metrics;
-
-/// Per-node runtime state (not persisted: after a restart every node is `offline` until
-/// it calls in, which is the truth as far as this process knows).
-#[derive(Debug, Default)]
-pub struct NodeLive {
-    pub last_seen_ms: Option<u64>,
-    pub polling: u32,
-    pub online: bool,
-    /// Its last long-poll here ended with the connection closed (the node went away),
-    /// and it has not called since: not between two polls.
-    pub left: bool,
-}
-
-/// A node nobody has heard from: offline, never seen, not polling.
-pub const NOT_SEEN: (Liveness, Option<u64>, bool) = (Liveness::Offline, None, false);
 
 pub struct Gateway {
     pub(super) cfg: Arc<Config>,
@@ -54,12 +37,9 @@ pub struct Gateway {
     pub(super) event_writer:
         Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
     pub(super) shutdown: CancellationToken,
-    wake: Mutex<HashMap<String, Arc<NodeWake>>>,
-    pub(super) live: Mutex<HashMap<String, NodeLive>>,
-    /// Messages enqueued while their node was connected: acked as `was_stored: false`.
-    live_sent: Mutex<HashSet<String>>,
-    /// Shared state: when this replica last wrote each node's liveness.
-    pub(super) heard_at: Mutex<HashMap<String, u64>>,
+    /// Liveness: who was heard from, who polls here, the long-polls' wake-ups, and —
+    /// with replicas — the shared liveness rows.
+    pub(super) live: LiveTable,
     pub(super) progress: AtomicU64,
     pub(super) started_ms: u64,
     ready: AtomicBool,
@@ -93,21 +73,6 @@ fn enroll_slots(cfg: &Config) -> usize {
         .map_or(4, |db| (db.pool as usize / 4).max(1))
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// What a node's long-polls held here wait on.
-#[derive(Default)]
-pub struct NodeWake {
-    /// Something was queued for the node (or notices were missed): look at the queue.
-    pub queued: Notify,
-    /// A newer pull of the node began: older ones compare with `newest_pull`.
-    pub pulled: Notify,
-    /// The newest pull number of the node this replica knows of.
-    pub newest_pull: AtomicU64,
-}
-
 impl Gateway {
     pub(super) fn new(
         cfg: Config,
@@ -139,10 +104,7 @@ impl Gateway {
             events,
             event_writer: Mutex::new(event_writer),
             shutdown,
-            wake: Mutex::new(HashMap::new()),
-            live: Mutex::new(HashMap::new()),
-            live_sent: Mutex::new(HashSet::new()),
-            heard_at: Mutex::new(HashMap::new()),
+            live: LiveTable::new(shared.clone()),
             progress: AtomicU64::new(0),
             started_ms,
             ready: AtomicBool::new(false),
@@ -315,52 +277,5 @@ impl Gateway {
         }
         self.reload_peer(node_id).await?;
         Ok(find(&self.trust()))
-    }
-
-    pub(super) fn waker(&self, node_id: &str) -> Arc<NodeWake> {
-        lock(&self.wake)
-            .entry(node_id.to_string())
-            .or_default()
-            .clone()
-    }
-
-    /// Wake every long-poll (after notices may have been missed): each looks again.
-    pub(super) fn wake_all(&self) {
-        for w in lock(&self.wake).values() {
-            w.queued.notify_waiters();
-        }
-    }
-
-    /// Wake a node's long-polls: something was queued for it.
-    pub(super) fn wake_node(&self, node_id: &str) {
-        self.waker(node_id).queued.notify_waiters();
-    }
-
-    /// Pull number `pull` of `node_id` began (here or at another replica): the node's
-    /// older long-polls held here answer empty without asking the store.
-    pub(super) fn pull_begun(&self, node_id: &str, pull: u64) {
-        let w = self.waker(node_id);
-        if w.newest_pull.fetch_max(pull, Ordering::AcqRel) < pull {
-            w.pulled.notify_waiters();
-        }
-    }
-
-    pub(super) fn mark_live_sent(&self, message_id: &str) {
-        let mut g = lock(&self.live_sent);
-        if g.len() > 100_000 {
-            g.clear();
-        }
-        g.insert(message_id.to_string());
-    }
-
-    /// `was_stored` for an acked message: false only if the node was holding a
-    /// long-poll when it was enqueued (it went straight out); true if it waited.
-    /// [`Gateway::take_was_stored`] without forgetting it (before the ack commits).
-    pub(super) fn was_stored(&self, message_id: &str) -> bool {
-        !lock(&self.live_sent).contains(message_id)
-    }
-
-    pub(super) fn take_was_stored(&self, message_id: &str) -> bool {
-        !lock(&self.live_sent).remove(message_id)
     }
 }

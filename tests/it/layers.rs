@@ -396,7 +396,8 @@ fn the_gateway_storage_imports_no_flow() {
 }
 
 /// The leaves of the gateway (the event bus, the enrollment admission, the per-source
-/// budgets, the state node authentication and audit sync own) name nothing of
+/// budgets, liveness's pure rules, the state node authentication, audit sync and
+/// liveness own) name nothing of
 /// `gateway/` but the storage below them and each other: `Gateway` holds them without
 /// a cycle.
 #[test]
@@ -408,6 +409,8 @@ fn the_gateway_leaves_import_nothing_above_them() {
         "gateway/source_budget.rs",
         "gateway/node_auth/replays.rs",
         "gateway/audit_sync/frontiers.rs",
+        "gateway/live/table.rs",
+        "gateway/liveness.rs",
     ];
     for leaf in leaves {
         let up: Vec<&String> = deps[leaf]

@@ -97,19 +97,8 @@ fn client_message_id(
     subject: &str,
     in_body: Option<String>,
 ) -> ApiResult<Option<String>> {
-    let from_key = match headers.get("idempotency-key") {
-        Some(v) => {
-            let key = v
-                .to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= 255)
-                .ok_or_else(|| {
-                    ApiError::bad_request("Idempotency-Key must be 1..255 visible ASCII characters")
-                })?;
-            Some(commands::message_id_for_key(subject, key))
-        }
-        None => None,
-    };
+    let from_key =
+        crate::api::idempotency_key(headers)?.map(|key| commands::message_id_for_key(subject, key));
     if let Some(id) = &in_body {
         if uuid::Uuid::try_parse(id)
             .map(|u| u.hyphenated().to_string() != *id)

@@ -4,8 +4,8 @@ use axum::Json;
 
 use super::wire::{OutboxQueued, OutboxRequest};
 use super::Core;
-use crate::api::bearer;
 use crate::api::json::JsonBody;
+use crate::api::{bearer, idempotency_key};
 use crate::api::{ApiError, ApiResult};
 use crate::app::outbox::message_id_for_key;
 
@@ -16,19 +16,8 @@ pub async fn queue(
 ) -> ApiResult<(StatusCode, Json<OutboxQueued>)> {
     core.auth.authorize_admin(bearer(&headers))?;
     // `Idempotency-Key: …` (any client string) or `message_id` (a UUID) in the body.
-    let from_key = match headers.get("idempotency-key") {
-        Some(v) => {
-            let key = v
-                .to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= 255)
-                .ok_or_else(|| {
-                    ApiError::bad_request("Idempotency-Key must be 1..255 visible ASCII characters")
-                })?;
-            Some(message_id_for_key(&core.cfg().node_id, key))
-        }
-        None => None,
-    };
+    let from_key =
+        idempotency_key(&headers)?.map(|key| message_id_for_key(&core.cfg().node_id, key));
     let client_id = match (from_key, req.message_id) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::bad_request(

@@ -111,12 +111,11 @@ pub(super) async fn seal_and_queue(
     };
     // A shared state commits the event with the message: one commit before the 202.
     let staged = gw
-        .state
-        .replicas()
-        .is_some()
-        .then(|| serde_json::to_string(&event).map(|json| (now, json)))
+        .events
+        .to_commit(&event)
         .transpose()
-        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
+        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?
+        .map(|json| (now, json));
     let with_message = staged.is_some();
     let msg = ForNode {
         node_id: to.node_id.clone(),
