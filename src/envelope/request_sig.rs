@@ -423,7 +423,7 @@ mod tests {
             RequestSigError::Replayed
         );
         // The same R with another S (a malleated copy) is the same request.
-        let mut malleated = r1.clone();
+        let mut malleated = r1;
         malleated.signature[63] ^= 1;
         assert_eq!(
             seen.insert(&malleated, now).unwrap_err(),
