@@ -1,22 +1,35 @@
-//! The trust store lives in the store's KV (one record), so `trust add` is durable and
-//! backed up with everything else. Beside the record, written in the same commit, is its
-//! stamp (the record's [`fingerprint`]): a running role asks "did it change?" every
-//! second, and with thousands of nodes the record is megabytes, so the question reads
-//! the 8-byte stamp and only a change reads the record.
+//! The trust store lives in the store's KV, so `trust add` is durable and backed up
+//! with everything else: the record cut into small rows (`peers.chunk.N`), and its
+//! stamp (the record's [`fingerprint`] and how many rows), written in the same commit.
+//!
+//! Why rows, not one value: with 10,000 nodes the record is over 3 MiB, and SQLite
+//! compares a lookup's key with a whole cell, overflow pages and all: any read of the
+//! KV table whose search met that one cell read the 3 MiB (1,657 `pread`s of the 2 KiB
+//! pages), so every KV read of every request cost a full read of the fleet. Rows of
+//! [`CHUNK_BYTES`] fit a 2 KiB page's cell without overflow. Why a stamp: a running role
+//! asks "did it change?" every second, and the question reads the stamp only.
 
 use crate::envelope::{IdentityDocument, Rights, TrustStore};
 use crate::store::Store;
 
 pub use crate::store::names::KV_TRUST;
+/// The record as one value, as older builds wrote it (read when there is no stamp;
+/// removed by the next write).
 const KEY: &str = "peers";
-/// The record's [`fingerprint`], little-endian, committed with every write of it.
+/// The record's [`fingerprint`] (8 bytes) and its number of rows (4), little-endian.
 const STAMP: &str = "peers.stamp";
+/// Row `N` of the record is `peers.chunk.` and `N` in 8 digits (key order is row order).
+const CHUNK_PREFIX: &str = "peers.chunk.";
+/// Bytes of the record per row: SQLite keeps up to ~480 bytes of an index cell on a
+/// 2 KiB page, key included, before it spills into overflow pages.
+pub const CHUNK_BYTES: usize = 400;
+
+fn chunk_key(i: usize) -> String {
+    format!("{CHUNK_PREFIX}{i:08}")
+}
 
 pub fn load(store: &Store) -> anyhow::Result<TrustStore> {
-    Ok(match store.kv_get(KV_TRUST, KEY)? {
-        Some(b) => TrustStore::from_bytes(&b)?,
-        None => TrustStore::new(),
-    })
+    Ok(load_since(store, 0)?.map_or_else(TrustStore::new, |(_, t)| t))
 }
 
 pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
@@ -26,12 +39,19 @@ pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// [`save`] as part of `batch` (committed with whatever else it holds): the record and
-/// its stamp together.
+/// [`save`] as part of `batch` (committed with whatever else it holds): the rows and
+/// the stamp together. Rows past the new count, left by a larger record, are not read
+/// (the stamp says how many) and are overwritten when it grows again.
 pub fn put(batch: &mut crate::store::Batch, t: &TrustStore) {
     let bytes = t.to_bytes();
-    batch.kv_put(KV_TRUST, STAMP, fingerprint(&bytes).to_le_bytes().to_vec());
-    batch.kv_put(KV_TRUST, KEY, bytes);
+    let mut stamp = fingerprint(&bytes).to_le_bytes().to_vec();
+    let rows = bytes.chunks(CHUNK_BYTES);
+    stamp.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+    for (i, row) in rows.enumerate() {
+        batch.kv_put(KV_TRUST, &chunk_key(i), row.to_vec());
+    }
+    batch.kv_delete(KV_TRUST, KEY);
+    batch.kv_put(KV_TRUST, STAMP, stamp);
 }
 
 /// What a running role verifies with: the persisted peers plus its own identity, which
@@ -88,37 +108,69 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
 /// The store's trust record when its fingerprint differs from `known`: an unchanged
 /// record costs one read of its stamp, whatever the number of peers.
 pub fn load_since(store: &Store, known: u64) -> anyhow::Result<Option<(u64, TrustStore)>> {
-    load_since_with(|key| Ok(store.kv_get(KV_TRUST, key)?), known)
+    load_since_with(
+        &|key| Ok(store.kv_get(KV_TRUST, key)?),
+        &|| Ok(store.kv_list(KV_TRUST)?),
+        known,
+    )
 }
 
-/// [`load_since`] over `get` (a read of one key of the trust namespace).
+/// One key of the trust namespace.
+type Get<'a> = &'a dyn Fn(&str) -> anyhow::Result<Option<Vec<u8>>>;
+/// Every `(key, value)` of the trust namespace, in key order.
+type List<'a> = &'a dyn Fn() -> anyhow::Result<Vec<(String, Vec<u8>)>>;
+
+/// [`load_since`] over `get` and `list`.
 ///
-/// The stamp is read before the record: a write committed between the two reads pairs
-/// an older stamp with the newer record, which the next check reads again; the other
-/// order could pair the newer stamp with the older record and keep it. A record written
-/// without a stamp (by an older build) is read and hashed whole, as its fingerprint is
-/// what its stamp would be.
+/// The rows are read in one scan and checked against the stamp's fingerprint: a write
+/// committed between the stamp's read and the scan (or during it, on an engine whose
+/// scans are not snapshots) fails the check, and the read starts again from the stamp.
+/// A record without a stamp (an older build's single value) is read and hashed whole.
 fn load_since_with(
-    get: impl Fn(&str) -> anyhow::Result<Option<Vec<u8>>>,
+    get: Get<'_>,
+    list: List<'_>,
     known: u64,
 ) -> anyhow::Result<Option<(u64, TrustStore)>> {
-    let stamp = get(STAMP)?
-        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-        .map(u64::from_le_bytes)
-        .filter(|fp| *fp != 0);
-    if stamp.is_some_and(|fp| fp == known) {
-        return Ok(None);
+    for _ in 0..5 {
+        let Some((fp, rows)) = get(STAMP)?.as_deref().and_then(parse_stamp) else {
+            let bytes = get(KEY)?;
+            let fp = bytes.as_deref().map_or(1, fingerprint);
+            if fp == known {
+                return Ok(None);
+            }
+            let t = match bytes {
+                Some(b) => TrustStore::from_bytes(&b)?,
+                None => TrustStore::new(),
+            };
+            return Ok(Some((fp, t)));
+        };
+        if fp == known {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(rows * CHUNK_BYTES);
+        let mut next = 0;
+        for (key, value) in list()? {
+            let Some(i) = key.strip_prefix(CHUNK_PREFIX) else {
+                continue;
+            };
+            if i.parse::<usize>().ok() == Some(next) && next < rows {
+                bytes.extend_from_slice(&value);
+                next += 1;
+            }
+        }
+        if next == rows && fingerprint(&bytes) == fp {
+            return Ok(Some((fp, TrustStore::from_bytes(&bytes)?)));
+        }
     }
-    let bytes = get(KEY)?;
-    let fp = stamp.unwrap_or_else(|| bytes.as_deref().map_or(1, fingerprint));
-    if fp == known {
-        return Ok(None);
-    }
-    let t = match bytes {
-        Some(b) => TrustStore::from_bytes(&b)?,
-        None => TrustStore::new(),
-    };
-    Ok(Some((fp, t)))
+    anyhow::bail!(
+        "the trust record kept changing while it was read, or its rows do not match its stamp"
+    )
+}
+
+fn parse_stamp(b: &[u8]) -> Option<(u64, usize)> {
+    let fp = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    let rows = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?);
+    (b.len() == 12 && fp != 0).then_some((fp, rows as usize))
 }
 
 /// The peers plus `me` as an issuer (see [`effective`]).
@@ -400,10 +452,7 @@ mod tests {
         );
     }
 
-    /// With 10,000 nodes the record is megabytes, and every running role checks it
-    /// every second: a check of an unchanged record reads its 8-byte stamp only.
-    #[test]
-    fn a_check_of_an_unchanged_record_reads_only_its_stamp() {
+    fn store() -> (tempfile::TempDir, crate::store::Store) {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(
             dir.path(),
@@ -411,25 +460,61 @@ mod tests {
             crate::clock::system(),
         )
         .unwrap();
+        (dir, store)
+    }
+
+    /// With 10,000 nodes the record is megabytes, and every running role checks it
+    /// every second: a check of an unchanged record reads its stamp only, and no row of
+    /// the record is a value large enough to spill out of its page.
+    #[test]
+    fn a_check_of_an_unchanged_record_reads_only_its_stamp() {
+        let (_dir, store) = store();
         let mut t = TrustStore::new();
-        t.add(doc("node:d"), RIGHTS).unwrap();
+        for i in 0..20 {
+            t.add(doc(&format!("node:d{i}")), RIGHTS).unwrap();
+        }
         save(&store, &t).unwrap();
+        let rows = store.kv_list(KV_TRUST).unwrap();
+        assert!(rows.len() > 10, "{} rows", rows.len());
+        assert!(rows.iter().all(|(_, v)| v.len() <= CHUNK_BYTES));
         let read = Mutex::new(Vec::new());
         let get = |key: &str| {
             read.lock().unwrap().push(key.to_string());
             Ok(store.kv_get(KV_TRUST, key)?)
         };
-        let (fp, loaded) = load_since_with(get, 0).unwrap().unwrap();
+        let list = || {
+            read.lock().unwrap().push("(all rows)".to_string());
+            Ok(store.kv_list(KV_TRUST)?)
+        };
+        let (fp, loaded) = load_since_with(&get, &list, 0).unwrap().unwrap();
         assert_eq!(loaded, t);
         read.lock().unwrap().clear();
-        assert!(load_since_with(get, fp).unwrap().is_none());
+        assert!(load_since_with(&get, &list, fp).unwrap().is_none());
         assert_eq!(*read.lock().unwrap(), [STAMP], "only the stamp was read");
-        // A change is seen (its stamp differs) and read.
-        t.add(doc("node:e"), RIGHTS).unwrap();
+        // A change is seen (its stamp differs) and read; a smaller record leaves rows
+        // past its count, which are not read.
+        t.remove("node:d3");
+        t.remove("node:d4");
         save(&store, &t).unwrap();
         let (fp2, loaded) = load_since(&store, fp).unwrap().unwrap();
         assert_ne!(fp2, fp);
         assert_eq!(loaded, t);
+        assert_eq!(load(&store).unwrap(), t);
+    }
+
+    /// Rows that do not match the stamp (a write between the stamp's read and the
+    /// scan) are never taken for the record.
+    #[test]
+    fn rows_that_do_not_match_the_stamp_are_not_taken() {
+        let (_dir, store) = store();
+        let mut t = TrustStore::new();
+        t.add(doc("node:g"), RIGHTS).unwrap();
+        save(&store, &t).unwrap();
+        store
+            .kv_put(KV_TRUST, &chunk_key(0), b"{\"torn\":".to_vec())
+            .wait()
+            .unwrap();
+        assert!(load_since(&store, 0).is_err());
     }
 
     /// A record an older build wrote has no stamp: it is fingerprinted whole, to the
@@ -437,13 +522,7 @@ mod tests {
     /// does not read as a change, and a change is still seen.
     #[test]
     fn a_record_without_a_stamp_is_fingerprinted_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::open(
-            dir.path(),
-            crate::store::StoreOptions::default(),
-            crate::clock::system(),
-        )
-        .unwrap();
+        let (_dir, store) = store();
         let mut t = TrustStore::new();
         t.add(doc("node:f"), RIGHTS).unwrap();
         store.kv_put(KV_TRUST, KEY, t.to_bytes()).wait().unwrap();
@@ -454,6 +533,10 @@ mod tests {
         assert!(
             load_since(&store, fp).unwrap().is_none(),
             "same record, same stamp"
+        );
+        assert!(
+            store.kv_get(KV_TRUST, KEY).unwrap().is_none(),
+            "rewritten as rows"
         );
         t.remove("node:f");
         store.kv_put(KV_TRUST, KEY, t.to_bytes()).wait().unwrap();
