@@ -22,6 +22,8 @@ pub enum StateError {
 
 /// A document and its version (0: never set; the first write makes it 1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Versioned {
     pub doc: Value,
     pub version: u64,

@@ -194,6 +194,50 @@ pub struct Revocations {
     pub version: u64,
 }
 
+/// `payload_type` of the envelope that carries a node's desired state (PROTOCOL §16.4).
+pub const DESIRED_STATE: &str = "DESIRED_STATE";
+
+/// The plaintext of a `DESIRED_STATE` envelope: the whole desired document at one
+/// version. The gateway seals the newest version it holds for a node whose pull says it
+/// holds an older one (`desired=` on the pull), so a node offline for a week gets only
+/// the newest; the node keeps it only if it is newer than what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct DesiredState {
+    /// A JSON object.
+    pub desired: Value,
+    pub version: u64,
+}
+
+/// `POST /v1/nodes/{id}/report` body (PROTOCOL §16.5): what the node holds and reports.
+/// Sent on every (re)connection and whenever something in it changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StateReport {
+    /// The desired version the node holds (0: none).
+    pub desired_version: u64,
+    /// The node's inventory; left out when unchanged since the gateway last took it on
+    /// this connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<crate::fleet::Inventory>,
+    /// The node's reported document and its version; left out while the node never
+    /// reported anything (version 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<crate::fleet::Versioned>,
+}
+
+/// `POST /v1/nodes/{id}/report` answer: what the gateway now holds for the node (a
+/// reported version below the node's own means the gateway kept a newer one; the node
+/// never goes back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct ReportAnswer {
+    /// The newest desired version the gateway holds for the node.
+    pub desired_version: u64,
+    pub reported_version: u64,
+}
+
 /// The error shape of every non-2xx answer (`{"error": {"code", …}}`); the node only
 /// needs the code.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
