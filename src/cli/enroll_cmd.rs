@@ -35,6 +35,9 @@ pub enum EnrollTokenCmd {
         /// stdout (a shell redirect makes it world-readable under the usual umask).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// A label every device it enrolls starts with, `key=value` (repeatable).
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
     },
     /// Every token: id, uses, limit, expiry, state.
     List {
@@ -116,15 +119,19 @@ pub fn enroll_token(arg: &ConfigArg, cmd: EnrollTokenCmd) -> anyhow::Result<()> 
             node_prefix,
             approve,
             out,
-        } => create(
-            &cfg,
-            &st,
-            &ttl,
-            max_uses,
-            node_prefix,
-            &approve,
-            out.as_deref(),
-        ),
+            labels,
+        } => token_labels(&labels).and_then(|labels| {
+            create(
+                &cfg,
+                &st,
+                &ttl,
+                max_uses,
+                node_prefix,
+                &approve,
+                out.as_deref(),
+                labels,
+            )
+        }),
         EnrollTokenCmd::List { json } => list(&st, json),
         EnrollTokenCmd::Revoke { id } => revoke(&st, &id),
     };
@@ -132,6 +139,20 @@ pub fn enroll_token(arg: &ConfigArg, cmd: EnrollTokenCmd) -> anyhow::Result<()> 
     out
 }
 
+/// `--label key=value`s, checked (PROTOCOL §16.1).
+fn token_labels(args: &[String]) -> anyhow::Result<crate::fleet::Labels> {
+    let change = crate::fleet::LabelChange::parse_args(args)
+        .map_err(|e| Exit::usage(format!("--label: {e}")))?;
+    if let Some(k) = change.remove.first() {
+        return Err(
+            Exit::usage(format!("--label {k}-: a new token has no label to remove")).into(),
+        );
+    }
+    crate::fleet::Labels::from_pairs(change.set)
+        .map_err(|e| Exit::usage(format!("--label: {e}")).into())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn create(
     cfg: &Config,
     st: &Opened,
@@ -140,6 +161,7 @@ fn create(
     node_prefix: Option<String>,
     approve: &str,
     out: Option<&std::path::Path>,
+    labels: crate::fleet::Labels,
 ) -> anyhow::Result<()> {
     let approve = match approve {
         "auto" => Approve::Auto,
@@ -182,6 +204,7 @@ fn create(
         created_at_ms: now,
         revoked: false,
         uses: 0,
+        labels,
     }))?;
     eprintln!(
         "enrollment token {} for {} devices, until {} (approve: {}); put it in each device's upstream.enroll_token_file",

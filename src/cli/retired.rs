@@ -90,6 +90,7 @@ mod tests {
             kind: Kind::New,
             created_at_ms: 0,
             decided_at_ms: Some(at),
+            labels: Default::default(),
         }
     }
 

@@ -55,6 +55,10 @@ pub const KV_GW_ROTATION: &str = "gw_rotation";
 /// KV: the gateway's own audit entries its decisions committed and its log does not
 /// hold yet, key = zero-padded sequence number (PROTOCOL §15.6).
 pub const KV_GW_AUDIT_PENDING: &str = "gw_audit_pending";
+/// KV: fleet state per node (PROTOCOL §16): the summary (labels, inventory, versions)
+/// and, apart, the desired and reported documents; key = node id.
+pub const KV_GW_FLEET: &str = "gw_fleet";
+pub const KV_GW_FLEET_DOCS: &str = "gw_fleet_docs";
 /// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
 pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
 pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";

@@ -78,6 +78,7 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
         kind,
         created_at_ms: f.now_ms,
         decided_at_ms: (state == RecordState::Enrolled).then_some(f.now_ms),
+        labels: t.labels.clone(),
     };
     if trusted_same {
         // Trusted by hand before: nothing to change, no use counted.

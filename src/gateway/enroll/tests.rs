@@ -23,6 +23,7 @@ fn token(max_uses: u64, approve: Approve) -> TokenRecord {
         created_at_ms: 0,
         revoked: false,
         uses: 0,
+        labels: Default::default(),
     }
 }
 

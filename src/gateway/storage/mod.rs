@@ -27,6 +27,7 @@
 
 pub mod embedded;
 mod enrollments;
+pub mod fleet;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod shared;
@@ -287,7 +288,7 @@ pub struct NodeSeen {
 }
 
 /// The gateway's durable state. See the module documentation for the contract.
-pub trait GatewayState: EnrollmentState + Send + Sync {
+pub trait GatewayState: EnrollmentState + fleet::FleetState + Send + Sync {
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
     /// clock for the embedded engine).
     fn now_ms(&self) -> u64;

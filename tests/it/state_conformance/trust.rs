@@ -194,6 +194,7 @@ pub(super) fn token(id: &str, approve: Approve) -> TokenRecord {
         created_at_ms: T0,
         revoked: false,
         uses: 0,
+        labels: Default::default(),
     }
 }
 

@@ -160,9 +160,13 @@ impl Embedded {
                 &record_key(&record.node_id, &record.node_sign_pk),
                 json(record),
             );
+            let mut _labels = None;
             if record.state == RecordState::Enrolled {
                 trust_node(&mut trust, &record.document).map_err(StateError::Corrupt)?;
                 crate::daemon::trust::put(&mut batch, &trust);
+                _labels = self
+                    .stage_token_labels(&mut batch, &record.node_id, &record.labels)
+                    .await?;
             }
             self.store.commit(batch).await?;
         }
@@ -186,6 +190,7 @@ impl Embedded {
             return Ok(None);
         };
         let mut batch = Batch::new();
+        let mut _labels = None;
         r.decided_at_ms = Some(now_ms);
         if approve {
             r.state = RecordState::Enrolled;
@@ -207,6 +212,9 @@ impl Embedded {
             }
             trust_node(&mut trust, &r.document).map_err(StateError::Corrupt)?;
             crate::daemon::trust::put(&mut batch, &trust);
+            _labels = self
+                .stage_token_labels(&mut batch, node_id, &r.labels)
+                .await?;
         } else {
             r.state = RecordState::Rejected;
         }

@@ -38,6 +38,7 @@ pub struct Embedded {
     handed_out: std::sync::Mutex<std::collections::HashMap<String, StoredMessage>>,
     /// Serialises enrollments, approvals and retirements (each reads what it changes).
     enrolling: tokio::sync::Mutex<()>,
+    fleet: fleet::FleetCache,
 }
 
 impl Embedded {
@@ -48,6 +49,7 @@ impl Embedded {
             pulls: std::sync::Mutex::new(std::collections::HashMap::new()),
             handed_out: std::sync::Mutex::new(std::collections::HashMap::new()),
             enrolling: tokio::sync::Mutex::new(()),
+            fleet: fleet::FleetCache::default(),
         }
     }
 
@@ -486,6 +488,7 @@ impl GatewayState for Embedded {
 }
 
 mod enroll;
+mod fleet;
 mod pull;
 mod records;
 mod shared;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rights, TrustStore};
+use crate::fleet::Labels;
 
 /// A token as the gateway keeps it: its claims, and how often it was used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +18,10 @@ pub struct TokenRecord {
     pub revoked: bool,
     /// Enrollments recorded under it (each device key once).
     pub uses: u64,
+    /// Labels every node it enrolls starts with (PROTOCOL §16.1); the gateway's own,
+    /// never in the token the devices carry.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 impl TokenRecord {
@@ -78,6 +83,10 @@ pub struct EnrollmentRecord {
     pub kind: Kind,
     pub created_at_ms: u64,
     pub decided_at_ms: Option<u64>,
+    /// The token's labels when the record was made: the node starts with them once
+    /// enrolled (written with the decision that trusts it).
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 /// What the state knows when an enrollment arrives (read in its transaction).
@@ -190,6 +199,7 @@ pub fn retired_records(
             kind: Kind::New,
             created_at_ms: now_ms,
             decided_at_ms: Some(now_ms),
+            labels: Labels::default(),
         }),
     }
     out
@@ -220,6 +230,7 @@ pub fn rotated_records(
         kind: was.kind,
         created_at_ms: now_ms,
         decided_at_ms: Some(now_ms),
+        labels: was.labels.clone(),
     };
     was.state = RecordState::Rotated;
     was.decided_at_ms = Some(now_ms);

@@ -231,6 +231,7 @@ impl Postgres {
         put_record(&tx, record).await?;
         if record.state == RecordState::Enrolled {
             trust_node(&tx, &record.document, now_ms).await?;
+            super::fleet::stage_token_labels(&tx, &record.node_id, &record.labels).await?;
         }
         tx.commit().await.map_err(unavailable)?;
         // The refresh takes a connection of its own: holding this one while it waits
@@ -285,6 +286,7 @@ impl Postgres {
                 }
             }
             trust_node(&tx, &r.document, now_ms).await?;
+            super::fleet::stage_token_labels(&tx, node_id, &r.labels).await?;
         } else {
             r.state = RecordState::Rejected;
         }

@@ -27,6 +27,7 @@ mod audit;
 mod delivery;
 mod enroll;
 mod events;
+mod fleet;
 mod group;
 pub mod import;
 mod inbox;

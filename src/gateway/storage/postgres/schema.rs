@@ -214,6 +214,18 @@ CREATE TABLE gateway_audit_pending (
     entry text   NOT NULL
 );
 "#,
+    // 7: fleet state per node (PROTOCOL §16): the summary (labels, inventory, versions;
+    // JSON) every listing reads, the documents apart, the revision a write checks, and
+    // the desired version the pull path asks for.
+    r#"
+CREATE TABLE node_fleet (
+    node_id         text   PRIMARY KEY,
+    revision        bigint NOT NULL,
+    summary         text   NOT NULL,
+    docs            text   NOT NULL,
+    desired_version bigint NOT NULL
+);
+"#,
 ];
 
 /// The newest schema this binary knows.
