@@ -56,6 +56,7 @@ impl Delivery<'_> {
         wait_s: Option<u64>,
         max: Option<usize>,
         after: Option<&str>,
+        desired_held: Option<u64>,
     ) -> Result<Pulled, GatewayError> {
         let gw = self.0;
         let wait = Duration::from_secs(wait_s.unwrap_or(0).min(MAX_WAIT_S));
@@ -86,6 +87,8 @@ impl Delivery<'_> {
         let pull = gw.state.begin_pull(node).await?;
         gw.pull_begun(node, pull);
         let superseded = || waker.newest_pull.load(Ordering::Acquire) > pull;
+        // A newer desired version than the node holds goes first (PROTOCOL §16.4).
+        let mut desired = None;
         let batch: PullBatch = 'pull: loop {
             let queued = waker.queued.notified();
             tokio::pin!(queued);
@@ -103,7 +106,11 @@ impl Delivery<'_> {
                     },
                 )
                 .await?;
+            if let (Some(held), false) = (desired_held, batch.superseded) {
+                desired = gw.node_states().desired_for_pull(node, held).await?;
+            }
             if !batch.deliveries.is_empty()
+                || desired.is_some()
                 || batch.superseded
                 || tokio::time::Instant::now() >= deadline
             {
@@ -133,7 +140,10 @@ impl Delivery<'_> {
         if let Some(g) = guard.as_mut() {
             g.answered = true;
         }
-        let envelopes = batch
+        let desired_count = u64::from(desired.is_some());
+        let envelopes = desired
+        .into_iter()
+        .chain(batch
         .deliveries
         .into_iter()
         .filter_map(|d| {
@@ -145,11 +155,11 @@ impl Delivery<'_> {
                     None
                 }
             }
-        })
+        }))
         .collect();
         Ok(Pulled {
             envelopes,
-            pending: batch.pending,
+            pending: batch.pending + desired_count,
         })
     }
 }

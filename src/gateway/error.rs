@@ -71,6 +71,16 @@ pub enum GatewayError {
     /// A key rotation statement refused (PROTOCOL §15.7).
     #[error(transparent)]
     Rotation(#[from] crate::envelope::RotationError),
+    /// A label change refused as a whole (PROTOCOL §16.1).
+    #[error(transparent)]
+    Label(#[from] crate::fleet::LabelError),
+    /// A malformed selector (PROTOCOL §16.2).
+    #[error(transparent)]
+    Selector(#[from] crate::fleet::BadSelector),
+    /// A desired or reported document refused: not an object, too large, or written
+    /// over another version than `If-Match` named (PROTOCOL §16.4).
+    #[error(transparent)]
+    Document(#[from] crate::fleet::StateError),
     /// The gateway's durable state failed.
     #[error(transparent)]
     State(#[from] StateError),

@@ -100,6 +100,29 @@ pub enum GatewayEvent {
         code: String,
         confirmed_size: u64,
     },
+    /// An admin changed the node's labels (PROTOCOL §16.1); `labels` as they are now.
+    LabelsChanged {
+        node_id: String,
+        labels: crate::fleet::Labels,
+        by: String,
+    },
+    /// An admin wrote desired version `version` of the node (PROTOCOL §16.4).
+    DesiredSet {
+        node_id: String,
+        version: u64,
+        by: String,
+    },
+    /// The node reported state version `version`; `in_sync` with its desired state.
+    StateReported {
+        node_id: String,
+        version: u64,
+        in_sync: bool,
+    },
+    /// The node's inventory moved (PROTOCOL §16.3).
+    InventoryChanged {
+        node_id: String,
+        agent_version: String,
+    },
 }
 
 impl GatewayEvent {
@@ -118,6 +141,10 @@ impl GatewayEvent {
             Self::NodeRevoked { .. } => "node_revoked",
             Self::NodeRotated { .. } => "node_rotated",
             Self::AuditRefused { .. } => "audit_refused",
+            Self::LabelsChanged { .. } => "labels_changed",
+            Self::DesiredSet { .. } => "desired_set",
+            Self::StateReported { .. } => "state_reported",
+            Self::InventoryChanged { .. } => "inventory_changed",
         }
     }
 

@@ -9,7 +9,16 @@ use super::error::GatewayError;
 use super::events::{Event, GatewayEvent, Missed, REPLAY};
 use super::state::Gateway;
 use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE};
+use super::node_state::StateView;
+use super::storage::fleet::FleetSummary;
+use crate::fleet::Selector;
 use crate::sync::wire::TaskResult;
+
+/// Does the node with this summary match `sel`?
+pub fn selects(sel: &Selector, s: &FleetSummary) -> bool {
+    let labels = s.labels.clone().unwrap_or_default();
+    sel.matches(&labels, &|f| s.inventory.as_ref().and_then(|i| i.fact(f)))
+}
 use crate::telemetry::status::{AuditStatus, QueueStatus, Status};
 
 /// Where a message is, and the result filed for it.
@@ -24,15 +33,32 @@ pub struct MessageView {
 #[derive(Debug, Clone, serde::Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct NodeView {
+    /// The outpost version the node reported (PROTOCOL §16.3); null until it did.
+    pub agent_version: Option<String>,
     pub audit_size: u64,
     /// Trusted with `send`: it can connect and pull. Without it nothing is queued for it.
     pub can_connect: bool,
+    /// Its desired state's members all have their values in its reported state.
+    pub in_sync: bool,
+    pub labels: crate::fleet::Labels,
     pub last_seen: Option<u64>,
     pub liveness: &'static str,
     pub node_id: String,
     pub oldest_age_s: u64,
     pub polling: bool,
     pub queue_depth: u64,
+}
+
+/// One node as `GET /v1/nodes/{id}` shows it: its row of the listing, its inventory
+/// and its state.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct NodeDetail {
+    pub inventory: Option<crate::fleet::Inventory>,
+    pub inventory_at_ms: Option<u64>,
+    pub state: super::node_state::StateView,
+    #[serde(flatten)]
+    pub view: NodeView,
 }
 
 /// The fleet read model: what `/v1/nodes`, `/v1/messages/{id}`, `/v1/status` and the
@@ -59,8 +85,39 @@ impl Fleet<'_> {
         Ok(MessageView { status, result })
     }
 
-    pub async fn nodes(&self) -> Result<Vec<NodeView>, GatewayError> {
+    /// Every enrolled node, or those `selector` selects (PROTOCOL §16.2).
+    pub async fn nodes(&self, selector: Option<&Selector>) -> Result<Vec<NodeView>, GatewayError> {
+        let summaries = self.0.state.fleet_summaries().await?;
+        self.views(&summaries, &|_, s| selector.is_none_or(|sel| selects(sel, s)))
+            .await
+    }
+
+    /// One enrolled node with its labels, inventory and state (`GET /v1/nodes/{id}`).
+    pub async fn node(&self, id: &str) -> Result<NodeDetail, GatewayError> {
+        let record = self.0.node_states().record(id).await?;
+        let summaries = [(id.to_string(), record.summary.clone())].into();
+        let view = self
+            .views(&summaries, &|n, _| n == id)
+            .await?
+            .pop()
+            .ok_or_else(|| GatewayError::UnknownNode(id.to_string()))?;
+        Ok(NodeDetail {
+            inventory: record.summary.inventory.clone(),
+            inventory_at_ms: record.summary.inventory_at_ms,
+            state: StateView::of(id, &record),
+            view,
+        })
+    }
+
+    /// The enrolled nodes `keep` keeps, given their fleet summaries.
+    async fn views(
+        &self,
+        summaries: &std::collections::HashMap<String, FleetSummary>,
+        keep: &(dyn Fn(&str, &FleetSummary) -> bool + Sync),
+    ) -> Result<Vec<NodeView>, GatewayError> {
         let gw = self.0;
+        let none = FleetSummary::default();
+        let summary = |id: &str| summaries.get(id).unwrap_or(&none);
         let stats: Vec<QueueStat> = gw.state.queue_stats().await?;
         let mut out = Vec::new();
         let trust = gw.trust();
@@ -68,6 +125,7 @@ impl Fleet<'_> {
             .list()
             .filter(|p| p.doc.role == "node")
             .map(|p| p.doc.node_id.clone())
+            .filter(|id| keep(id, summary(id)))
             .collect();
         let live = gw.liveness_of(&ids).await;
         let stats: std::collections::HashMap<&str, &QueueStat> = stats
@@ -80,7 +138,11 @@ impl Fleet<'_> {
             let (liveness, last_seen, polling) =
                 live.get(id).copied().unwrap_or(super::live::NOT_SEEN);
             let st = stats.get(id.as_str());
+            let fleet = summary(id);
             out.push(NodeView {
+                agent_version: fleet.inventory.as_ref().map(|i| i.agent_version.clone()),
+                in_sync: fleet.in_sync || fleet.desired_version == 0,
+                labels: fleet.labels.clone().unwrap_or_default(),
                 node_id: id.clone(),
                 last_seen,
                 liveness: liveness.as_str(),

@@ -43,6 +43,7 @@ pub mod inbox;
 pub mod live;
 pub mod liveness;
 pub mod node_auth;
+pub mod node_state;
 pub mod own_audit;
 pub mod rotation;
 pub mod source_budget;

@@ -1,5 +1,5 @@
 //! Client side of the gateway: operators and dashboards queue tool calls and commands
-//! for nodes, follow them, and list nodes. Thin: parse, check the token, call
+//! for nodes and follow them (the fleet's nodes and their state: `fleet.rs`). Thin: parse, check the token, call
 //! `gateway::commands`, shape the answer.
 //!
 //! Scopes: `tool:<name>` for a tool call, `command:<type>` for a command, `read` for
@@ -15,7 +15,7 @@ use axum::Json;
 
 use super::auth::require;
 use super::wire::{
-    CommandBody, CommandQueued, MessageAnswer, NodeList, ToolCallAnswer, ToolCallBody,
+    CommandBody, CommandQueued, MessageAnswer, ToolCallAnswer, ToolCallBody,
     ToolCallQueued,
 };
 use crate::api::json::JsonBody;
@@ -149,14 +149,4 @@ pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiRe
         backlog,
         gw.shutdown().clone(),
     ))
-}
-
-/// `GET /v1/nodes`.
-pub async fn nodes(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-) -> ApiResult<Json<NodeList>> {
-    require(&gw, &headers, Need::Scope("read"))?;
-    let nodes = gw.fleet().nodes().await?;
-    Ok(Json(NodeList { nodes }))
 }

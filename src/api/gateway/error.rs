@@ -96,6 +96,14 @@ impl From<GatewayError> for ApiError {
                 };
                 ApiError::new(status, r.code(), msg)
             }
+            GatewayError::Label(_) => ApiError::new(StatusCode::BAD_REQUEST, "bad_label", msg),
+            GatewayError::Selector(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_selector", msg)
+            }
+            GatewayError::Document(crate::fleet::StateError::VersionConflict { .. }) => {
+                ApiError::new(StatusCode::PRECONDITION_FAILED, "version_conflict", msg)
+            }
+            GatewayError::Document(_) => ApiError::new(StatusCode::BAD_REQUEST, "bad_state", msg),
             GatewayError::State(s) => s.into(),
             GatewayError::Internal(detail) => ApiError::internal(detail),
         }

@@ -8,6 +8,7 @@ pub mod client;
 pub mod enroll;
 pub mod error;
 pub mod events;
+pub mod fleet;
 mod health;
 pub mod node;
 pub mod ui;
@@ -16,7 +17,7 @@ pub mod wire;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post, put};
 use axum::Router;
 
 use crate::gateway::Gateway;
@@ -30,7 +31,15 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/commands", post(client::commands))
         .route("/v1/messages/{id}", get(client::message))
         .route("/v1/events", get(client::events))
-        .route("/v1/nodes", get(client::nodes))
+        .route("/v1/nodes", get(fleet::nodes))
+        .route("/v1/nodes/{id}", get(fleet::node))
+        .route("/v1/nodes/{id}/labels", patch(fleet::labels))
+        .route(
+            "/v1/nodes/{id}/desired",
+            put(fleet::desired_put).patch(fleet::desired_patch),
+        )
+        .route("/v1/nodes/{id}/state", get(fleet::state))
+        .route("/v1/nodes/{id}/report", post(node::report))
         .route("/v1/inbox", get(admin::inbox))
         .route("/v1/inbox/{id}/ack", post(admin::inbox_ack))
         .route("/v1/revocations", post(admin::revoke))

@@ -14,7 +14,7 @@ use crate::gateway::storage::NodeAck;
 use crate::gateway::{delivery, Gateway};
 use crate::sync::wire::{
     AckAnswer, AckRequest, AuditAnswer, AuditStatus, AuditUpload, PullAnswer, Revocations,
-    RotateAnswer, UploadAnswer, UploadRequest,
+    ReportAnswer, RotateAnswer, StateReport, UploadAnswer, UploadRequest,
 };
 
 #[derive(Debug, Deserialize)]
@@ -23,6 +23,8 @@ pub struct PullQuery {
     pub max: Option<u64>,
     /// The last message id of the node's previous batch (PROTOCOL §12.1, §12.6: pipelining).
     pub after: Option<String>,
+    /// The desired version the node holds (PROTOCOL §16.4); a newer one goes first.
+    pub desired: Option<u64>,
 }
 
 /// `GET /v1/nodes/{id}/pull?wait_s=&max=&after=`: `{"pending_count","envelopes":[…]}`
@@ -35,13 +37,31 @@ pub async fn pull(
     let max = q.max.map(|m| m.min(delivery::MAX_BATCH as u64) as usize);
     let p = gw
         .delivery()
-        .pull(&signed.node_id, q.wait_s, max, q.after.as_deref())
+        .pull(
+            &signed.node_id,
+            q.wait_s,
+            max,
+            q.after.as_deref(),
+            q.desired,
+        )
         .await?;
     Ok(Json(PullAnswer {
         envelopes: p.envelopes,
         pending_count: p.pending,
         gateway_rotation: gw.rotation_for_nodes(),
     }))
+}
+
+/// `POST /v1/nodes/{id}/report`: the node's inventory and reported state (PROTOCOL
+/// §16.5).
+pub async fn report(
+    State(gw): State<Arc<Gateway>>,
+    signed: SignedNode,
+) -> ApiResult<Json<ReportAnswer>> {
+    let body: StateReport = parse(&signed.body)?;
+    Ok(Json(
+        gw.node_states().take_report(&signed.node_id, &body).await?,
+    ))
 }
 
 /// `POST /v1/nodes/{id}/ack`: removes the messages from the node's queue.

@@ -153,6 +153,22 @@ pub struct NodeList {
     pub nodes: Vec<NodeView>,
 }
 
+/// `PATCH /v1/nodes/{id}/labels`: the node's labels as they are now.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct LabelsAnswer {
+    pub labels: crate::fleet::Labels,
+    pub node_id: String,
+}
+
+/// `PUT`/`PATCH /v1/nodes/{id}/desired`: the version written.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct DesiredWritten {
+    pub node_id: String,
+    pub version: u64,
+}
+
 /// `GET /v1/inbox`: the records as kept, in the node's inbox shape.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]

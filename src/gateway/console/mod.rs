@@ -284,7 +284,7 @@ impl Fleet<'_> {
     /// The fleet page for `q`.
     pub async fn fleet_page(&self, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
         let gw = self.0;
-        let nodes = gw.fleet().nodes().await?;
+        let nodes = gw.fleet().nodes(None).await?;
         let (events, _) = gw.events.replay(0);
         let now_ms = gw.now_ms();
         let all = rows(nodes, &events, gw.started_ms);
@@ -344,7 +344,7 @@ impl Fleet<'_> {
         }
         let view = gw
             .fleet()
-            .nodes()
+            .nodes(None)
             .await?
             .into_iter()
             .find(|v| v.node_id == node_id)
