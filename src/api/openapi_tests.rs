@@ -134,6 +134,16 @@ mod gateway_cases {
         "GET /v1/nodes/{id}/revocations 200" => Type(of::<sync::Revocations>),
         "POST /v1/nodes/{id}/rotate request" => Type(of::<KeyRotation>),
         "POST /v1/nodes/{id}/rotate 200" => Type(of::<sync::RotateAnswer>),
+        "GET /v1/nodes/{id} 200" => Type(of::<crate::gateway::fleet::NodeDetail>),
+        "PATCH /v1/nodes/{id}/labels request" => Type(of::<crate::fleet::LabelChange>),
+        "PATCH /v1/nodes/{id}/labels 200" => Type(of::<gw::LabelsAnswer>),
+        "PUT /v1/nodes/{id}/desired request" => Type(of::<serde_json::Value>),
+        "PUT /v1/nodes/{id}/desired 200" => Type(of::<gw::DesiredWritten>),
+        "PATCH /v1/nodes/{id}/desired request" => Type(of::<serde_json::Value>),
+        "PATCH /v1/nodes/{id}/desired 200" => Type(of::<gw::DesiredWritten>),
+        "GET /v1/nodes/{id}/state 200" => Type(of::<crate::gateway::node_state::StateView>),
+        "POST /v1/nodes/{id}/report request" => Type(of::<sync::StateReport>),
+        "POST /v1/nodes/{id}/report 200" => Type(of::<sync::ReportAnswer>),
     };
 }
 

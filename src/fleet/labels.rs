@@ -56,6 +56,7 @@ pub fn check_value(key: &str, v: &str) -> Result<(), LabelError> {
 
 /// A node's labels, in key order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct Labels(BTreeMap<String, String>);
 
@@ -123,6 +124,7 @@ impl Labels {
 
 /// `PATCH /v1/nodes/{node_id}/labels`: labels to set and keys to remove.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LabelChange {
     #[serde(default)]

@@ -61,7 +61,13 @@ impl Versioned {
             }
         }
         let doc = match write {
-            Write::Replace(v) => v.clone(),
+            // A null member means absent, in a whole document as in a patch (the
+            // document never holds one, so the delta never asks for one).
+            Write::Replace(v) => {
+                let mut d = Value::Object(Map::new());
+                merge_patch(&mut d, v);
+                d
+            }
             Write::Merge(p) => {
                 let mut d = self.doc.clone();
                 merge_patch(&mut d, p);

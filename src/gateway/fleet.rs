@@ -7,10 +7,10 @@
 use super::commands::result_of;
 use super::error::GatewayError;
 use super::events::{Event, GatewayEvent, Missed, REPLAY};
-use super::state::Gateway;
-use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE};
 use super::node_state::StateView;
+use super::state::Gateway;
 use super::storage::fleet::FleetSummary;
+use super::storage::{MessageStatus, QueueStat, QUEUE_TO_NODE};
 use crate::fleet::Selector;
 use crate::sync::wire::TaskResult;
 
@@ -88,8 +88,10 @@ impl Fleet<'_> {
     /// Every enrolled node, or those `selector` selects (PROTOCOL §16.2).
     pub async fn nodes(&self, selector: Option<&Selector>) -> Result<Vec<NodeView>, GatewayError> {
         let summaries = self.0.state.fleet_summaries().await?;
-        self.views(&summaries, &|_, s| selector.is_none_or(|sel| selects(sel, s)))
-            .await
+        self.views(&summaries, &|_, s| {
+            selector.is_none_or(|sel| selects(sel, s))
+        })
+        .await
     }
 
     /// One enrolled node with its labels, inventory and state (`GET /v1/nodes/{id}`).

@@ -352,8 +352,12 @@ mod tests {
         let mut r = FleetRecord::default();
         r.summary.desired_version = 2;
         r.docs.desired = json!({"fan": {"speed": 3}});
-        let (next, _, _) =
-            reported(&r, &report(Some((1, json!({"fan": {"speed": 2}}))), None), 1).unwrap();
+        let (next, _, _) = reported(
+            &r,
+            &report(Some((1, json!({"fan": {"speed": 2}}))), None),
+            1,
+        )
+        .unwrap();
         assert!(!next.summary.in_sync);
         let (next, _, _) = reported(
             &next,
@@ -361,7 +365,10 @@ mod tests {
             2,
         )
         .unwrap();
-        assert!(next.summary.in_sync, "members only in reported do not count");
+        assert!(
+            next.summary.in_sync,
+            "members only in reported do not count"
+        );
     }
 
     #[test]
@@ -372,12 +379,8 @@ mod tests {
             data_free_bytes: Some(1000),
             ..Inventory::default()
         };
-        let (first, _, changed) = reported(
-            &FleetRecord::default(),
-            &report(None, Some(inv.clone())),
-            1,
-        )
-        .unwrap();
+        let (first, _, changed) =
+            reported(&FleetRecord::default(), &report(None, Some(inv.clone())), 1).unwrap();
         assert_eq!(changed, (false, true));
         let mut slightly = inv.clone();
         slightly.data_free_bytes = Some(990);

@@ -48,6 +48,8 @@ mod enroll_burst_pg;
 mod failover;
 #[path = "../it/fleet_history.rs"]
 mod fleet_history;
+#[path = "../it/fleet_state.rs"]
+mod fleet_state;
 #[path = "../it/gateway.rs"]
 mod gateway;
 #[path = "../it/gateway_audit.rs"]

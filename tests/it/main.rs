@@ -23,6 +23,7 @@ mod enroll;
 mod enroll_flood;
 mod failover;
 mod fleet_history;
+mod fleet_state;
 mod gateway;
 mod gateway_audit;
 mod gateway_caps;

@@ -15,8 +15,7 @@ use axum::Json;
 
 use super::auth::require;
 use super::wire::{
-    CommandBody, CommandQueued, MessageAnswer, ToolCallAnswer, ToolCallBody,
-    ToolCallQueued,
+    CommandBody, CommandQueued, MessageAnswer, ToolCallAnswer, ToolCallBody, ToolCallQueued,
 };
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};

@@ -13,8 +13,8 @@ use crate::api::ApiResult;
 use crate::gateway::storage::NodeAck;
 use crate::gateway::{delivery, Gateway};
 use crate::sync::wire::{
-    AckAnswer, AckRequest, AuditAnswer, AuditStatus, AuditUpload, PullAnswer, Revocations,
-    ReportAnswer, RotateAnswer, StateReport, UploadAnswer, UploadRequest,
+    AckAnswer, AckRequest, AuditAnswer, AuditStatus, AuditUpload, PullAnswer, ReportAnswer,
+    Revocations, RotateAnswer, StateReport, UploadAnswer, UploadRequest,
 };
 
 #[derive(Debug, Deserialize)]

@@ -12,6 +12,9 @@ fn view(id: &str, liveness: &'static str, last_seen: Option<u64>, depth: u64) ->
         queue_depth: depth,
         oldest_age_s: depth * 10,
         audit_size: 0,
+        agent_version: None,
+        in_sync: true,
+        labels: Default::default(),
     }
 }
 
