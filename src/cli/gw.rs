@@ -27,6 +27,9 @@ pub enum GwCommand {
         /// `GET /v1/nodes` as JSON, one line, for scripts.
         #[arg(long)]
         json: bool,
+        /// Only the nodes this selects, e.g. `site=north,role in (pump,fan)`.
+        #[arg(long)]
+        selector: Option<String>,
         #[command(subcommand)]
         cmd: Option<NodesCmd>,
     },
@@ -109,6 +112,36 @@ pub enum NodesCmd {
         /// The node id.
         id: String,
     },
+    /// Set (`key=value`) or remove (`key-`) labels of a node, e.g. `site=south role-`.
+    Label {
+        /// The node id.
+        id: String,
+        /// `key=value` to set, `key-` to remove.
+        #[arg(required = true)]
+        changes: Vec<String>,
+    },
+    /// One node: liveness, labels, inventory, desired and reported state.
+    Show {
+        /// The node id.
+        id: String,
+        /// `GET /v1/nodes/{id}` as JSON, one line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a node's desired state: a whole document (--set) or a merge patch (--merge).
+    Desired {
+        /// The node id.
+        id: String,
+        /// The whole document, JSON.
+        #[arg(long, conflicts_with = "merge", required_unless_present = "merge")]
+        set: Option<String>,
+        /// An RFC 7396 merge patch, JSON (null removes a member).
+        #[arg(long)]
+        merge: Option<String>,
+        /// Only if the document is at this version now (else nothing is written).
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
 }
 
 /// Run one of the gateway's client commands.
@@ -117,8 +150,9 @@ pub fn run(c: GwCommand) -> anyhow::Result<()> {
         GwCommand::Nodes {
             cfg,
             json,
+            selector,
             cmd: None,
-        } => nodes(&cfg, json),
+        } => nodes(&cfg, json, selector.as_deref()),
         GwCommand::Nodes {
             cfg,
             cmd: Some(cmd),
@@ -162,7 +196,7 @@ pub fn run(c: GwCommand) -> anyhow::Result<()> {
 const TOKEN_TTL_MS: u64 = 5 * 60 * 1000;
 
 /// The gateway this config names, and a token for it.
-struct Client {
+pub(super) struct Client {
     cfg: crate::config::Config,
     local: Local,
     token: String,
@@ -210,7 +244,7 @@ impl Client {
     }
 
     /// The JSON answer to `method path`, or an error that says what the gateway said.
-    fn call(
+    pub(super) fn call(
         &self,
         method: &str,
         path: &str,
@@ -253,10 +287,15 @@ fn json_arg(what: &str, text: &str) -> anyhow::Result<Value> {
         .map_err(|e| Exit::usage(format!("{what} is not JSON ({e}): {text}")).into())
 }
 
-/// `outpost nodes`: every enrolled node with liveness, long-poll, last seen and queue.
-pub fn nodes(arg: &ConfigArg, json: bool) -> anyhow::Result<()> {
+/// `outpost nodes [--selector S]`: every enrolled node (or those S selects) with
+/// liveness, long-poll, last seen, queue, agent version, sync and labels.
+pub fn nodes(arg: &ConfigArg, json: bool, selector: Option<&str>) -> anyhow::Result<()> {
     let c = Client::open(arg)?;
-    let (_, v) = c.call("GET", "/v1/nodes", None, &[], Duration::from_secs(10))?;
+    let path = match selector {
+        Some(s) => format!("/v1/nodes?selector={}", fleet::query_escape(s)),
+        None => "/v1/nodes".to_string(),
+    };
+    let (_, v) = c.call("GET", &path, None, &[], Duration::from_secs(10))?;
     if json {
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());
@@ -327,6 +366,14 @@ fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
             let n = v["refused_messages"].as_array().map_or(0, Vec::len);
             println!("retired {id}: its requests are refused (node_revoked); {n} queued messages refused");
         }
+        NodesCmd::Label { id, changes } => fleet::label(&c, &id, &changes)?,
+        NodesCmd::Show { id, json } => fleet::show(&c, &id, json)?,
+        NodesCmd::Desired {
+            id,
+            set,
+            merge,
+            if_match,
+        } => fleet::desired(&c, &id, set.as_deref(), merge.as_deref(), if_match)?,
         NodesCmd::EndGrace { id } => {
             let body = json!({"node_id": id});
             let (_, v) = c.call("POST", "/v1/node_grace_ends", Some(&body), &[], t)?;
@@ -468,6 +515,8 @@ pub fn message(arg: &ConfigArg, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[path = "gw_fleet.rs"]
+mod fleet;
 #[path = "gw_table.rs"]
 mod table;
 use table::ago;

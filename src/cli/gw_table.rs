@@ -17,6 +17,21 @@ pub(super) fn ago(now_ms: u64, at_ms: Option<u64>) -> String {
     }
 }
 
+/// Labels as `k=v,k=v` (`-` for none).
+fn labels(v: &Value) -> String {
+    let pairs: Vec<String> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    if pairs.is_empty() {
+        "-".into()
+    } else {
+        pairs.join(",")
+    }
+}
+
 /// The node list as an aligned table.
 pub fn nodes_table(v: &Value, now_ms: u64) -> String {
     let mut rows = vec![[
@@ -26,6 +41,9 @@ pub fn nodes_table(v: &Value, now_ms: u64) -> String {
         "LAST SEEN".into(),
         "QUEUED".into(),
         "OLDEST".into(),
+        "VERSION".into(),
+        "SYNC".into(),
+        "LABELS".into(),
     ]];
     for n in v["nodes"].as_array().into_iter().flatten() {
         rows.push([
@@ -38,12 +56,15 @@ pub fn nodes_table(v: &Value, now_ms: u64) -> String {
                 Some(s) if n["queue_depth"].as_u64().unwrap_or(0) > 0 => format!("{s}s"),
                 _ => "-".into(),
             },
+            n["agent_version"].as_str().unwrap_or("-").to_string(),
+            if n["in_sync"] == false { "no" } else { "yes" }.to_string(),
+            labels(&n["labels"]),
         ]);
     }
     if rows.len() == 1 {
         return "no nodes enrolled (add one with `outpost trust add NODE.json --send`)\n".into();
     }
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..9)
         .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();

@@ -495,3 +495,98 @@ async fn a_held_long_poll_is_answered_by_a_new_desired_version() {
     assert_eq!(got.len(), 1, "{v}");
     assert_eq!(got[0]["desired"], json!({"led": "on"}));
 }
+
+fn stdout(o: &std::process::Output) -> String {
+    assert!(o.status.success(), "{}", crate::harness::text(o));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_labels_selects_shows_and_sets_desired_state_from_the_cli() {
+    let (gw, d) = gateway();
+    let token = make_token(&gw, &["--max-uses", "2", "--label", "site=north"]);
+    let gdoc = gateway_document(&d).await;
+    let [a, b] = ["node:cli-a", "node:cli-b"].map(SimNode::generated);
+    for sim in [&a, &b] {
+        let (st, v) = sim.self_enroll(&d, &gdoc, &token).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let out = stdout(&gw.cli(&["nodes", "label", "node:cli-b", "site=south", "role=fan"]));
+    assert_eq!(out.trim(), "node:cli-b: role=fan, site=south");
+    let out = stdout(&gw.cli(&["nodes", "label", "node:cli-b", "role-"]));
+    assert_eq!(out.trim(), "node:cli-b: site=south");
+    let bad = gw.cli(&["nodes", "label", "node:cli-b", "Role=x"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(64),
+        "{}",
+        crate::harness::text(&bad)
+    );
+
+    let table = stdout(&gw.cli(&["nodes", "--selector", "site in (south)"]));
+    assert!(
+        table.contains("node:cli-b") && !table.contains("node:cli-a"),
+        "{table}"
+    );
+    assert!(table.lines().next().unwrap().contains("LABELS"), "{table}");
+    let o = gw.cli(&["nodes", "--selector", "site in (south"]);
+    assert!(!o.status.success());
+    assert!(
+        crate::harness::text(&o).contains("bad_selector"),
+        "{}",
+        crate::harness::text(&o)
+    );
+
+    let out = stdout(&gw.cli(&[
+        "nodes",
+        "desired",
+        "node:cli-a",
+        "--set",
+        r#"{"fan":{"speed":3}}"#,
+    ]));
+    assert!(out.contains("version 1 written"), "{out}");
+    let out = stdout(&gw.cli(&[
+        "nodes",
+        "desired",
+        "node:cli-a",
+        "--merge",
+        r#"{"fan":{"dir":"in"}}"#,
+        "--if-match",
+        "1",
+    ]));
+    assert!(out.contains("version 2 written"), "{out}");
+    let stale = gw.cli(&[
+        "nodes",
+        "desired",
+        "node:cli-a",
+        "--merge",
+        "{}",
+        "--if-match",
+        "1",
+    ]);
+    assert!(!stale.status.success());
+    assert!(crate::harness::text(&stale).contains("version_conflict"));
+
+    let (st, _) = report(
+        &a,
+        &d,
+        json!({"desired_version": 2, "inventory": inventory("aarch64", "2.4.1"),
+               "reported": {"doc": {"fan": {"speed": 3}}, "version": 1}}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let show = stdout(&gw.cli(&["nodes", "show", "node:cli-a"]));
+    for want in [
+        "site=north",
+        "agent 9.9.9",
+        "firmware = 2.4.1",
+        "desired    version 2 (the node holds 2)",
+        r#"out of sync: {"fan":{"dir":"in"}}"#,
+    ] {
+        assert!(show.contains(want), "{want:?} in {show}");
+    }
+    let v: Value =
+        serde_json::from_str(&stdout(&gw.cli(&["nodes", "show", "node:cli-a", "--json"]))).unwrap();
+    assert_eq!(v["state"]["desired_version"], 2);
+    drop(d);
+}
