@@ -8,7 +8,8 @@
 //! What it covers: queue order, acks, redelivery, superseded pulls, batch limits and
 //! pipelining; unique ids (with or without a job or an idempotency key); expiry and the
 //! sweep; the gateway's inbox and uploads; message status and queue statistics; the
-//! trust store and its fingerprint, node and gateway key rotations; enrollment tokens,
+//! trust store and its fingerprint, node and gateway key rotations; fleet state records
+//! (revisions, the token's labels at enrollment); enrollment tokens,
 //! enrollments, approvals and retirements; token revocations; nodes' audit copies; what
 //! survives a restart.
 //!
@@ -190,6 +191,7 @@ async fn state_of(state: &dyn GatewayState, id: &str) -> Option<MessageState> {
 }
 
 mod expiry;
+mod fleet;
 mod history;
 mod inbox;
 mod queues;
