@@ -6,7 +6,7 @@
 //! store and `pg` prints `SKIPPED:` (CI sets `OUTPOST_TEST_PG_REQUIRE=1`, which fails
 //! instead).
 //!
-//! Only here: `readiness_pg`, `replicas`, `replicas_enroll`, `replicas_faults`, `migrate_pg` (replicas, faults of the
+//! Only here: `readiness_pg`, `replicas`, `replicas_enroll`, `replicas_fleet`, `replicas_faults`, `migrate_pg` (replicas, faults of the
 //! database, migrations) and `state_pg` (the PostgreSQL state with a clock the test
 //! moves: the counterparts of the embedded state's unit tests). `state_conformance`, the
 //! state's contract with a clock the test moves, runs in both binaries.
@@ -92,6 +92,8 @@ mod replicas;
 mod replicas_enroll;
 #[path = "../it/replicas_faults.rs"]
 mod replicas_faults;
+#[path = "../it/replicas_fleet.rs"]
+mod replicas_fleet;
 #[path = "../it/self_enroll.rs"]
 mod self_enroll;
 #[path = "../it/sim.rs"]

@@ -14,7 +14,7 @@ use crate::harness::{http, Daemon, Home};
 use crate::self_enroll::{gateway, make_token};
 use crate::sim::{gateway_document, SimNode};
 
-async fn call(
+pub async fn call(
     d: &Daemon,
     method: &str,
     path: &str,
@@ -35,7 +35,7 @@ async fn call(
     (st, resp.json().await.unwrap_or(Value::Null))
 }
 
-async fn selected(d: &Daemon, token: &str, selector: &str) -> Result<BTreeSet<String>, Value> {
+pub async fn selected(d: &Daemon, token: &str, selector: &str) -> Result<BTreeSet<String>, Value> {
     let resp = http()
         .get(d.url("/v1/nodes"))
         .query(&[("selector", selector)])
@@ -252,7 +252,7 @@ async fn labels_from_tokens_and_admins_select_nodes_in_every_form() {
 }
 
 /// The `DESIRED_STATE` envelopes of a pull answer, opened with the node's keys.
-fn desired_of(
+pub fn desired_of(
     sim: &SimNode,
     gw_doc: &outpost::envelope::IdentityDocument,
     answer: &Value,
@@ -292,7 +292,7 @@ fn desired_of(
         .collect()
 }
 
-async fn pull(sim: &SimNode, d: &Daemon, wait_s: u64, desired: u64) -> Value {
+pub async fn pull(sim: &SimNode, d: &Daemon, wait_s: u64, desired: u64) -> Value {
     let pq = format!(
         "/v1/nodes/{}/pull?wait_s={wait_s}&max=100&desired={desired}",
         sim.id
