@@ -29,6 +29,10 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     #[serde(default)]
     pub audit: RawAudit,
+    #[serde(default)]
+    pub inventory: super::fleet::RawInventory,
+    #[serde(default)]
+    pub state: super::fleet::RawState,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -154,6 +158,8 @@ pub fn key_errors(table: &mut toml::Table) -> Vec<String> {
             "store" => probe_section::<RawStore>(&name, table, &mut errs),
             "shutdown" => probe_section::<RawShutdown>(&name, table, &mut errs),
             "audit" => probe_section::<RawAudit>(&name, table, &mut errs),
+            "inventory" => probe_section::<super::fleet::RawInventory>(&name, table, &mut errs),
+            "state" => probe_section::<super::fleet::RawState>(&name, table, &mut errs),
             "tools" => match table.get_mut("tools") {
                 Some(toml::Value::Array(items)) => {
                     let mut bad = Vec::new();
@@ -189,7 +195,7 @@ pub fn key_errors(table: &mut toml::Table) -> Vec<String> {
             _ => {
                 errs.push(format!(
                     "[{name}]: unknown section (known: identity, api, upstream, queue, \
-                     security, store, shutdown, audit, tools)"
+                     security, store, shutdown, audit, inventory, state, tools)"
                 ));
                 false
             }

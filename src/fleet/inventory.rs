@@ -288,10 +288,15 @@ mod tests {
     #[test]
     fn wire_shape() {
         let text = serde_json::to_string(&inv()).unwrap();
-        assert!(text.starts_with(r#"{"agent_version":"0.1.0","arch":"aarch64","boot_time_ms":null"#));
+        assert!(
+            text.starts_with(r#"{"agent_version":"0.1.0","arch":"aarch64","boot_time_ms":null"#)
+        );
         let back: Inventory = serde_json::from_str(&text).unwrap();
         assert_eq!(back, inv());
-        assert!(serde_json::from_str::<Inventory>(r#"{"agent_version":"x","arch":"y","extra":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<Inventory>(r#"{"agent_version":"x","arch":"y","extra":1}"#)
+                .is_err()
+        );
         // Optional members may be left out.
         let min: Inventory = serde_json::from_str(r#"{"agent_version":"x","arch":"y"}"#).unwrap();
         assert_eq!(min.tools, Vec::<String>::new());
