@@ -303,6 +303,7 @@ impl Machine {
         }
         // Everything is due again once we are back.
         self.outbox_dirty = true;
+        self.report_fresh = true;
         self.audit_due_ms = 0;
         self.revocations_due_ms = 0;
         Action::Wait {
@@ -341,6 +342,7 @@ impl Machine {
             }
             Event::ClockSkew { error, gateway_ms } => {
                 self.phase = Phase::Offline;
+                self.report_fresh = true;
                 self.last_error = Some(error);
                 return Action::CorrectTime { gateway_ms };
             }
