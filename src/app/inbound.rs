@@ -143,6 +143,22 @@ impl Inbound {
         }
         drop(desired_guard);
         drop(held);
+        let outcome = self.settled(&items, &new_ones, committed);
+        items
+            .into_iter()
+            .zip(outcome)
+            .map(|((o, _), r)| (o, r))
+            .collect()
+    }
+
+    /// One outcome per item of a commit ([`Self::store_with_entries`]): `new_ones`
+    /// accepted (or the commit's error), the rest duplicates.
+    fn settled(
+        &self,
+        items: &[(Opened, Stored)],
+        new_ones: &[usize],
+        committed: Result<crate::store::Committed, StoreError>,
+    ) -> Vec<Result<Received, StoreError>> {
         let mut outcome: Vec<Result<Received, StoreError>> = items
             .iter()
             .map(|(o, _)| {
@@ -154,7 +170,7 @@ impl Inbound {
         match committed {
             Ok(done) => {
                 let mut enqueued = done.enqueued.iter();
-                for &i in &new_ones {
+                for &i in new_ones {
                     let (o, stored) = &items[i];
                     let queue = match stored {
                         Stored::Queued(_, q) => *q,
@@ -182,16 +198,12 @@ impl Inbound {
                 }
             }
             Err(e) => {
-                for &i in &new_ones {
+                for &i in new_ones {
                     outcome[i] = Err(e.clone());
                 }
             }
         }
-        items
-            .into_iter()
-            .zip(outcome)
-            .map(|((o, _), r)| (o, r))
-            .collect()
+        outcome
     }
 
     /// The writes of `items` that are new (the caller holds each id's lock, and the

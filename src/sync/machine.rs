@@ -311,6 +311,14 @@ impl Machine {
         }
     }
 
+    /// The state report went (or nothing was due, so no answer to count as the
+    /// gateway's): the next look at the inventory in `inventory_every_ms`.
+    fn reported(&mut self, now: u64) {
+        self.report_fresh = false;
+        self.report_dirty = false;
+        self.inventory_due_ms = now + self.cfg.inventory_every_ms;
+    }
+
     fn ok(&mut self, now: u64) {
         self.failures = 0;
         self.last_ok_ms = Some(now);
@@ -377,12 +385,7 @@ impl Machine {
             Event::Timer => {}
             Event::Woken => self.outbox_dirty = true,
             Event::StateWritten => self.report_dirty = true,
-            Event::StateReported => {
-                self.ok(now);
-                self.report_fresh = false;
-                self.report_dirty = false;
-                self.inventory_due_ms = now + self.cfg.inventory_every_ms;
-            }
+            Event::StateReported => self.reported(now),
             Event::Pulled {
                 pending_count,
                 received,
