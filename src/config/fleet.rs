@@ -1,36 +1,19 @@
-//! `[inventory]` and `[state]`: what a node says about itself beyond what it reads
-//! (operator facts, PROTOCOL §16.3) and how it applies desired state (§16.4).
+//! `[inventory]`: what a node says about itself beyond what it reads (operator facts,
+//! PROTOCOL §16.3).
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-
+use super::raw::RawInventory;
 use crate::fleet::inventory::{check_fact, MAX_FACTS};
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawInventory {
-    /// Static facts the node reports in its inventory (`firmware = "2.4.1"`).
-    pub facts: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawState {
-    /// A tool run with each new desired version (its object result is merged into the
-    /// reported state).
-    pub apply_tool: Option<String>,
-}
-
-/// The resolved `[inventory]` and `[state]`.
+/// The resolved `[inventory]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FleetConfig {
     pub facts: BTreeMap<String, String>,
-    pub apply_tool: Option<String>,
 }
 
-/// Each bad fact named; at most [`MAX_FACTS`]; `apply_tool` a tool name.
-pub fn check(inv: &RawInventory, state: &RawState, errs: &mut Vec<String>) -> FleetConfig {
+/// Each bad fact named; at most [`MAX_FACTS`].
+pub fn check(inv: &RawInventory, errs: &mut Vec<String>) -> FleetConfig {
     let facts = inv.facts.clone().unwrap_or_default();
     if facts.len() > MAX_FACTS {
         errs.push(format!(
@@ -43,17 +26,7 @@ pub fn check(inv: &RawInventory, state: &RawState, errs: &mut Vec<String>) -> Fl
             errs.push(format!("inventory.facts.{name}: {e}"));
         }
     }
-    if let Some(t) = &state.apply_tool {
-        if !crate::tools::valid_tool_name(t) {
-            errs.push(format!(
-                "state.apply_tool {t:?} must be a tool name ([a-z][a-z0-9_]{{0,63}})"
-            ));
-        }
-    }
-    FleetConfig {
-        facts,
-        apply_tool: state.apply_tool.clone(),
-    }
+    FleetConfig { facts }
 }
 
 #[cfg(test)]
@@ -89,15 +62,6 @@ mod tests {
             .to_string();
         assert!(e.contains("33 facts, at most 32"), "{e}");
         assert!(from_str(&format!("{BASE}[inventory]\nother = 1\n")).is_err());
-    }
-
-    #[test]
-    fn apply_tool_is_a_tool_name() {
-        let c = from_str(&format!("{BASE}[state]\napply_tool = \"apply_fan\"\n")).unwrap();
-        assert_eq!(c.fleet.apply_tool.as_deref(), Some("apply_fan"));
-        let e = from_str(&format!("{BASE}[state]\napply_tool = \"Bad Name\"\n"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("state.apply_tool"), "{e}");
+        assert!(from_str(&format!("{BASE}[state]\napply_tool = \"x\"\n")).is_err());
     }
 }

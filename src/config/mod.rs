@@ -101,7 +101,7 @@ pub struct Config {
     pub drain_timeout_ms: u64,
     /// How often the daemon signs a checkpoint while the audit log grows.
     pub audit_checkpoint_every_ms: u64,
-    /// `[inventory]` facts and `[state]` (PROTOCOL §16).
+    /// `[inventory]` facts (PROTOCOL §16.3).
     pub fleet: FleetConfig,
     /// Where this config came from (for messages), main file first.
     pub sources: Vec<PathBuf>,
@@ -432,7 +432,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     let (store_engine, gateway_db) = check_store(&raw.store, role, &mut errs);
 
     check_tools(&raw.tools, &mut errs);
-    let fleet = fleet::check(&raw.inventory, &raw.state, &mut errs);
+    let fleet = fleet::check(&raw.inventory, &mut errs);
 
     let checkpoint_s = raw.audit.checkpoint_interval_s.unwrap_or(60);
     if !(1..=86_400).contains(&checkpoint_s) {
