@@ -154,6 +154,10 @@ fn status_of(e: &NodeError) -> StatusCode {
             OpenError::Forbidden => StatusCode::FORBIDDEN,
             _ => StatusCode::BAD_REQUEST,
         },
+        NodeError::State(crate::fleet::StateError::VersionConflict { .. }) => {
+            StatusCode::PRECONDITION_FAILED
+        }
+        NodeError::State(_) => StatusCode::BAD_REQUEST,
         NodeError::Store(s) => match s {
             StoreError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             StoreError::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
@@ -235,6 +239,14 @@ mod tests {
             (429, "queue_full")
         );
         assert_eq!(api(StoreError::Closed.into()), (500, "internal"));
+        use crate::fleet::StateError;
+        assert_eq!(api(StateError::NotAnObject.into()), (400, "bad_state"));
+        assert_eq!(api(StateError::TooLarge(70_000).into()), (400, "bad_state"));
+        let stale = StateError::VersionConflict {
+            current: 2,
+            expected: 1,
+        };
+        assert_eq!(api(stale.into()), (412, "version_conflict"));
         // Every refusal reason: 401 without a token we could verify, 403 otherwise (the
         // token module classifies, this decides the status; moved from its tests).
         use crate::token::DenyReason::*;

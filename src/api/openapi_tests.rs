@@ -85,6 +85,9 @@ const NODE: &[Case] = table! {
     "POST /v1/outbox request" => Type(of::<node::OutboxRequest>),
     "POST /v1/outbox 202" => Type(of::<node::OutboxQueued>),
     "GET /v1/messages/{message_id} 200" => Type(of::<node::MessageAnswer>),
+    "GET /v1/state 200" => Type(of::<node::StateAnswer>),
+    "PATCH /v1/state/reported request" => Type(of::<serde_json::Value>),
+    "PATCH /v1/state/reported 200" => Type(of::<node::StateAnswer>),
 };
 
 #[cfg(feature = "gateway")]

@@ -81,6 +81,11 @@ impl Authorizer {
         self.check_token(token, Request::tool(&self.base.cfg.node_id, tool_name))
     }
 
+    /// A named scope (`state:read`), covered by itself or `admin`.
+    pub fn authorize_scope(&self, token: Option<&str>, scope: &str) -> Result<Claims, NodeError> {
+        self.check_token(token, Request::scope(&self.base.cfg.node_id, scope))
+    }
+
     /// Inbox and outbox need the `admin` scope.
     pub fn authorize_admin(&self, token: Option<&str>) -> Result<Claims, NodeError> {
         self.check_token(token, Request::scope(&self.base.cfg.node_id, "admin"))

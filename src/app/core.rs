@@ -17,6 +17,7 @@ use super::inbox::Inbox;
 use super::keyfile;
 use super::outbox::Outbox;
 use super::recorder::Recorder;
+use super::state::NodeState;
 use crate::clock;
 use crate::config::Config;
 use crate::envelope::Keys;
@@ -31,6 +32,8 @@ pub struct NodeCore {
     pub inbound: Inbound,
     pub outbox: Outbox,
     pub inbox: Inbox,
+    /// Desired and reported state (PROTOCOL §10.4).
+    pub state: Arc<NodeState>,
 }
 
 /// What the node's upstream link (the sync loop) shows to the rest of the node.
@@ -39,6 +42,8 @@ pub trait Upstream: Send + Sync {
     fn status_json(&self) -> Value;
     /// New outbox work: flush soon.
     fn wake(&self);
+    /// Local software wrote reported state: report it soon (PROTOCOL §16.5).
+    fn report_state(&self);
     /// The gateway said (signed) that this node's time is ahead of its own and the
     /// node's clock does not agree yet: what the node sealed now would be refused.
     fn clock_ahead(&self) -> bool;
@@ -80,11 +85,13 @@ impl NodeCore {
         }
         let recorder = Arc::new(Recorder::open(base.clone())?);
         let auth = Arc::new(Authorizer::new(base.clone()));
+        let state = Arc::new(NodeState::open(base.clone())?);
         Ok(Self {
             calls: ToolCalls::new(base.clone(), auth.clone(), recorder.clone(), tools),
-            inbound: Inbound::new(base.clone(), recorder.clone()),
+            inbound: Inbound::new(base.clone(), recorder.clone(), state.clone()),
             outbox: Outbox::new(base.clone(), recorder.clone()),
             inbox: Inbox::new(base.clone()),
+            state,
             auth,
             recorder,
             base,

@@ -6,6 +6,7 @@
 
 use crate::config::TtlError;
 use crate::envelope::OpenError;
+use crate::fleet::StateError;
 use crate::store::StoreError;
 use crate::token::{DenyCode, DenyReason};
 use crate::tools::ToolError;
@@ -55,6 +56,9 @@ pub enum NodeError {
     Envelope(#[from] OpenError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A desired or reported state write refused (PROTOCOL §10.4).
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 const INTERNAL: &str = "internal error; see the daemon log";
@@ -80,6 +84,8 @@ impl NodeError {
             Self::Ttl(TtlError::TooLong { .. }) => "ttl_too_long",
             Self::Tool(e) => e.code(),
             Self::Envelope(e) => e.code(),
+            Self::State(StateError::VersionConflict { .. }) => "version_conflict",
+            Self::State(_) => "bad_state",
             Self::Store(e) => match e {
                 StoreError::QueueFull { .. } => "queue_full",
                 StoreError::StorageFull => "storage_full",

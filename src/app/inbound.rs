@@ -1,7 +1,8 @@
 //! Inbound envelopes (pushed to `POST /v1/envelopes` or pulled from the gateway): the
 //! security pipeline, then one durable write that stores the message and remembers its
 //! id for replay protection. `TASK_REQUEST`s go to the `tasks` queue (the task worker
-//! runs them), everything else to the `inbox` for local consumers.
+//! runs them), a `DESIRED_STATE` from the node's gateway to the node's state (kept only
+//! when newer, [`super::state`]), everything else to the `inbox` for local consumers.
 
 use std::sync::Arc;
 
@@ -10,11 +11,15 @@ use tokio::sync::Notify;
 
 use super::base::Base;
 use super::error::NodeError;
+use super::inbound_open::{open_all, open_envelope, peek_ids, seen_any};
 use super::recorder::Recorder;
+use super::state::NodeState;
 use crate::audit::{AuditEvent as Event, AuditOutcome as Outcome};
-use crate::envelope::{open, OpenContext, OpenError, Opened, PrunedAhead};
+use crate::envelope::{OpenError, Opened};
+use crate::fleet::Versioned;
+use crate::store::names::{KEY_DESIRED, KV_STATE, SCOPE_DESIRED};
 use crate::store::{Batch, EnqueueOutcome, NewMessage, StoreError};
-use crate::sync::wire::InboxRecord;
+use crate::sync::wire::{InboxRecord, DESIRED_STATE};
 use crate::telemetry::{EnvelopeReceived, MessageEvent};
 
 pub use crate::store::names::{Q_INBOX, Q_OUTBOX, Q_TASKS};
@@ -25,10 +30,20 @@ pub enum Received {
     Duplicate { message_id: String },
 }
 
+/// Where an opened envelope goes.
+#[derive(Debug, Clone)]
+enum Stored {
+    /// A queue (`tasks` or `inbox`).
+    Queued(NewMessage, &'static str),
+    /// The node's desired state; its id remembered until `dedup_until_ms`.
+    Desired(Versioned, u64),
+}
+
 /// Envelopes arriving for this node.
 pub struct Inbound {
     base: Arc<Base>,
     recorder: Arc<Recorder>,
+    state: Arc<NodeState>,
     /// Woken when a `TASK_REQUEST` lands in the tasks queue.
     tasks_waiting: Notify,
     /// One lock per message id being stored: the replay check and the commit of an
@@ -39,10 +54,11 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    pub(super) fn new(base: Arc<Base>, recorder: Arc<Recorder>) -> Self {
+    pub(super) fn new(base: Arc<Base>, recorder: Arc<Recorder>, state: Arc<NodeState>) -> Self {
         Self {
             base,
             recorder,
+            state,
             tasks_waiting: Notify::new(),
             storing: crate::keyed_lock::KeyedLocks::new(),
         }
@@ -67,18 +83,13 @@ impl Inbound {
             Ok(o) => o,
             Err(e) => return self.refused(bytes, e).await,
         };
-        let (msg, queue) = stored_message(&self.base, &opened, self.base.now_ms())?;
-        self.store_one(opened, msg, queue).await
+        let stored = stored_message(&self.base, &opened, self.base.now_ms())?;
+        self.store_one(opened, stored).await
     }
 
     /// Store one opened envelope with its audit entry (its own commit), then count it.
-    async fn store_one(
-        &self,
-        opened: Opened,
-        msg: NewMessage,
-        queue: &'static str,
-    ) -> Result<Received, NodeError> {
-        let mut out = self.store_with_entries(vec![(opened, msg, queue)]).await;
+    async fn store_one(&self, opened: Opened, stored: Stored) -> Result<Received, NodeError> {
+        let mut out = self.store_with_entries(vec![(opened, stored)]).await;
         match out.pop() {
             Some((o, Err(e))) => {
                 self.recorder
@@ -94,31 +105,26 @@ impl Inbound {
     /// Store opened envelopes and their `envelope_accepted` entries in one commit
     /// ([`Recorder::commit_accepted`]): every envelope stored has its entry, whatever
     /// fails. Under each id's lock, an id already known (or twice in `items`) is a
-    /// duplicate and writes nothing. One outcome per item, in order; on an error every
-    /// new envelope of the commit gets it (nothing of it was stored).
+    /// duplicate and writes nothing; so is a desired state not newer than the one held
+    /// (checked under the desired lock, PROTOCOL §16.4). One outcome per item, in order;
+    /// on an error every new envelope of the commit gets it (nothing of it was stored).
     async fn store_with_entries(
         &self,
-        items: Vec<(Opened, NewMessage, &'static str)>,
+        items: Vec<(Opened, Stored)>,
     ) -> Vec<(Opened, Result<Received, StoreError>)> {
-        let mut ids: Vec<String> = items.iter().map(|(o, _, _)| o.message_id.clone()).collect();
+        let mut ids: Vec<String> = items.iter().map(|(o, _)| o.message_id.clone()).collect();
         ids.sort();
         ids.dedup();
         let mut held = Vec::with_capacity(ids.len());
         for id in &ids {
             held.push(self.storing.lock(id).await);
         }
-        let mut fresh = std::collections::HashSet::new();
-        let mut batch = Batch::new();
-        let mut new_ones = Vec::new();
-        for (i, (o, msg, _)) in items.iter().enumerate() {
-            let known = [Q_INBOX, Q_TASKS]
-                .iter()
-                .any(|q| self.base.store.seen(q, &o.message_id).unwrap_or(false));
-            if !known && fresh.insert(o.message_id.as_str()) {
-                batch.enqueue(msg.clone());
-                new_ones.push(i);
-            }
-        }
+        let has_desired = items.iter().any(|(_, s)| matches!(s, Stored::Desired(..)));
+        let desired_guard = match has_desired {
+            true => Some(self.state.lock_desired().await),
+            false => None,
+        };
+        let (batch, new_ones, desired_version) = self.new_writes(&items);
         let accepted: Vec<(&str, &str, &str)> = new_ones
             .iter()
             .map(|&i| {
@@ -131,10 +137,31 @@ impl Inbound {
             })
             .collect();
         let committed = self.recorder.commit_accepted(batch, &accepted).await;
+        if let (Ok(_), Some(v)) = (&committed, desired_version) {
+            self.state.desired_stored(v);
+            tracing::info!(event = "desired_state_stored", version = v);
+        }
+        drop(desired_guard);
         drop(held);
+        let outcome = self.settled(&items, &new_ones, committed);
+        items
+            .into_iter()
+            .zip(outcome)
+            .map(|((o, _), r)| (o, r))
+            .collect()
+    }
+
+    /// One outcome per item of a commit ([`Self::store_with_entries`]): `new_ones`
+    /// accepted (or the commit's error), the rest duplicates.
+    fn settled(
+        &self,
+        items: &[(Opened, Stored)],
+        new_ones: &[usize],
+        committed: Result<crate::store::Committed, StoreError>,
+    ) -> Vec<Result<Received, StoreError>> {
         let mut outcome: Vec<Result<Received, StoreError>> = items
             .iter()
-            .map(|(o, _, _)| {
+            .map(|(o, _)| {
                 Ok(Received::Duplicate {
                     message_id: o.message_id.clone(),
                 })
@@ -142,9 +169,16 @@ impl Inbound {
             .collect();
         match committed {
             Ok(done) => {
-                for (&i, e) in new_ones.iter().zip(&done.enqueued) {
-                    let (o, _, queue) = &items[i];
-                    if matches!(e, EnqueueOutcome::Duplicate) {
+                let mut enqueued = done.enqueued.iter();
+                for &i in new_ones {
+                    let (o, stored) = &items[i];
+                    let queue = match stored {
+                        Stored::Queued(_, q) => *q,
+                        Stored::Desired(..) => KV_STATE,
+                    };
+                    if queue != KV_STATE
+                        && matches!(enqueued.next(), Some(EnqueueOutcome::Duplicate))
+                    {
                         // Not reachable while every inbound write takes the id's lock:
                         // say so loudly if it ever is (the entry then vouches for a copy
                         // stored earlier).
@@ -156,21 +190,51 @@ impl Inbound {
                         message_id: o.message_id.clone(),
                     });
                 }
-                if new_ones.iter().any(|&i| items[i].2 == Q_TASKS) {
+                if new_ones
+                    .iter()
+                    .any(|&i| matches!(items[i].1, Stored::Queued(_, Q_TASKS)))
+                {
                     self.tasks_waiting.notify_one();
                 }
             }
             Err(e) => {
-                for &i in &new_ones {
+                for &i in new_ones {
                     outcome[i] = Err(e.clone());
                 }
             }
         }
-        items
-            .into_iter()
-            .zip(outcome)
-            .map(|((o, _, _), r)| (o, r))
-            .collect()
+        outcome
+    }
+
+    /// The writes of `items` that are new (the caller holds each id's lock, and the
+    /// desired lock when there is a desired state): the batch, which items it stores,
+    /// and the desired version it stores, if any.
+    fn new_writes(&self, items: &[(Opened, Stored)]) -> (Batch, Vec<usize>, Option<u64>) {
+        let mut fresh = std::collections::HashSet::new();
+        let mut batch = Batch::new();
+        let mut new_ones = Vec::new();
+        let mut desired_held = self.state.held().desired();
+        let mut desired_version = None;
+        for (i, (o, stored)) in items.iter().enumerate() {
+            if seen_any(&self.base, &o.message_id) || !fresh.insert(o.message_id.as_str()) {
+                continue;
+            }
+            match stored {
+                Stored::Queued(msg, _) => {
+                    batch.enqueue(msg.clone());
+                }
+                // Older or equal: acked as a duplicate, nothing written.
+                Stored::Desired(d, _) if d.version <= desired_held => continue,
+                Stored::Desired(d, dedup_until_ms) => {
+                    desired_held = d.version;
+                    desired_version = Some(d.version);
+                    batch.remember(SCOPE_DESIRED, &o.message_id, *dedup_until_ms);
+                    batch.kv_put(KV_STATE, KEY_DESIRED, super::state::record(d));
+                }
+            }
+            new_ones.push(i);
+        }
+        (batch, new_ones, desired_version)
     }
 
     /// An envelope the pipeline refused: a replay is a duplicate (counted), anything
@@ -228,7 +292,7 @@ impl Inbound {
         let n = envelopes.len();
         let opened = open_all(&self.base, envelopes).await;
         let mut out: Vec<Option<Result<Received, NodeError>>> = Vec::with_capacity(opened.len());
-        let mut pending: Vec<(usize, Opened, NewMessage, &'static str)> = Vec::new();
+        let mut pending: Vec<(usize, Opened, Stored)> = Vec::new();
         // One time for the batch: the inbox lists by it, so the batch keeps its order.
         let received_at_ms = self.base.now_ms();
         for (i, (bytes, r)) in opened.into_iter().enumerate() {
@@ -240,18 +304,15 @@ impl Inbound {
                 Err((bytes, e)) => out.push(Some(self.refused(&bytes, e).await)),
                 Ok(o) => match stored_message(&self.base, &o, received_at_ms) {
                     Err(e) => out.push(Some(Err(e))),
-                    Ok((msg, queue)) => {
-                        pending.push((i, o, msg, queue));
+                    Ok(stored) => {
+                        pending.push((i, o, stored));
                         out.push(None);
                     }
                 },
             }
         }
-        let slots: Vec<usize> = pending.iter().map(|(i, _, _, _)| *i).collect();
-        let items: Vec<(Opened, NewMessage, &'static str)> = pending
-            .into_iter()
-            .map(|(_, o, msg, q)| (o, msg, q))
-            .collect();
+        let slots: Vec<usize> = pending.iter().map(|(i, _, _)| *i).collect();
+        let items: Vec<(Opened, Stored)> = pending.into_iter().map(|(_, o, s)| (o, s)).collect();
         let stored = self.store_with_entries(items).await;
         if stored.iter().all(|(_, r)| r.is_ok()) {
             for (i, (_, r)) in slots.iter().zip(stored) {
@@ -269,7 +330,7 @@ impl Inbound {
                 } else {
                     // Made again (the batch took the first): rare, and cheap.
                     let r = match stored_message(&self.base, &o, received_at_ms) {
-                        Ok((msg, queue)) => self.store_one(o, msg, queue).await,
+                        Ok(stored) => self.store_one(o, stored).await,
                         Err(e) => Err(e),
                     };
                     stop = r.is_err();
@@ -291,6 +352,9 @@ impl Inbound {
             message_id: &o.message_id,
         }
         .emit(&self.base.metrics);
+        if queue == KV_STATE {
+            return;
+        }
         MessageEvent {
             queue,
             event: "enqueued",
@@ -302,14 +366,16 @@ impl Inbound {
     }
 }
 
-/// What the inbox or tasks queue keeps for an opened envelope: the decrypted payload
-/// plus who sent it, deduplicated until its expiry (plus the skew on both sides).
-/// `received_at_ms` orders the inbox's listing (`Inbox::list`): one value per batch.
-fn stored_message(
-    base: &Base,
-    opened: &Opened,
-    received_at_ms: u64,
-) -> Result<(NewMessage, &'static str), NodeError> {
+/// What the node keeps for an opened envelope, deduplicated until its expiry (plus the
+/// skew on both sides): for the inbox or tasks queue the decrypted payload plus who sent
+/// it (`received_at_ms` orders the inbox's listing, `Inbox::list`: one value per batch),
+/// for a `DESIRED_STATE` the document.
+fn stored_message(base: &Base, opened: &Opened, received_at_ms: u64) -> Result<Stored, NodeError> {
+    let dedup_until_ms = opened.expires_at_ms.saturating_add(2 * base.skew_ms());
+    if opened.payload_type == DESIRED_STATE {
+        let desired = super::state::desired_from_payload(&opened.plaintext)?;
+        return Ok(Stored::Desired(desired, dedup_until_ms));
+    }
     // Parsed, not only checked: what is stored must read back (`InboxRecord::from_bytes`
     // refuses what a syntax check lets through: a lone surrogate escape, a number out of
     // range).
@@ -331,114 +397,7 @@ fn stored_message(
         expires_at_ms: opened.expires_at_ms,
         body,
         max_attempts: None,
-        dedup_until_ms: Some(opened.expires_at_ms.saturating_add(2 * base.skew_ms())),
+        dedup_until_ms: Some(dedup_until_ms),
     };
-    Ok((msg, queue))
-}
-
-/// Below this many envelopes a batch is opened on the calling thread.
-const PARALLEL_FROM: usize = 8;
-
-/// Open every envelope (signature, recipient, expiry, replay, decrypt) on all cores
-/// ([`crate::daemon::spread`]); results in the input's order, each with its bytes.
-/// `None` marks an envelope that was not processed (its worker failed): the caller must
-/// not go past it.
-async fn open_all(
-    base: &Arc<Base>,
-    envelopes: Vec<Vec<u8>>,
-) -> Vec<(Vec<u8>, Option<Result<Opened, OpenError>>)> {
-    let base = base.clone();
-    let (bytes, opened) =
-        crate::daemon::spread::on_all_cores(envelopes, PARALLEL_FROM, move |b: &Vec<u8>| {
-            open_envelope(&base, b)
-        })
-        .await;
-    bytes.into_iter().zip(opened).collect()
-}
-
-/// The security pipeline for one envelope (pure CPU plus dedup reads): callable from
-/// any thread, so a batch can be opened on all cores.
-pub(super) fn open_envelope(base: &Base, bytes: &[u8]) -> Result<Opened, OpenError> {
-    let now_ms = base.now_ms();
-    let (keys, previous) = (base.keys.current(), base.keys.previous(now_ms));
-    let attempt = |trust: &crate::envelope::TrustStore| {
-        let ctx = OpenContext {
-            me: &base.cfg.node_id,
-            keys: &keys,
-            previous_keys: previous.as_deref(),
-            trust,
-            now_ms,
-            skew_ms: base.skew_ms(),
-            max_bytes: base.cfg.queue.max_message_bytes as usize,
-            max_ttl_ms: base.cfg.queue.max_ttl_s * 1000,
-            pruned_ahead: pruned_ahead(base),
-        };
-        // Dedup scopes are the receiving queues; ids are unique per sender and in
-        // practice globally (UUIDv7/ULID), so either queue having it is a replay.
-        let seen = |_sender: &str, id: &str| {
-            [Q_INBOX, Q_TASKS]
-                .iter()
-                .any(|q| base.store.seen(q, id).unwrap_or(false))
-        };
-        open(bytes, &ctx, &seen)
-    };
-    let opened = match attempt(&base.trust()) {
-        Err(OpenError::UnknownSender) => {
-            base.recheck_trust();
-            attempt(&base.trust())
-        }
-        other => other,
-    }?;
-    learn_time(base, &opened);
-    // Before it is stored: the commit that remembers its id also persists this.
-    base.store.note_seen_created(opened.created_at_ms);
-    Ok(opened)
-}
-
-/// The window of replay memory the node may have lost while its time was ahead, if its
-/// time was ever moved back (RELIABILITY F2; `store::time`).
-fn pruned_ahead(base: &Base) -> Option<PrunedAhead> {
-    base.store.time_correction().map(|c| PrunedAhead {
-        corrected_at_ms: c.corrected_at_ms,
-        high_water_ms: c.high_water_ms,
-        seen_created_max_ms: c.seen_created_max_ms,
-    })
-}
-
-/// An authenticated envelope sealed by this node's own gateway was created no later
-/// than now. After a boot without a real-time clock the node's time resumes from the
-/// persisted floor and runs behind by the downtime until NTP answers; while its clock
-/// is that wrong, the envelope's `created_at` moves it forward, never back
-/// (RELIABILITY F6; `store::time`). Only the gateway's word counts (the node already
-/// trusts it for trust documents and revocations), only within what `open` accepted
-/// (`created_at` at most the clock skew ahead, so a gateway whose own clock is far
-/// ahead cannot drag its nodes with it), and never while the node's clock is sane.
-fn learn_time(base: &Base, opened: &Opened) {
-    let Some(up) = base.cfg.upstream.as_ref() else {
-        return;
-    };
-    if opened.sender_node_id != up.gateway_id {
-        return;
-    }
-    let moved = base.store.time_not_before(opened.created_at_ms);
-    if moved >= 1_000 {
-        tracing::info!(
-            event = "time_moved_forward",
-            by_ms = moved,
-            source = %up.gateway_id,
-            detail = "the node's clock was behind a signed timestamp from its gateway"
-        );
-    }
-}
-
-/// Best-effort sender and id of a refused envelope, for logs only (never trusted).
-pub(super) fn peek_ids(bytes: &[u8]) -> (String, String) {
-    let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(|x| x.as_str())
-            .map(|x| x.chars().take(100).collect())
-            .unwrap_or_default()
-    };
-    (s("sender_node_id"), s("message_id"))
+    Ok(Stored::Queued(msg, queue))
 }

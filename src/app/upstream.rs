@@ -209,6 +209,27 @@ impl NodeLink for Link {
         })
     }
 
+    fn state_versions(&self) -> crate::sync::StateVersions {
+        let held = self.0.state.held();
+        crate::sync::StateVersions {
+            desired: held.desired(),
+            reported: held.reported(),
+        }
+    }
+
+    fn reported_state(&self) -> Result<crate::fleet::Versioned, String> {
+        self.0.state.reported().map_err(|e| e.to_string())
+    }
+
+    fn inventory(&self) -> BoxFuture<'_, crate::fleet::Inventory> {
+        let core = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || super::inventory::read(&core))
+                .await
+                .unwrap_or_else(|_| super::inventory::minimal())
+        })
+    }
+
     fn audit_batch(
         &self,
         confirmed_size: u64,
@@ -248,6 +269,9 @@ impl Upstream for SyncHandle {
     }
     fn wake(&self) {
         SyncHandle::wake(self)
+    }
+    fn report_state(&self) {
+        SyncHandle::report_state(self)
     }
     fn clock_ahead(&self) -> bool {
         SyncHandle::clock_ahead(self)
@@ -368,6 +392,11 @@ impl Upstream for WithEnrollment {
     fn wake(&self) {
         if let Some(h) = &self.sync {
             h.wake();
+        }
+    }
+    fn report_state(&self) {
+        if let Some(h) = &self.sync {
+            h.report_state();
         }
     }
     fn clock_ahead(&self) -> bool {

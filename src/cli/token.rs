@@ -10,10 +10,13 @@ use crate::token::{self, Claims};
 pub const MAX_TTL_WITHOUT_FORCE_MS: u64 = 31 * 24 * 3600 * 1000;
 
 /// The scope shapes nodes and gateways act on: `tool:<name>`, `tool:*`,
-/// `command:<type>`, `read`, `admin`. Any other text is accepted by no check, so a
+/// `command:<type>`, `read`, `state:read`, `state:write`, `admin`. Any other text is accepted by no check, so a
 /// token carrying it is almost certainly a mistake (`tools:echo`, `tool:Echo`).
 pub fn known_scope(s: &str) -> bool {
-    if matches!(s, "admin" | "read" | "tool:*") {
+    if matches!(
+        s,
+        "admin" | "read" | "tool:*" | "state:read" | "state:write"
+    ) {
         return true;
     }
     if let Some(name) = s.strip_prefix("tool:") {
@@ -35,7 +38,7 @@ pub fn check_issue_args(scopes: &[String], ttl_ms: u64) -> Result<(), String> {
     if !bad.is_empty() {
         return Err(format!(
             "unknown scope {bad:?}: use tool:<name> (lowercase, digits, _), tool:*, \
-             command:<type>, read or admin (--force issues it anyway)"
+             command:<type>, read, state:read, state:write or admin (--force issues it anyway)"
         ));
     }
     if ttl_ms > MAX_TTL_WITHOUT_FORCE_MS {

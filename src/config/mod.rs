@@ -4,6 +4,7 @@
 //!
 //! `outpost config check` runs exactly this path offline.
 
+pub mod fleet;
 pub mod http;
 pub mod identity;
 mod postgres;
@@ -11,6 +12,7 @@ mod queue;
 pub mod raw;
 mod upstream;
 
+pub use fleet::FleetConfig;
 pub use postgres::{redact_url, PostgresConfig};
 pub use queue::{QueueConfig, TtlError};
 pub use upstream::{enrollment_path, EnrolledWith, Upstream};
@@ -99,6 +101,8 @@ pub struct Config {
     pub drain_timeout_ms: u64,
     /// How often the daemon signs a checkpoint while the audit log grows.
     pub audit_checkpoint_every_ms: u64,
+    /// `[inventory]` facts (PROTOCOL §16.3).
+    pub fleet: FleetConfig,
     /// Where this config came from (for messages), main file first.
     pub sources: Vec<PathBuf>,
 }
@@ -428,6 +432,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     let (store_engine, gateway_db) = check_store(&raw.store, role, &mut errs);
 
     check_tools(&raw.tools, &mut errs);
+    let fleet = fleet::check(&raw.inventory, &mut errs);
 
     let checkpoint_s = raw.audit.checkpoint_interval_s.unwrap_or(60);
     if !(1..=86_400).contains(&checkpoint_s) {
@@ -457,6 +462,7 @@ pub fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         tools: raw.tools,
         drain_timeout_ms: raw.shutdown.drain_timeout_ms.unwrap_or(10_000),
         audit_checkpoint_every_ms: checkpoint_s * 1000,
+        fleet,
         sources: Vec::new(),
     })
 }

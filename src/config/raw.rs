@@ -29,6 +29,8 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     #[serde(default)]
     pub audit: RawAudit,
+    #[serde(default)]
+    pub inventory: RawInventory,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +136,13 @@ pub struct RawAudit {
     pub checkpoint_interval_s: Option<u64>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInventory {
+    /// Static facts the node reports in its inventory (`firmware = "2.4.1"`).
+    pub facts: Option<BTreeMap<String, String>>,
+}
+
 /// Every key-level problem in a merged config table, each as `path: why`, with the
 /// offending keys removed from `table` so the rest can still be checked.
 ///
@@ -154,6 +163,7 @@ pub fn key_errors(table: &mut toml::Table) -> Vec<String> {
             "store" => probe_section::<RawStore>(&name, table, &mut errs),
             "shutdown" => probe_section::<RawShutdown>(&name, table, &mut errs),
             "audit" => probe_section::<RawAudit>(&name, table, &mut errs),
+            "inventory" => probe_section::<RawInventory>(&name, table, &mut errs),
             "tools" => match table.get_mut("tools") {
                 Some(toml::Value::Array(items)) => {
                     let mut bad = Vec::new();
@@ -189,7 +199,7 @@ pub fn key_errors(table: &mut toml::Table) -> Vec<String> {
             _ => {
                 errs.push(format!(
                     "[{name}]: unknown section (known: identity, api, upstream, queue, \
-                     security, store, shutdown, audit, tools)"
+                     security, store, shutdown, audit, inventory, tools)"
                 ));
                 false
             }

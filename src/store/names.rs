@@ -18,6 +18,13 @@ pub const KV_REVOKED: &str = "revoked";
 pub const KV_SYNC: &str = "sync";
 /// Dedup scope: outbox requests that named their message id (`id/fingerprint`).
 pub const SCOPE_OUTBOX_REQUESTS: &str = "outbox_requests";
+/// KV: the node's desired and reported state documents with their versions
+/// (keys [`KEY_DESIRED`], [`KEY_REPORTED`]; PROTOCOL §10.4, §16.4).
+pub const KV_STATE: &str = "state";
+pub const KEY_DESIRED: &str = "desired";
+pub const KEY_REPORTED: &str = "reported";
+/// Dedup scope: `DESIRED_STATE` envelopes received (they go to no queue).
+pub const SCOPE_DESIRED: &str = "desired_state";
 
 // --- both roles ---
 

@@ -8,7 +8,10 @@
 //! 2. stored messages are flushed in batches of `pull_batch` with `wait_s = 0` until the
 //!    pending count is drained;
 //! 3. only then live traffic: the outbox is pushed, the audit log and revocations are
-//!    synced when due, and otherwise the node sits in a long-poll.
+//!    synced when due, the node's state is reported (PROTOCOL §16.5: in full once per
+//!    connection, then when local software wrote reported state, and every
+//!    `inventory_every_ms` the worker looks whether the inventory moved), and otherwise
+//!    the node sits in a long-poll.
 //!
 //! Any failure drops to `Offline` and retries on the PROTOCOL §14 schedule (5, 10, 20 … 300 s
 //! ±10 %); a success resets it. One failure is different: the gateway refused the
@@ -27,44 +30,8 @@
 
 use crate::store::backoff::delay_capped_ms;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MachineConfig {
-    pub poll_wait_s: u64,
-    /// Envelopes per outbox upload.
-    pub flush_batch: u32,
-    /// Envelopes asked for per pull (the gateway caps it at 1,000). A backlog drains in
-    /// a few round trips; the node opens and stores each pulled batch as one.
-    pub pull_batch: u32,
-    /// Audit entries per audit upload.
-    pub audit_batch: u32,
-    /// After a pull the node could not store (its store full), the next pull waits this
-    /// long: the envelopes stay queued upstream, and pulling them again at once would
-    /// only spin.
-    pub stall_retry_ms: u64,
-    /// Push the outbox at least this often even without a wake-up (catches messages
-    /// whose retry time came).
-    pub outbox_every_ms: u64,
-    pub audit_every_ms: u64,
-    pub revocations_every_ms: u64,
-    /// The reconnect backoff's longest wait (`upstream.retry_max_s`).
-    pub retry_max_ms: u64,
-}
-
-impl Default for MachineConfig {
-    fn default() -> Self {
-        Self {
-            poll_wait_s: 25,
-            flush_batch: 50,
-            pull_batch: 500,
-            audit_batch: 2_000,
-            stall_retry_ms: 2_000,
-            outbox_every_ms: 5_000,
-            audit_every_ms: 30_000,
-            revocations_every_ms: 60_000,
-            retry_max_ms: 300_000,
-        }
-    }
-}
+mod config;
+pub use config::MachineConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -110,6 +77,10 @@ pub enum Event {
     },
     AuditSynced,
     RevocationsFetched,
+    /// Local software wrote reported state (or a long-poll was interrupted for that).
+    StateWritten,
+    /// A [`Action::ReportState`] is done: the report went, or nothing had changed.
+    StateReported,
     /// A request failed (network, 5xx, 401 …). `jitter` in [-1, 1] from the caller's RNG.
     /// `slow`: it was sent but its answer did not come within the timeout.
     Failed {
@@ -144,6 +115,12 @@ pub enum Action {
         max_entries: u32,
     },
     FetchRevocations,
+    /// Report the node's state (`POST …/report`). `fresh`: the first report of this
+    /// connection, everything in it; otherwise the worker reads the inventory and sends
+    /// only what moved or was written since the last report, or nothing.
+    ReportState {
+        fresh: bool,
+    },
     /// Sleep until `until_ms` (or a wake-up / shutdown).
     Wait {
         until_ms: u64,
@@ -168,6 +145,11 @@ pub struct Machine {
     outbox_due_ms: u64,
     audit_due_ms: u64,
     revocations_due_ms: u64,
+    /// No report yet on this connection.
+    report_fresh: bool,
+    /// Local software wrote reported state since the last report.
+    report_dirty: bool,
+    inventory_due_ms: u64,
     last_ok_ms: Option<u64>,
     last_error: Option<String>,
     /// The first failure since the gateway last answered (or since start).
@@ -206,6 +188,9 @@ impl Machine {
             outbox_due_ms: 0,
             audit_due_ms: 0,
             revocations_due_ms: 0,
+            report_fresh: true,
+            report_dirty: false,
+            inventory_due_ms: 0,
             last_ok_ms: None,
             last_error: None,
             failing_since_ms: None,
@@ -283,6 +268,8 @@ impl Machine {
 
     fn handshake(&mut self) -> Action {
         self.phase = Phase::Handshake;
+        // A new connection: the gateway hears everything again.
+        self.report_fresh = true;
         Action::Pull {
             wait_s: 0,
             max: self.sized(Kind::Pull),
@@ -316,11 +303,20 @@ impl Machine {
         }
         // Everything is due again once we are back.
         self.outbox_dirty = true;
+        self.report_fresh = true;
         self.audit_due_ms = 0;
         self.revocations_due_ms = 0;
         Action::Wait {
             until_ms: self.retry_at_ms,
         }
+    }
+
+    /// The state report went (or nothing was due, so no answer to count as the
+    /// gateway's): the next look at the inventory in `inventory_every_ms`.
+    fn reported(&mut self, now: u64) {
+        self.report_fresh = false;
+        self.report_dirty = false;
+        self.inventory_due_ms = now + self.cfg.inventory_every_ms;
     }
 
     fn ok(&mut self, now: u64) {
@@ -354,6 +350,7 @@ impl Machine {
             }
             Event::ClockSkew { error, gateway_ms } => {
                 self.phase = Phase::Offline;
+                self.report_fresh = true;
                 self.last_error = Some(error);
                 return Action::CorrectTime { gateway_ms };
             }
@@ -372,9 +369,11 @@ impl Machine {
                 self.revocations_due_ms = 0;
                 return self.handshake();
             }
-            Event::Timer | Event::Woken if self.phase == Phase::Offline => {
-                if matches!(ev, Event::Woken) {
-                    self.outbox_dirty = true;
+            Event::Timer | Event::Woken | Event::StateWritten if self.phase == Phase::Offline => {
+                match ev {
+                    Event::Woken => self.outbox_dirty = true,
+                    Event::StateWritten => self.report_dirty = true,
+                    _ => {}
                 }
                 if now >= self.retry_at_ms {
                     return self.handshake();
@@ -385,6 +384,8 @@ impl Machine {
             }
             Event::Timer => {}
             Event::Woken => self.outbox_dirty = true,
+            Event::StateWritten => self.report_dirty = true,
+            Event::StateReported => self.reported(now),
             Event::Pulled {
                 pending_count,
                 received,
@@ -479,6 +480,11 @@ impl Machine {
         }
         if now >= self.revocations_due_ms {
             return Action::FetchRevocations;
+        }
+        if self.report_fresh || self.report_dirty || now >= self.inventory_due_ms {
+            return Action::ReportState {
+                fresh: self.report_fresh,
+            };
         }
         Action::Pull {
             wait_s: self.cfg.poll_wait_s,

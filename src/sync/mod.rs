@@ -27,6 +27,7 @@ pub mod enroll;
 pub mod machine;
 mod report;
 mod rotate;
+pub mod state_report;
 pub mod transport;
 pub mod wire;
 pub mod worker;
@@ -110,6 +111,19 @@ pub trait NodeLink: Send + Sync + 'static {
         &self,
         rotation: crate::envelope::KeyRotation,
     ) -> BoxFuture<'_, Result<(), String>>;
+    /// The desired and reported versions the node holds (memory: asked on every pull).
+    fn state_versions(&self) -> StateVersions;
+    /// The node's reported document as stored (a store read).
+    fn reported_state(&self) -> Result<crate::fleet::Versioned, String>;
+    /// A new reading of the node's inventory (PROTOCOL §16.3): file reads, no writes.
+    fn inventory(&self) -> BoxFuture<'_, crate::fleet::Inventory>;
+}
+
+/// The desired and reported versions a node holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateVersions {
+    pub desired: u64,
+    pub reported: u64,
 }
 
 /// A rotation of this node's keys waiting for the gateway.
@@ -148,6 +162,8 @@ pub struct SyncStatus {
 pub(crate) struct Shared {
     pub status: Mutex<SyncStatus>,
     pub wake: Notify,
+    /// Local software wrote reported state: report it (ends a long-poll).
+    pub report_wake: Notify,
     /// The gateway said (signed) that this node's time is ahead of its own, and the
     /// node's clock does not agree with the gateway's yet (RELIABILITY F2).
     pub clock_ahead: std::sync::atomic::AtomicBool,
@@ -173,6 +189,11 @@ impl SyncHandle {
     /// The node queued something for upstream: interrupt the long-poll and push now.
     pub fn wake(&self) {
         self.shared.wake.notify_one();
+    }
+
+    /// Local software wrote reported state: interrupt the long-poll and report it.
+    pub fn report_state(&self) {
+        self.shared.report_wake.notify_one();
     }
 
     pub fn status(&self) -> SyncStatus {

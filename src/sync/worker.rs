@@ -78,6 +78,7 @@ pub fn spawn(
         failure: std::sync::Mutex::new(None),
         reporter: super::advice::Reporter::default(),
         rotation_checked: None,
+        state_sent: super::state_report::Sent::default(),
     };
     tracker.spawn(w.run(Machine::new(mcfg)));
     Ok(Some(handle))
@@ -110,6 +111,8 @@ pub(super) struct Worker {
     pub(super) reporter: super::advice::Reporter,
     /// When the link last looked for a pending key rotation.
     pub(super) rotation_checked: Option<tokio::time::Instant>,
+    /// What the gateway took of the node's state on this connection.
+    pub(super) state_sent: super::state_report::Sent,
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
@@ -192,6 +195,7 @@ impl Worker {
                 Action::Push { max } => self.push(max).await,
                 Action::SyncAudit { max_entries } => self.sync_audit(max_entries as usize).await,
                 Action::FetchRevocations => self.revocations().await,
+                Action::ReportState { fresh } => self.report_state(fresh).await,
                 Action::CorrectTime { gateway_ms } => self.correct_time(gateway_ms).await,
             };
             if matches!(ev, Event::Failed { .. } | Event::ClockSkew { .. }) {
@@ -296,6 +300,7 @@ impl Worker {
             tokio::select! {
                 _ = self.shutdown.cancelled() => return Event::Shutdown,
                 _ = self.shared.wake.notified() => return Event::Woken,
+                _ = self.shared.report_wake.notified() => return Event::StateWritten,
                 _ = tokio::time::sleep_until(tick) => {}
             }
             if tick >= deadline {
@@ -319,7 +324,11 @@ impl Worker {
                 _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
             },
             None => {
-                let pq = format!("{}?wait_s={wait_s}&max={max}", self.t.node_path("pull"));
+                let pq = format!(
+                    "{}?wait_s={wait_s}&max={max}&desired={}",
+                    self.t.node_path("pull"),
+                    self.deps.node.state_versions().desired
+                );
                 let call = self
                     .t
                     .get::<PullAnswer>(&pq, self.now(), Duration::from_secs(wait_s));
@@ -327,6 +336,7 @@ impl Worker {
                     tokio::select! {
                         r = call => r,
                         _ = self.shared.wake.notified() => return Err(Event::Woken),
+                        _ = self.shared.report_wake.notified() => return Err(Event::StateWritten),
                         _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
                     }
                 } else {
@@ -431,9 +441,10 @@ impl Worker {
         let last = answer.envelopes.last().map(|e| message_id(e));
         if let Some(last) = last.filter(|id| !id.is_empty()) {
             let pq = format!(
-                "{}?wait_s=0&max={max}&after={}",
+                "{}?wait_s=0&max={max}&after={}&desired={}",
                 self.t.node_path("pull"),
-                query_escape(&last)
+                query_escape(&last),
+                self.deps.node.state_versions().desired
             );
             let (t, now) = (self.t.clone(), self.now());
             self.prefetch = Some(tokio::spawn(async move {

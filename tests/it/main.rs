@@ -43,6 +43,7 @@ mod netns;
 mod newcomer;
 mod node;
 mod node_id_from;
+mod node_state;
 mod openapi;
 mod operator_day;
 mod pg;

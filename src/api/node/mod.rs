@@ -6,6 +6,7 @@ mod health;
 mod inbox;
 mod messages;
 mod outbox;
+mod state;
 mod tools;
 pub mod wire;
 
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::Router;
 
 use crate::app::core::NodeCore;
@@ -30,6 +31,8 @@ pub fn router(core: Core) -> Router {
         .route("/v1/inbox/{message_id}/ack", post(inbox::ack))
         .route("/v1/outbox", post(outbox::queue))
         .route("/v1/messages/{message_id}", get(messages::status))
+        .route("/v1/state", get(state::get))
+        .route("/v1/state/reported", patch(state::patch_reported))
         .route("/openapi.json", get(crate::api::openapi::node));
     crate::api::health::routes(routes)
         .layer(DefaultBodyLimit::max(limit))

@@ -154,3 +154,25 @@ impl MessageAnswer {
         }
     }
 }
+
+/// `GET /v1/state`, `PATCH /v1/state/reported` 200: both documents with their versions
+/// (a document never written is `{}` at version 0).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct StateAnswer {
+    pub desired: Value,
+    pub desired_version: u64,
+    pub reported: Value,
+    pub reported_version: u64,
+}
+
+impl From<crate::app::state::StateDocs> for StateAnswer {
+    fn from(s: crate::app::state::StateDocs) -> Self {
+        Self {
+            desired: s.desired.doc,
+            desired_version: s.desired.version,
+            reported: s.reported.doc,
+            reported_version: s.reported.version,
+        }
+    }
+}

@@ -12,6 +12,7 @@ fn m() -> Machine {
         outbox_every_ms: 5_000,
         audit_every_ms: 30_000,
         revocations_every_ms: 60_000,
+        inventory_every_ms: 60_000,
         retry_max_ms: 300_000,
     })
 }
@@ -57,7 +58,8 @@ fn reconnect_order_is_count_then_flush_then_live() {
             max: 400
         }
     );
-    // Drained: now the outbox (dirty since start), then audit, revocations, long-poll.
+    // Drained: now the outbox (dirty since start), then audit, revocations, the
+    // connection's first state report, long-poll.
     assert_eq!(
         s.handle(
             Event::Pulled {
@@ -77,6 +79,10 @@ fn reconnect_order_is_count_then_flush_then_live() {
     assert_eq!(s.handle(Event::AuditSynced, 5), Action::FetchRevocations);
     assert_eq!(
         s.handle(Event::RevocationsFetched, 6),
+        Action::ReportState { fresh: true }
+    );
+    assert_eq!(
+        s.handle(Event::StateReported, 7),
         Action::Pull {
             wait_s: 25,
             max: 400
@@ -187,8 +193,9 @@ fn wake_during_live_pushes_before_polling_again() {
     );
     s.handle(Event::Pushed { more: false }, 2);
     s.handle(Event::AuditSynced, 3);
+    s.handle(Event::RevocationsFetched, 4);
     assert_eq!(
-        s.handle(Event::RevocationsFetched, 4),
+        s.handle(Event::StateReported, 4),
         Action::Pull {
             wait_s: 25,
             max: 400
@@ -249,6 +256,8 @@ fn event() -> impl Strategy<Value = Event> {
         any::<bool>().prop_map(|more| Event::Pushed { more }),
         Just(Event::AuditSynced),
         Just(Event::RevocationsFetched),
+        Just(Event::StateWritten),
+        Just(Event::StateReported),
         (-1.0f64..=1.0, any::<bool>()).prop_map(|(jitter, slow)| Event::Failed {
             error: "e".into(),
             jitter,
@@ -539,4 +548,139 @@ fn a_refused_correction_backs_off_like_any_failure() {
     );
     assert_eq!(s.failures(), 1);
     assert_eq!(s.last_error(), Some("clock_skew"));
+}
+
+/// Connected and reported: a local write of reported state ends the long-poll with a
+/// report (not fresh); every minute the worker gets to look at the inventory; a failure
+/// makes the next connection's report fresh again.
+#[test]
+fn state_is_reported_on_connect_on_a_write_and_every_minute() {
+    let mut s = m();
+    s.handle(Event::Start, 0);
+    s.handle(
+        Event::Pulled {
+            pending_count: 0,
+            received: 0,
+            stalled: false,
+        },
+        1,
+    );
+    s.handle(Event::Pushed { more: false }, 2);
+    s.handle(Event::AuditSynced, 3);
+    assert_eq!(
+        s.handle(Event::RevocationsFetched, 4),
+        Action::ReportState { fresh: true }
+    );
+    let poll = Action::Pull {
+        wait_s: 25,
+        max: 400,
+    };
+    assert_eq!(s.handle(Event::StateReported, 5), poll);
+    assert_eq!(
+        s.handle(Event::StateWritten, 6),
+        Action::ReportState { fresh: false }
+    );
+    assert_eq!(s.handle(Event::StateReported, 7), poll);
+    // Nothing due before the minute is up (outbox pushes come every 5 s: answer them).
+    assert_eq!(s.handle(Event::Timer, 4_000), poll);
+    let mut a = s.handle(Event::Timer, 60_007);
+    while let Action::Push { .. } | Action::SyncAudit { .. } | Action::FetchRevocations = a {
+        a = s.handle(
+            match a {
+                Action::Push { .. } => Event::Pushed { more: false },
+                Action::SyncAudit { .. } => Event::AuditSynced,
+                _ => Event::RevocationsFetched,
+            },
+            60_008,
+        );
+    }
+    assert_eq!(a, Action::ReportState { fresh: false });
+    assert_eq!(s.handle(Event::StateReported, 60_009), poll);
+    // A write while offline is reported once connected, as part of the fresh report.
+    s.handle(
+        Event::Failed {
+            error: "e".into(),
+            jitter: 0.0,
+            slow: false,
+        },
+        60_010,
+    );
+    s.handle(Event::StateWritten, 60_011);
+    let a = s.handle(Event::Timer, 70_000);
+    assert!(matches!(a, Action::Pull { wait_s: 0, .. }), "{a:?}");
+    s.handle(
+        Event::Pulled {
+            pending_count: 0,
+            received: 0,
+            stalled: false,
+        },
+        70_001,
+    );
+    s.handle(Event::Pushed { more: false }, 70_002);
+    s.handle(Event::AuditSynced, 70_003);
+    assert_eq!(
+        s.handle(Event::RevocationsFetched, 70_004),
+        Action::ReportState { fresh: true }
+    );
+}
+
+/// What the worker answers to each action, as a well-behaved link would.
+fn answer(a: Action) -> Option<Event> {
+    Some(match a {
+        Action::Pull { .. } => Event::Pulled {
+            pending_count: 0,
+            received: 0,
+            stalled: false,
+        },
+        Action::Push { .. } => Event::Pushed { more: false },
+        Action::SyncAudit { .. } => Event::AuditSynced,
+        Action::FetchRevocations => Event::RevocationsFetched,
+        Action::ReportState { .. } => Event::StateReported,
+        Action::Wait { .. } => Event::Timer,
+        Action::CorrectTime { .. } | Action::Stop => return None,
+    })
+}
+
+proptest! {
+    /// Over any events: every connection has a fresh report answered before its first
+    /// long-poll, and only one (later reports are not fresh until it reconnects).
+    #[test]
+    fn every_connection_reports_once_before_the_long_poll(
+        events in proptest::collection::vec((event(), 0u64..20_000), 1..200)
+    ) {
+        let mut s = m();
+        let mut now = 0u64;
+        let mut a = s.handle(Event::Start, now);
+        // A fresh report of this connection was answered.
+        let mut reported = false;
+        for (ev, dt) in events {
+            now += dt;
+            // Mostly the answer the action asked for; sometimes the random event. (A
+            // report is only ever answered when it was asked for.)
+            let ev = match (answer(a), ev) {
+                (Some(e), _) if dt % 3 != 0 => e,
+                (_, Event::StateReported) if !matches!(a, Action::ReportState { .. }) => Event::Timer,
+                (_, ev) => ev,
+            };
+            if a == (Action::ReportState { fresh: true }) && ev == Event::StateReported {
+                reported = true;
+            }
+            let was_offline = s.phase() == Phase::Offline;
+            a = s.handle(ev, now);
+            if s.phase() == Phase::Offline {
+                // The connection ended.
+                reported = false;
+            }
+            match a {
+                Action::Pull { wait_s: 0, .. } if was_offline => reported = false,
+                Action::ReportState { fresh: true } => {
+                    prop_assert!(!reported, "a second fresh report on one connection");
+                }
+                Action::Pull { wait_s, .. } if wait_s > 0 => {
+                    prop_assert!(reported, "a long-poll before the connection's report");
+                }
+                _ => {}
+            }
+        }
+    }
 }
