@@ -46,6 +46,8 @@ mod enroll;
 mod enroll_burst_pg;
 #[path = "../it/failover.rs"]
 mod failover;
+#[path = "../it/fleet_e2e.rs"]
+mod fleet_e2e;
 #[path = "../it/fleet_history.rs"]
 mod fleet_history;
 #[path = "../it/fleet_state.rs"]

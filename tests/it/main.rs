@@ -22,6 +22,7 @@ mod docs;
 mod enroll;
 mod enroll_flood;
 mod failover;
+mod fleet_e2e;
 mod fleet_history;
 mod fleet_state;
 mod gateway;
