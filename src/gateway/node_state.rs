@@ -18,6 +18,7 @@ use super::state::Gateway;
 use super::storage::fleet::{DocsWrite, FleetRecord};
 use crate::envelope::{seal, SealParams};
 use crate::fleet::{delta, LabelChange, Labels, Versioned, Write};
+pub use crate::sync::wire::desired_message_id;
 use crate::sync::wire::{DesiredState, ReportAnswer, StateReport, DESIRED_STATE};
 
 /// Writes over a revision that moved, before the flow gives up (each retry re-reads:
@@ -54,18 +55,6 @@ impl StateView {
             reported_version: r.summary.reported_version,
         }
     }
-}
-
-/// The message id of desired version `version` for `node`: a UUID (version 8) from
-/// both, so the same version sealed again is the same message (the node deduplicates).
-pub fn desired_message_id(node: &str, version: u64) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(format!("outpost desired\n{node}\n{version}"));
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes)
-        .into_uuid()
-        .to_string()
 }
 
 /// A record's labels as they apply (none set yet: none).

@@ -209,6 +209,20 @@ pub struct DesiredState {
     pub version: u64,
 }
 
+/// The message id of desired version `version` for `node` (PROTOCOL §16.4): a UUID
+/// (version 8) of the first 16 bytes of SHA-256(`"outpost desired\n" node "\n"
+/// version`), so the same version sealed again is the same message (the node
+/// deduplicates it).
+pub fn desired_message_id(node: &str, version: u64) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("outpost desired\n{node}\n{version}"));
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
+
 /// `POST /v1/nodes/{id}/report` body (PROTOCOL §16.5): what the node holds and reports.
 /// Sent on every (re)connection and whenever something in it changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -54,7 +54,7 @@ fn desired_entries(node: &Home, n: u64) -> Vec<u64> {
     let counts = crate::harness::envelope_accepted_counts(node);
     (1..=n)
         .flat_map(|v| {
-            let id = outpost::gateway::node_state::desired_message_id(&node.node_id, v);
+            let id = outpost::sync::wire::desired_message_id(&node.node_id, v);
             std::iter::repeat_n(v, counts.get(&id).copied().unwrap_or(0))
         })
         .collect()
