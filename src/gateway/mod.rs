@@ -45,6 +45,7 @@ pub mod liveness;
 pub mod node_auth;
 pub mod node_state;
 pub mod own_audit;
+pub mod rollout;
 pub mod rotation;
 pub mod source_budget;
 pub mod state;
