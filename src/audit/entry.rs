@@ -46,6 +46,8 @@ pub enum AuditEvent {
     Revoke,
     /// A node replaced its key pair by a signed rotation (PROTOCOL §15.7).
     Rotate,
+    /// A rollout was created, halted, resumed or cancelled (PROTOCOL §17).
+    Rollout,
 }
 
 impl AuditEvent {
@@ -64,6 +66,7 @@ impl AuditEvent {
             Self::Reject => "reject",
             Self::Revoke => "revoke",
             Self::Rotate => "rotate",
+            Self::Rollout => "rollout",
         }
     }
 }

@@ -44,6 +44,9 @@ pub enum GatewayError {
          nothing twice), or look it up with GET /v1/messages/{0}"
     )]
     OutcomeUnknown(String),
+    /// The request conflicts with where the object stands (`code`, why).
+    #[error("{1}")]
+    Conflict(&'static str, String),
     /// A message id is already in use.
     #[error("message id already used")]
     Duplicate,

@@ -123,6 +123,24 @@ pub enum GatewayEvent {
         node_id: String,
         agent_version: String,
     },
+    /// A rollout's counts moved (at most one a second per rollout; PROTOCOL §17).
+    RolloutProgress {
+        rollout_id: String,
+        state: super::storage::rollouts::State,
+        phase: usize,
+        counts: super::storage::rollouts::Counts,
+    },
+    /// Failures reached the rollout's error threshold: nothing more is sent.
+    RolloutHalted {
+        rollout_id: String,
+        failed: u64,
+        of: u64,
+    },
+    /// The rollout ended: `completed` or `cancelled`.
+    RolloutCompleted {
+        rollout_id: String,
+        state: super::storage::rollouts::State,
+    },
 }
 
 impl GatewayEvent {
@@ -145,6 +163,9 @@ impl GatewayEvent {
             Self::DesiredSet { .. } => "desired_set",
             Self::StateReported { .. } => "state_reported",
             Self::InventoryChanged { .. } => "inventory_changed",
+            Self::RolloutProgress { .. } => "rollout_progress",
+            Self::RolloutHalted { .. } => "rollout_halted",
+            Self::RolloutCompleted { .. } => "rollout_completed",
         }
     }
 

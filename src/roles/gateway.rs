@@ -58,6 +58,7 @@ pub async fn run(
     tracker.spawn(sweeper::follow(gw.clone()));
     tracker.spawn(sweeper::write_events(gw.clone()));
     tracker.spawn(crate::gateway::rotation::watch(gw.clone()));
+    tracker.spawn(crate::gateway::rollout::driver::run(gw.clone()));
     crate::daemon::listen::write_addr_file(&data_dir, addr)?;
     gw.set_ready(true);
     Notifier.ready();

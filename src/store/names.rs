@@ -66,6 +66,11 @@ pub const KV_GW_AUDIT_PENDING: &str = "gw_audit_pending";
 /// and, apart, the desired and reported documents; key = node id.
 pub const KV_GW_FLEET: &str = "gw_fleet";
 pub const KV_GW_FLEET_DOCS: &str = "gw_fleet_docs";
+/// KV: rollouts by id; their callers' idempotency keys (→ id); each rollout's targets
+/// under `<prefix><rollout id>`, key = node id (PROTOCOL §17).
+pub const KV_GW_ROLLOUTS: &str = "gw_rollouts";
+pub const KV_GW_ROLLOUT_KEYS: &str = "gw_rollout_keys";
+pub const KV_GW_ROLLOUT_TARGETS_PREFIX: &str = "gw_rollout:";
 /// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
 pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
 pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";

@@ -11,6 +11,7 @@ pub mod events;
 pub mod fleet;
 mod health;
 pub mod node;
+pub mod rollouts;
 pub mod ui;
 pub mod wire;
 
@@ -40,6 +41,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/v1/nodes/{id}/state", get(fleet::state))
         .route("/v1/nodes/{id}/report", post(node::report))
+        .route("/v1/rollouts", post(rollouts::create).get(rollouts::list))
+        .route("/v1/rollouts/{id}", get(rollouts::get))
+        .route("/v1/rollouts/{id}/nodes", get(rollouts::nodes))
+        .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))
+        .route("/v1/rollouts/{id}/resume", post(rollouts::resume))
         .route("/v1/inbox", get(admin::inbox))
         .route("/v1/inbox/{id}/ack", post(admin::inbox_ack))
         .route("/v1/revocations", post(admin::revoke))

@@ -169,6 +169,21 @@ pub struct DesiredWritten {
     pub version: u64,
 }
 
+/// `GET /v1/rollouts`, newest first.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct RolloutList {
+    pub rollouts: Vec<crate::gateway::rollout::RolloutView>,
+}
+
+/// `GET /v1/rollouts/{id}/nodes`.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct RolloutNodes {
+    pub nodes: Vec<crate::gateway::rollout::TargetView>,
+    pub rollout_id: String,
+}
+
 /// `GET /v1/inbox`: the records as kept, in the node's inbox shape.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]

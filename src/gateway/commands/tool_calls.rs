@@ -43,6 +43,15 @@ pub enum ToolCallOutcome {
     Queued { message_id: String, job_id: String },
 }
 
+impl ToolCallOutcome {
+    /// The `TASK_REQUEST`'s message id, however the call went.
+    pub fn message_id(&self) -> &str {
+        match self {
+            Self::Answered { message_id, .. } | Self::Queued { message_id, .. } => message_id,
+        }
+    }
+}
+
 /// A tool call from `subject` (the caller's token subject): bound to its job id, queued
 /// once, answered from the node's result when it arrives within `wait`.
 /// The caller's job id is already bound: the same call again is answered from it (its

@@ -30,6 +30,7 @@ mod enrollments;
 pub mod fleet;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod rollouts;
 mod shared;
 #[cfg(feature = "postgres")]
 pub mod snapshot;
@@ -288,7 +289,9 @@ pub struct NodeSeen {
 }
 
 /// The gateway's durable state. See the module documentation for the contract.
-pub trait GatewayState: EnrollmentState + fleet::FleetState + Send + Sync {
+pub trait GatewayState:
+    EnrollmentState + fleet::FleetState + rollouts::RolloutState + Send + Sync
+{
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
     /// clock for the embedded engine).
     fn now_ms(&self) -> u64;

@@ -40,6 +40,7 @@ fn facts(s: &Spec, phase: usize, now_ms: u64) -> Facts<'_> {
         phase_started_ms: 0,
         deadline_ms: 3_600_000,
         now_ms,
+        forgiven: 0,
     }
 }
 
@@ -189,6 +190,13 @@ fn failures_at_the_threshold_halt_and_the_deadline_expires() {
         advance(&facts(&s, 0, 1), &c),
         Step::Halt { failed: 2, of: 10 },
         "expired counts as a failure"
+    );
+    let mut resumed = facts(&s, 0, 1);
+    resumed.forgiven = 2;
+    assert_eq!(
+        advance(&resumed, &c),
+        Step::Wait,
+        "a resume forgives what failed before it"
     );
     s.error_threshold_pct = None;
     assert_eq!(

@@ -14,7 +14,7 @@ use crate::store::{
 
 use crate::store::names::{
     KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS, KV_GW_REQUESTS, KV_GW_RESULTS,
-    KV_GW_REVOCATIONS, Q_GATEWAY_INBOX, Q_TO_NODE, RESULT_GW_COMMAND_KEY_PREFIX, SCOPE_RESULTS,
+    Q_GATEWAY_INBOX, Q_TO_NODE, RESULT_GW_COMMAND_KEY_PREFIX, SCOPE_RESULTS,
 };
 
 fn ns_audit_entries(node: &str) -> String {
@@ -39,6 +39,7 @@ pub struct Embedded {
     /// Serialises enrollments, approvals and retirements (each reads what it changes).
     enrolling: tokio::sync::Mutex<()>,
     fleet: fleet::FleetCache,
+    rollout_leases: rollouts::Leases,
 }
 
 impl Embedded {
@@ -50,6 +51,7 @@ impl Embedded {
             handed_out: std::sync::Mutex::new(std::collections::HashMap::new()),
             enrolling: tokio::sync::Mutex::new(()),
             fleet: fleet::FleetCache::default(),
+            rollout_leases: rollouts::Leases::default(),
         }
     }
 
@@ -75,20 +77,6 @@ impl Embedded {
                 .map(Some)
                 .map_err(|e| StateError::Corrupt(format!("{ns}/{key}: {e}"))),
         }
-    }
-
-    fn revocation_rows(&self) -> Result<Vec<(u64, String)>, StateError> {
-        Ok(self
-            .store
-            .kv_list(KV_GW_REVOCATIONS)?
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    k.parse().unwrap_or(0),
-                    String::from_utf8_lossy(&v).into_owned(),
-                )
-            })
-            .collect())
     }
 }
 
@@ -345,35 +333,11 @@ impl GatewayState for Embedded {
     }
 
     fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
-        Box::pin(async move {
-            let _one_at_a_time = self.revoking.lock().await;
-            let rows = self.revocation_rows()?;
-            if rows.iter().any(|(_, j)| j == jti) {
-                return Ok(Revoked::Duplicate);
-            }
-            let version = rows.iter().map(|(v, _)| *v).max().unwrap_or(0) + 1;
-            self.store
-                .kv_put(
-                    KV_GW_REVOCATIONS,
-                    &index_key(version),
-                    jti.as_bytes().to_vec(),
-                )
-                .await?;
-            Ok(Revoked::Added { version })
-        })
+        Box::pin(self.revoke_now(jti))
     }
 
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList> {
-        Box::pin(async move {
-            let mut list = RevocationList::default();
-            for (v, jti) in self.revocation_rows()? {
-                list.version = list.version.max(v);
-                if v > since {
-                    list.revoked.push(jti);
-                }
-            }
-            Ok(list)
-        })
+        Box::pin(async move { self.revocations_now(since) })
     }
 
     fn is_revoked(&self, jti: &str) -> Result<bool, StateError> {
@@ -491,6 +455,8 @@ mod enroll;
 mod fleet;
 mod pull;
 mod records;
+mod revocations;
+mod rollouts;
 mod shared;
 #[cfg(feature = "postgres")]
 pub mod snapshot;

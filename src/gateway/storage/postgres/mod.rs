@@ -40,6 +40,7 @@ mod pool;
 mod queue;
 mod queued;
 mod replicas;
+mod rollouts;
 mod rotation;
 pub mod schema;
 mod settle;

@@ -226,6 +226,25 @@ CREATE TABLE node_fleet (
     desired_version bigint NOT NULL
 );
 "#,
+    // 8: rollouts (PROTOCOL §17): each with its revision and its caller's idempotency
+    // key, one row per target node, and the lease of the replica that drives it.
+    r#"
+CREATE TABLE rollouts (
+    id          text   PRIMARY KEY,
+    revision    bigint NOT NULL,
+    created_ms  bigint NOT NULL,
+    idem_key    text   UNIQUE,
+    record      text   NOT NULL,
+    lease_owner text,
+    lease_until bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE rollout_targets (
+    rollout_id text NOT NULL,
+    node_id    text NOT NULL,
+    record     text NOT NULL,
+    PRIMARY KEY (rollout_id, node_id)
+);
+"#,
 ];
 
 /// The newest schema this binary knows.
