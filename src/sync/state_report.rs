@@ -18,6 +18,8 @@ use crate::fleet::Inventory;
 pub struct Sent {
     pub inventory: Option<Inventory>,
     pub reported_version: u64,
+    /// The desired version the last report said the node holds.
+    pub desired_version: u64,
 }
 
 /// What a report carries, if one is worth sending.
@@ -67,7 +69,15 @@ impl Worker {
         let node = self.deps.node.clone();
         let held = node.state_versions();
         let inventory = node.inventory().await;
-        let Some(p) = plan(fresh, &self.state_sent, held.reported, &inventory) else {
+        // A desired version stored since the last report is news too: the gateway
+        // counts on it (`node_desired_version`, a rollout's delivery).
+        let desired_moved = held.desired != self.state_sent.desired_version;
+        let Some(p) = plan(fresh, &self.state_sent, held.reported, &inventory).or(desired_moved
+            .then_some(Plan {
+                inventory: false,
+                reported: false,
+            }))
+        else {
             return Event::StateReported;
         };
         let reported = match p.reported {
@@ -85,6 +95,7 @@ impl Worker {
         let pq = self.t.node_path("report");
         match self.t.post::<_, ReportAnswer>(&pq, &body, self.now()).await {
             Ok(answer) => {
+                self.state_sent.desired_version = body.desired_version;
                 if let Some(r) = &body.reported {
                     self.state_sent.reported_version = r.version;
                     if answer.reported_version < r.version {
@@ -132,6 +143,7 @@ mod tests {
         let sent = Sent {
             inventory: Some(inv(100, "a")),
             reported_version: 9,
+            desired_version: 0,
         };
         let all = Plan {
             inventory: true,
@@ -153,6 +165,7 @@ mod tests {
         let sent = Sent {
             inventory: Some(inv(1_000_000, "a")),
             reported_version: 3,
+            desired_version: 0,
         };
         assert_eq!(
             plan(false, &sent, 3, &inv(990_000, "a")),
@@ -188,7 +201,7 @@ mod tests {
         /// small moves of free disk (under 5 %).
         #[test]
         fn nothing_changed_sends_nothing(free in 1_000u64..1_000_000_000, pct in 0u64..5, v in 0u64..10) {
-            let sent = Sent { inventory: Some(inv(free, "a")), reported_version: v };
+            let sent = Sent { inventory: Some(inv(free, "a")), reported_version: v, desired_version: 0 };
             let now = inv(free - free * pct / 100, "a");
             prop_assert_eq!(plan(false, &sent, v, &now), None);
             // And a reported version at or below the one taken is not sent again.

@@ -379,7 +379,13 @@ impl Worker {
             .into_iter()
             .map(|e| String::from(Box::<str>::from(e)).into_bytes())
             .collect();
+        let desired_before = self.deps.node.state_versions().desired;
         let outcomes = self.deps.node.receive_batch(bytes).await;
+        if self.deps.node.state_versions().desired != desired_before {
+            // A new desired version: the gateway hears that the node holds it with the
+            // next report, which this wake-up makes due (PROTOCOL §16.5).
+            self.shared.report_wake.notify_one();
+        }
         let mut stalled = false;
         for (id, outcome) in ids.into_iter().zip(outcomes) {
             match outcome {

@@ -96,6 +96,8 @@ mod replicas_enroll;
 mod replicas_faults;
 #[path = "../it/replicas_fleet.rs"]
 mod replicas_fleet;
+#[path = "../it/rollouts.rs"]
+mod rollouts;
 #[path = "../it/self_enroll.rs"]
 mod self_enroll;
 #[path = "../it/sim.rs"]

@@ -56,6 +56,7 @@ mod powercut;
 #[path = "../../src/store/tests/powercut_shim.rs"]
 mod powercut_shim;
 mod readme_first_hour;
+mod rollouts;
 mod self_enroll;
 mod sim;
 mod slow_clients;
