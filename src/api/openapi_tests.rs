@@ -147,6 +147,14 @@ mod gateway_cases {
         "GET /v1/nodes/{id}/state 200" => Type(of::<crate::gateway::node_state::StateView>),
         "POST /v1/nodes/{id}/report request" => Type(of::<sync::StateReport>),
         "POST /v1/nodes/{id}/report 200" => Type(of::<sync::ReportAnswer>),
+        "POST /v1/rollouts request" => Type(of::<crate::gateway::rollout::plan::Spec>),
+        "POST /v1/rollouts 201" => Type(of::<crate::gateway::rollout::RolloutView>),
+        "POST /v1/rollouts 200" => Type(of::<crate::gateway::rollout::RolloutView>),
+        "GET /v1/rollouts 200" => Type(of::<gw::RolloutList>),
+        "GET /v1/rollouts/{id} 200" => Type(of::<crate::gateway::rollout::RolloutView>),
+        "GET /v1/rollouts/{id}/nodes 200" => Type(of::<gw::RolloutNodes>),
+        "POST /v1/rollouts/{id}/cancel 200" => Type(of::<crate::gateway::rollout::RolloutView>),
+        "POST /v1/rollouts/{id}/resume 200" => Type(of::<crate::gateway::rollout::RolloutView>),
     };
 }
 

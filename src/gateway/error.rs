@@ -44,9 +44,9 @@ pub enum GatewayError {
          nothing twice), or look it up with GET /v1/messages/{0}"
     )]
     OutcomeUnknown(String),
-    /// The request conflicts with where the object stands (`code`, why).
+    /// The request conflicts with where the object stands (why).
     #[error("{1}")]
-    Conflict(&'static str, String),
+    Conflict(Conflict, String),
     /// A message id is already in use.
     #[error("message id already used")]
     Duplicate,
@@ -90,6 +90,24 @@ pub enum GatewayError {
     /// Something that should not happen (sealing to a verified identity failed…).
     #[error("{0}")]
     Internal(String),
+}
+
+/// What a request conflicts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// The rollout ended (completed or cancelled): it can no longer change.
+    RolloutEnded,
+    /// The rollout runs: only a halted one resumes.
+    RolloutRunning,
+}
+
+impl Conflict {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Conflict::RolloutEnded => "rollout_ended",
+            Conflict::RolloutRunning => "rollout_running",
+        }
+    }
 }
 
 fn throttle_message(t: Throttle) -> &'static str {

@@ -61,7 +61,7 @@ impl From<GatewayError> for ApiError {
             }
             GatewayError::OutcomeUnknown(_) => outcome_unknown(msg),
             GatewayError::Duplicate => ApiError::new(StatusCode::CONFLICT, "duplicate", msg),
-            GatewayError::Conflict(code, _) => ApiError::new(StatusCode::CONFLICT, code, msg),
+            GatewayError::Conflict(c, _) => ApiError::new(StatusCode::CONFLICT, c.code(), msg),
             GatewayError::RecipientOffline(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "recipient_offline", msg)
             }

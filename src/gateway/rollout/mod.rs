@@ -14,7 +14,7 @@ mod send;
 use serde::Serialize;
 
 use self::plan::{phase_ends, phase_of, Counts, NodeState, Spec, State};
-use super::error::GatewayError;
+use super::error::{Conflict, GatewayError};
 use super::events::GatewayEvent;
 use super::state::Gateway;
 use super::storage::rollouts::{RolloutRecord, TargetRecord};
@@ -118,7 +118,7 @@ pub(super) fn audit(what: &str, r: &RolloutRecord, by: &str) -> AuditRecord {
 
 fn ended(id: &str, s: State) -> GatewayError {
     GatewayError::Conflict(
-        "rollout_ended",
+        Conflict::RolloutEnded,
         format!("rollout {id} is {s:?}: it can no longer change").to_lowercase(),
     )
 }
@@ -274,7 +274,7 @@ impl Rollouts<'_> {
         self.operator_act(id, by, |r| match r.state {
             State::Halted => Ok("resumed"),
             State::Running => Err(GatewayError::Conflict(
-                "rollout_running",
+                Conflict::RolloutRunning,
                 format!("rollout {} is running; only a halted one resumes", r.id),
             )),
             s => Err(ended(&r.id, s)),

@@ -55,6 +55,7 @@ impl<'de> Deserialize<'de> for Size {
 
 /// What a rollout does to each node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Action {
     /// A command (PROTOCOL §11.2); succeeded once delivered into the node's inbox.
@@ -89,11 +90,13 @@ impl Action {
 
 /// `POST /v1/rollouts` as checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
     pub selector: String,
     pub action: Action,
     #[serde(default)]
+    #[cfg_attr(test, schemars(with = "Vec<serde_json::Value>"))]
     pub phases: Vec<Size>,
     #[serde(default = "hundred")]
     pub success_threshold_pct: u8,
