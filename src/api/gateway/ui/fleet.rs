@@ -312,7 +312,7 @@ fn row(r: &FleetRow, now_ms: u64) -> Markup {
             } @else {
                 td.num.wide { (r.audit_size) }
             }
-            td.wide data-agent-version=[r.agent_version.as_deref()] { (r.agent_version.as_deref().unwrap_or("—")) }
+            td.wide data-agent-version=(r.agent_version.as_deref().unwrap_or("")) { (r.agent_version.as_deref().unwrap_or("—")) }
             td { (sync_badge(r.in_sync)) }
         }
     }
