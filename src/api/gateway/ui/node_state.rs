@@ -114,7 +114,7 @@ fn state(d: &NodeDetail) -> Markup {
     let st = &d.state;
     let behind = st.node_desired_version < st.desired_version;
     html! {
-        section.state #state-panel data-in-sync=(st.in_sync) data-desired-version=(st.desired_version)
+        section.doc-state #state-panel data-in-sync=(st.in_sync) data-desired-version=(st.desired_version)
             data-reported-version=(st.reported_version) data-node-desired-version=(st.node_desired_version) {
             h2 { "State " (sync_badge(st.in_sync)) }
             p.versions {
