@@ -16,9 +16,11 @@ use super::layout::{self, ago, at, dur, Frame};
 use super::session::{ApiSession, PageSession};
 use super::Console;
 use crate::api::ApiError;
+use crate::fleet::BadSelector;
 use crate::gateway::console::chart::{Chart, BUCKETS, BUCKET_MS};
 use crate::gateway::console::fleet_state::MAX_SELECTOR;
 use crate::gateway::console::{FleetPage, FleetQuery, FleetRow, SortKey, Totals};
+use crate::gateway::error::GatewayError;
 use crate::gateway::storage::Revoked;
 
 /// The page's query string; anything unreadable falls back to the default.
@@ -131,18 +133,7 @@ pub async fn page(
         div #pending-slot { (super::pending::pending_enrollments(&pending, &s.session, c.gw.now_ms())) }
         div #fleet-summary { (summary(&fleet)) }
         section.fleet {
-            form.filter method="get" action="/ui" {
-                input #filter type="search" name="q" value=(q.filter) placeholder="Filter nodes (id or state)" aria-label="Filter nodes";
-                input #selector type="search" name="sel" value=(q.selector) placeholder="Selector, e.g. site=north,inventory.arch=aarch64" aria-label="Selector" spellcheck="false" autocomplete="off";
-                input type="hidden" name="sort" value=(q.sort.as_str());
-                input type="hidden" name="dir" value=(if q.descending { "desc" } else { "asc" });
-                button type="submit" { "Filter" }
-            }
-            @if let Some(e) = &fleet.selector_error {
-                p.error #selector-error role="alert" data-code="bad_selector" data-pos=(e.pos) {
-                    "Not a selector (bad_selector): " (ApiError::from(crate::gateway::error::GatewayError::from(e.clone())).message) ". Nothing is listed until it is corrected; see PROTOCOL §16.2 for the grammar."
-                }
-            }
+            (filter_form(&q, fleet.selector_error.as_ref()))
             div.scroll {
                 table #fleet {
                     thead { tr {
@@ -188,6 +179,25 @@ pub async fn page(
             main,
         ),
     )
+}
+
+/// The filter and the selector (one form: either survives the other), and why a
+/// selector is refused, in the API's words.
+fn filter_form(q: &FleetQuery, selector_error: Option<&BadSelector>) -> Markup {
+    html! {
+        form.filter method="get" action="/ui" {
+            input #filter type="search" name="q" value=(q.filter) placeholder="Filter nodes (id or state)" aria-label="Filter nodes";
+            input #selector type="search" name="sel" value=(q.selector) placeholder="Selector, e.g. site=north,inventory.arch=aarch64" aria-label="Selector" spellcheck="false" autocomplete="off";
+            input type="hidden" name="sort" value=(q.sort.as_str());
+            input type="hidden" name="dir" value=(if q.descending { "desc" } else { "asc" });
+            button type="submit" { "Filter" }
+        }
+        @if let Some(e) = selector_error {
+            p.error #selector-error role="alert" data-code="bad_selector" data-pos=(e.pos) {
+                "Not a selector (bad_selector): " (ApiError::from(GatewayError::from(e.clone())).message) ". Nothing is listed until it is corrected; see PROTOCOL §16.2 for the grammar."
+            }
+        }
+    }
 }
 
 /// What the page says after an action redirected to it (a revocation, a decision, a
