@@ -148,7 +148,7 @@ pub fn editors(node_id: &str, s: &Session, f: Option<&Refused>) -> Markup {
     let replace = typed(FormKind::Desired, "mode") != "merge";
     html! {
         @if s.admin {
-            section.actions #state-editors {
+            section.editors #state-editors {
                 h2 #label-editor { "Set or remove a label" }
                 (form_error(FormKind::Labels))
                 form #label-form method="post" action={ (base) "/labels" } {
