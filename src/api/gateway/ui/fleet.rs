@@ -146,7 +146,7 @@ pub async fn page(
                         (th(&q, SortKey::Oldest, "Oldest", "num"))
                         (th(&q, SortKey::Audit, "Audit", "num wide"))
                         (th(&q, SortKey::Agent, "Agent", "wide"))
-                        (th(&q, SortKey::Sync, "In sync", ""))
+                        (th(&q, SortKey::Sync, "Sync", ""))
                     } }
                     tbody #fleet-rows { (rows(&fleet)) }
                 }
@@ -347,8 +347,9 @@ fn totals(t: &Totals) -> Markup {
 /// `in sync` or `out of sync`, as the fleet table and a node's state panel show it.
 pub fn sync_badge(in_sync: bool) -> Markup {
     html! {
-        @if in_sync { span.sync.yes data-in-sync="true" { "in sync" } }
-        @else { span.sync.no data-in-sync="false" { "out of sync" } }
+        // On a phone `sync` / `out` (the rest folds away with the wide columns).
+        @if in_sync { span.sync.yes data-in-sync="true" title="in sync" { span.wide { "in " } "sync" } }
+        @else { span.sync.no data-in-sync="false" title="out of sync" { "out" span.wide { " of sync" } } }
     }
 }
 
