@@ -94,6 +94,25 @@ impl Fleet<'_> {
         .await
     }
 
+    /// Every enrolled node, each with whether `selector` selects it: the console's
+    /// totals count the whole fleet while its table shows the selected.
+    pub async fn nodes_marked(
+        &self,
+        selector: Option<&Selector>,
+    ) -> Result<Vec<(NodeView, bool)>, GatewayError> {
+        let summaries = self.0.state.fleet_summaries().await?;
+        let none = FleetSummary::default();
+        let views = self.views(&summaries, &|_, _| true).await?;
+        Ok(views
+            .into_iter()
+            .map(|v| {
+                let s = summaries.get(&v.node_id).unwrap_or(&none);
+                let selected = selector.is_none_or(|sel| selects(sel, s));
+                (v, selected)
+            })
+            .collect())
+    }
+
     /// One enrolled node with its labels, inventory and state (`GET /v1/nodes/{id}`).
     pub async fn node(&self, id: &str) -> Result<NodeDetail, GatewayError> {
         let record = self.0.node_states().record(id).await?;

@@ -13,6 +13,7 @@ mod audit;
 mod browser;
 mod console;
 mod console_day;
+mod console_fleet_state;
 mod console_limits;
 mod console_pages;
 mod demo;

@@ -6,13 +6,15 @@
 //!
 //! Layout: this file (fleet and node views) · [`chart`] (events per 5-minute bucket) ·
 //! [`sessions`] (sign-in sessions, bounded per token, per subject and in all) ·
-//! [`sign_in`] (failed sign-ins per address, sign-ins per token).
+//! [`sign_in`] (failed sign-ins per address, sign-ins per token) · [`fleet_state`]
+//! (the selector filter, the label and desired-state forms, inventory lines).
 
 pub mod chart;
+pub mod fleet_state;
 pub mod sessions;
 pub mod sign_in;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::error::GatewayError;
@@ -70,16 +72,20 @@ pub enum SortKey {
     Queue,
     Oldest,
     Audit,
+    Agent,
+    Sync,
 }
 
 impl SortKey {
-    pub const ALL: [SortKey; 6] = [
+    pub const ALL: [SortKey; 8] = [
         SortKey::Node,
         SortKey::Liveness,
         SortKey::LastSeen,
         SortKey::Queue,
         SortKey::Oldest,
         SortKey::Audit,
+        SortKey::Agent,
+        SortKey::Sync,
     ];
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -94,6 +100,8 @@ impl SortKey {
             SortKey::Queue => "queue",
             SortKey::Oldest => "oldest",
             SortKey::Audit => "audit",
+            SortKey::Agent => "agent_version",
+            SortKey::Sync => "in_sync",
         }
     }
 }
@@ -103,6 +111,8 @@ impl SortKey {
 pub struct FleetQuery {
     /// Case-insensitive substring of the node id or its liveness label.
     pub filter: String,
+    /// A selector (PROTOCOL §16.2) the rows must match, besides the filter.
+    pub selector: String,
     pub sort: SortKey,
     pub descending: bool,
     /// 1-based.
@@ -113,6 +123,7 @@ impl Default for FleetQuery {
     fn default() -> Self {
         Self {
             filter: String::new(),
+            selector: String::new(),
             sort: SortKey::Node,
             descending: false,
             page: 1,
@@ -136,6 +147,10 @@ pub struct FleetRow {
     /// The node's last audit upload was refused (`audit_gap`, `audit_mismatch`) and none
     /// extended the copy since (among the events in memory): the code and when.
     pub audit_alarm: Option<(String, u64)>,
+    /// The outpost version its inventory says it runs; `None` until it reported one.
+    pub agent_version: Option<String>,
+    /// Its reported state holds every member of its desired state (or none was set).
+    pub in_sync: bool,
 }
 
 /// Counts over the whole fleet (not only the page shown).
@@ -149,6 +164,8 @@ pub struct Totals {
     pub never: usize,
     pub polling: usize,
     pub queued: u64,
+    /// Nodes whose reported state lacks some of their desired state.
+    pub out_of_sync: usize,
 }
 
 /// The fleet page: one page of rows, the totals, and the chart.
@@ -162,6 +179,8 @@ pub struct FleetPage {
     pub pages: usize,
     pub chart: chart::Chart,
     pub now_ms: u64,
+    /// The query's selector, when it is malformed: no row is shown.
+    pub selector_error: Option<crate::fleet::BadSelector>,
 }
 
 /// Liveness rank for sorting: the states that need attention first when descending.
@@ -221,6 +240,8 @@ pub fn rows(nodes: Vec<NodeView>, events: &[Arc<Event>], started_ms: u64) -> Vec
                     .filter(|(_, _, kept)| v.audit_size <= *kept)
                     .cloned()
                     .map(|(code, at, _)| (code, at)),
+                agent_version: v.agent_version,
+                in_sync: v.in_sync,
                 node_id: v.node_id,
             }
         })
@@ -242,6 +263,7 @@ pub fn totals(rows: &[FleetRow]) -> Totals {
         }
         t.polling += usize::from(r.polling);
         t.queued += r.queue_depth;
+        t.out_of_sync += usize::from(!r.in_sync);
     }
     t
 }
@@ -261,6 +283,9 @@ pub fn page(mut rows: Vec<FleetRow>, q: &FleetQuery) -> (Vec<FleetRow>, usize, u
             SortKey::Queue => a.queue_depth.cmp(&b.queue_depth),
             SortKey::Oldest => a.oldest_age_s.cmp(&b.oldest_age_s),
             SortKey::Audit => a.audit_size.cmp(&b.audit_size),
+            SortKey::Agent => a.agent_version.cmp(&b.agent_version),
+            // Out of sync first.
+            SortKey::Sync => a.in_sync.cmp(&b.in_sync),
         };
         let o = o.then_with(|| a.node_id.cmp(&b.node_id));
         if q.descending {
@@ -282,15 +307,32 @@ pub fn page(mut rows: Vec<FleetRow>, q: &FleetQuery) -> (Vec<FleetRow>, usize, u
 
 impl Fleet<'_> {
     /// The fleet page for `q`.
+    /// The totals count the whole fleet; the table shows the nodes the selector selects
+    /// (none when it is malformed: the page says why).
     pub async fn fleet_page(&self, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
         let gw = self.0;
-        let nodes = gw.fleet().nodes(None).await?;
+        let (selector, selector_error) = match fleet_state::parse_selector(&q.selector) {
+            Ok(s) => (s, None),
+            Err(e) => (None, Some(e)),
+        };
+        let marked = gw.fleet().nodes_marked(selector.as_ref()).await?;
+        let selected: HashSet<String> = marked
+            .iter()
+            .filter(|(_, sel)| *sel && selector_error.is_none())
+            .map(|(v, _)| v.node_id.clone())
+            .collect();
+        let nodes = marked.into_iter().map(|(v, _)| v).collect();
         let (events, _) = gw.events.replay(0);
         let now_ms = gw.now_ms();
         let all = rows(nodes, &events, gw.started_ms);
         let totals = totals(&all);
-        let (rows, matched, page, pages) = page(all, q);
+        let shown = all
+            .into_iter()
+            .filter(|r| selected.contains(&r.node_id))
+            .collect();
+        let (rows, matched, page, pages) = page(shown, q);
         Ok(FleetPage {
+            selector_error,
             rows,
             totals,
             matched,
@@ -330,7 +372,11 @@ pub fn event_node(e: &GatewayEvent) -> Option<&str> {
         | GatewayEvent::NodeOffline { node_id }
         | GatewayEvent::Enrollment { node_id, .. }
         | GatewayEvent::NodeRevoked { node_id, .. }
-        | GatewayEvent::AuditRefused { node_id, .. } => Some(node_id),
+        | GatewayEvent::AuditRefused { node_id, .. }
+        | GatewayEvent::LabelsChanged { node_id, .. }
+        | GatewayEvent::DesiredSet { node_id, .. }
+        | GatewayEvent::StateReported { node_id, .. }
+        | GatewayEvent::InventoryChanged { node_id, .. } => Some(node_id),
         _ => None,
     }
 }

@@ -155,3 +155,43 @@ fn filter_sort_and_pages_cover_every_node_once() {
     assert_eq!(SortKey::parse("last_seen"), Some(SortKey::LastSeen));
     assert_eq!(SortKey::parse("bogus"), None);
 }
+
+#[test]
+fn rows_carry_version_and_sync_and_the_totals_count_those_out_of_sync() {
+    let nodes = vec![
+        NodeView {
+            agent_version: Some("0.9.1".into()),
+            in_sync: false,
+            ..view("node:a", "online", Some(1), 0)
+        },
+        NodeView {
+            agent_version: Some("0.9.0".into()),
+            ..view("node:b", "online", Some(1), 0)
+        },
+        NodeView {
+            in_sync: false,
+            ..view("node:c", "dead", Some(1), 0)
+        },
+    ];
+    let all = rows(nodes, &[], 0);
+    assert_eq!(all[0].agent_version.as_deref(), Some("0.9.1"));
+    assert!(!all[0].in_sync && all[1].in_sync);
+    assert_eq!(totals(&all).out_of_sync, 2);
+    let q = FleetQuery {
+        sort: SortKey::Sync,
+        ..FleetQuery::default()
+    };
+    let ids: Vec<String> = page(all.clone(), &q)
+        .0
+        .into_iter()
+        .map(|r| r.node_id)
+        .collect();
+    assert_eq!(ids, ["node:a", "node:c", "node:b"], "out of sync first");
+    let q = FleetQuery {
+        sort: SortKey::Agent,
+        descending: true,
+        ..FleetQuery::default()
+    };
+    assert_eq!(page(all, &q).0[0].node_id, "node:a");
+    assert_eq!(SortKey::parse("in_sync"), Some(SortKey::Sync));
+}

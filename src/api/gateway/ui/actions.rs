@@ -40,7 +40,7 @@ pub struct CommandForm {
     pub ttl_s: String,
 }
 
-fn refused(e: impl Into<ApiError>, title: &str) -> Response {
+pub(super) fn refused(e: impl Into<ApiError>, title: &str) -> Response {
     let e = e.into();
     layout::error_page(e.status, title, &e.message)
 }
@@ -55,7 +55,7 @@ fn ttl(text: &str) -> Result<Option<u64>, ()> {
 
 /// The node page again (400), its form `form` filled with what was typed and `error`
 /// above it.
-async fn sent_back(
+pub(super) async fn sent_back(
     c: &Console,
     s: &PageSession,
     node_id: &str,

@@ -16,8 +16,11 @@ use super::layout::{self, ago, at, dur, Frame};
 use super::session::{ApiSession, PageSession};
 use super::Console;
 use crate::api::ApiError;
+use crate::fleet::BadSelector;
 use crate::gateway::console::chart::{Chart, BUCKETS, BUCKET_MS};
+use crate::gateway::console::fleet_state::MAX_SELECTOR;
 use crate::gateway::console::{FleetPage, FleetQuery, FleetRow, SortKey, Totals};
+use crate::gateway::error::GatewayError;
 use crate::gateway::storage::Revoked;
 
 /// The page's query string; anything unreadable falls back to the default.
@@ -25,6 +28,9 @@ use crate::gateway::storage::Revoked;
 pub struct FleetParams {
     #[serde(default)]
     pub q: String,
+    /// A selector (PROTOCOL §16.2): only the nodes it selects are listed.
+    #[serde(default)]
+    pub sel: String,
     #[serde(default)]
     pub sort: String,
     #[serde(default)]
@@ -52,6 +58,7 @@ impl FleetParams {
     pub fn query(&self) -> FleetQuery {
         FleetQuery {
             filter: self.q.chars().take(200).collect(),
+            selector: self.sel.chars().take(MAX_SELECTOR).collect(),
             sort: SortKey::parse(&self.sort).unwrap_or(SortKey::Node),
             descending: self.dir == "desc",
             page: self.page.parse().unwrap_or(1),
@@ -69,6 +76,10 @@ fn href(q: &FleetQuery, sort: SortKey, descending: bool, page: usize) -> String 
     if !q.filter.is_empty() {
         s.push_str("&q=");
         s.push_str(&encode(&q.filter));
+    }
+    if !q.selector.is_empty() {
+        s.push_str("&sel=");
+        s.push_str(&encode(&q.selector));
     }
     s
 }
@@ -119,15 +130,10 @@ pub async fn page(
     let notices = notices(&p, &s.session.subject);
     let main = html! {
         @for n in &notices { p.notice role="status" { (n) } }
-        div #pending-slot { (pending_enrollments(&pending, &s.session, c.gw.now_ms())) }
+        div #pending-slot { (super::pending::pending_enrollments(&pending, &s.session, c.gw.now_ms())) }
         div #fleet-summary { (summary(&fleet)) }
         section.fleet {
-            form.filter method="get" action="/ui" {
-                input #filter type="search" name="q" value=(q.filter) placeholder="Filter nodes (id or state)" aria-label="Filter nodes";
-                input type="hidden" name="sort" value=(q.sort.as_str());
-                input type="hidden" name="dir" value=(if q.descending { "desc" } else { "asc" });
-                button type="submit" { "Filter" }
-            }
+            (filter_form(&q, fleet.selector_error.as_ref()))
             div.scroll {
                 table #fleet {
                     thead { tr {
@@ -139,6 +145,8 @@ pub async fn page(
                         (th(&q, SortKey::Queue, "Queued", "num"))
                         (th(&q, SortKey::Oldest, "Oldest", "num"))
                         (th(&q, SortKey::Audit, "Audit", "num wide"))
+                        (th(&q, SortKey::Agent, "Agent", "wide"))
+                        (th(&q, SortKey::Sync, "Sync", ""))
                     } }
                     tbody #fleet-rows { (rows(&fleet)) }
                 }
@@ -171,6 +179,25 @@ pub async fn page(
             main,
         ),
     )
+}
+
+/// The filter and the selector (one form: either survives the other), and why a
+/// selector is refused, in the API's words.
+fn filter_form(q: &FleetQuery, selector_error: Option<&BadSelector>) -> Markup {
+    html! {
+        form.filter method="get" action="/ui" {
+            input #filter type="search" name="q" value=(q.filter) placeholder="Filter nodes (id or state)" aria-label="Filter nodes";
+            input #selector type="search" name="sel" value=(q.selector) placeholder="Selector, e.g. site=north,inventory.arch=aarch64" aria-label="Selector" spellcheck="false" autocomplete="off";
+            input type="hidden" name="sort" value=(q.sort.as_str());
+            input type="hidden" name="dir" value=(if q.descending { "desc" } else { "asc" });
+            button type="submit" { "Filter" }
+        }
+        @if let Some(e) = selector_error {
+            p.error #selector-error role="alert" data-code="bad_selector" data-pos=(e.pos) {
+                "Not a selector (bad_selector): " (ApiError::from(GatewayError::from(e.clone())).message) ". Nothing is listed until it is corrected; see PROTOCOL §16.2 for the grammar."
+            }
+        }
+    }
 }
 
 /// What the page says after an action redirected to it (a revocation, a decision, a
@@ -244,83 +271,11 @@ pub async fn summary_fragment(
     Ok(layout::html_response(StatusCode::OK, summary(&fleet)))
 }
 
-/// `GET /ui/fleet/pending`: the enrollments waiting for an operator (fetched again when
-/// an `enrollment` event arrives).
-pub async fn pending_fragment(
-    State(c): State<Arc<Console>>,
-    s: ApiSession,
-) -> Result<Response, ApiError> {
-    let pending = c.gw.enrollment().pending().await?;
-    Ok(layout::html_response(
-        StatusCode::OK,
-        pending_enrollments(&pending, &s.session, c.gw.now_ms()),
-    ))
-}
-
 fn summary(fleet: &FleetPage) -> Markup {
     html! {
         (totals(&fleet.totals))
         (chart(&fleet.chart))
         p.count #fleet-count { (fleet.matched) " of " (fleet.totals.nodes) " nodes" }
-    }
-}
-
-/// Enrollments waiting for an operator (manual tokens, and re-keys of reflashed
-/// devices: PROTOCOL §15), each row `data-enrollment="<node id>"` with approve and
-/// reject for an admin session.
-fn pending_enrollments(
-    pending: &[crate::gateway::enroll::EnrollmentRecord],
-    session: &crate::gateway::console::sessions::Session,
-    now_ms: u64,
-) -> Markup {
-    html! {
-        @if !pending.is_empty() {
-            section.pending #pending-enrollments {
-                h2 { "Waiting for approval" span.sub { " (" (pending.len()) ")" } }
-                @if session.admin {
-                    form #bulk-approve method="post" action="/ui/enrollments/approve" {
-                        input type="hidden" name="csrf" value=(session.csrf);
-                        button type="submit" { "Approve selected" }
-                        span.note { " Tick the devices you expect, then approve them at once." }
-                    }
-                }
-                div.scroll {
-                    table {
-                        thead { tr {
-                            @if session.admin { th { input #select-all type="checkbox" aria-label="Select all"; } }
-                            th { "Node" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th.wide { "Asked" }
-                            @if session.admin { th { "Decision" } }
-                        } }
-                        tbody {
-                            @for r in pending {
-                                tr data-enrollment=(r.node_id) data-kind=(r.kind.as_str()) {
-                                    @if session.admin {
-                                        td { input type="checkbox" form="bulk-approve" name="node" value=(r.node_id) aria-label={ "Select " (r.node_id) }; }
-                                    }
-                                    td.node { span.id title=(r.node_id) { (r.node_id) } }
-                                    td { @if r.kind == crate::gateway::enroll::Kind::Rekey { "re-key (reflashed?)" } @else { "new" } }
-                                    td.wide title=(r.node_sign_pk) { (r.node_sign_pk.chars().take(12).collect::<String>()) "…" }
-                                    td.wide { (r.token_id) }
-                                    td.wide { (super::layout::ago(Some(r.created_at_ms), now_ms)) }
-                                    @if session.admin {
-                                        td.decide {
-                                            form method="post" action={ "/ui/enrollments/" (encode_segment(&r.node_id)) "/approve" } {
-                                                input type="hidden" name="csrf" value=(session.csrf);
-                                                button type="submit" name="decision" value="approve" { "Approve" }
-                                            }
-                                            form method="post" action={ "/ui/enrollments/" (encode_segment(&r.node_id)) "/reject" } {
-                                                input type="hidden" name="csrf" value=(session.csrf);
-                                                button.secondary type="submit" name="decision" value="reject" { "Reject" }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -343,7 +298,10 @@ pub fn rows(f: &FleetPage) -> Markup {
     html! {
         @for r in &f.rows { (row(r, f.now_ms)) }
         @if f.rows.is_empty() {
-            tr.empty { td colspan="8" { "No node matches." } }
+            tr.empty { td colspan="10" {
+                @if f.selector_error.is_some() { "The selector is malformed (above): no node is listed." }
+                @else { "No node matches." }
+            } }
         }
     }
 }
@@ -364,6 +322,8 @@ fn row(r: &FleetRow, now_ms: u64) -> Markup {
             } @else {
                 td.num.wide { (r.audit_size) }
             }
+            td.wide data-agent-version=(r.agent_version.as_deref().unwrap_or("")) { (r.agent_version.as_deref().unwrap_or("—")) }
+            td { (sync_badge(r.in_sync)) }
         }
     }
 }
@@ -379,7 +339,17 @@ fn totals(t: &Totals) -> Markup {
             div.never data-total="never" { b { (t.never) } " never seen" }
             div data-total="polling" { b { (t.polling) } " polling" }
             div data-total="queued" { b { (t.queued) } " queued" }
+            div.out-of-sync data-total="out_of_sync" { b { (t.out_of_sync) } " out of sync" }
         }
+    }
+}
+
+/// `in sync` or `out of sync`, as the fleet table and a node's state panel show it.
+pub fn sync_badge(in_sync: bool) -> Markup {
+    html! {
+        // On a phone `sync` / `out` (the rest folds away with the wide columns).
+        @if in_sync { span.sync.yes data-in-sync="true" title="in sync" { span.wide { "in " } "sync" } }
+        @else { span.sync.no data-in-sync="false" title="out of sync" { "out" span.wide { " of sync" } } }
     }
 }
 
@@ -452,13 +422,14 @@ mod tests {
     fn queries_survive_the_round_trip_through_links() {
         let q = FleetQuery {
             filter: "a&b c".into(),
+            selector: "site in (a,b)".into(),
             sort: SortKey::Queue,
             descending: true,
             page: 2,
         };
         assert_eq!(
             href(&q, q.sort, q.descending, 3),
-            "/ui?sort=queue&dir=desc&page=3&q=a%26b%20c"
+            "/ui?sort=queue&dir=desc&page=3&q=a%26b%20c&sel=site%20in%20%28a%2Cb%29"
         );
         let p = FleetParams {
             q: "x".into(),
@@ -485,11 +456,15 @@ mod tests {
             oldest_age_s: 0,
             audit_size: 0,
             audit_alarm: None,
+            agent_version: Some("<v>".into()),
+            in_sync: false,
         };
         let h = row(&r, 0).into_string();
         assert!(
             h.starts_with(r#"<tr data-node-id="node:a&quot;&lt;b&gt;" data-liveness="stale">"#),
             "{h}"
         );
+        assert!(h.contains(r#"data-agent-version="&lt;v&gt;""#), "{h}");
+        assert!(h.contains(r#"data-in-sync="false""#), "{h}");
     }
 }

@@ -16,7 +16,9 @@
 //!   `no-referrer`) and `no-store`.
 //!
 //! Layout: [`session`] (cookies, the session extractors, CSRF) · [`layout`] (the page
-//! frame, formatting) · [`login`] · [`fleet`] · [`node`] · [`actions`] · [`live`] (SSE).
+//! frame, formatting) · [`login`] · [`fleet`] · [`pending`] (enrollments waiting) ·
+//! [`node`] · [`node_state`] (labels, inventory and state panels, their forms) ·
+//! [`actions`] · [`state_actions`] (labels, desired state) · [`live`] (SSE).
 
 pub mod actions;
 pub mod fleet;
@@ -24,7 +26,10 @@ pub mod layout;
 pub mod live;
 pub mod login;
 pub mod node;
+pub mod node_state;
+pub mod pending;
 pub mod session;
+pub mod state_actions;
 
 use std::sync::Arc;
 
@@ -71,11 +76,14 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
         .route("/ui", get(fleet::page))
         .route("/ui/fleet/rows", get(fleet::rows_fragment))
         .route("/ui/fleet/summary", get(fleet::summary_fragment))
-        .route("/ui/fleet/pending", get(fleet::pending_fragment))
+        .route("/ui/fleet/pending", get(pending::pending_fragment))
         .route("/ui/nodes/{id}", get(node::page))
         .route("/ui/nodes/{id}/queue", get(node::queue_fragment))
         .route("/ui/nodes/{id}/facts", get(node::facts_fragment))
         .route("/ui/nodes/{id}/results", get(node::results_fragment))
+        .route("/ui/nodes/{id}/fleet_state", get(node_state::fragment))
+        .route("/ui/nodes/{id}/labels", post(state_actions::labels))
+        .route("/ui/nodes/{id}/desired", post(state_actions::desired))
         .route(
             "/ui/nodes/{id}/calls/{message_id}",
             get(node::call_fragment),

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::fleet::encode_segment;
 use super::layout::{self, ago, at, dur, Frame};
+use super::node_state;
 use super::session::{ApiSession, PageSession};
 use super::Console;
 use crate::api::ApiError;
@@ -30,6 +31,11 @@ pub struct NodeParams {
     /// After a tool call was queued: its message id (the page follows its result).
     #[serde(default)]
     pub call: String,
+    /// After a label change (`1`), after a desired write (its version).
+    #[serde(default)]
+    pub labels: String,
+    #[serde(default)]
+    pub desired: String,
 }
 
 /// Which form on the page a refusal belongs to.
@@ -38,6 +44,8 @@ pub enum FormKind {
     Command,
     ToolCall,
     Retire,
+    Labels,
+    Desired,
 }
 
 /// A form sent back with what the operator typed and why it was refused: the page is
@@ -51,7 +59,7 @@ pub struct Refused {
 }
 
 impl Refused {
-    fn value(&self, form: FormKind, field: &str) -> &str {
+    pub fn value(&self, form: FormKind, field: &str) -> &str {
         if self.form != form {
             return "";
         }
@@ -90,6 +98,13 @@ pub async fn render(
             return layout::error_page(e.status, "No such node", &e.message);
         }
     };
+    let d = match c.gw.fleet().node(id).await {
+        Ok(d) => d,
+        Err(e) => {
+            let e = ApiError::from(e);
+            return layout::error_page(e.status, "No such node", &e.message);
+        }
+    };
     let f = refused.as_ref();
     let r = &n.row;
     let main = html! {
@@ -111,7 +126,10 @@ pub async fn render(
                 "The copy keeps the " (r.audit_size) " entries verified before; nothing was merged."
             }
         }
+        (node_state::notices(p))
         div #node-summary { (facts(&n)) }
+        div #node-fleet-state { (node_state::panels(&d, &s.session, n.now_ms)) }
+        (node_state::editors(&r.node_id, &s.session, f))
         section {
             h2 { "Queue" span.sub { " (first " (NODE_QUEUE_ROWS) ", in delivery order)" } }
             div.scroll #node-queue { (queue(&n)) }
@@ -436,6 +454,15 @@ fn detail_of(e: &Event) -> String {
             "{} job {job_id} for {message_id}",
             if *ok { "ok" } else { "failed" }
         ),
+        GatewayEvent::LabelsChanged { by, .. } => format!("by {by}"),
+        GatewayEvent::DesiredSet { version, by, .. } => format!("version {version} by {by}"),
+        GatewayEvent::StateReported {
+            version, in_sync, ..
+        } => format!(
+            "version {version}, {}",
+            if *in_sync { "in sync" } else { "out of sync" }
+        ),
+        GatewayEvent::InventoryChanged { agent_version, .. } => format!("agent {agent_version}"),
         // The kind's name says it all (`node_online`, …).
         _ => String::new(),
     };

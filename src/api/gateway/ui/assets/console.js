@@ -25,7 +25,7 @@
 
   // --- Refetch what changed, at most once a second: on the fleet page the rows and
   // the totals and chart above them (liveness follows silence: they change together),
-  // on a node's page its queue.
+  // on a node's page its queue, facts and its labels, inventory and state panels.
   function parts() {
     if (page === 'fleet') {
       return [
@@ -37,7 +37,8 @@
       var base = '/ui/nodes/' + encodeURIComponent(node);
       return [
         [base + '/queue', document.getElementById('node-queue')],
-        [base + '/facts', document.getElementById('node-summary')]
+        [base + '/facts', document.getElementById('node-summary')],
+        [base + '/fleet_state', document.getElementById('node-fleet-state')]
       ];
     }
     return [];
@@ -120,6 +121,8 @@
     li.appendChild(document.createTextNode(' '));
     li.appendChild(b);
     var detail = data.message_id || '';
+    if (data.version !== undefined) { detail += 'version ' + data.version; }
+    if (data.by) { detail += ' by ' + data.by; }
     if (data.reason) { detail += ': ' + data.reason; }
     if (data.code) { detail += ': ' + data.code; }
     li.appendChild(document.createTextNode(' ' + detail));
@@ -135,7 +138,8 @@
   }
 
   var KINDS = ['queued', 'delivered', 'expired', 'rejected', 'dead', 'result', 'node_online',
-    'node_offline', 'enrollment', 'node_revoked'];
+    'node_offline', 'enrollment', 'node_revoked', 'labels_changed', 'desired_set',
+    'state_reported', 'inventory_changed'];
   // From the newest event the page was rendered with, then the newest one seen:
   // nothing falls in between, however often the stream is closed and opened again.
   var lastEvent = body.getAttribute('data-last-event');
