@@ -40,6 +40,8 @@ mod browser;
 mod console;
 #[path = "../it/console_day.rs"]
 mod console_day;
+#[path = "../it/console_fleet_state.rs"]
+mod console_fleet_state;
 #[path = "../it/enroll.rs"]
 mod enroll;
 #[path = "../it/enroll_burst_pg.rs"]

@@ -108,7 +108,7 @@ pub fn view(r: &RolloutRecord, targets: &[TargetRecord]) -> RolloutView {
 pub(super) fn audit(what: &str, r: &RolloutRecord, by: &str) -> AuditRecord {
     AuditRecord::new(AuditEvent::Rollout, AuditOutcome::Ok)
         .actor(by)
-        .detail(&format!(
+        .detail(format!(
             "{what} rollout {} ({} to `{}`)",
             r.id,
             r.spec.action.kind(),

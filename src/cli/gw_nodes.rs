@@ -1,0 +1,160 @@
+//! `outpost nodes …`'s subcommands on the gateway host: enrollments waiting for an
+//! operator (pending, approve, reject), retiring a node and ending a key's grace, and a
+//! node's labels, detail and desired state (`gw_fleet.rs`).
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::fleet;
+use super::table::ago;
+use super::Client;
+use crate::cli::ConfigArg;
+
+/// `outpost nodes …`: enrollments waiting for an operator, and retiring a node.
+#[derive(Debug, Subcommand)]
+pub enum NodesCmd {
+    /// Enrollments waiting for approval (manual tokens, and re-keys of reflashed devices).
+    Pending {
+        /// `GET /v1/enrollments` as JSON, one line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Trust a pending enrollment (a re-key retires the device's old key).
+    Approve {
+        /// The node id.
+        id: String,
+    },
+    /// Refuse a pending enrollment; the device stays out.
+    Reject {
+        /// The node id.
+        id: String,
+    },
+    /// Retire a node: its requests are refused (node_revoked), its queue is refused with
+    /// that reason; a reflashed device can enroll again with a new token.
+    Revoke {
+        /// The node id.
+        id: String,
+    },
+    /// The node's key was stolen and it has already rotated: refuse its retired key now
+    /// instead of at the end of the 7-day grace (PROTOCOL §15.7). Messages it signed
+    /// with that key and has not uploaded yet are refused too.
+    EndGrace {
+        /// The node id.
+        id: String,
+    },
+    /// Set (`key=value`) or remove (`key-`) labels of a node, e.g. `site=south role-`.
+    Label {
+        /// The node id.
+        id: String,
+        /// `key=value` to set, `key-` to remove.
+        #[arg(required = true)]
+        changes: Vec<String>,
+    },
+    /// One node: liveness, labels, inventory, desired and reported state.
+    Show {
+        /// The node id.
+        id: String,
+        /// `GET /v1/nodes/{id}` as JSON, one line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a node's desired state: a whole document (--set) or a merge patch (--merge).
+    Desired {
+        /// The node id.
+        id: String,
+        /// The whole document, JSON.
+        #[arg(long, conflicts_with = "merge", required_unless_present = "merge")]
+        set: Option<String>,
+        /// An RFC 7396 merge patch, JSON (null removes a member).
+        #[arg(long)]
+        merge: Option<String>,
+        /// Only if the document is at this version now (else nothing is written).
+        #[arg(long)]
+        if_match: Option<u64>,
+    },
+}
+
+/// `outpost nodes pending|approve|reject|revoke`.
+pub(super) fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
+    let c = Client::open(arg)?;
+    let t = Duration::from_secs(20);
+    let seg = |id: &str| id.replace('%', "%25").replace('/', "%2F");
+    match cmd {
+        NodesCmd::Pending { json } => {
+            let (_, v) = c.call("GET", "/v1/enrollments?state=pending", None, &[], t)?;
+            if json {
+                println!("{}", serde_json::to_string(&v)?);
+                return Ok(());
+            }
+            let list = v["enrollments"].as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("no enrollment is waiting for approval");
+            }
+            let now = crate::clock::system().now_ms();
+            for e in list {
+                println!(
+                    "{}\t{}\tkey {}…\ttoken {}\tasked {}",
+                    e["node_id"].as_str().unwrap_or("?"),
+                    e["kind"].as_str().unwrap_or("?"),
+                    e["node_sign_pk"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .chars()
+                        .take(12)
+                        .collect::<String>(),
+                    e["token_id"].as_str().unwrap_or("?"),
+                    ago(now, e["created_at_ms"].as_u64())
+                );
+            }
+        }
+        NodesCmd::Approve { id } => {
+            let (_, v) = c.call(
+                "POST",
+                &format!("/v1/enrollments/{}/approve", seg(&id)),
+                None,
+                &[],
+                t,
+            )?;
+            println!(
+                "approved {id} ({}): it is trusted from now on",
+                v["kind"].as_str().unwrap_or("?")
+            );
+        }
+        NodesCmd::Reject { id } => {
+            c.call(
+                "POST",
+                &format!("/v1/enrollments/{}/reject", seg(&id)),
+                None,
+                &[],
+                t,
+            )?;
+            println!("rejected {id}: it stays out");
+        }
+        NodesCmd::Revoke { id } => {
+            let body = json!({"node_id": id});
+            let (_, v) = c.call("POST", "/v1/node_revocations", Some(&body), &[], t)?;
+            let n = v["refused_messages"].as_array().map_or(0, Vec::len);
+            println!("retired {id}: its requests are refused (node_revoked); {n} queued messages refused");
+        }
+        NodesCmd::Label { id, changes } => fleet::label(&c, &id, &changes)?,
+        NodesCmd::Show { id, json } => fleet::show(&c, &id, json)?,
+        NodesCmd::Desired {
+            id,
+            set,
+            merge,
+            if_match,
+        } => fleet::desired(&c, &id, set.as_deref(), merge.as_deref(), if_match)?,
+        NodesCmd::EndGrace { id } => {
+            let body = json!({"node_id": id});
+            let (_, v) = c.call("POST", "/v1/node_grace_ends", Some(&body), &[], t)?;
+            if v["ended"].as_bool() == Some(true) {
+                println!("{id}: its retired key is refused from now on");
+            } else {
+                println!("{id}: no retired key was in its grace (nothing to end)");
+            }
+        }
+    }
+    Ok(())
+}
