@@ -223,18 +223,19 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
         format!("http://{}:{}", u.host_str().unwrap(), u.port().unwrap())
     }
     async fn outcome(b: &Browser) -> (String, Option<String>, String) {
+        // Read together, in one look: the live page may replace the element between
+        // two separate reads.
         b.wait_for("the call's outcome", 40, || async {
             let st = b.attr("#call-result > [data-state]", "data-state").await?;
-            (st != "waiting").then_some(())
+            if st == "waiting" {
+                return None;
+            }
+            let code = b.attr("#call-result > [data-state]", "data-code").await;
+            let again = b.attr("#call-result > [data-state]", "data-state").await?;
+            (again == st).then_some(())?;
+            Some((st, code, text_of(b, "#call-result").await))
         })
-        .await;
-        (
-            b.attr("#call-result > [data-state]", "data-state")
-                .await
-                .unwrap(),
-            b.attr("#call-result > [data-state]", "data-code").await,
-            text_of(b, "#call-result").await,
-        )
+        .await
     }
 
     // node:a answers: the tool's result, on the page, without a reload.
