@@ -78,6 +78,14 @@ pub enum GwCommand {
         /// The message id `command` or `call` printed.
         id: String,
     },
+    /// On the gateway host: one action to every node a selector selects, in phases
+    /// (create, list, show [--watch], cancel, resume).
+    Rollout {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[command(subcommand)]
+        cmd: rollout::RolloutCmd,
+    },
 }
 
 /// Run one of the gateway's client commands.
@@ -125,6 +133,7 @@ pub fn run(c: GwCommand) -> anyhow::Result<()> {
             &wait,
         ),
         GwCommand::Message { cfg, id } => message(&cfg, &id),
+        GwCommand::Rollout { cfg, cmd } => rollout::run(&Client::open(&cfg)?, cmd),
     }
 }
 
@@ -372,6 +381,8 @@ pub fn message(arg: &ConfigArg, id: &str) -> anyhow::Result<()> {
 mod fleet;
 #[path = "gw_nodes.rs"]
 mod nodes_cmds;
+#[path = "gw_rollout.rs"]
+mod rollout;
 use nodes_cmds::nodes_cmd;
 pub use nodes_cmds::NodesCmd;
 #[path = "gw_table.rs"]

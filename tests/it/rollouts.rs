@@ -431,3 +431,89 @@ async fn tool_call_and_desired_state_rollouts_reach_real_nodes() {
     let v = until_state(&gwd, &admin, &desired, "completed").await;
     assert_eq!(v["counts"]["succeeded"], 1, "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_starts_watches_and_cancels_a_rollout_from_the_cli() {
+    let (gw, d, sims, admin) = fleet(3).await;
+    let out = |o: std::process::Output| {
+        assert!(o.status.success(), "{}", crate::harness::text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let id = out(gw.cli(&[
+        "rollout",
+        "create",
+        "--selector",
+        "site=north",
+        "--command",
+        "reboot",
+        "--body",
+        r#"{"delay_s":1}"#,
+        "--phases",
+        "1,100%",
+        "--error-threshold",
+        "50%",
+        "--key",
+        "cli-1",
+    ]));
+    assert_eq!(rollout(&d, &admin, &id).await["counts"]["total"], 3);
+    let again = out(gw.cli(&[
+        "rollout",
+        "create",
+        "--selector",
+        "site=north",
+        "--command",
+        "reboot",
+        "--body",
+        r#"{"delay_s":1}"#,
+        "--phases",
+        "1,100%",
+        "--error-threshold",
+        "50%",
+        "--key",
+        "cli-1",
+    ]));
+    assert_eq!(again, id, "the same key starts nothing twice");
+    let bad = gw.cli(&[
+        "rollout",
+        "create",
+        "--selector",
+        "site=north",
+        "--phases",
+        "1,x",
+    ]);
+    assert_eq!(bad.status.code(), Some(64));
+    // The canary takes it; the rest queue; then the operator cancels.
+    wait_for_async("the canary's part", WAIT, || async {
+        (!take(&sims[0], &d, None).await.is_empty()).then_some(())
+    })
+    .await;
+    wait_for_async("phase 2 sent", WAIT, || async {
+        (rollout(&d, &admin, &id).await["phases"][1]["queued"] == 2).then_some(())
+    })
+    .await;
+    let shown = out(gw.cli(&["rollout", "show", &id]));
+    assert!(shown.contains("running command to `site=north`"), "{shown}");
+    assert!(shown.contains("phase 2: ["), "{shown}");
+    let listed = out(gw.cli(&["rollout", "list"]));
+    assert!(
+        listed.contains(&id) && listed.contains("running"),
+        "{listed}"
+    );
+    assert_eq!(
+        out(gw.cli(&["rollout", "cancel", &id])),
+        format!("{id}: cancelled")
+    );
+    // --watch ends once the rollout has.
+    let watched = out(gw.cli(&["rollout", "show", &id, "--watch"]));
+    assert!(watched.contains("cancelled"), "{watched}");
+    for s in &sims[1..] {
+        assert!(
+            take(s, &d, None).await.is_empty(),
+            "{} got a cancelled message",
+            s.id
+        );
+    }
+    let o = gw.cli(&["rollout", "resume", &id]);
+    assert!(!o.status.success());
+    assert!(crate::harness::text(&o).contains("rollout_ended"));
+}
