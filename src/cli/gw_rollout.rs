@@ -14,6 +14,8 @@ use crate::cli::Exit;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+// Parsed once per run; boxing the big variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum RolloutCmd {
     /// Start one: exactly one of --command, --tool, --desired; prints its id.
