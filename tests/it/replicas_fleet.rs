@@ -2,7 +2,8 @@
 //! set through one replica, read through the other; a node's long-poll held at one
 //! replica answered by a desired version written at the other; desired writes racing
 //! through both replicas lose none of each other's changes; a replica killed mid-way
-//! loses no acknowledged version.
+//! loses no acknowledged version; a rollout goes on through the other replica when one
+//! is killed, every node getting its part once.
 
 use std::time::{Duration, Instant};
 
@@ -129,4 +130,100 @@ async fn replicas_share_labels_and_state_and_race_without_losing_a_write() {
     );
     let v: Value = pull(&sim, &gws[1], 0, 1).await;
     assert_eq!(desired_of(&sim, &gdoc, &v)[0]["version"], 42);
+}
+
+/// Pull and ack through `gw` what waits for `sim`: the ids it got.
+async fn take(sim: &SimNode, gw: &Daemon) -> Vec<String> {
+    let (ids, _) = sim.pull(gw, 0, 100).await;
+    if !ids.is_empty() {
+        sim.ack(gw, &ids).await;
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_rollout_changes_nothing_a_client_sees() {
+    let Some(homes) = replicas(2) else { return };
+    let sims: Vec<SimNode> = (0..12)
+        .map(|i| SimNode::generated(&format!("node:r{i:02}")))
+        .collect();
+    for s in &sims {
+        s.enroll(&homes[0]);
+    }
+    let admin = homes[0].token("gateway:main", &["admin"], "1h");
+    let mut gws: Vec<Daemon> = homes.iter().map(|h| h.start()).collect();
+    for s in &sims {
+        let (st, v) = call(
+            &gws[0],
+            "PATCH",
+            &format!("/v1/nodes/{}/labels", s.id),
+            &admin,
+            &[],
+            Some(json!({"set": {"ring": "a"}})),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, v) = call(
+        &gws[0],
+        "POST",
+        "/v1/rollouts",
+        &admin,
+        &[],
+        Some(json!({"selector": "ring=a", "phases": [4, "100%"],
+                    "action": {"command": {"type": "upgrade"}}})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let id = v["rollout_id"].as_str().unwrap().to_string();
+    let get = |gw: &Daemon| {
+        let (url, admin) = (gw.url(&format!("/v1/rollouts/{id}")), admin.clone());
+        async move {
+            let resp = crate::harness::http()
+                .get(url)
+                .bearer_auth(admin)
+                .send()
+                .await
+                .unwrap();
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    // Phase 1's nodes take their part through replica 1, then both replicas are killed
+    // in turn around the phase change: every node still gets it, once.
+    let mut got: std::collections::BTreeMap<String, usize> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get(&gws[1]).await["phases"][0]["succeeded"] != 4 {
+        for s in &sims[..4] {
+            *got.entry(s.id.clone()).or_default() += take(s, &gws[1]).await.len();
+        }
+        assert!(Instant::now() < deadline, "phase 1 did not complete");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gws[0].signal(9);
+    let _ = gws[0].child.wait();
+    while get(&gws[1]).await["state"] != "completed" {
+        for s in &sims {
+            *got.entry(s.id.clone()).or_default() += take(s, &gws[1]).await.len();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollout did not complete: {}",
+            get(&gws[1]).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let v = get(&gws[1]).await;
+    assert_eq!(v["counts"]["succeeded"], 12, "{v}");
+    assert_eq!(got.len(), 12, "{got:?}");
+    assert!(
+        got.values().all(|&n| n == 1),
+        "each node got it once: {got:?}"
+    );
+    // What the rollout wrote says the same through a restarted replica.
+    gws[0] = homes[0].start();
+    let again = get(&gws[0]).await;
+    assert_eq!(
+        (again["state"].clone(), again["counts"].clone()),
+        (v["state"].clone(), v["counts"].clone())
+    );
 }
