@@ -40,6 +40,9 @@
 //! - `OUTPOST_FLEET_GATEWAY_TOML`: TOML for a drop-in of the started gateway (e.g.
 //!   `[security]` `max_clock_skew_s = 30`); `OUTPOST_FLEET_GATEWAY_LOG` its `OUTPOST_LOG`
 //!   [`warn`] (its warn/error lines are counted by `event` in the summary).
+//! - `OUTPOST_FLEET_ROLLOUT=1`: after the load, one rollout of a command to every node
+//!   (PROTOCOL §17): how long its creation took, when every node had succeeded, and how
+//!   long `GET /v1/rollouts/{id}` took while it ran.
 //! - `OUTPOST_FLEET_PREFIX`: node ids are `node:<prefix>-00000`, … [`fleet`; against
 //!   external gateways `fleet<unix seconds>`, new ids each run, unless
 //!   `OUTPOST_FLEET_KEYS_DIR` is set: a running gateway keeps the keys it read for an id,
@@ -1025,6 +1028,77 @@ async fn produce(
 
 /// `GET /v1/nodes` on `ep`: (our nodes polling now, queue depth of our nodes, seconds
 /// the call took).
+/// What a rollout to the whole fleet measured (`OUTPOST_FLEET_ROLLOUT=1`).
+#[derive(Debug, Default)]
+struct RolloutRun {
+    create_ms: f64,
+    targets: u64,
+    all_succeeded_s: Option<f64>,
+    get_ms: Vec<f64>,
+}
+
+/// Start a rollout of one command to every node of this fleet (`selector` empty:
+/// all), then read it every 250 ms until every node succeeded or `limit` passed.
+async fn rollout_run(
+    ep: &Arc<Endpoint>,
+    token: &str,
+    limit: Duration,
+) -> Result<RolloutRun, String> {
+    let mut c = Conn::new(ep.clone(), Arc::new(AtomicU64::new(0)));
+    let auth = [
+        ("authorization", format!("Bearer {token}")),
+        ("content-type", "application/json".to_string()),
+    ];
+    let body =
+        serde_json::json!({"selector": "", "action": {"command": {"type": "rollout", "body": {}}}});
+    let t = Instant::now();
+    let (s, b) = c
+        .request(
+            "POST",
+            "/v1/rollouts",
+            &auth,
+            body.to_string(),
+            Duration::from_secs(60),
+        )
+        .await?;
+    let mut run = RolloutRun {
+        create_ms: t.elapsed().as_secs_f64() * 1000.0,
+        ..RolloutRun::default()
+    };
+    if s != 201 {
+        return Err(format!("POST /v1/rollouts: HTTP {s} {}", error_code(&b)));
+    }
+    let v: Value = serde_json::from_slice(&b).map_err(|e| e.to_string())?;
+    run.targets = v["counts"]["total"].as_u64().unwrap_or(0);
+    let id = v["rollout_id"].as_str().unwrap_or("").to_string();
+    while t.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let g = Instant::now();
+        let (s, b) = c
+            .request(
+                "GET",
+                &format!("/v1/rollouts/{id}"),
+                &auth[..1],
+                String::new(),
+                Duration::from_secs(60),
+            )
+            .await?;
+        run.get_ms.push(g.elapsed().as_secs_f64() * 1000.0);
+        if s != 200 {
+            return Err(format!(
+                "GET /v1/rollouts/{id}: HTTP {s} {}",
+                error_code(&b)
+            ));
+        }
+        let v: Value = serde_json::from_slice(&b).map_err(|e| e.to_string())?;
+        if v["counts"]["succeeded"].as_u64() == Some(run.targets) {
+            run.all_succeeded_s = Some(t.elapsed().as_secs_f64());
+            break;
+        }
+    }
+    Ok(run)
+}
+
 async fn nodes_view(
     ep: &Arc<Endpoint>,
     token: &str,
@@ -1420,6 +1494,43 @@ fn main() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let drain_s = t_grace.elapsed().as_secs_f64();
+    // --- A rollout of one command to the whole fleet, after the load (its messages are
+    // counted apart from the load's).
+    let early_before = ctx
+        .ledger
+        .lock()
+        .map
+        .values()
+        .filter(|e| matches!(e, Entry::Early { .. }))
+        .count() as u64;
+    let rollout = (std::env::var("OUTPOST_FLEET_ROLLOUT").as_deref() == Ok("1")).then(|| {
+        eprintln!("rollout: one command to every node …");
+        let r = rt
+            .block_on(rollout_run(&eps[0], &token, Duration::from_secs_f64(cfg.grace_s.max(60.0))))
+            .unwrap_or_else(|e| panic!("rollout: {e}"));
+        let mut g = r.get_ms.clone();
+        g.sort_by(f64::total_cmp);
+        let pick = |q: f64| g.get(((g.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        eprintln!(
+            "rollout: {} targets, created in {:.0} ms; every node succeeded after {}; GET /v1/rollouts/{{id}} while it ran: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads)",
+            r.targets,
+            r.create_ms,
+            r.all_succeeded_s.map_or("(not within the limit)".to_string(), |s| format!("{s:.1} s ({:.0}/s)", r.targets as f64 / s)),
+            pick(0.5),
+            pick(0.99),
+            g.last().copied().unwrap_or(0.0),
+            g.len()
+        );
+        r
+    });
+    let rollout_receipts = ctx
+        .ledger
+        .lock()
+        .map
+        .values()
+        .filter(|e| matches!(e, Entry::Early { .. }))
+        .count() as u64
+        - early_before;
     let gw_cpu1: Vec<f64> = pids.iter().map(|p| cpu_s(*p)).collect();
     let gw_sys1: Vec<f64> = pids.iter().map(|p| cpu_split_s(*p).1).collect();
     let me_cpu1 = cpu_s(me);
@@ -1478,7 +1589,8 @@ fn main() {
         .map
         .values()
         .filter(|e| matches!(e, Entry::Early { .. }))
-        .count() as u64;
+        .count() as u64
+        - rollout_receipts;
     let delivered = g.lat_us.len() as u64;
     let lat = std::mem::take(&mut g.lat_us);
     let (duplicates, misrouted) = (g.duplicates, g.misrouted);
@@ -1663,6 +1775,10 @@ fn main() {
         "duplicates": duplicates,
         "misrouted": misrouted,
         "unmatched": foreign,
+        "rollout": rollout.as_ref().map(|r| serde_json::json!({
+            "targets": r.targets, "create_ms": r.create_ms, "all_succeeded_s": r.all_succeeded_s,
+            "get_ms_max": r.get_ms.iter().copied().fold(0.0, f64::max), "gets": r.get_ms.len(),
+        })),
         "queue_depth_end": depth_end,
         "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "max_ms": pmax, "mean_ms": mean,
         "post_p50_ms": pct_ms(&post_us, 50.0),
