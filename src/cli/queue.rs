@@ -301,7 +301,7 @@ fn disk_verdict(free: u64, total: u64) -> DiskVerdict {
 }
 
 fn disk_free(dir: &Path) -> Option<(u64, u64)> {
-    crate::service::disk_usage(dir).map(|d| (d.available, d.total))
+    crate::store::disk_usage(dir).map(|d| (d.available, d.total))
 }
 
 #[cfg(test)]

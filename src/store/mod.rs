@@ -68,6 +68,7 @@ mod blobs;
 mod codec;
 mod counter;
 mod damage;
+mod disk;
 mod engine;
 mod error;
 mod lanes;
@@ -97,6 +98,7 @@ use tokio::sync::oneshot;
 use crate::clock::SharedClock;
 
 pub use batch::{Batch, Committed};
+pub use disk::{disk_usage, DiskUsage};
 pub use engine::EngineKind;
 pub use error::StoreError;
 pub(crate) use ops::{OpOutcome, WriteOp};

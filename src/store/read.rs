@@ -379,13 +379,7 @@ impl Store {
     /// Bytes an unprivileged writer may still take on the filesystem holding the store
     /// (`statvfs(2)` `f_bavail`); `None` if it cannot be read.
     pub fn free_bytes(&self) -> Option<u64> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(self.inner.dir.as_os_str().as_bytes()).ok()?;
-        // SAFETY: statvfs(3) writes into the zeroed struct we own; the path is a valid
-        // NUL-terminated string that outlives the call.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
-        (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+        super::disk::disk_usage(&self.inner.dir).map(|d| d.available)
     }
 
     /// Bytes the store holds on disk: the engine's files and the blob files.

@@ -80,7 +80,7 @@ fn parse_meminfo(s: &str) -> Value {
 }
 
 fn disk(dir: &Path) -> Value {
-    match crate::service::disk_usage(dir) {
+    match crate::store::disk_usage(dir) {
         Some(d) => json!({
             "total_bytes": d.total,
             "free_bytes": d.free,
