@@ -1350,6 +1350,25 @@ fn main() {
     )
     .trim()
     .to_string();
+    // The rollout (admin only), when asked for.
+    let admin = cli(
+        &gw_cfg,
+        &[
+            "token",
+            "issue",
+            "--aud",
+            &gw_id,
+            "--scope",
+            "admin",
+            "--ttl",
+            "6h",
+            "--sub",
+            "fleet-bench",
+        ],
+        None,
+    )
+    .trim()
+    .to_string();
 
     let mut daemon = home.as_ref().map(Home::start);
     let urls: Vec<String> = match &daemon {
@@ -1506,7 +1525,7 @@ fn main() {
     let rollout = (std::env::var("OUTPOST_FLEET_ROLLOUT").as_deref() == Ok("1")).then(|| {
         eprintln!("rollout: one command to every node …");
         let r = rt
-            .block_on(rollout_run(&eps[0], &token, Duration::from_secs_f64(cfg.grace_s.max(60.0))))
+            .block_on(rollout_run(&eps[0], &admin, Duration::from_secs_f64(cfg.grace_s.max(60.0))))
             .unwrap_or_else(|e| panic!("rollout: {e}"));
         let mut g = r.get_ms.clone();
         g.sort_by(f64::total_cmp);

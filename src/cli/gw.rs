@@ -245,7 +245,29 @@ pub fn nodes(arg: &ConfigArg, json: bool, selector: Option<&str>) -> anyhow::Res
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
-    print!("{}", nodes_table(&v, crate::clock::system().now_ms()));
+    let (_, p) = c.call(
+        "GET",
+        "/v1/enrollments?state=pending",
+        None,
+        &[],
+        Duration::from_secs(10),
+    )?;
+    let waiting = p["enrollments"].as_array().map_or(0, Vec::len);
+    let empty = v["nodes"].as_array().is_none_or(Vec::is_empty);
+    match (empty, waiting) {
+        (true, n) if n > 0 && selector.is_none() => println!(
+            "no node is enrolled yet; {n} device{} wait{} for approval (outpost nodes pending)",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "s" } else { "" }
+        ),
+        (true, _) if selector.is_some() => println!("no node matches the selector"),
+        _ => {
+            print!("{}", nodes_table(&v, crate::clock::system().now_ms()));
+            if waiting > 0 {
+                println!("{waiting} more wait for approval (outpost nodes pending)");
+            }
+        }
+    }
     Ok(())
 }
 

@@ -23,13 +23,21 @@ pub enum NodesCmd {
     },
     /// Trust a pending enrollment (a re-key retires the device's old key).
     Approve {
-        /// The node id.
-        id: String,
+        /// The node ids (one or more).
+        #[arg(required_unless_present = "all_from_token")]
+        ids: Vec<String>,
+        /// Every device waiting with this enrollment token (`enroll-token list`).
+        #[arg(long, conflicts_with = "ids")]
+        all_from_token: Option<String>,
     },
-    /// Refuse a pending enrollment; the device stays out.
+    /// Refuse pending enrollments; the devices stay out.
     Reject {
-        /// The node id.
-        id: String,
+        /// The node ids (one or more).
+        #[arg(required_unless_present = "all_from_token")]
+        ids: Vec<String>,
+        /// Every device waiting with this enrollment token.
+        #[arg(long, conflicts_with = "ids")]
+        all_from_token: Option<String>,
     },
     /// Retire a node: its requests are refused (node_revoked), its queue is refused with
     /// that reason; a reflashed device can enroll again with a new token.
@@ -80,7 +88,6 @@ pub enum NodesCmd {
 pub(super) fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
     let c = Client::open(arg)?;
     let t = Duration::from_secs(20);
-    let seg = |id: &str| id.replace('%', "%25").replace('/', "%2F");
     match cmd {
         NodesCmd::Pending { json } => {
             let (_, v) = c.call("GET", "/v1/enrollments?state=pending", None, &[], t)?;
@@ -109,29 +116,14 @@ pub(super) fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
                 );
             }
         }
-        NodesCmd::Approve { id } => {
-            let (_, v) = c.call(
-                "POST",
-                &format!("/v1/enrollments/{}/approve", seg(&id)),
-                None,
-                &[],
-                t,
-            )?;
-            println!(
-                "approved {id} ({}): it is trusted from now on",
-                v["kind"].as_str().unwrap_or("?")
-            );
-        }
-        NodesCmd::Reject { id } => {
-            c.call(
-                "POST",
-                &format!("/v1/enrollments/{}/reject", seg(&id)),
-                None,
-                &[],
-                t,
-            )?;
-            println!("rejected {id}: it stays out");
-        }
+        NodesCmd::Approve {
+            ids,
+            all_from_token,
+        } => settle(&c, ids, all_from_token.as_deref(), true)?,
+        NodesCmd::Reject {
+            ids,
+            all_from_token,
+        } => settle(&c, ids, all_from_token.as_deref(), false)?,
         NodesCmd::Revoke { id } => {
             let body = json!({"node_id": id});
             let (_, v) = c.call("POST", "/v1/node_revocations", Some(&body), &[], t)?;
@@ -155,6 +147,57 @@ pub(super) fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
                 println!("{id}: no retired key was in its grace (nothing to end)");
             }
         }
+    }
+    Ok(())
+}
+
+/// Approve (or reject) the pending enrollments of `ids`, or of every device waiting with
+/// `token`; each one said, and a failure of one does not stop the others (the exit
+/// status says whether all went through).
+fn settle(c: &Client, ids: Vec<String>, token: Option<&str>, approve: bool) -> anyhow::Result<()> {
+    let t = Duration::from_secs(20);
+    let ids = match token {
+        None => ids,
+        Some(token) => {
+            let (_, v) = c.call("GET", "/v1/enrollments?state=pending", None, &[], t)?;
+            let ids: Vec<String> = v["enrollments"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["token_id"] == token)
+                .filter_map(|e| e["node_id"].as_str().map(str::to_string))
+                .collect();
+            if ids.is_empty() {
+                println!("no device waits for approval with token {token}");
+            }
+            ids
+        }
+    };
+    let verb = if approve { "approve" } else { "reject" };
+    let mut failed = 0;
+    for id in &ids {
+        let path = format!(
+            "/v1/enrollments/{}/{verb}",
+            id.replace('%', "%25").replace('/', "%2F")
+        );
+        match c.call("POST", &path, None, &[], t) {
+            Ok((_, v)) if approve => println!(
+                "approved {id} ({}): it is trusted from now on",
+                v["kind"].as_str().unwrap_or("?")
+            ),
+            Ok(_) => println!("rejected {id}: it stays out"),
+            Err(e) => {
+                failed += 1;
+                eprintln!("{id}: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(crate::cli::Exit::failed(format!(
+            "{failed} of {} could not be {verb}d",
+            ids.len()
+        ))
+        .into());
     }
     Ok(())
 }

@@ -34,6 +34,8 @@
 /// Gateways made by `Home::init` in this binary keep their state in PostgreSQL.
 pub const GATEWAY_ENGINE: &str = "postgres";
 
+#[path = "../it/approvals.rs"]
+mod approvals;
 #[path = "../it/browser.rs"]
 mod browser;
 #[path = "../it/console.rs"]

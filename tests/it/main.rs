@@ -9,6 +9,7 @@
 pub const GATEWAY_ENGINE: &str = "embedded";
 
 mod answer_caps;
+mod approvals;
 mod audit;
 mod browser;
 mod console;
