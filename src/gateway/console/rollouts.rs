@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::gateway::rollout::plan::{Action, Counts, Size, Spec, DEFAULT_DEADLINE_S};
+use crate::gateway::rollout::plan::{Action, Counts, Size, Spec, State, DEFAULT_DEADLINE_S};
 
 /// The "start a rollout" form as typed: every field text, so a refused one comes back
 /// exactly as it was.
@@ -205,6 +205,16 @@ pub fn bar(c: &Counts) -> Vec<Segment> {
         });
     }
     out
+}
+
+/// A rollout's state as the API spells it.
+pub fn state_name(s: State) -> &'static str {
+    match s {
+        State::Running => "running",
+        State::Halted => "halted",
+        State::Completed => "completed",
+        State::Cancelled => "cancelled",
+    }
 }
 
 #[cfg(test)]
