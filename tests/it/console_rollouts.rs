@@ -123,7 +123,7 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
         (!take(&sims[0], &d, Some("bad_firmware")).await.is_empty()).then_some(())
     })
     .await;
-    b.wait_for("halted on the list", 20, || async {
+    b.wait_for("halted on the list", 10, || async {
         (b.attr(&row, "data-state").await.as_deref() == Some("halted")).then_some(())
     })
     .await;
@@ -165,7 +165,7 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
     .await;
     live(&b).await;
     b.js("window.notReloaded = true; return 1").await;
-    b.wait_for("two more succeed", 30, || async {
+    b.wait_for("two more succeed", 12, || async {
         take(&sims[1], &d, None).await;
         take(&sims[2], &d, None).await;
         (count(&b, "succeeded").await == "2 succeeded").then_some(())
