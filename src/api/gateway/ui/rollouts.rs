@@ -322,3 +322,75 @@ fn acts(v: &RolloutView, s: &Session) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> RolloutView {
+        let counts = Counts {
+            total: 2,
+            failed: 1,
+            pending: 1,
+            ..Counts::default()
+        };
+        RolloutView {
+            action: "command".into(),
+            counts,
+            created_at_ms: 0,
+            created_by: "<i>eve</i>".into(),
+            deadline_ms: 0,
+            detail: Some("cancelled by <i>eve</i>".into()),
+            dynamic: false,
+            ended_at_ms: None,
+            phase: 0,
+            phases: vec![counts],
+            rollout_id: "r\"<1>".into(),
+            selector: "site=<script>".into(),
+            state: Rs::Halted,
+        }
+    }
+
+    #[test]
+    fn rows_and_the_page_escape_what_operators_and_nodes_typed() {
+        let h = rows(&[view()], 0).into_string();
+        assert!(h.contains(r#"data-rollout-id="r&quot;&lt;1&gt;""#), "{h}");
+        assert!(
+            h.contains("site=&lt;script&gt;") && !h.contains("<script>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("&lt;i&gt;eve&lt;/i&gt;") && !h.contains("<i>"),
+            "{h}"
+        );
+        let failed = TargetView {
+            at_ms: 0,
+            detail: Some("<img src=x>".into()),
+            message_id: None,
+            node_id: "node:<a>".into(),
+            phase: 0,
+            state: NodeState::Failed,
+        };
+        let s = Session {
+            subject: "ops".into(),
+            jti: "j".into(),
+            admin: true,
+            created_ms: 0,
+            expires_ms: 1,
+            csrf: "c".into(),
+        };
+        let h = inner(&view(), &[failed], &s, 0).into_string();
+        assert!(
+            !h.contains("<img") && !h.contains("<i>") && !h.contains("<a>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("&lt;img src=x&gt;") && h.contains("/ui/nodes/node:%3Ca%3E"),
+            "{h}"
+        );
+        assert!(
+            h.contains("resume-button") && h.contains("cancel-button"),
+            "{h}"
+        );
+    }
+}
