@@ -44,6 +44,8 @@ mod console;
 mod console_day;
 #[path = "../it/console_fleet_state.rs"]
 mod console_fleet_state;
+#[path = "../it/console_rollouts.rs"]
+mod console_rollouts;
 #[path = "../it/enroll.rs"]
 mod enroll;
 #[path = "../it/enroll_burst_pg.rs"]

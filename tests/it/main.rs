@@ -17,6 +17,7 @@ mod console_day;
 mod console_fleet_state;
 mod console_limits;
 mod console_pages;
+mod console_rollouts;
 mod demo;
 mod device_build;
 mod diskfull;

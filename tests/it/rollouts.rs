@@ -59,7 +59,7 @@ async fn node_states(d: &Daemon, token: &str, id: &str) -> BTreeMap<String, Stri
 }
 
 /// Pull (and ack, or refuse with `refuse`) what waits for `sim`: the ids it got.
-async fn take(sim: &SimNode, d: &Daemon, refuse: Option<&str>) -> Vec<String> {
+pub(crate) async fn take(sim: &SimNode, d: &Daemon, refuse: Option<&str>) -> Vec<String> {
     let (ids, _) = sim.pull(d, 0, 100).await;
     if ids.is_empty() {
         return ids;
@@ -78,7 +78,7 @@ async fn take(sim: &SimNode, d: &Daemon, refuse: Option<&str>) -> Vec<String> {
 
 /// A gateway with `n` simulated nodes labelled `site=north` (by their token) and one
 /// `site=south`.
-async fn fleet(n: usize) -> (Home, Daemon, Vec<SimNode>, String) {
+pub(crate) async fn fleet(n: usize) -> (Home, Daemon, Vec<SimNode>, String) {
     let (gw, d) = gateway();
     let north = make_token(&gw, &["--max-uses", "50", "--label", "site=north"]);
     let south = make_token(&gw, &["--max-uses", "5", "--label", "site=south"]);

@@ -7,10 +7,12 @@
 //! Layout: this file (fleet and node views) · [`chart`] (events per 5-minute bucket) ·
 //! [`sessions`] (sign-in sessions, bounded per token, per subject and in all) ·
 //! [`sign_in`] (failed sign-ins per address, sign-ins per token) · [`fleet_state`]
-//! (the selector filter, the label and desired-state forms, inventory lines).
+//! (the selector filter, the label and desired-state forms, inventory lines) ·
+//! [`rollouts`] (the "start a rollout" form as a spec, progress bars).
 
 pub mod chart;
 pub mod fleet_state;
+pub mod rollouts;
 pub mod sessions;
 pub mod sign_in;
 

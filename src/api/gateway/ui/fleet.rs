@@ -134,6 +134,9 @@ pub async fn page(
         div #fleet-summary { (summary(&fleet)) }
         section.fleet {
             (filter_form(&q, fleet.selector_error.as_ref()))
+            @if s.session.admin && fleet.selector_error.is_none() {
+                p.start-rollout { a #start-rollout href={ "/ui/rollouts/new?sel=" (encode(&q.selector)) } { "Start a rollout for these nodes" } }
+            }
             div.scroll {
                 table #fleet {
                     thead { tr {

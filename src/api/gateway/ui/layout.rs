@@ -37,6 +37,10 @@ pub fn page(f: Frame<'_>, main: Markup) -> Markup {
                     a.brand href="/ui" { "outpost" }
                     span.gw { (f.gateway) }
                     @if let Some(s) = f.session {
+                        nav.main aria-label="Console" {
+                            a href="/ui" aria-current=[(f.page == "fleet").then_some("page")] { "Fleet" }
+                            a href="/ui/rollouts" aria-current=[f.page.starts_with("rollout").then_some("page")] { "Rollouts" }
+                        }
                         span #live .live title="live updates" { "…" }
                         span.who {
                             (s.subject)

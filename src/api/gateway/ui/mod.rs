@@ -18,7 +18,9 @@
 //! Layout: [`session`] (cookies, the session extractors, CSRF) · [`layout`] (the page
 //! frame, formatting) · [`login`] · [`fleet`] · [`pending`] (enrollments waiting) ·
 //! [`node`] · [`node_state`] (labels, inventory and state panels, their forms) ·
-//! [`actions`] · [`state_actions`] (labels, desired state) · [`live`] (SSE).
+//! [`actions`] · [`state_actions`] (labels, desired state) · [`rollouts`] (the list and
+//! one rollout) · [`rollout_form`] (starting one) · [`rollout_actions`] (cancel,
+//! resume) · [`live`] (SSE).
 
 pub mod actions;
 pub mod fleet;
@@ -28,6 +30,9 @@ pub mod login;
 pub mod node;
 pub mod node_state;
 pub mod pending;
+pub mod rollout_actions;
+pub mod rollout_form;
+pub mod rollouts;
 pub mod session;
 pub mod state_actions;
 
@@ -94,6 +99,16 @@ pub fn router<S: Clone + Send + Sync + 'static>(gw: Arc<Gateway>) -> Router<S> {
         .route("/ui/enrollments/{id}/{decision}", post(actions::settle))
         .route("/ui/nodes/{id}/retire", post(actions::retire))
         .route("/ui/nodes/{id}/tool_calls", post(actions::tool_call))
+        .route(
+            "/ui/rollouts",
+            get(rollouts::list_page).post(rollout_form::create),
+        )
+        .route("/ui/rollouts/rows", get(rollouts::rows_fragment))
+        .route("/ui/rollouts/new", get(rollout_form::form_page))
+        .route("/ui/rollouts/{id}", get(rollouts::page))
+        .route("/ui/rollouts/{id}/body", get(rollouts::body_fragment))
+        .route("/ui/rollouts/{id}/cancel", post(rollout_actions::cancel))
+        .route("/ui/rollouts/{id}/resume", post(rollout_actions::resume))
         .route("/ui/events", get(live::events))
         .route("/ui/login", get(login::form).post(login::sign_in))
         .route("/ui/logout", post(login::sign_out))

@@ -41,7 +41,31 @@
         [base + '/fleet_state', document.getElementById('node-fleet-state')]
       ];
     }
+    if (page === 'rollouts') {
+      return [['/ui/rollouts/rows', document.getElementById('rollout-rows')]];
+    }
+    if (page === 'rollout' && rolloutBody) {
+      return [['/ui/rollouts/' + encodeURIComponent(rolloutId) + '/body', rolloutBody, keepCancelTick()]];
+    }
     return [];
+  }
+  // --- A rollout's page: its id, and the Cancel box kept ticked across a refresh
+  // (the button is enabled only once it is).
+  var rolloutBody = document.getElementById('rollout-body');
+  var rolloutId = rolloutBody && rolloutBody.getAttribute('data-rollout-id');
+  function checkCancel() {
+    var box = document.getElementById('cancel-confirm');
+    var button = document.getElementById('cancel-button');
+    if (box && button) { button.disabled = !box.checked; }
+  }
+  function keepCancelTick() {
+    var box = document.getElementById('cancel-confirm');
+    var ticked = !!box && box.checked;
+    return function () {
+      var again = document.getElementById('cancel-confirm');
+      if (again) { again.checked = ticked; }
+      checkCancel();
+    };
   }
   function fetchInto(url, el, after) {
     if (!el) { return; }
@@ -58,7 +82,7 @@
   var lastFetch = 0;
   function refresh() {
     lastFetch = Date.now();
-    parts().forEach(function (p) { fetchInto(p[0], p[1], applyFilter); });
+    parts().forEach(function (p) { fetchInto(p[0], p[1], p[2] || applyFilter); });
     followCall();
   }
   function soon() {
@@ -80,6 +104,7 @@
     });
   }
   document.addEventListener('change', function (e) {
+    if (e.target && e.target.id === 'cancel-confirm') { checkCancel(); }
     if (e.target && e.target.id === 'select-all') {
       document.querySelectorAll('#pending-enrollments input[name=node]').forEach(function (b) { b.checked = e.target.checked; });
     }
@@ -139,7 +164,10 @@
 
   var KINDS = ['queued', 'delivered', 'expired', 'rejected', 'dead', 'result', 'node_online',
     'node_offline', 'enrollment', 'node_revoked', 'labels_changed', 'desired_set',
-    'state_reported', 'inventory_changed'];
+    'state_reported', 'inventory_changed', 'rollout_progress', 'rollout_halted',
+    'rollout_completed'];
+  var ROLLOUT_PAGES = { rollouts: true, rollout: true };
+  var LIVE_PAGES = { fleet: true, node: true, rollouts: true, rollout: true };
   // From the newest event the page was rendered with, then the newest one seen:
   // nothing falls in between, however often the stream is closed and opened again.
   var lastEvent = body.getAttribute('data-last-event');
@@ -148,6 +176,12 @@
     if (e.lastEventId) { lastEvent = e.lastEventId; }
     var data;
     try { data = JSON.parse(e.data); } catch (err) { return; }
+    // Rollout pages follow their rollouts' events only; the others, every other event.
+    if (kind.indexOf('rollout_') === 0) {
+      if (page === 'rollouts' || (page === 'rollout' && data.rollout_id === rolloutId)) { soon(); }
+      return;
+    }
+    if (ROLLOUT_PAGES[page]) { return; }
     if (kind === 'enrollment' || kind === 'node_revoked') {
       if (page === 'fleet') { refreshPending(); }
     }
@@ -164,7 +198,7 @@
     soon();
   }
   function openStream() {
-    if (es || !window.EventSource || (page !== 'fleet' && page !== 'node')) { return; }
+    if (es || !window.EventSource || !LIVE_PAGES[page]) { return; }
     es = new EventSource('/ui/events' + (lastEvent ? '?after=' + encodeURIComponent(lastEvent) : ''));
     es.onopen = function () { if (live) { live.textContent = 'live'; live.className = 'live on'; } };
     es.onerror = function () {
@@ -194,7 +228,8 @@
     soon();
   });
   // Stale, offline and dead follow from silence, which sends no event.
-  if (page === 'fleet' || page === 'node') { window.setInterval(soon, 15000); }
+  if (LIVE_PAGES[page]) { window.setInterval(soon, 15000); }
+  checkCancel();
   applyFilter();
   followCall();
 }());
