@@ -22,7 +22,10 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// Sent nodes whose outcome one pass reads, at most.
 const OBSERVE_MAX: usize = 2_000;
 /// Nodes one pass sends to, at most (the next pass goes on).
-const SEND_MAX: usize = 500;
+const SEND_MAX: usize = 1_000;
+/// Sends in flight at once: each is a durable write, and writes in flight together
+/// share their commits (the store's group commit, the database's).
+const SEND_CONCURRENCY: usize = 64;
 
 pub async fn run(gw: Arc<Gateway>) {
     let holder = format!("driver:{}", uuid::Uuid::now_v7());
@@ -111,20 +114,61 @@ async fn tick(
     let step = advance(&facts, &per);
     apply(gw, &mut r, &mut targets, step, now).await?;
     if r.state == State::Running {
-        let mut sent = Vec::new();
-        let due = targets
-            .iter_mut()
-            .filter(|t| t.state == NodeState::Pending && t.phase <= r.phase)
-            .take(SEND_MAX);
-        for t in due {
-            send::send(gw, &r, t).await?;
-            t.at_ms = now;
-            sent.push(t.clone());
-        }
+        let sent = send_due(gw, &r, &mut targets, now).await?;
         gw.state.put_targets(id, &sent).await?;
     }
     let (_, all) = count(r.phases, &targets);
     Ok(Some((r, all)))
+}
+
+/// Send to the pending nodes of the started phases (at most [`SEND_MAX`], many at
+/// once): the targets that were sent (or failed to be), updated in `targets` too. A
+/// storage failure ends the pass after what went through is returned to be recorded.
+async fn send_due(
+    gw: &Gateway,
+    r: &RolloutRecord,
+    targets: &mut [TargetRecord],
+    now: u64,
+) -> Result<Vec<TargetRecord>, GatewayError> {
+    use futures_util::stream::{self, StreamExt};
+    let due: Vec<TargetRecord> = targets
+        .iter()
+        .filter(|t| t.state == NodeState::Pending && t.phase <= r.phase)
+        .take(SEND_MAX)
+        .cloned()
+        .collect();
+    let results: Vec<Result<TargetRecord, GatewayError>> = stream::iter(due)
+        .map(|mut t| async move {
+            send::send(gw, r, &mut t).await?;
+            t.at_ms = now;
+            Ok(t)
+        })
+        .buffer_unordered(SEND_CONCURRENCY)
+        .collect()
+        .await;
+    let mut sent = Vec::with_capacity(results.len());
+    let mut failure = None;
+    for res in results {
+        match res {
+            Ok(t) => sent.push(t),
+            Err(e) => failure = Some(e),
+        }
+    }
+    let index: HashMap<&str, usize> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.node_id.as_str(), i))
+        .collect();
+    for t in targets.iter_mut() {
+        if let Some(&i) = index.get(t.node_id.as_str()) {
+            *t = sent[i].clone();
+        }
+    }
+    if let Some(e) = failure {
+        gw.state.put_targets(&r.id, &sent).await?;
+        return Err(e);
+    }
+    Ok(sent)
 }
 
 /// A dynamic rollout's new targets: nodes that match now and never took part, in the
