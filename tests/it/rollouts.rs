@@ -517,3 +517,134 @@ async fn an_operator_starts_watches_and_cancels_a_rollout_from_the_cli() {
     assert!(!o.status.success());
     assert!(crate::harness::text(&o).contains("rollout_ended"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_tool_halts_the_rollout_at_its_threshold_and_the_audit_log_says_who() {
+    use crate::harness::{free_port, listen_on, pair, text, tool_script};
+    let port = free_port();
+    let gw = Home::init("gateway", "gateway:main", "");
+    listen_on(&gw, port);
+    let tools = tempfile::tempdir().unwrap();
+    let node = |id: &str, body: &str| {
+        let tool = tool_script(tools.path(), &format!("probe_{}", &id[5..]), body, "");
+        let tool = tool.replacen(
+            &format!("name = \"probe_{}\"", &id[5..]),
+            "name = \"probe\"",
+            1,
+        );
+        let h = Home::init(
+            "node",
+            id,
+            &format!(
+                "[upstream]\nurl = \"http://127.0.0.1:{port}\"\ngateway_id = \"gateway:main\"\npoll_wait_s = 1\n{tool}"
+            ),
+        );
+        pair(&gw, &h);
+        h
+    };
+    let a = node("node:pa", "cat >/dev/null\necho 'probe failed' >&2\nexit 3");
+    let b = node("node:pb", "cat >/dev/null\necho '{\"ok\":true}'");
+    let gwd = gw.start();
+    let (_na, _nb) = (a.start(), b.start());
+    let admin = gw.token("gateway:main", &["admin"], "1h");
+    for n in ["node:pa", "node:pb"] {
+        call(
+            &gwd,
+            "PATCH",
+            &format!("/v1/nodes/{n}/labels"),
+            &admin,
+            &[],
+            Some(json!({"set": {"ring": "probe"}})),
+        )
+        .await;
+    }
+    let (st, v) = create(
+        &gwd,
+        &admin,
+        None,
+        json!({"selector": "ring=probe", "phases": [1, "100%"], "error_threshold_pct": 50,
+               "action": {"tool_call": {"tool_name": "probe"}}}),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let id = v["rollout_id"].as_str().unwrap().to_string();
+    let v = until_state(&gwd, &admin, &id, "halted").await;
+    assert_eq!(
+        (
+            v["counts"]["failed"].clone(),
+            v["counts"]["pending"].clone()
+        ),
+        (json!(1), json!(1)),
+        "{v}"
+    );
+    let states = node_states(&gwd, &admin, &id).await;
+    assert_eq!(
+        (states["node:pa"].as_str(), states["node:pb"].as_str()),
+        ("failed", "pending")
+    );
+    let (_, n) = call(
+        &gwd,
+        "GET",
+        &format!("/v1/rollouts/{id}/nodes?state=failed"),
+        &admin,
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        n["nodes"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty()),
+        "the tool's error: {n}"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        node_states(&gwd, &admin, &id).await["node:pb"],
+        "pending",
+        "nothing more is sent"
+    );
+    let (st, _) = call(
+        &gwd,
+        "POST",
+        &format!("/v1/rollouts/{id}/cancel"),
+        &admin,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    // The gateway's own audit log: created and cancelled by the token's subject, halted
+    // by the gateway.
+    let o = gw.cli(&["audit", "verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = gw.cli(&["audit", "export", "--jsonl"]);
+    let entries: Vec<Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &Value| e["event"] == "rollout")
+        .collect();
+    let said: Vec<(String, String)> = entries
+        .iter()
+        .map(|e| {
+            let d = e["detail"].as_str().unwrap();
+            (
+                d.split(' ').next().unwrap().to_string(),
+                e["actor"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let subject = v["created_by"].as_str().unwrap().to_string();
+    assert_eq!(
+        said,
+        [
+            ("created".to_string(), subject.clone()),
+            ("halted".to_string(), "gateway".to_string()),
+            ("cancelled".to_string(), subject)
+        ],
+        "{entries:?}"
+    );
+    assert!(entries
+        .iter()
+        .all(|e| e["detail"].as_str().unwrap().contains(&id)));
+}
