@@ -64,6 +64,9 @@ pub fn spawn(
         poll_wait_s: up.poll_wait_s,
         flush_batch: deps.cfg.queue.flush_batch,
         retry_max_ms: up.retry_max_s * 1000,
+        // Once a long-poll: a fact that changed reaches the gateway within a poll
+        // (reading it writes nothing; a report goes only when it moved).
+        inventory_every_ms: up.poll_wait_s.max(1) * 1000,
         ..MachineConfig::default()
     };
     let w = Worker {

@@ -168,4 +168,22 @@ async fn inventory_reported_and_desired_state_flow_between_a_real_node_and_gatew
     .await;
     let row = get(&gwd, "/v1/nodes", &read).await;
     assert_eq!(row["nodes"][0]["in_sync"], true);
+
+    // A fact that changes while the node runs (its key rotates) reaches the gateway
+    // within a poll or two, with no reconnection.
+    assert!(
+        get(&gwd, "/v1/nodes/node:e2e", &read).await["inventory"]["key_rotated_at_ms"].is_null()
+    );
+    let o = node.cli(&["identity", "rotate"]);
+    assert!(o.status.success(), "{}", crate::harness::text(&o));
+    wait_for_async(
+        "the rotation in the inventory at the gateway",
+        WAIT,
+        || async {
+            let v = get(&gwd, "/v1/nodes/node:e2e", &read).await;
+            v["inventory"]["key_rotated_at_ms"].as_u64().map(|_| ())
+        },
+    )
+    .await;
+    drop(nd);
 }
