@@ -117,7 +117,19 @@ async fn tick(
         let sent = send_due(gw, &r, &mut targets, now).await?;
         gw.state.put_targets(id, &sent).await?;
     }
-    let (_, all) = count(r.phases, &targets);
+    let (per, all) = count(r.phases, &targets);
+    if per != r.counts {
+        // What reading the rollout shows, kept with it (at most once a pass).
+        r.counts = per;
+        let expected = r.revision;
+        r.revision += 1;
+        if !gw.state.put_rollout(&r, expected, None).await? {
+            return Err(GatewayError::Internal(format!(
+                "rollout {} changed while its lease was held",
+                r.id
+            )));
+        }
+    }
     Ok(Some((r, all)))
 }
 

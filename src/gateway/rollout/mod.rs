@@ -85,8 +85,14 @@ pub fn count(phases: usize, targets: &[TargetRecord]) -> (Vec<Counts>, Counts) {
     (per, all)
 }
 
-pub fn view(r: &RolloutRecord, targets: &[TargetRecord]) -> RolloutView {
-    let (phases, counts) = count(r.phases, targets);
+/// The rollout as it reads, from its record (the counts its last write kept).
+pub fn view(r: &RolloutRecord) -> RolloutView {
+    let mut phases = r.counts.clone();
+    phases.resize(r.phases.max(1), Counts::default());
+    let mut counts = Counts::default();
+    for c in &phases {
+        counts.merge(c);
+    }
     RolloutView {
         action: r.spec.action.kind().to_string(),
         counts,
@@ -195,6 +201,7 @@ impl Rollouts<'_> {
             ended_at_ms: None,
             revision: 1,
             forgiven: 0,
+            counts: count(ends.len(), &targets).0,
             request_sha256: scoped.as_ref().map(|_| request_sha256.clone()),
         };
         let entry = audit("created", &r, by);
@@ -225,7 +232,7 @@ impl Rollouts<'_> {
         });
         gw.events_committed().await;
         Ok(Created {
-            rollout: view(&r, &targets),
+            rollout: view(&r),
             repeat: false,
         })
     }
@@ -234,8 +241,7 @@ impl Rollouts<'_> {
         let gw = self.0;
         let mut out = Vec::new();
         for r in gw.state.rollouts().await? {
-            let targets = gw.state.rollout_targets(&r.id).await?;
-            out.push(view(&r, &targets));
+            out.push(view(&r));
         }
         Ok(out)
     }
@@ -249,9 +255,7 @@ impl Rollouts<'_> {
     }
 
     pub async fn get(&self, id: &str) -> Result<RolloutView, GatewayError> {
-        let r = self.record(id).await?;
-        let targets = self.0.state.rollout_targets(id).await?;
-        Ok(view(&r, &targets))
+        Ok(view(&self.record(id).await?))
     }
 
     /// Cancel: nothing more is sent, and every message of it not yet delivered is taken
@@ -321,21 +325,25 @@ impl Rollouts<'_> {
             r.state = State::Running;
             r.detail = None;
         }
+        let cancelled = r.state == State::Cancelled && before != State::Cancelled;
+        if cancelled {
+            // Under the lease: no pass sends meanwhile. Taken back first, so the record
+            // written below counts them.
+            r.ended_at_ms = Some(now);
+            let gone =
+                driver::end_all(gw, &mut targets, NodeState::Cancelled, "cancelled", now).await?;
+            gw.state.put_targets(id, &gone).await?;
+        }
+        r.counts = count(r.phases, &targets).0;
         let expected = r.revision;
         r.revision += 1;
-        if r.state == State::Cancelled {
-            r.ended_at_ms = Some(now);
-        }
         let entry = audit(what, &r, by);
         if !gw.state.put_rollout(&r, expected, Some(&entry)).await? {
             return Err(GatewayError::Internal(format!(
                 "rollout {id} changed; retry"
             )));
         }
-        if r.state == State::Cancelled && before != State::Cancelled {
-            let gone =
-                driver::end_all(gw, &mut targets, NodeState::Cancelled, "cancelled", now).await?;
-            gw.state.put_targets(id, &gone).await?;
+        if cancelled {
             gw.publish(GatewayEvent::RolloutCompleted {
                 rollout_id: r.id.clone(),
                 state: r.state,
@@ -343,7 +351,7 @@ impl Rollouts<'_> {
         }
         super::own_audit::append_pending(gw).await;
         gw.events_committed().await;
-        Ok(view(&r, &targets))
+        Ok(view(&r))
     }
 
     /// Its nodes, those in `state` when given.

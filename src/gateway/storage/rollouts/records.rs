@@ -306,6 +306,11 @@ pub struct RolloutRecord {
     /// after it.
     #[serde(default)]
     pub forgiven: u64,
+    /// Its nodes per state, per phase, as the last write saw them (the driver writes
+    /// them once a pass when they moved): what reading a rollout shows without reading
+    /// every target.
+    #[serde(default)]
+    pub counts: Vec<Counts>,
     /// sha256 (hex) of the request, when it came with an `Idempotency-Key`.
     #[serde(default)]
     pub request_sha256: Option<String>,
