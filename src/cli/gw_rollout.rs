@@ -68,6 +68,7 @@ pub enum RolloutCmd {
     },
     /// One rollout: state, phases with their counts, failed nodes.
     Show {
+        /// The rollout's id (`rollout create` printed it; `rollout list`).
         id: String,
         /// Redraw every second until it ends.
         #[arg(long)]
@@ -77,9 +78,15 @@ pub enum RolloutCmd {
         json: bool,
     },
     /// Cancel: nothing more is sent, what is queued is withdrawn.
-    Cancel { id: String },
+    Cancel {
+        /// The rollout's id.
+        id: String,
+    },
     /// Resume a halted rollout.
-    Resume { id: String },
+    Resume {
+        /// The rollout's id.
+        id: String,
+    },
 }
 
 pub(super) fn run(c: &Client, cmd: RolloutCmd) -> anyhow::Result<()> {
