@@ -182,6 +182,9 @@ async fn phases_advance_as_nodes_succeed_and_an_offline_node_gets_its_part_later
     );
     let (_, list) = call(&d, "GET", "/v1/rollouts", &admin, &[], None).await;
     assert_eq!(list["rollouts"][0]["rollout_id"], id.as_str());
+    // The token comes first: a stranger's malformed spec is 401, not a lesson in specs.
+    let (st, _) = create(&d, "not-a-token", None, json!({"action": {}})).await;
+    assert_eq!(st, 401);
     let (st, v) = call(&d, "GET", "/v1/rollouts/nope", &admin, &[], None).await;
     assert_eq!((st, v["error"]["code"].as_str()), (404, Some("not_found")));
     for bad in [
