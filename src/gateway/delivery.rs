@@ -107,7 +107,15 @@ impl Delivery<'_> {
                 )
                 .await?;
             if let (Some(held), false) = (desired_held, batch.superseded) {
-                desired = gw.node_states().desired_for_pull(node, held).await?;
+                // Messages go out whatever happens to the desired state's read: the node
+                // asks again with its next pull.
+                desired = match gw.node_states().desired_for_pull(node, held).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!(event = "desired_state_unavailable", node, error = %e);
+                        None
+                    }
+                };
             }
             if !batch.deliveries.is_empty()
                 || desired.is_some()
