@@ -110,14 +110,21 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
         .attr("#rollout-body", "data-rollout-id")
         .await
         .expect("the rollout's id");
-    assert_eq!(state(&b).await, "running");
-    assert_eq!(count(&b, "total").await, "4 nodes");
+    b.wait_for("running, 4 nodes", 20, || async {
+        (state(&b).await == "running" && count(&b, "total").await == "4 nodes").then_some(())
+    })
+    .await;
 
     // The list shows it, and follows it live: the canary refuses, the rollout halts.
     click(&b, r#"nav.main a[href="/ui/rollouts"]"#).await;
     b.wait_for_page("/ui/rollouts").await;
     let row = format!(r#"tr[data-rollout-id="{id}"]"#);
-    assert_eq!(b.attr(&row, "data-state").await.as_deref(), Some("running"));
+    // Waited for, not read once: the live page may be swapping the list's body in just
+    // then (seen once under the whole suite's load).
+    b.wait_for("the new rollout listed as running", 20, || async {
+        (b.attr(&row, "data-state").await.as_deref() == Some("running")).then_some(())
+    })
+    .await;
     live(&b).await;
     b.wait_for("the canary refuses", 20, || async {
         (!take(&sims[0], &d, Some("bad_firmware")).await.is_empty()).then_some(())
@@ -132,7 +139,10 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
     // Its page: why, the failed node with its error and a link to it.
     click(&b, &format!("{row} a")).await;
     b.wait_for_page(&format!("/ui/rollouts/{id}")).await;
-    assert_eq!(state(&b).await, "halted");
+    b.wait_for("halted on its page", 20, || async {
+        (state(&b).await == "halted").then_some(())
+    })
+    .await;
     let detail = text_of(&b, "#rollout-detail").await;
     assert!(detail.contains("1 of the 1"), "{detail}");
     let failed = r#"#rollout-failed tr[data-node-id="node:n00"]"#;
@@ -179,7 +189,11 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
         Some("true"),
         "the current phase is marked"
     );
-    assert_eq!(count(&b, "in-flight").await, "1 in flight");
+    // The counts are the rollout's last write (the driver writes them once a pass).
+    b.wait_for("1 in flight", 20, || async {
+        (count(&b, "in-flight").await == "1 in flight").then_some(())
+    })
+    .await;
 
     // Cancel asks first: the button waits for the box, and it looks destructive.
     let disabled = || async {
@@ -201,7 +215,10 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
     assert!(text_of(&b, "#rollout-detail")
         .await
         .contains("cancelled by"));
-    assert_eq!(count(&b, "cancelled").await, "1 cancelled");
+    b.wait_for("1 cancelled", 20, || async {
+        (count(&b, "cancelled").await == "1 cancelled").then_some(())
+    })
+    .await;
     assert!(take(&sims[3], &d, None).await.is_empty(), "taken back");
     assert_eq!(
         b.js("return document.querySelectorAll('#cancel-button, #resume-button').length")
