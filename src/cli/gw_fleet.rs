@@ -13,19 +13,9 @@ use crate::fleet::LabelChange;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// `s` as a query-string or path value: everything but RFC 3986's unreserved characters
-/// percent-encoded.
-pub(super) fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// `s` as a query-string or path value (the sync loop's: RFC 3986's unreserved
+/// characters kept, everything else percent-encoded).
+pub(super) use crate::sync::worker::query_escape;
 
 /// `outpost nodes label NODE k=v k-…`.
 pub(super) fn label(c: &Client, id: &str, changes: &[String]) -> anyhow::Result<()> {

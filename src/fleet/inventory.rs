@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::labels::{check_key, is_key_char};
+use super::labels::check_key;
 
 /// Operator-defined facts a node may carry (`[inventory] facts`).
 pub const MAX_FACTS: usize = 32;
@@ -197,11 +197,6 @@ impl Inventory {
                 STORE_MOVE_MIN_BYTES,
             )
     }
-}
-
-/// Whether `name` could name a fact at all (a selector's `inventory.<name>`).
-pub fn is_fact_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(is_key_char)
 }
 
 #[cfg(test)]

@@ -475,7 +475,7 @@ impl Worker {
 
 /// `s` as a query-string value: everything but RFC 3986's unreserved characters
 /// percent-encoded (the signature covers the path and query exactly as sent).
-fn query_escape(s: &str) -> String {
+pub(crate) fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {

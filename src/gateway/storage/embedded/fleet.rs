@@ -40,7 +40,6 @@ impl Embedded {
         expected: u64,
         record: &FleetRecord,
         docs: DocsWrite,
-        wake: bool,
     ) -> Result<bool, StateError> {
         let _one = self.fleet.writing.lock().await;
         let current = self.summary_now(node)?.map_or(0, |s| s.revision);
@@ -56,8 +55,6 @@ impl Embedded {
         self.fleet
             .desired()
             .insert(node.to_string(), record.summary.desired_version);
-        // One process: the gateway wakes its own long-polls (`wake` matters to replicas).
-        let _ = wake;
         Ok(true)
     }
 }
@@ -116,7 +113,9 @@ impl FleetState for Embedded {
         docs: DocsWrite,
         wake: bool,
     ) -> Fut<'a, bool> {
-        Box::pin(self.put_fleet_now(node, expected, record, docs, wake))
+        // One process: the flow wakes its own long-polls; `wake` is for other replicas.
+        let _ = wake;
+        Box::pin(self.put_fleet_now(node, expected, record, docs))
     }
 
     fn desired_version<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
