@@ -310,6 +310,12 @@ pub fn start(core: &Arc<NodeCore>, tracker: &TaskTracker, shutdown: Cancellation
         keys: core.base().keys.current(),
         store: core.base().store.clone(),
         status: status.clone(),
+        // Read once: what an approver matches against a delivery note does not change
+        // while the device waits.
+        device: crate::fleet::Inventory {
+            tools: Vec::new(),
+            ..super::inventory::read(core)
+        },
     };
     let (core, tracker2) = (core.clone(), tracker.clone());
     tracker.spawn(async move {

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::fleet;
 use super::table::ago;
 use super::Client;
-use crate::cli::ConfigArg;
+use crate::cli::{ConfigArg, Exit};
 
 /// `outpost nodes …`: enrollments waiting for an operator, and retiring a node.
 #[derive(Debug, Subcommand)]
@@ -95,25 +95,14 @@ pub(super) fn nodes_cmd(arg: &ConfigArg, cmd: NodesCmd) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&v)?);
                 return Ok(());
             }
-            let list = v["enrollments"].as_array().cloned().unwrap_or_default();
-            if list.is_empty() {
+            let list: PendingList = serde_json::from_value(v)
+                .map_err(|e| Exit::failed(format!("the gateway's enrollment list: {e}")))?;
+            if list.enrollments.is_empty() {
                 println!("no enrollment is waiting for approval");
             }
             let now = crate::clock::system().now_ms();
-            for e in list {
-                println!(
-                    "{}\t{}\tkey {}…\ttoken {}\tasked {}",
-                    e["node_id"].as_str().unwrap_or("?"),
-                    e["kind"].as_str().unwrap_or("?"),
-                    e["node_sign_pk"]
-                        .as_str()
-                        .unwrap_or("?")
-                        .chars()
-                        .take(12)
-                        .collect::<String>(),
-                    e["token_id"].as_str().unwrap_or("?"),
-                    ago(now, e["created_at_ms"].as_u64())
-                );
+            for e in &list.enrollments {
+                println!("{}", pending_line(e, now));
             }
         }
         NodesCmd::Approve {
@@ -193,11 +182,80 @@ fn settle(c: &Client, ids: Vec<String>, token: Option<&str>, approve: bool) -> a
         }
     }
     if failed > 0 {
-        return Err(crate::cli::Exit::failed(format!(
-            "{failed} of {} could not be {verb}d",
-            ids.len()
-        ))
-        .into());
+        return Err(Exit::failed(format!("{failed} of {} could not be {verb}d", ids.len())).into());
     }
     Ok(())
+}
+
+/// `GET /v1/enrollments` as the CLI reads it.
+#[derive(serde::Deserialize)]
+struct PendingList {
+    enrollments: Vec<PendingRow>,
+}
+
+#[derive(serde::Deserialize)]
+struct PendingRow {
+    node_id: String,
+    kind: String,
+    node_sign_pk: String,
+    token_id: String,
+    created_at_ms: u64,
+    #[serde(default)]
+    device: Option<crate::fleet::Inventory>,
+    #[serde(default)]
+    source: Option<String>,
+}
+
+/// One waiting device: what it says it is (host name, serial, OS, agent version) and
+/// where it asked from, beside its id, key and token: what an operator matches against
+/// a delivery note.
+fn pending_line(e: &PendingRow, now_ms: u64) -> String {
+    let d = e.device.as_ref();
+    let or_dash = |s: Option<&String>| s.map_or("-".to_string(), Clone::clone);
+    format!(
+        "{}\t{}\thost {}\tserial {}\t{}\toutpost {}\tfrom {}\tkey {}…\ttoken {}\tasked {}",
+        e.node_id,
+        e.kind,
+        or_dash(d.and_then(|d| d.hostname.as_ref())),
+        or_dash(d.and_then(|d| d.serial.as_ref())),
+        or_dash(d.and_then(|d| d.os.as_ref())),
+        or_dash(d.map(|d| &d.agent_version)),
+        or_dash(e.source.as_ref()),
+        e.node_sign_pk.chars().take(12).collect::<String>(),
+        e.token_id,
+        ago(now_ms, Some(e.created_at_ms))
+    )
+}
+
+#[cfg(test)]
+mod pending_tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_device_shows_what_it_said_and_dashes_for_what_it_did_not() {
+        let v = serde_json::json!({"enrollments": [
+            {"node_id": "node:a1", "kind": "new", "node_sign_pk": "AAAABBBBCCCCDDDD", "token_id": "t1",
+             "created_at_ms": 1000, "decided_at_ms": null, "state": "pending", "source": "10.0.0.7",
+             "device": {"agent_version": "0.9.0", "arch": "aarch64", "hostname": "pump-17",
+                        "serial": "10000000abcd", "os": "Debian GNU/Linux 12 (bookworm)"}},
+            {"node_id": "node:a2", "kind": "rekey", "node_sign_pk": "EEEE", "token_id": "t1",
+             "created_at_ms": 1000, "decided_at_ms": null, "state": "pending", "device": null, "source": null}
+        ]});
+        let list: PendingList = serde_json::from_value(v).unwrap();
+        let a = pending_line(&list.enrollments[0], 61_000);
+        for want in [
+            "node:a1",
+            "host pump-17",
+            "serial 10000000abcd",
+            "Debian GNU/Linux 12 (bookworm)",
+            "outpost 0.9.0",
+            "from 10.0.0.7",
+            "key AAAABBBBCCCC…",
+            "token t1",
+        ] {
+            assert!(a.contains(want), "{want} in {a}");
+        }
+        let b = pending_line(&list.enrollments[1], 61_000);
+        assert!(b.contains("host -\tserial -\t-\toutpost -\tfrom -"), "{b}");
+    }
 }

@@ -91,6 +91,8 @@ mod tests {
             created_at_ms: 0,
             decided_at_ms: Some(at),
             labels: Default::default(),
+            device: None,
+            source: None,
         }
     }
 

@@ -235,6 +235,11 @@ pub struct Request {
 #[serde(deny_unknown_fields)]
 pub struct Sealed {
     pub token: String,
+    /// What the device says about itself (its inventory, PROTOCOL §16.3, without the
+    /// tools), shown to the operator who approves it. A gateway older than this refuses
+    /// the member (400 `bad_request`); the node then enrolls without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::fleet::Inventory>,
 }
 
 /// Where an enrollment stands.

@@ -93,6 +93,8 @@ pub struct Enroller {
     pub keys: Arc<Keys>,
     pub store: Store,
     pub status: SharedStatus,
+    /// What the device says about itself in its request (PROTOCOL §15.3).
+    pub device: crate::fleet::Inventory,
 }
 
 impl Enroller {
@@ -304,39 +306,27 @@ impl Enroller {
         })?;
         let me = crate::daemon::files::read_identity(&self.cfg.data_dir)
             .map_err(|e| failed("identity", &e))?;
-        let plaintext = serde_json::to_vec(&Sealed {
-            token: token.to_text(),
-        })
-        .map_err(|e| failed("encode", &e))?;
-        let params = SealParams {
-            message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
-            created_at_ms: gw_now,
-            expires_at_ms: gw_now + 10 * 60 * 1000,
-            payload_type: crate::enroll::PAYLOAD_TYPE.into(),
-            priority: 0,
-        };
-        let env = seal(
-            &self.keys,
+        let sent = Sent {
+            http,
+            url,
             node_id,
-            &hello.gateway,
-            &params,
-            &plaintext,
-            &mut rand_core::OsRng,
-        )
-        .map_err(|e| failed("seal", &e))?;
-        let body = Request {
-            node: me.clone(),
-            envelope: serde_json::to_value(&env).map_err(|e| failed("encode", &e))?,
+            gateway: &hello.gateway,
+            gw_now,
+            me: &me,
+            token,
         };
-        let body = serde_json::to_vec(&body).map_err(|e| failed("encode", &e))?;
-        let resp = http
-            .post(format!("{url}/v1/enroll"))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| failed("cannot reach", &e))?;
-        let answer: Answer = answer_json(resp).await?;
+        let answer = match self.post(&sent, Some(&self.device)).await {
+            // A gateway older than PROTOCOL §15.3's `device` refuses the member: the same
+            // request again without it.
+            Err(Attempt::Failed(m)) if refused_device_member(&m) => {
+                tracing::info!(
+                    event = "enroll_without_device",
+                    "the gateway does not take the device's facts; enrolling without them"
+                );
+                self.post(&sent, None).await?
+            }
+            other => other?,
+        };
         let claims = answer
             .verify(&gw_keys.sign, node_id, &me.sign_pk)
             .map_err(|e| failed("answer", &e))?;
@@ -347,6 +337,53 @@ impl Enroller {
             },
             Standing::Pending => Attempt::Pending,
         })
+    }
+
+    /// Seal the token (and `device`) to the gateway and post it: the gateway's answer.
+    async fn post(
+        &self,
+        s: &Sent<'_>,
+        device: Option<&crate::fleet::Inventory>,
+    ) -> Result<Answer, Attempt> {
+        let url = s.url;
+        let failed =
+            |what: &str, e: &dyn std::fmt::Display| Attempt::Failed(format!("{what} {url}: {e}"));
+        let plaintext = serde_json::to_vec(&Sealed {
+            token: s.token.to_text(),
+            device: device.cloned(),
+        })
+        .map_err(|e| failed("encode", &e))?;
+        let gw_now = s.gw_now;
+        let params = SealParams {
+            message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
+            created_at_ms: gw_now,
+            expires_at_ms: gw_now + 10 * 60 * 1000,
+            payload_type: crate::enroll::PAYLOAD_TYPE.into(),
+            priority: 0,
+        };
+        let env = seal(
+            &self.keys,
+            s.node_id,
+            s.gateway,
+            &params,
+            &plaintext,
+            &mut rand_core::OsRng,
+        )
+        .map_err(|e| failed("seal", &e))?;
+        let body = Request {
+            node: s.me.clone(),
+            envelope: serde_json::to_value(&env).map_err(|e| failed("encode", &e))?,
+        };
+        let body = serde_json::to_vec(&body).map_err(|e| failed("encode", &e))?;
+        let resp = s
+            .http
+            .post(format!("{url}/v1/enroll"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| failed("cannot reach", &e))?;
+        answer_json(resp).await
     }
 
     /// Trust the gateway as a hand enrollment does, then note the enrollment (and delete
@@ -391,6 +428,23 @@ impl Enroller {
     }
 }
 
+/// What one enrollment request is made of, for [`Enroller::post`].
+struct Sent<'a> {
+    http: &'a reqwest::Client,
+    url: &'a str,
+    node_id: &'a str,
+    gateway: &'a IdentityDocument,
+    gw_now: u64,
+    me: &'a IdentityDocument,
+    token: &'a Token,
+}
+
+/// Whether a failed attempt is a gateway older than the request's `device` member
+/// refusing it (serde's "unknown field `device`" in a 400 `bad_request`).
+fn refused_device_member(failure: &str) -> bool {
+    failure.starts_with("400 bad_request") && failure.contains("`device`")
+}
+
 /// The answer's JSON, or the attempt it stands for: a refusal code (4xx) or a retry.
 async fn answer_json<T: serde::de::DeserializeOwned>(
     resp: reqwest::Response,
@@ -422,29 +476,5 @@ async fn answer_json<T: serde::de::DeserializeOwned>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn final_codes_are_refusals_and_the_rest_retry() {
-        for c in [
-            codes::TOKEN_EXPIRED,
-            codes::TOKEN_EXHAUSTED,
-            codes::TOKEN_REVOKED,
-            codes::WRONG_GATEWAY,
-            codes::REJECTED,
-            codes::DUPLICATE_NODE_ID,
-            codes::NODE_REVOKED,
-        ] {
-            assert!(codes::is_final(c), "{c}");
-        }
-        for c in [
-            "rate_limited",
-            "storage_unavailable",
-            "bad_request",
-            crate::enroll::PENDING_APPROVAL,
-        ] {
-            assert!(!codes::is_final(c), "{c}");
-        }
-    }
-}
+#[path = "enroll_tests.rs"]
+mod tests;

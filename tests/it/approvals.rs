@@ -71,3 +71,72 @@ async fn an_operator_approves_and_rejects_waiting_devices_many_at_once() {
         text(&none)
     );
 }
+
+/// A device waiting for approval says what it is (issue 38: 4): a real node's request
+/// carries its host name, OS, agent version and architecture, and the gateway adds the
+/// address it came from; `outpost nodes pending` shows them beside the id. A device that
+/// says too much is refused and leaves nothing; one that says nothing is listed with
+/// dashes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_device_is_shown_with_what_it_says_about_itself() {
+    use crate::self_enroll::{enrolling_node, enrollment_becomes, gw_url};
+    let (gw, d) = gateway();
+    let manual = make_token(&gw, &["--max-uses", "10", "--approve", "manual"]);
+    let (home, _) = enrolling_node("node:delivery-17", &gw_url(&d), &manual);
+    let node = home.start();
+    enrollment_becomes(&node, "pending").await;
+
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&gw.cli(&["nodes", "pending", "--json"]))).unwrap();
+    let e = &v["enrollments"][0];
+    assert_eq!(e["node_id"], "node:delivery-17", "{v}");
+    assert_eq!(e["source"], "127.0.0.1", "{v}");
+    let dev = &e["device"];
+    assert_eq!(dev["agent_version"], env!("CARGO_PKG_VERSION"), "{v}");
+    assert_eq!(dev["arch"], std::env::consts::ARCH, "{v}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(dev["hostname"], host.as_str(), "{v}");
+    assert_eq!(
+        dev["tools"],
+        serde_json::json!([]),
+        "tools are not kept: {v}"
+    );
+    let line = stdout(&gw.cli(&["nodes", "pending"]));
+    for want in [
+        "node:delivery-17".to_string(),
+        format!("host {host}"),
+        format!("outpost {}", env!("CARGO_PKG_VERSION")),
+        "from 127.0.0.1".to_string(),
+    ] {
+        assert!(line.contains(&want), "{want:?} in {line}");
+    }
+
+    // Hostile: a host name over 255 bytes is refused as a bad request, nothing kept.
+    let gdoc = gateway_document(&d).await;
+    let liar = SimNode::generated("node:liar");
+    let body = liar.enroll_request_sealing(
+        &gdoc,
+        &serde_json::json!({"token": manual, "device": {"agent_version": "1", "arch": "x", "hostname": "h".repeat(300)}}),
+    );
+    let (st, v) = liar
+        .send(&d, "POST", "/v1/enroll", &[], &body)
+        .await
+        .unwrap();
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("bad_request")),
+        "{v}"
+    );
+    // Silent (an older node): listed, with dashes for what it did not say.
+    let quiet = SimNode::generated("node:quiet");
+    let (st, v) = quiet.self_enroll(&d, &gdoc, &manual).await;
+    assert_eq!(st, 202, "{v}");
+    let list = stdout(&gw.cli(&["nodes", "pending"]));
+    assert!(!list.contains("node:liar"), "{list}");
+    let quiet_line = list.lines().find(|l| l.starts_with("node:quiet")).unwrap();
+    assert!(quiet_line.contains("host -\tserial -"), "{quiet_line}");
+    assert!(quiet_line.contains("from 127.0.0.1"), "{quiet_line}");
+}

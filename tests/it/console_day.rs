@@ -80,6 +80,22 @@ async fn in_a_browser_the_waiting_devices_come_first_and_are_approved_together()
              return !!p && !!(p.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING)")
         .await;
     assert_eq!(first, true, "the pending list is above the fleet table");
+    // Each waiting device with what it said about itself and where it asked from.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    for id in ["node:7d1e0c9b8a7f6e5d4c3b2a1908f7e6d5", "node:pump-8"] {
+        let cell = text_of(
+            &b,
+            &format!(r#"#pending-enrollments tr[data-enrollment="{id}"] td.device"#),
+        )
+        .await;
+        assert!(
+            cell.contains(&host) && cell.contains("from 127.0.0.1"),
+            "{id}'s device cell: {cell:?}"
+        );
+    }
     b.screenshot("fleet-approve.png").await;
 
     // On a phone: no sideways page, and every row's liveness within the screen.
@@ -98,6 +114,17 @@ async fn in_a_browser_the_waiting_devices_come_first_and_are_approved_together()
         .js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         .await;
     assert_eq!(overflow, 0, "the page is wider than a phone's screen");
+    // Every waiting device's Approve and Reject within the screen, not scrolled away.
+    let hidden = b
+        .js("return Array.from(document.querySelectorAll('#pending-enrollments td.decide button')) \
+             .filter(function (e) { var r = e.getBoundingClientRect(); return r.right > window.innerWidth || r.width === 0; }) \
+             .map(function (e) { return e.closest('tr').getAttribute('data-enrollment') + ' ' + e.textContent; })")
+        .await;
+    assert_eq!(
+        hidden,
+        serde_json::json!([]),
+        "a decision off a 390 px screen"
+    );
     b.screenshot("fleet-pending-phone.png").await;
     c.set_window_size(1280, 900).await.unwrap();
 

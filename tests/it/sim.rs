@@ -66,6 +66,17 @@ impl SimNode {
     /// `token` sealed to `gateway` (its document, from the hello), signed by this node's
     /// key.
     pub fn enroll_request(&self, gateway: &IdentityDocument, token: &str) -> Vec<u8> {
+        let sealed = serde_json::to_value(Sealed {
+            token: token.to_string(),
+            device: None,
+        })
+        .unwrap();
+        self.enroll_request_sealing(gateway, &sealed)
+    }
+
+    /// [`Self::enroll_request`] sealing `sealed` as the request's plaintext (a device's
+    /// facts, or members a gateway must refuse).
+    pub fn enroll_request_sealing(&self, gateway: &IdentityDocument, sealed: &Value) -> Vec<u8> {
         let now = SystemClock.now_ms();
         let params = SealParams {
             message_id: format!("enroll-{}", uuid::Uuid::now_v7().simple()),
@@ -74,10 +85,7 @@ impl SimNode {
             payload_type: PAYLOAD_TYPE.into(),
             priority: 0,
         };
-        let sealed = serde_json::to_vec(&Sealed {
-            token: token.to_string(),
-        })
-        .unwrap();
+        let sealed = serde_json::to_vec(sealed).unwrap();
         let env = seal(
             &self.keys,
             &self.id,

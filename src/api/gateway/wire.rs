@@ -238,6 +238,11 @@ pub struct EnrollmentView {
     pub node_sign_pk: String,
     pub created_at_ms: u64,
     pub decided_at_ms: Option<u64>,
+    /// What the device said about itself when it asked (its inventory without the
+    /// tools); `null` from a node that did not say.
+    pub device: Option<crate::fleet::Inventory>,
+    /// The address the request came from; `null` for records the gateway made itself.
+    pub source: Option<String>,
 }
 
 impl From<EnrollmentRecord> for EnrollmentView {
@@ -250,6 +255,8 @@ impl From<EnrollmentRecord> for EnrollmentView {
             node_sign_pk: r.node_sign_pk,
             created_at_ms: r.created_at_ms,
             decided_at_ms: r.decided_at_ms,
+            device: r.device,
+            source: r.source,
         }
     }
 }

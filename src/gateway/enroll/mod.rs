@@ -25,8 +25,15 @@ use crate::audit::{AuditEvent, AuditOutcome};
 use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
 use crate::envelope::{b64_encode, IdentityDocument, OpenContext, TrustStore};
 
+/// What the gateway learnt about the device from its request, kept in a new record.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub device: Option<crate::fleet::Inventory>,
+    pub source: Option<String>,
+}
+
 /// The pure core of an enrollment.
-pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
+pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
     let key = b64_encode(&f.node.sign_pk);
     if let Some(r) = f.same {
         return match r.state {
@@ -79,6 +86,8 @@ pub fn decide(f: &Facts<'_>, token_id: &str) -> Decision {
         created_at_ms: f.now_ms,
         decided_at_ms: (state == RecordState::Enrolled).then_some(f.now_ms),
         labels: t.labels.clone(),
+        device: seen.device.clone(),
+        source: seen.source.clone(),
     };
     if trusted_same {
         // Trusted by hand before: nothing to change, no use counted.
@@ -117,14 +126,14 @@ fn throttled(gw: &Gateway, route: &'static str, t: Throttle) -> GatewayError {
     GatewayError::Throttled(t)
 }
 
-/// Check the request's document and open its envelope: the sealed token text. Opening
-/// proves the node holds the document's signing key, and kept the token secret from
-/// anyone on the way.
+/// Check the request's document and open its envelope: the sealed token text and what
+/// the device says about itself. Opening proves the node holds the document's signing
+/// key, and kept the token (and the device's facts) secret from anyone on the way.
 fn open_request(
     gw: &Gateway,
     node: &IdentityDocument,
     envelope: serde_json::Value,
-) -> Result<String, GatewayError> {
+) -> Result<Sealed, GatewayError> {
     node.verify()
         .map_err(|e| GatewayError::BadRequest(format!("node document: {e}")))?;
     if node.role != "node" {
@@ -155,9 +164,17 @@ fn open_request(
     };
     let opened = crate::envelope::open_parsed(&env, &ctx, &|_, _| false)
         .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
-    let sealed: Sealed = serde_json::from_slice(&opened.plaintext)
+    let mut sealed: Sealed = serde_json::from_slice(&opened.plaintext)
         .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
-    Ok(sealed.token)
+    if let Some(d) = &sealed.device {
+        d.check()
+            .map_err(|e| GatewayError::BadRequest(format!("enrollment request: device: {e}")))?;
+    }
+    // Only what an approver decides on is kept.
+    if let Some(d) = sealed.device.as_mut() {
+        d.tools.clear();
+    }
+    Ok(sealed)
 }
 
 /// A new record was written (its audit entry pending with it): log it, publish it,
@@ -277,9 +294,13 @@ impl Enrollment<'_> {
             }
             GatewayError::Enroll(code, msg)
         };
-        let token = open_request(gw, &node, req.envelope)?;
-        let token =
-            Token::parse(&token).map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+        let sealed = open_request(gw, &node, req.envelope)?;
+        let token = Token::parse(&sealed.token)
+            .map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+        let seen = Seen {
+            device: sealed.device,
+            source: Some(from.to_string()),
+        };
         // Tokens made before this gateway's key rotation verify with the retired key
         // while its grace lasts.
         let now = gw.now_ms();
@@ -306,7 +327,7 @@ impl Enrollment<'_> {
             .map_err(|t| throttled(gw, "enroll", t))?;
         let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
         let token_id = token.claims.id.clone();
-        let decide = move |f: &Facts<'_>| decide(f, &token_id);
+        let decide = move |f: &Facts<'_>| decide(f, &token_id, &seen);
         let decision = gw
             .state
             .enroll(&node, &token.claims.id, online, &decide)

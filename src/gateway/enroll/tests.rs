@@ -44,7 +44,7 @@ fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
     let k = Keys::generate();
     let d = doc("node:pump-1", &k);
     let auto = token(2, Approve::Auto);
-    match decide(&facts(&d, Some(&auto)), "et-1") {
+    match decide(&facts(&d, Some(&auto)), "et-1", &Default::default()) {
         Decision::Record {
             record, consume, ..
         } => {
@@ -56,7 +56,7 @@ fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
     }
     let manual = token(2, Approve::Manual);
     assert!(matches!(
-        decide(&facts(&d, Some(&manual)), "et-1"),
+        decide(&facts(&d, Some(&manual)), "et-1", &Default::default()),
         Decision::Record { record, .. } if record.state == RecordState::Pending
     ));
 }
@@ -67,7 +67,7 @@ fn token_limits_are_refusals_but_a_repeat_is_answered() {
     let d = doc("node:pump-1", &k);
     let mut t = token(1, Approve::Auto);
     t.uses = 1;
-    let code = |f: &Facts<'_>| match decide(f, "et-1") {
+    let code = |f: &Facts<'_>| match decide(f, "et-1", &Default::default()) {
         Decision::Refuse(c, _) => c,
         other => panic!("{other:?}"),
     };
@@ -83,7 +83,11 @@ fn token_limits_are_refusals_but_a_repeat_is_answered() {
     let other = doc("node:tank-1", &k);
     assert_eq!(code(&facts(&other, Some(&t))), codes::NODE_ID_NOT_ALLOWED);
     // The same key again, even with the token spent or expired: its first answer.
-    let rec = match decide(&facts(&d, Some(&token(1, Approve::Auto))), "et-1") {
+    let rec = match decide(
+        &facts(&d, Some(&token(1, Approve::Auto))),
+        "et-1",
+        &Default::default(),
+    ) {
         Decision::Record { record, .. } => record,
         other => panic!("{other:?}"),
     };
@@ -92,7 +96,10 @@ fn token_limits_are_refusals_but_a_repeat_is_answered() {
     let mut again = facts(&d, Some(&spent));
     again.same = Some(&rec);
     again.now_ms = 5_000;
-    assert_eq!(decide(&again, "et-1"), Decision::Answer(rec.clone()));
+    assert_eq!(
+        decide(&again, "et-1", &Default::default()),
+        Decision::Answer(rec.clone())
+    );
 }
 
 #[test]
@@ -106,11 +113,11 @@ fn another_key_for_an_enrolled_id_is_a_duplicate_or_a_rekey() {
     f.trusted = Some(&enrolled);
     f.online = true;
     assert!(matches!(
-        decide(&f, "et-1"),
+        decide(&f, "et-1", &Default::default()),
         Decision::Refuse(codes::DUPLICATE_NODE_ID, _)
     ));
     f.online = false;
-    match decide(&f, "et-1") {
+    match decide(&f, "et-1", &Default::default()) {
         Decision::Record {
             record, consume, ..
         } => {
@@ -126,7 +133,7 @@ fn another_key_for_an_enrolled_id_is_a_duplicate_or_a_rekey() {
     let mut same = facts(&enrolled, Some(&t));
     same.trusted = Some(&enrolled);
     assert!(matches!(
-        decide(&same, "et-1"),
+        decide(&same, "et-1", &Default::default()),
         Decision::Record { consume: false, record, .. } if record.state == RecordState::Enrolled
     ));
 }
@@ -136,7 +143,7 @@ fn rejected_retired_and_rotated_away_keys_stay_out() {
     let k = Keys::generate();
     let d = doc("node:pump-1", &k);
     let t = token(5, Approve::Auto);
-    let mut rec = match decide(&facts(&d, Some(&t)), "et-1") {
+    let mut rec = match decide(&facts(&d, Some(&t)), "et-1", &Default::default()) {
         Decision::Record { record, .. } => record,
         other => panic!("{other:?}"),
     };
@@ -148,6 +155,8 @@ fn rejected_retired_and_rotated_away_keys_stay_out() {
         rec.state = state;
         let mut f = facts(&d, Some(&t));
         f.same = Some(&rec);
-        assert!(matches!(decide(&f, "et-1"), Decision::Refuse(c, _) if c == code));
+        assert!(
+            matches!(decide(&f, "et-1", &Default::default()), Decision::Refuse(c, _) if c == code)
+        );
     }
 }

@@ -247,7 +247,8 @@ pub(super) async fn enroll(
     token_id: &str,
 ) -> Decision {
     let token = token_id.to_string();
-    let decide = move |f: &outpost::gateway::enroll::Facts<'_>| decide(f, &token);
+    let decide =
+        move |f: &outpost::gateway::enroll::Facts<'_>| decide(f, &token, &Default::default());
     state.enroll(doc, token_id, false, &decide).await.unwrap()
 }
 

@@ -27,6 +27,33 @@ pub async fn pending_fragment(
     ))
 }
 
+/// What the device said about itself (host name and serial first: what a delivery note
+/// names), then its OS, agent version and the address it asked from.
+fn device_cell(r: &crate::gateway::enroll::EnrollmentRecord) -> Markup {
+    let d = r.device.as_ref();
+    let first: Vec<&str> = [
+        d.and_then(|d| d.hostname.as_deref()),
+        d.and_then(|d| d.serial.as_deref()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let os = d.and_then(|d| d.os.as_deref());
+    let agent = d.map(|d| format!("outpost {}", d.agent_version));
+    let from = r.source.as_ref().map(|s| format!("from {s}"));
+    let second: Vec<&str> = [os, agent.as_deref(), from.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    html! {
+        @if first.is_empty() { span.muted { "not reported" } } @else {
+            span.facts data-device-host=[d.and_then(|d| d.hostname.as_deref())]
+                data-device-serial=[d.and_then(|d| d.serial.as_deref())] { (first.join(" · ")) }
+        }
+        @if !second.is_empty() { br; small.muted { (second.join(" · ")) } }
+    }
+}
+
 /// Enrollments waiting for an operator (manual tokens, and re-keys of reflashed
 /// devices: PROTOCOL §15), each row `data-enrollment="<node id>"` with approve and
 /// reject for an admin session.
@@ -50,7 +77,7 @@ pub fn pending_enrollments(
                     table {
                         thead { tr {
                             @if session.admin { th { input #select-all type="checkbox" aria-label="Select all"; } }
-                            th { "Node" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th.wide { "Asked" }
+                            th { "Node" } th { "Device" } th { "Kind" } th.wide { "Device key" } th.wide { "Token" } th.wide { "Asked" }
                             @if session.admin { th { "Decision" } }
                         } }
                         tbody {
@@ -60,6 +87,7 @@ pub fn pending_enrollments(
                                         td { input type="checkbox" form="bulk-approve" name="node" value=(r.node_id) aria-label={ "Select " (r.node_id) }; }
                                     }
                                     td.node { span.id title=(r.node_id) { (r.node_id) } }
+                                    td.device { (device_cell(r)) }
                                     td { @if r.kind == crate::gateway::enroll::Kind::Rekey { "re-key (reflashed?)" } @else { "new" } }
                                     td.wide title=(r.node_sign_pk) { (r.node_sign_pk.chars().take(12).collect::<String>()) "…" }
                                     td.wide { (r.token_id) }

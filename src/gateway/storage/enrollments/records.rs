@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rights, TrustStore};
-use crate::fleet::Labels;
+use crate::fleet::{Inventory, Labels};
 
 /// A token as the gateway keeps it: its claims, and how often it was used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +87,14 @@ pub struct EnrollmentRecord {
     /// enrolled (written with the decision that trusts it).
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// What the device said about itself when it asked (PROTOCOL §15.3): its inventory
+    /// (§16.3) without the tools, for the operator who approves it. `None` from a node
+    /// older than that, and for records the gateway made itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<Inventory>,
+    /// The address the enrollment request came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// What the state knows when an enrollment arrives (read in its transaction).
@@ -200,6 +208,8 @@ pub fn retired_records(
             created_at_ms: now_ms,
             decided_at_ms: Some(now_ms),
             labels: Labels::default(),
+            device: None,
+            source: None,
         }),
     }
     out
@@ -231,6 +241,8 @@ pub fn rotated_records(
         created_at_ms: now_ms,
         decided_at_ms: Some(now_ms),
         labels: was.labels.clone(),
+        device: was.device.clone(),
+        source: None,
     };
     was.state = RecordState::Rotated;
     was.decided_at_ms = Some(now_ms);

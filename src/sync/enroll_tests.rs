@@ -1,0 +1,52 @@
+//! The node's enrollment client: final codes, and an older gateway's refusal.
+
+use super::*;
+
+/// An older gateway reads the request with `Sealed` as it was (only `token`, unknown
+/// members refused): the failure its 400 makes is recognised as that, and only that.
+#[test]
+fn an_older_gateways_refusal_of_the_device_member_is_recognised() {
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct OldSealed {
+        token: String,
+    }
+    let new = serde_json::to_vec(&Sealed {
+        token: "t".into(),
+        device: Some(crate::fleet::Inventory::default()),
+    })
+    .unwrap();
+    let e = serde_json::from_slice::<OldSealed>(&new).unwrap_err();
+    // As the gateway's edge words it (GatewayError::BadRequest) and answer_json
+    // turns it into a failure.
+    let failure = format!("400 bad_request: enrollment request: {e}");
+    assert!(refused_device_member(&failure), "{failure}");
+    assert!(!refused_device_member(
+        "400 bad_request: envelope: expired (expired)"
+    ));
+    assert!(!refused_device_member("503 busy: `device` busy"));
+}
+
+#[test]
+fn final_codes_are_refusals_and_the_rest_retry() {
+    for c in [
+        codes::TOKEN_EXPIRED,
+        codes::TOKEN_EXHAUSTED,
+        codes::TOKEN_REVOKED,
+        codes::WRONG_GATEWAY,
+        codes::REJECTED,
+        codes::DUPLICATE_NODE_ID,
+        codes::NODE_REVOKED,
+    ] {
+        assert!(codes::is_final(c), "{c}");
+    }
+    for c in [
+        "rate_limited",
+        "storage_unavailable",
+        "bad_request",
+        crate::enroll::PENDING_APPROVAL,
+    ] {
+        assert!(!codes::is_final(c), "{c}");
+    }
+}
