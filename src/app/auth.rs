@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::base::Base;
 use super::error::NodeError;
-use crate::token::{self, Claims, Decision, DenyReason, Request};
+use crate::envelope::TrustStore;
+use crate::token::{self, Claims, Request};
 
 /// Distinct tokens whose verification is remembered (a few hundred bytes each).
 const VERIFY_CACHE_TOKENS: usize = 256;
@@ -14,61 +15,47 @@ const VERIFY_CACHE_TOKENS: usize = 256;
 /// Checks capability tokens for this node's local API and its task requests.
 pub struct Authorizer {
     base: Arc<Base>,
-    /// Memo of token signature checks (a field device sees the same few tokens over
-    /// and over; the Ed25519 verification was a third of a tool call's CPU).
-    verify_cache: token::VerifyCache,
+    /// The shared token gate, with its memo of token signature checks (a field device
+    /// sees the same few tokens over and over; the Ed25519 verification was a third of a
+    /// tool call's CPU).
+    gate: token::Gate,
+}
+
+/// What the node's gate reads: its store's clock, trust store and revocations.
+impl token::Book for Base {
+    fn now_ms(&self) -> u64 {
+        Base::now_ms(self)
+    }
+    fn skew_ms(&self) -> u64 {
+        Base::skew_ms(self)
+    }
+    fn trust(&self) -> Arc<TrustStore> {
+        Base::trust(self)
+    }
+    fn reread_trust(&self) {
+        self.recheck_trust();
+    }
+    fn is_revoked(&self, jti: &str) -> bool {
+        Base::is_revoked(self, jti)
+    }
 }
 
 impl Authorizer {
     pub(super) fn new(base: Arc<Base>) -> Self {
         Self {
             base,
-            verify_cache: token::VerifyCache::new(VERIFY_CACHE_TOKENS),
+            gate: token::Gate::new(VERIFY_CACHE_TOKENS),
         }
-    }
-
-    fn decide(
-        &self,
-        token: &str,
-        req: &Request<'_>,
-        skew_ms: u64,
-        revoked: &dyn Fn(&str) -> bool,
-    ) -> Decision {
-        token::check_cached(
-            token,
-            req,
-            self.base.now_ms(),
-            skew_ms,
-            &self.base.trust(),
-            revoked,
-            Some(&self.verify_cache),
-        )
     }
 
     fn check_token(&self, token: Option<&str>, req: Request<'_>) -> Result<Claims, NodeError> {
-        let token = token.unwrap_or("");
-        let skew = self.base.skew_ms();
-        let revoked = |jti: &str| self.base.is_revoked(jti);
-        let mut decision = self.decide(token, &req, skew, &revoked);
-        if let Decision::Deny {
-            reason: DenyReason::UnknownIssuer,
-            ..
-        } = decision
-        {
-            self.base.recheck_trust();
-            decision = self.decide(token, &req, skew, &revoked);
-        }
-        match decision {
-            Decision::Allow { claims } => Ok(claims),
-            Decision::Deny { code, reason } => {
-                let message = crate::token::explain(reason, &req);
-                Err(NodeError::Denied {
-                    code,
-                    reason,
-                    message,
-                })
-            }
-        }
+        self.gate
+            .check(&*self.base, token.unwrap_or(""), &req)
+            .map_err(|r| NodeError::Denied {
+                code: r.code,
+                reason: r.reason,
+                message: r.message,
+            })
     }
 
     /// Token check for running `tool_name`. On refusal, the error's message names the

@@ -48,7 +48,7 @@ pub struct Gateway {
     /// Node authentication: the replay window (in memory, or the replicas' state).
     pub(super) replays: ReplayWindow,
     /// Client authentication: the memo of token signature checks.
-    pub(super) verify_cache: crate::token::VerifyCache,
+    pub(super) token_gate: crate::token::Gate,
     /// Audit sync: each node's frontier.
     pub(super) frontiers: Frontiers,
     /// Commands and tool calls: one lock per caller's job.
@@ -111,7 +111,7 @@ impl Gateway {
             frontiers: Frontiers::new(shared.is_some()),
             replays: ReplayWindow::new(shared, skew_ms),
             job_locks: crate::keyed_lock::KeyedLocks::new(),
-            verify_cache: crate::token::VerifyCache::new(1024),
+            token_gate: crate::token::Gate::new(1024),
             admission: Admission::new(slots, started_ms),
         }
     }

@@ -22,6 +22,7 @@
 
 mod check;
 mod claims;
+mod gate;
 mod issue;
 pub mod paseto;
 
@@ -33,4 +34,5 @@ pub use check::{
     VerifyCache,
 };
 pub use claims::{format_rfc3339_ms, parse_rfc3339_ms, ClaimTimes, Claims, ClaimsError, Footer};
+pub use gate::{Book, Gate, Refusal};
 pub use issue::{inspect, issue, TokenError};
