@@ -48,6 +48,7 @@ pub mod fleet;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub(crate) mod http_server;
+pub(crate) mod idempotency;
 pub(crate) mod keyed_lock;
 pub(crate) mod roles;
 pub(crate) mod service;

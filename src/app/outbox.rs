@@ -13,7 +13,6 @@ use super::inbound::Q_OUTBOX;
 use super::recorder::Recorder;
 use crate::config::Config;
 use crate::envelope::{is_valid_payload_type, seal, Keys, SealParams, TrustStore};
-use sha2::Digest;
 
 use super::calls::ToolCallDone;
 use crate::store::{Batch, NewMessage};
@@ -22,15 +21,10 @@ use crate::telemetry::MessageEvent;
 
 use crate::store::names::SCOPE_OUTBOX_REQUESTS;
 
-/// The message id a client's idempotency key stands for: a UUID (version 8) from the
-/// node id and the key, so a retry after a lost answer names the same message.
+/// The message id a local client's idempotency key names (the one scheme,
+/// [`crate::idempotency`]).
 pub fn message_id_for_key(node_id: &str, key: &str) -> String {
-    let digest = sha2::Sha256::digest(format!("outpost outbox key\n{node_id}\n{key}"));
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes)
-        .into_uuid()
-        .to_string()
+    crate::idempotency::message_id(crate::idempotency::Owner::Outbox(node_id), key)
 }
 
 /// Messages this node sends, sealed and queued for the sync loop.

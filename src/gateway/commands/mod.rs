@@ -34,17 +34,10 @@ pub struct Command {
 /// node's outbox keeps its keys): a retry within the command's life always finds it.
 pub const KEY_KEEP_AFTER_EXPIRY_MS: u64 = 25 * 3600 * 1000;
 
-/// The message id a caller's `Idempotency-Key` stands for: a UUID (version 8) from the
-/// caller's token subject and the key, so a retry names the same message and two
-/// callers' keys never meet.
+/// The message id a caller's idempotency key names (the one scheme,
+/// [`crate::idempotency`]).
 pub fn message_id_for_key(subject: &str, key: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(format!("outpost command key\n{subject}\n{key}"));
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes)
-        .into_uuid()
-        .to_string()
+    crate::idempotency::message_id(crate::idempotency::Owner::Command(subject), key)
 }
 
 /// What a message is stored with besides itself, in the same transaction.
