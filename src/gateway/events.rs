@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
+use super::storage::SharedState;
+
 /// Capacity of the broadcast ring; see the module docs for what happens past it.
 pub const CAPACITY: usize = 1024;
 /// Events kept in memory for subscribers that resume with `Last-Event-ID`.
@@ -201,6 +203,9 @@ pub struct EventLog {
     ring: Mutex<VecDeque<Arc<Event>>>,
     /// Shared mode: events go to the database writer, not straight to subscribers.
     writer: Option<mpsc::UnboundedSender<ToWriter>>,
+    /// Shared mode: the replicas' state, where a resuming subscriber finds what memory
+    /// no longer holds.
+    replicas: Option<Arc<dyn SharedState>>,
 }
 
 /// What the shared-mode writer receives.
@@ -231,6 +236,7 @@ impl EventLog {
             tx,
             ring: Mutex::new(ring),
             writer: None,
+            replicas: None,
         }
     }
 
@@ -256,9 +262,10 @@ impl EventLog {
         )
     }
 
-    /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers.
-    /// Returns the receiving end for the writer task.
-    pub fn shared() -> (Self, mpsc::UnboundedReceiver<ToWriter>) {
+    /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers;
+    /// a resuming subscriber reads what memory lacks from `replicas`. Returns the
+    /// receiving end for the writer task.
+    pub fn shared(replicas: Arc<dyn SharedState>) -> (Self, mpsc::UnboundedReceiver<ToWriter>) {
         let (tx, _) = broadcast::channel(CAPACITY);
         let (wtx, wrx) = mpsc::unbounded_channel();
         (
@@ -266,9 +273,51 @@ impl EventLog {
                 tx,
                 ring: Mutex::new(VecDeque::new()),
                 writer: Some(wtx),
+                replicas: Some(replicas),
             },
             wrx,
         )
+    }
+
+    /// The events after `after` a resuming subscriber missed: from memory, and in
+    /// shared mode from the replicas' state when memory does not reach back that far.
+    pub async fn missed(&self, after: u64) -> Missed {
+        let (mut kept, complete) = self.replay(after);
+        let replicas = match &self.replicas {
+            Some(r) if !complete => r,
+            _ => {
+                return Missed {
+                    lagged: !complete,
+                    events: kept,
+                }
+            }
+        };
+        match replicas.events_after(after, REPLAY).await {
+            Ok(rows) => {
+                let mut events = Vec::with_capacity(rows.len() + kept.len());
+                let mut last = after;
+                for (id, ts_ms, json) in rows {
+                    match serde_json::from_str::<GatewayEvent>(&json) {
+                        Ok(event) => events.push(Arc::new(Event { id, ts_ms, event })),
+                        Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
+                    }
+                    last = last.max(id);
+                }
+                kept.retain(|e| e.id > last);
+                events.extend(kept);
+                Missed {
+                    lagged: false,
+                    events,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(event = "events_replay_failed", error = %e);
+                Missed {
+                    lagged: true,
+                    events: kept,
+                }
+            }
+        }
     }
 
     fn ring(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Event>>> {
@@ -367,27 +416,7 @@ impl GatewayEvent {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frame_names_event_and_carries_fields() {
-        let f = GatewayEvent::Delivered {
-            message_id: "m1".into(),
-            node_id: "node:a".into(),
-            was_stored: true,
-        }
-        .sse_frame(7, 42);
-        assert!(f.starts_with("id: 7\nevent: delivered\ndata: {"), "{f}");
-        assert!(f.contains("\"was_stored\":true"));
-        assert!(f.contains("\"type\":\"delivered\""));
-        assert!(f.contains("\"ts_ms\":42"));
-        assert!(f.ends_with("\n\n"));
-    }
-}
-
-/// What a subscriber resuming after an event id missed ([`missed`]).
+/// What a subscriber resuming after an event id missed ([`EventLog::missed`]).
 pub struct Missed {
     /// Some events are gone for good (memory does not reach back, and no shared state
     /// could be read): the subscriber must be told it lagged.
@@ -397,68 +426,5 @@ pub struct Missed {
 }
 
 #[cfg(test)]
-mod log_tests {
-    use super::*;
-
-    fn online(n: &str) -> GatewayEvent {
-        GatewayEvent::NodeOnline { node_id: n.into() }
-    }
-
-    #[test]
-    fn local_ids_grow_and_a_resuming_subscriber_gets_what_it_missed() {
-        let log = EventLog::local(1_000);
-        let mut rx = log.subscribe();
-        for n in ["a", "b", "c"] {
-            log.publish(5, online(n));
-        }
-        let ids: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().id).collect();
-        assert_eq!(ids, [1_000, 1_001, 1_002]);
-        let (missed, complete) = log.replay(1_000);
-        assert!(complete);
-        assert_eq!(
-            missed.iter().map(|e| e.id).collect::<Vec<_>>(),
-            [1_001, 1_002]
-        );
-        assert!(log.replay(1_002).0.is_empty());
-        // From before the first event: everything, and nothing is known to be missing.
-        let (all, complete) = log.replay(0);
-        assert_eq!(all.len(), 3);
-        assert!(!complete, "ids below the first are unknown to this log");
-        let (all, complete) = log.replay(999);
-        assert_eq!(all.len(), 3);
-        assert!(complete);
-    }
-
-    #[test]
-    fn the_ring_forgets_the_oldest_and_says_so() {
-        let log = EventLog::local(1);
-        for _ in 0..REPLAY + 10 {
-            log.publish(1, online("a"));
-        }
-        let (kept, complete) = log.replay(1);
-        assert!(!complete);
-        assert_eq!(kept.len(), REPLAY);
-        assert_eq!(kept.last().unwrap().id, (REPLAY + 10) as u64);
-    }
-
-    #[test]
-    fn shared_mode_delivers_each_database_event_once_in_id_order() {
-        let (log, mut writer) = EventLog::shared();
-        let mut rx = log.subscribe();
-        log.publish(3, online("a"));
-        // Published events go to the writer, not to subscribers…
-        assert!(matches!(writer.try_recv().unwrap(), ToWriter::Event(3, e) if e == online("a")));
-        assert!(rx.try_recv().is_err());
-        // …which get what the database returns, once, even if read twice.
-        let read = |id| Event {
-            id,
-            ts_ms: 3,
-            event: online("a"),
-        };
-        log.deliver(vec![read(7), read(8)]);
-        log.deliver(vec![read(8), read(9)]);
-        let ids: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok().map(|e| e.id)).collect();
-        assert_eq!(ids, [7, 8, 9]);
-        assert_eq!(log.last_id(), 9);
-    }
-}
+#[path = "events_tests.rs"]
+mod tests;

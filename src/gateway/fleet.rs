@@ -6,7 +6,7 @@
 
 use super::commands::result_of;
 use super::error::GatewayError;
-use super::events::{Event, GatewayEvent, Missed, REPLAY};
+use super::events::Missed;
 use super::node_state::StateView;
 use super::state::Gateway;
 use super::storage::fleet::FleetSummary;
@@ -180,7 +180,7 @@ impl Fleet<'_> {
     /// The events after `after` a resuming dashboard or console page missed: from
     /// memory, or from the replicas' shared state when memory does not reach back.
     pub async fn events_after(&self, after: u64) -> Missed {
-        missed(self.0, after).await
+        self.0.events.missed(after).await
     }
 
     /// `GET /v1/status` of a gateway: the node's shape where it applies.
@@ -204,49 +204,5 @@ impl Fleet<'_> {
             key_rotation: None,
             clock: None,
         })
-    }
-}
-
-/// The events after `after`: from memory, or from the replicas' shared state when
-/// memory does not reach back that far.
-async fn missed(gw: &Gateway, after: u64) -> Missed {
-    let (mut kept, complete) = gw.events.replay(after);
-    if complete {
-        return Missed {
-            lagged: false,
-            events: kept,
-        };
-    }
-    let Some(replicas) = gw.state.replicas() else {
-        return Missed {
-            lagged: true,
-            events: kept,
-        };
-    };
-    match replicas.events_after(after, REPLAY).await {
-        Ok(rows) => {
-            let mut events = Vec::with_capacity(rows.len() + kept.len());
-            let mut last = after;
-            for (id, ts_ms, json) in rows {
-                match serde_json::from_str::<GatewayEvent>(&json) {
-                    Ok(event) => events.push(std::sync::Arc::new(Event { id, ts_ms, event })),
-                    Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
-                }
-                last = last.max(id);
-            }
-            kept.retain(|e| e.id > last);
-            events.extend(kept);
-            Missed {
-                lagged: false,
-                events,
-            }
-        }
-        Err(e) => {
-            tracing::warn!(event = "events_replay_failed", error = %e);
-            Missed {
-                lagged: true,
-                events: kept,
-            }
-        }
     }
 }

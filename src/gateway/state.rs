@@ -43,6 +43,10 @@ pub struct Gateway {
     pub(super) progress: AtomicU64,
     pub(super) started_ms: u64,
     ready: AtomicBool,
+    /// The replicas' shared state, when there are replicas: handed to the tasks that
+    /// follow other replicas ([`Self::replicas_to_follow`]) and used by the trust
+    /// re-read; no flow reads it.
+    replicas: Option<Arc<dyn SharedState>>,
     // What each service owns, built here once for the engine and handed to the
     // service's handle (`gw.node_auth()`, …), which alone uses it.
     /// Node authentication: the replay window (in memory, or the replicas' state).
@@ -86,8 +90,8 @@ impl Gateway {
         let slots = enroll_slots(&cfg);
         let published = published_or_own(&cfg, &keys);
         let started_ms = state.now_ms();
-        let (events, event_writer) = if shared.is_some() {
-            let (log, rx) = EventLog::shared();
+        let (events, event_writer) = if let Some(replicas) = &shared {
+            let (log, rx) = EventLog::shared(replicas.clone());
             (log, Some(rx))
         } else {
             // Ids from the start time in microseconds: they keep growing across restarts.
@@ -105,6 +109,7 @@ impl Gateway {
             event_writer: Mutex::new(event_writer),
             shutdown,
             live: LiveTable::new(shared.clone()),
+            replicas: shared.clone(),
             progress: AtomicU64::new(0),
             started_ms,
             ready: AtomicBool::new(false),
@@ -247,12 +252,21 @@ impl Gateway {
         &self,
         node_id: &str,
     ) -> Result<(), super::storage::StateError> {
-        let refreshed = match self.state.replicas() {
+        // The replicas' copy of that peer first (other processes write the database);
+        // one process's store is read again by the recheck itself.
+        let refreshed = match &self.replicas {
             Some(replicas) => replicas.refresh_peer(node_id).await,
             None => Ok(()),
         };
         self.trust.recheck(self.now_ms());
         refreshed
+    }
+
+    /// The shared state the replica-following tasks (`sweeper::follow`,
+    /// `sweeper::write_events`) run on; `None` for a gateway alone on its store, which
+    /// starts neither.
+    pub fn replicas_to_follow(&self) -> Option<Arc<dyn SharedState>> {
+        self.replicas.clone()
     }
 
     /// A token's issuer was unknown: read the peers again (this replica's copy; a

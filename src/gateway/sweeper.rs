@@ -57,12 +57,9 @@ pub async fn run(gw: Arc<Gateway>) {
 /// Act on what other replicas commit (a database-backed state): wake the long-polls of
 /// a node whose queue changed, feed subscribers the events every replica committed;
 /// after a gap in the notices, wake every long-poll so each looks again. Also looks for
-/// new events every [`TICK`] in case a notice was lost. Returns at once for a state
-/// only this process writes.
-pub async fn follow(gw: Arc<Gateway>) {
-    let Some(replicas) = gw.state.replicas() else {
-        return;
-    };
+/// new events every [`TICK`] in case a notice was lost. Runs only with replicas.
+pub async fn follow(gw: Arc<Gateway>, replicas: Arc<dyn SharedState>) {
+    let replicas = &*replicas;
     let mut rx = replicas.notices();
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     // Start with the newest REPLAY events in memory, for subscribers that resume.
@@ -192,12 +189,10 @@ async fn read_events(gw: &Gateway, replicas: &dyn SharedState, mut after: u64) -
 }
 
 /// Commit published events to the shared state in batches (one transaction for all
-/// that queued up meanwhile), retrying while the database is away. Returns at once for
-/// a state only this process writes.
-pub async fn write_events(gw: Arc<Gateway>) {
-    let Some(replicas) = gw.state.replicas() else {
-        return;
-    };
+/// that queued up meanwhile), retrying while the database is away. Runs only with
+/// replicas.
+pub async fn write_events(gw: Arc<Gateway>, replicas: Arc<dyn SharedState>) {
+    let replicas = &*replicas;
     let Some(mut rx) = gw
         .event_writer
         .lock()

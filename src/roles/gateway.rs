@@ -55,8 +55,10 @@ pub async fn run(
     let tracker = TaskTracker::new();
     tracker.spawn(sweeper::run(gw.clone()));
     tracker.spawn(sweeper::watchdog(gw.clone()));
-    tracker.spawn(sweeper::follow(gw.clone()));
-    tracker.spawn(sweeper::write_events(gw.clone()));
+    if let Some(replicas) = gw.replicas_to_follow() {
+        tracker.spawn(sweeper::follow(gw.clone(), replicas.clone()));
+        tracker.spawn(sweeper::write_events(gw.clone(), replicas));
+    }
     tracker.spawn(crate::gateway::rotation::watch(gw.clone()));
     tracker.spawn(crate::gateway::rollout::driver::run(gw.clone()));
     crate::daemon::listen::write_addr_file(&data_dir, addr)?;

@@ -420,3 +420,21 @@ fn the_gateway_leaves_import_nothing_above_them() {
         assert!(up.is_empty(), "{leaf} imports from above it: {up:?}");
     }
 }
+
+/// The engine is chosen once (issue 34): where one process and replicas behave
+/// differently, the service got its body for the mode when `Gateway` was built; no flow
+/// asks the state whether replicas share it.
+#[test]
+fn no_gateway_flow_asks_which_engine_is_underneath() {
+    let asking: Vec<String> = code_by_module()
+        .into_iter()
+        .filter(|(m, rel, code)| {
+            m == "gateway" && !rel.starts_with("gateway/storage") && code.contains(".replicas()")
+        })
+        .map(|(_, rel, _)| rel.display().to_string())
+        .collect();
+    assert!(
+        asking.is_empty(),
+        "flows asking for the replicas: {asking:?}"
+    );
+}

@@ -103,9 +103,10 @@ async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyho
             return apply_own(gw, rot).await;
         }
     }
-    // The published one: at start, then every few ticks on a shared database (another
-    // replica may have rotated); the embedded gateway is the only writer.
-    if tick > 0 && !(gw.state.replicas().is_some() && tick % SHARED_EVERY_TICKS == 0) {
+    // The published one: at start, then every few ticks (another replica may have
+    // rotated; on the embedded store this gateway is the only writer and the read, one
+    // record, finds what it wrote).
+    if tick > 0 && tick % SHARED_EVERY_TICKS != 0 {
         return Ok(());
     }
     let Some((rot, until)) = gw.state.gateway_rotation().await? else {
