@@ -13,6 +13,7 @@ pub enum Owner<'a> {
     /// A node's outbox: the node's id (its local clients share it).
     Outbox(&'a str),
     /// The gateway's commands and tool calls: the caller's token subject.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     Command(&'a str),
 }
 
