@@ -37,6 +37,10 @@
 //!   how long that one took; `cli` runs one `outpost trust add` per node (2,000 calls
 //!   took over 10 minutes on the embedded store: each loads and rewrites the whole
 //!   record). Either way enrollment ends before anything is timed.
+//!   `token`: the gateway starts first and every node enrolls itself at once with one
+//!   enrollment token, retrying as the real node does, while an operator loads the
+//!   console's fleet page (`benches/fleet/enroll.rs`): the time until all are enrolled,
+//!   every answer by status, the console's p50/p99 during it.
 //! - `OUTPOST_FLEET_GATEWAY_TOML`: TOML for a drop-in of the started gateway (e.g.
 //!   `[security]` `max_clock_skew_s = 30`); `OUTPOST_FLEET_GATEWAY_LOG` its `OUTPOST_LOG`
 //!   [`warn`] (its warn/error lines are counted by `event` in the summary).
@@ -56,6 +60,9 @@
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock directly
 #![recursion_limit = "256"] // the FLEET_RESULT json! literal
+
+#[path = "fleet/enroll.rs"]
+mod enroll;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -113,6 +120,8 @@ enum Enroll {
     Bulk,
     /// Already enrolled (an earlier run with the same `OUTPOST_FLEET_KEYS_DIR`).
     None,
+    /// Every device enrolls itself at once with one token ([`enroll`]).
+    Token,
 }
 
 struct Cfg {
@@ -139,7 +148,8 @@ impl Cfg {
             "cli" => Enroll::Cli,
             "bulk" => Enroll::Bulk,
             "none" => Enroll::None,
-            other => panic!("OUTPOST_FLEET_ENROLL={other:?}: cli, bulk or none"),
+            "token" => Enroll::Token,
+            other => panic!("OUTPOST_FLEET_ENROLL={other:?}: cli, bulk, token or none"),
         };
         let wait_s = std::env::var("OUTPOST_FLEET_WAIT_S")
             .ok()
@@ -1316,7 +1326,7 @@ fn main() {
             );
             last_cli_s = Some(t1.elapsed().as_secs_f64());
         }
-        Enroll::None => {}
+        Enroll::None | Enroll::Token => {}
     }
     let enroll_s = t.elapsed().as_secs_f64();
     let enroll_how = match (cfg.enroll, last_cli_s) {
@@ -1325,6 +1335,7 @@ fn main() {
             cfg.nodes - 1
         ),
         (Enroll::None, _) => "none: enrolled by an earlier run".to_string(),
+        (Enroll::Token, _) => "not yet: each enrolls itself with a token once the gateway runs".to_string(),
         _ => "`outpost trust add` per node".to_string(),
     };
     eprintln!(
@@ -1397,6 +1408,40 @@ fn main() {
     let sampler = RssSampler::start(pids.clone());
     let t_sampler = Instant::now();
     let me = std::process::id();
+
+    // --- Enrollment burst (`OUTPOST_FLEET_ENROLL=token`): every device at once.
+    let burst = (cfg.enroll == Enroll::Token).then(|| {
+        let enroll_token = cli(
+            &gw_cfg,
+            &[
+                "enroll-token", "create", "--max-uses", &cfg.nodes.to_string(), "--ttl", "2h",
+                "--approve", "auto",
+            ],
+            None,
+        )
+        .trim()
+        .to_string();
+        let devices: Vec<enroll::Device> = sims
+            .iter()
+            .map(|s| enroll::Device {
+                id: &s.id,
+                keys: &s.keys,
+            })
+            .collect();
+        let b = rt.block_on(enroll::run(&urls, &devices, &enroll_token, &admin));
+        eprintln!(
+            "enrollment burst: {} of {} devices enrolled in {:.1} s; answers {:?}; console fleet page p50 {} p99 {} over {} loads ({} not 200)",
+            b.enrolled,
+            b.devices,
+            b.took_s,
+            b.answers,
+            fmt_ms(pct_ms(&b.console_us, 50.0)),
+            fmt_ms(pct_ms(&b.console_us, 99.0)),
+            b.console_us.len(),
+            b.console_failed
+        );
+        b
+    });
 
     // --- Ramp: every node connects (in waves of 100 per 50 ms) and long-polls.
     let t_ramp = Instant::now();
@@ -1777,7 +1822,13 @@ fn main() {
         "rate_target": cfg.rate,
         "secs": cfg.secs,
         "clients": cfg.clients,
-        "enroll": match cfg.enroll { Enroll::Cli => "cli", Enroll::Bulk => "bulk", Enroll::None => "none" },
+        "enroll": match cfg.enroll { Enroll::Cli => "cli", Enroll::Bulk => "bulk", Enroll::None => "none", Enroll::Token => "token" },
+        "enroll_burst": burst.as_ref().map(|b| json!({
+            "devices": b.devices, "enrolled": b.enrolled, "took_s": b.took_s,
+            "answers": b.answers, "console_loads": b.console_us.len(),
+            "console_failed": b.console_failed,
+            "console_p50_ms": pct_ms(&b.console_us, 50.0), "console_p99_ms": pct_ms(&b.console_us, 99.0),
+        })),
         "prefix": cfg.prefix,
         "enroll_s": enroll_s,
         "enroll_last_cli_s": last_cli_s,

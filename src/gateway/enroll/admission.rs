@@ -3,7 +3,10 @@
 //! The hello (`GET /v1/enroll`, one signature) and the request (`POST /v1/enroll`, an
 //! envelope to open and a storage transaction) have separate budgets, each a token
 //! bucket per client address ([`SourceBudgets`]): one flooding address empties only its
-//! own. A request over its address's budget (many devices behind one NAT, or a flood
+//! own. A hello over its address's budget (a site of devices behind one NAT powering on
+//! together) is answered from a budget all addresses share ([`HELLO_SHARED_RATE`]: a
+//! signature costs about 20 µs, so it is CPU the gateway can give), and refused only
+//! when that is spent too. A request over its address's budget (many devices behind one NAT, or a flood
 //! from the device's own network) is not refused outright: its envelope is opened and
 //! its token checked (about 0.2 ms of CPU; all addresses together at most
 //! [`CHECK_RATE`]), and a token this gateway signed, unexpired and not known to be
@@ -27,6 +30,14 @@ use crate::gateway::source_budget::{Bucket, Rate, SourceBudgets};
 pub const HELLO_RATE: Rate = Rate {
     burst: 20.0,
     per_s: 2.0,
+};
+/// Hellos answered beyond their addresses' budgets, all addresses together: one
+/// address's devices may enroll at fleet speed (10,000 behind one NAT in well under
+/// the 5 minutes a site's power-on may take) while a flood costs at most this many
+/// signatures a second.
+pub const HELLO_SHARED_RATE: Rate = Rate {
+    burst: 500.0,
+    per_s: 500.0,
 };
 /// Enrollment requests one address may make before its token must prove it.
 pub const REQUEST_RATE: Rate = Rate {
@@ -81,6 +92,7 @@ impl Throttle {
 /// The enrollment exchange's budgets and decision slots.
 pub struct Admission {
     hello: Mutex<SourceBudgets>,
+    hello_shared: Mutex<Bucket>,
     requests: Mutex<SourceBudgets>,
     checks: Mutex<Bucket>,
     dead: Mutex<VecDeque<String>>,
@@ -99,6 +111,7 @@ impl Admission {
         let slots = slots.max(1);
         Self {
             hello: Mutex::new(SourceBudgets::new(HELLO_RATE, MAX_SOURCES)),
+            hello_shared: Mutex::new(Bucket::full(HELLO_SHARED_RATE, now_ms)),
             requests: Mutex::new(SourceBudgets::new(REQUEST_RATE, MAX_SOURCES)),
             checks: Mutex::new(Bucket::full(CHECK_RATE, now_ms)),
             dead: Mutex::new(VecDeque::new()),
@@ -113,9 +126,11 @@ impl Admission {
         self.slot_count
     }
 
-    /// May `ip` have a hello now?
+    /// May `ip` have a hello now? From its address's budget, else the shared one.
     pub fn hello(&self, ip: IpAddr, now_ms: u64) -> Result<(), Throttle> {
-        if lock(&self.hello).take(ip, now_ms) {
+        if lock(&self.hello).take(ip, now_ms)
+            || lock(&self.hello_shared).take(HELLO_SHARED_RATE, now_ms)
+        {
             Ok(())
         } else {
             Err(Throttle::Address)
@@ -184,14 +199,32 @@ mod tests {
     #[test]
     fn a_flooding_address_leaves_another_its_budget() {
         let a = Admission::new(4, 0);
-        let hellos = (0..1000).filter(|_| a.hello(ip(2), 0).is_ok()).count();
-        assert_eq!(hellos, HELLO_RATE.burst as usize);
-        assert!(a.hello(ip(3), 0).is_ok());
+        // Its own budget, then the shared one; then refused.
+        let hellos = (0..10_000).filter(|_| a.hello(ip(2), 0).is_ok()).count();
+        assert_eq!(
+            hellos,
+            (HELLO_RATE.burst + HELLO_SHARED_RATE.burst) as usize
+        );
+        // Another address still has all of its own.
+        let other = (0..10_000).filter(|_| a.hello(ip(3), 0).is_ok()).count();
+        assert_eq!(other, HELLO_RATE.burst as usize);
         let within = (0..10_000)
             .filter(|_| a.request(ip(2), 0) == Ok(Admitted::Within))
             .count();
         assert_eq!(within, REQUEST_RATE.burst as usize);
         assert_eq!(a.request(ip(3), 0), Ok(Admitted::Within));
+    }
+
+    /// A site of devices behind one address gets hellos at the shared rate once its
+    /// own budget is spent: 10,000 of them within a minute, not at 2 a second.
+    #[test]
+    fn one_address_with_many_devices_gets_hellos_at_the_shared_rate() {
+        let a = Admission::new(4, 0);
+        let mut answered = 0;
+        for ms in (0..60_000).step_by(10) {
+            answered += (0..50).filter(|_| a.hello(ip(9), ms).is_ok()).count();
+        }
+        assert!(answered >= 10_000, "{answered} hellos in a minute");
     }
 
     #[test]
