@@ -1,0 +1,70 @@
+//! Who decided, in the gateway's own audit log (issue 38: 13): a decision made with the
+//! CLI on the gateway host names the local user who ran it (`local:<user>`), not a role.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::{text, Home};
+use crate::self_enroll::{gateway, make_token};
+use crate::sim::{gateway_document, SimNode};
+
+/// The entries of the gateway's own log whose `event` is `event`, once there are `n` of
+/// them (what a command on the host leaves pending, the running gateway's sweeper
+/// appends within about a second), after `audit verify` passed.
+fn entries(gw: &Home, event: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = gw.cli(&["audit", "export", "--jsonl"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let found: Vec<Value> = String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["event"] == event)
+            .collect();
+        if found.len() >= n || Instant::now() > deadline {
+            let o = gw.cli(&["audit", "verify"]);
+            assert!(o.status.success(), "{}", text(&o));
+            assert_eq!(found.len(), n, "{event}: {found:?}");
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ok(o: std::process::Output) -> String {
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_from_the_cli_names_the_local_user_not_operator() {
+    let (gw, d) = gateway();
+    let manual = make_token(&gw, &["--max-uses", "2", "--approve", "manual"]);
+    let gdoc = gateway_document(&d).await;
+    let (st, v) = SimNode::generated("node:w")
+        .self_enroll(&d, &gdoc, &manual)
+        .await;
+    assert_eq!(st, 202, "{v}");
+    ok(gw.cli(&["nodes", "approve", "node:w"]));
+    let me = outpost::cli::actor::local_actor();
+    assert!(me.starts_with("local:"), "{me}");
+    let approved = entries(&gw, "approve", 1);
+    assert_eq!(approved[0]["actor"], me.as_str(), "{approved:?}");
+    // Under sudo, the user who ran sudo comes first.
+    let (st, v) = SimNode::generated("node:x")
+        .self_enroll(&d, &gdoc, &manual)
+        .await;
+    assert_eq!(st, 202, "{v}");
+    ok(gw.cli_env(
+        &["nodes", "reject", "node:x"],
+        &[("SUDO_USER", "audit-tester")],
+    ));
+    let rejected = entries(&gw, "reject", 1);
+    let actor = rejected[0]["actor"].as_str().unwrap();
+    assert!(
+        actor.starts_with("local:audit-tester (sudo as "),
+        "{rejected:?}"
+    );
+}
