@@ -150,7 +150,7 @@ impl Embedded {
         } = &decision
         {
             let mut batch = Batch::new();
-            self.pend(&mut batch, facts.now_ms, audit)?;
+            self.pend(&mut batch, facts.now_ms, audit);
             if *consume {
                 let uses = token.as_ref().map_or(0, |t| t.uses) + 1;
                 batch.kv_put(KV_GW_ENROLL_USES, token_id, uses.to_string().into_bytes());
@@ -223,7 +223,7 @@ impl Embedded {
             &record_key(node_id, &r.node_sign_pk),
             json(&r),
         );
-        self.pend(&mut batch, now_ms, &audit(&r))?;
+        self.pend(&mut batch, now_ms, &audit(&r));
         self.store.commit(batch).await?;
         Ok(Some(r))
     }
@@ -268,7 +268,7 @@ impl Embedded {
         for id in &ids {
             batch.reject(Q_TO_NODE, node_id, id, NODE_REVOKED, now_ms);
         }
-        self.pend(&mut batch, now_ms, &audit(&doc, ids.len()))?;
+        self.pend(&mut batch, now_ms, &audit(&doc, ids.len()));
         self.store.commit(batch).await?;
         Ok(Some(ids))
     }
@@ -349,7 +349,7 @@ impl EnrollmentState for Embedded {
             if ended == Some(true) {
                 let mut batch = Batch::new();
                 crate::daemon::trust::put(&mut batch, &trust);
-                self.pend(&mut batch, now_ms, audit)?;
+                self.pend(&mut batch, now_ms, audit);
                 self.store.commit(batch).await?;
             }
             Ok(ended)
@@ -379,7 +379,7 @@ impl EnrollmentState for Embedded {
                     until_ms,
                 }),
             );
-            self.pend(&mut batch, self.store.now_ms(), audit)?;
+            self.pend(&mut batch, self.store.now_ms(), audit);
             self.store.commit(batch).await?;
             Ok(())
         })
@@ -414,7 +414,7 @@ impl EnrollmentState for Embedded {
                     json(&r),
                 );
             }
-            self.pend(&mut batch, now_ms, audit)?;
+            self.pend(&mut batch, now_ms, audit);
             self.store.commit(batch).await?;
             Ok(Ok(Rotated::Applied))
         })

@@ -24,7 +24,7 @@ fn ns_audit_checkpoints(node: &str) -> String {
     format!("{KV_GW_AUDIT_CHECKPOINTS_PREFIX}{node}")
 }
 fn index_key(i: u64) -> String {
-    format!("{i:020}")
+    crate::store::seq_key(i)
 }
 
 pub struct Embedded {
