@@ -48,6 +48,11 @@ pub enum AuditEvent {
     Rotate,
     /// A rollout was created, halted, resumed or cancelled (PROTOCOL §17).
     Rollout,
+    /// An operator trusted a peer by hand on the gateway host, or changed its document
+    /// or rights (`outpost trust add`).
+    TrustAdd,
+    /// An operator removed a peer from the trust store by hand (`outpost trust rm`).
+    TrustRemove,
 }
 
 impl AuditEvent {
@@ -67,6 +72,8 @@ impl AuditEvent {
             Self::Revoke => "revoke",
             Self::Rotate => "rotate",
             Self::Rollout => "rollout",
+            Self::TrustAdd => "trust_add",
+            Self::TrustRemove => "trust_remove",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection,
-//! retirement and key rotation, as entries in the node's format (§13.1) with a
-//! checkpoint signed by the gateway's key after each append. It is kept where the
+//! retirement, key rotation, rollout decision and hand edit of the trust store, as
+//! entries in the node's format (§13.1) with a checkpoint signed by the gateway's key
+//! after each append. It is kept where the
 //! gateway keeps nodes' audit copies, under the gateway's own id, so both engines hold
 //! it the same way and replicas append to one log. `outpost audit verify` on the gateway
 //! host checks it.
@@ -13,10 +14,13 @@
 //! appended by the next pass. Racing another replica's append is never a reason to
 //! stop: the loop reads the log again and goes on until nothing is pending.
 
+use std::collections::BTreeSet;
+
 use super::error::GatewayError;
 use super::state::Gateway;
 use super::storage::AuditExtension;
-use crate::audit::{leaf_hash, origin_for, sign_checkpoint};
+use crate::audit::{leaf_hash, origin_for, sign_checkpoint, AuditEvent, AuditOutcome, AuditRecord};
+use crate::envelope::{b64_encode, IdentityDocument, Peer, TrustStore};
 
 /// Pending entries appended in one extension at most.
 const BATCH: usize = 256;
@@ -83,4 +87,52 @@ pub(super) async fn append_all(gw: &Gateway) -> Result<u64, GatewayError> {
             tokio::task::yield_now().await;
         }
     }
+}
+
+/// The gateway audit entries of a hand edit of the trust store from `before` to `after`
+/// (`outpost trust add|rm` on the gateway host, which writes the gateway's state itself,
+/// not through its API), by `actor` (the local user, `cli::actor`): one per peer added,
+/// changed (another document or other rights) or removed, in peer-id order; a peer
+/// saved unchanged has none. `event` `trust_add` or `trust_remove`; `detail` `"<peer id>
+/// trusted|updated <role> send=<b> issue=<b>"` or `"<peer id> removed <role>"`;
+/// `args_sha256` binds the peer's signing key as an enrollment's does.
+pub fn trust_entries(actor: &str, before: &TrustStore, after: &TrustStore) -> Vec<AuditRecord> {
+    let mut out = Vec::new();
+    let ids: BTreeSet<&str> = before
+        .list()
+        .chain(after.list())
+        .map(|p| p.doc.node_id.as_str())
+        .collect();
+    for id in ids {
+        let entry = match (before.get(id), after.get(id)) {
+            (None, Some(new)) => trust_added("trusted", new),
+            (Some(old), Some(new)) if (&old.doc, old.rights) != (&new.doc, new.rights) => {
+                trust_added("updated", new)
+            }
+            (Some(old), None) => entry(
+                AuditEvent::TrustRemove,
+                format!("{id} removed {}", old.doc.role),
+                &old.doc,
+            ),
+            _ => continue,
+        };
+        out.push(entry.actor(actor));
+    }
+    out
+}
+
+fn trust_added(what: &str, p: &Peer) -> AuditRecord {
+    let detail = format!(
+        "{} {what} {} send={} issue={}",
+        p.doc.node_id, p.doc.role, p.rights.send, p.rights.issue
+    );
+    entry(AuditEvent::TrustAdd, detail, &p.doc)
+}
+
+fn entry(event: AuditEvent, detail: String, doc: &IdentityDocument) -> AuditRecord {
+    let mut a = AuditRecord::new(event, AuditOutcome::Ok).detail(detail);
+    a.args_sha256 = Some(crate::audit::sha256_hex(
+        b64_encode(&doc.sign_pk).as_bytes(),
+    ));
+    a
 }

@@ -1,5 +1,7 @@
 //! Who decided, in the gateway's own audit log (issue 38: 13): a decision made with the
-//! CLI on the gateway host names the local user who ran it (`local:<user>`), not a role.
+//! CLI on the gateway host names the local user who ran it (`local:<user>`), not a role,
+//! and a hand `outpost trust add` / `trust rm` on the gateway host is in the log like
+//! every other trust change, committed with it.
 
 use std::time::{Duration, Instant};
 
@@ -67,4 +69,47 @@ async fn an_approval_from_the_cli_names_the_local_user_not_operator() {
         actor.starts_with("local:audit-tester (sudo as "),
         "{rejected:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_add_and_rm_on_a_running_gateway_are_in_its_audit_log_by_the_local_user() {
+    let (gw, _d) = gateway();
+    let node = SimNode::generated("node:t1");
+    let file = gw.dir.path().join("t1.json");
+    std::fs::write(&file, serde_json::to_vec(&node.document()).unwrap()).unwrap();
+    let file = file.to_str().unwrap();
+    let sudo = [("SUDO_USER", "audit-tester")];
+    let out = ok(gw.cli_env(&["trust", "add", file, "--send"], &sudo));
+    assert!(out.starts_with("trusted node:t1"), "{out}");
+    let out = ok(gw.cli_env(&["trust", "add", file, "--send", "--issue"], &sudo));
+    assert!(out.starts_with("updated node:t1"), "{out}");
+    ok(gw.cli_env(&["trust", "rm", "node:t1"], &sudo));
+
+    let key = outpost::audit::sha256_hex(
+        outpost::envelope::b64_encode(&node.document().sign_pk).as_bytes(),
+    );
+    let added = entries(&gw, "trust_add", 2);
+    let removed = entries(&gw, "trust_remove", 1);
+    let said: Vec<&str> = added
+        .iter()
+        .chain(&removed)
+        .map(|e| e["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "node:t1 trusted node send=true issue=false",
+            "node:t1 updated node send=true issue=true",
+            "node:t1 removed node",
+        ]
+    );
+    for e in added.iter().chain(&removed) {
+        assert_eq!(e["args_sha256"], key.as_str(), "{e}");
+        assert_eq!(e["outcome"], "ok", "{e}");
+        let actor = e["actor"].as_str().unwrap();
+        assert!(actor.starts_with("local:audit-tester (sudo as "), "{e}");
+    }
+    // In the order they were made.
+    let index = |e: &Value| e["index"].as_u64().unwrap();
+    assert!(index(&added[0]) < index(&added[1]) && index(&added[1]) < index(&removed[0]));
 }

@@ -38,6 +38,7 @@ pub mod snapshot;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::audit::AuditRecord;
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 pub use enrollments::{
@@ -405,6 +406,8 @@ pub trait GatewayState:
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
 
-    /// Store the enrolled peers (`outpost trust add/remove`, on either engine).
-    fn save_trust<'a>(&'a self, trust: &'a TrustStore) -> Fut<'a, ()>;
+    /// Store the enrolled peers (`outpost trust add/rm`, on either engine), with `audit`
+    /// (the caller's entries of what it changed, one per peer) as pending entries of the
+    /// gateway's own audit log in the same transaction: both are stored, or neither.
+    fn save_trust<'a>(&'a self, trust: &'a TrustStore, audit: &'a [AuditRecord]) -> Fut<'a, ()>;
 }

@@ -240,3 +240,73 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
         );
     }
 }
+
+/// A hand edit of the trust store (`outpost trust add|rm` on the gateway host) commits
+/// the caller's audit entries with the trust rows: both are there at once, with no
+/// second write to make, pending after what was pending before, and survive a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trust_save_commits_its_audit_entries_pending_with_the_trust_change() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    state
+        .enroll_token_add(token("auto", Approve::Auto))
+        .await
+        .unwrap();
+    let (_, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
+    enroll(state, &f, "auto").await;
+    let mut trust = state.load_trust().unwrap();
+    let (_, a) = peer("node:a", "node", "2026-11-20T06:00:00Z");
+    let (_, b) = peer("node:b", "node", "2026-11-20T06:00:00Z");
+    let rights = outpost::envelope::Rights {
+        send: true,
+        issue: false,
+    };
+    trust.add(a, rights).unwrap();
+    trust.add(b, rights).unwrap();
+    e.clock.advance_ms(7);
+    let added = [entry("trusted node:a"), entry("trusted node:b")];
+    state.save_trust(&trust, &added).await.unwrap();
+    assert_eq!(state.load_trust().unwrap(), trust);
+    let p = pending(state).await;
+    assert_eq!(
+        details(&p),
+        [
+            "node:f enrolled new auto",
+            "trusted node:a",
+            "trusted node:b"
+        ]
+    );
+    assert_eq!(
+        p[1].entry,
+        AuditEntry::from_record(0, T0 + 7, added[0].clone())
+    );
+    assert!(p.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+
+    // A save with no entries adds none; one with an entry, after the rest.
+    trust.remove("node:b");
+    state.save_trust(&trust, &[]).await.unwrap();
+    assert_eq!(pending(state).await.len(), 3);
+    trust.remove("node:a");
+    state
+        .save_trust(&trust, &[entry("removed node:a")])
+        .await
+        .unwrap();
+    let want = [
+        "node:f enrolled new auto",
+        "trusted node:a",
+        "trusted node:b",
+        "removed node:a",
+    ];
+    let e = e.reopen().await;
+    let state = &*e.state;
+    assert_eq!(state.load_trust().unwrap(), trust);
+    let p = pending(state).await;
+    assert_eq!(details(&p), want);
+    // They are appended like any decision's.
+    let (ext, seqs) = extension(0, &p);
+    assert!(state.audit_append_pending(GW, ext, &seqs).await.unwrap());
+    assert!(pending(state).await.is_empty());
+    assert_eq!(state.audit_size(GW).await.unwrap(), 4);
+}

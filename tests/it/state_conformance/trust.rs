@@ -34,7 +34,7 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     };
     trust.add(admin, issuer).unwrap();
     trust.add(node, SEND).unwrap();
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     assert_eq!(state.load_trust().unwrap(), trust);
     let (fp1, loaded) = state.load_trust_since(fp0).unwrap().expect("changed");
     assert_ne!(fp1, 0);
@@ -43,14 +43,14 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     assert_eq!(state.load_trust_since(fp1).unwrap(), None);
 
     // The same peers saved again: unchanged.
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     assert_eq!(state.load_trust_since(fp1).unwrap(), None);
 
     // Other rights, then a peer removed: each a change.
     trust
         .add(trust.get("node:a").unwrap().doc.clone(), Rights::default())
         .unwrap();
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     let (fp2, loaded) = state
         .load_trust_since(fp1)
         .unwrap()
@@ -58,7 +58,7 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     assert_ne!(fp2, fp1);
     assert_eq!(loaded, trust);
     trust.remove("node:a");
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     let (fp3, loaded) = state.load_trust_since(fp2).unwrap().expect("peer removed");
     assert_ne!(fp3, fp2);
     assert_eq!(loaded, trust);
@@ -76,7 +76,7 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let (old, doc) = peer("node:r", "node", "2026-11-20T06:00:00Z");
     let mut trust = TrustStore::new();
     trust.add(doc, SEND).unwrap();
-    e.state.save_trust(&trust).await.unwrap();
+    e.state.save_trust(&trust, &[]).await.unwrap();
     let (fp, _) = e.state.load_trust_since(0).unwrap().unwrap();
 
     let new = Keys::generate();

@@ -422,8 +422,12 @@ impl GatewayState for Embedded {
         Box::pin(self.audit_sizes_now(nodes))
     }
 
-    fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
-        Box::pin(self.save_trust_now(t))
+    fn save_trust<'a>(
+        &'a self,
+        t: &'a TrustStore,
+        audit: &'a [crate::audit::AuditRecord],
+    ) -> Fut<'a, ()> {
+        Box::pin(self.save_trust_now(t, audit))
     }
 
     fn durable(&self) -> bool {

@@ -417,8 +417,12 @@ impl GatewayState for Postgres {
         })
     }
 
-    fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
-        Box::pin(async move { self.save_trust_now(t).await })
+    fn save_trust<'a>(
+        &'a self,
+        t: &'a TrustStore,
+        audit: &'a [crate::audit::AuditRecord],
+    ) -> Fut<'a, ()> {
+        Box::pin(async move { self.save_trust_now(t, audit).await })
     }
 
     fn close(&self) -> Fut<'_, ()> {
