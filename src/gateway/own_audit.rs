@@ -136,3 +136,52 @@ fn entry(event: AuditEvent, detail: String, doc: &IdentityDocument) -> AuditReco
     ));
     a
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{Keys, Rights};
+
+    fn peer(id: &str) -> IdentityDocument {
+        IdentityDocument::new(id, "node", &Keys::generate(), "2026-11-20T06:00:00Z")
+    }
+
+    #[test]
+    fn a_trust_edit_has_one_entry_per_peer_it_changed() {
+        let send = Rights {
+            send: true,
+            issue: false,
+        };
+        let mut before = TrustStore::new();
+        for id in ["node:kept", "node:gone", "node:rights"] {
+            before.add(peer(id), send).unwrap();
+        }
+        let mut after = before.clone();
+        after.remove("node:gone");
+        let rights = after.get("node:rights").unwrap().doc.clone();
+        after.add(rights, Rights::default()).unwrap();
+        after.add(peer("node:new"), send).unwrap();
+        let kept = after.get("node:kept").unwrap().doc.clone();
+        after.add(kept, send).unwrap();
+        let said: Vec<(&str, String)> = trust_entries("local:alice", &before, &after)
+            .into_iter()
+            .map(|a| {
+                assert_eq!(a.actor.as_deref(), Some("local:alice"));
+                assert!(a.args_sha256.is_some());
+                (a.event.as_str(), a.detail.unwrap())
+            })
+            .collect();
+        let want = [
+            ("trust_remove", "node:gone removed node".to_string()),
+            (
+                "trust_add",
+                "node:new trusted node send=true issue=false".into(),
+            ),
+            (
+                "trust_add",
+                "node:rights updated node send=false issue=false".into(),
+            ),
+        ];
+        assert_eq!(said, want, "node:kept was saved unchanged");
+    }
+}
