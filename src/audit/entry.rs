@@ -53,6 +53,10 @@ pub enum AuditEvent {
     TrustAdd,
     /// An operator removed a peer from the trust store by hand (`outpost trust rm`).
     TrustRemove,
+    /// An operator made an enrollment token (`outpost enroll-token create`).
+    EnrollTokenCreate,
+    /// An operator revoked an enrollment token (`outpost enroll-token revoke`).
+    EnrollTokenRevoke,
 }
 
 impl AuditEvent {
@@ -74,6 +78,8 @@ impl AuditEvent {
             Self::Rollout => "rollout",
             Self::TrustAdd => "trust_add",
             Self::TrustRemove => "trust_remove",
+            Self::EnrollTokenCreate => "enroll_token_create",
+            Self::EnrollTokenRevoke => "enroll_token_revoke",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection,
-//! retirement, key rotation, rollout decision and hand edit of the trust store, as
+//! retirement, key rotation, rollout decision, enrollment token made or revoked and
+//! hand edit of the trust store, as
 //! entries in the node's format (§13.1) with a checkpoint signed by the gateway's key
 //! after each append. It is kept where the
 //! gateway keeps nodes' audit copies, under the gateway's own id, so both engines hold
@@ -20,6 +21,7 @@ use super::error::GatewayError;
 use super::state::Gateway;
 use super::storage::AuditExtension;
 use crate::audit::{leaf_hash, origin_for, sign_checkpoint, AuditEvent, AuditOutcome, AuditRecord};
+use crate::enroll::TokenClaims;
 use crate::envelope::{b64_encode, IdentityDocument, Peer, TrustStore};
 
 /// Pending entries appended in one extension at most.
@@ -135,6 +137,30 @@ fn entry(event: AuditEvent, detail: String, doc: &IdentityDocument) -> AuditReco
         b64_encode(&doc.sign_pk).as_bytes(),
     ));
     a
+}
+
+/// The gateway audit entry of an enrollment token made on the gateway host (`outpost
+/// enroll-token create`), by `actor`: `event` `enroll_token_create`, `detail` `"<token
+/// id> created max_uses=<n> approve=<auto|manual> prefix=<prefix|-> expires_at_ms=<ms>"`.
+pub fn enroll_token_created(actor: &str, t: &TokenClaims) -> AuditRecord {
+    AuditRecord::new(AuditEvent::EnrollTokenCreate, AuditOutcome::Ok)
+        .actor(actor)
+        .detail(format!(
+            "{} created max_uses={} approve={} prefix={} expires_at_ms={}",
+            t.id,
+            t.max_uses,
+            t.approve.as_str(),
+            t.node_prefix.as_deref().unwrap_or("-"),
+            t.expires_at_ms
+        ))
+}
+
+/// The gateway audit entry of an enrollment token revoked (`outpost enroll-token
+/// revoke`), by `actor`: `event` `enroll_token_revoke`, `detail` `"<token id> revoked"`.
+pub fn enroll_token_revoked(actor: &str, id: &str) -> AuditRecord {
+    AuditRecord::new(AuditEvent::EnrollTokenRevoke, AuditOutcome::Ok)
+        .actor(actor)
+        .detail(format!("{id} revoked"))
 }
 
 #[cfg(test)]

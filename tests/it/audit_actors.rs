@@ -1,7 +1,8 @@
 //! Who decided, in the gateway's own audit log (issue 38: 13): a decision made with the
-//! CLI on the gateway host names the local user who ran it (`local:<user>`), not a role,
-//! and a hand `outpost trust add` / `trust rm` on the gateway host is in the log like
-//! every other trust change, committed with it.
+//! CLI on the gateway host names the local user who ran it (`local:<user>`), not a role;
+//! enrollment tokens made and revoked there are in the log, and a hand `outpost trust
+//! add` / `trust rm` on the gateway host is too, like every other trust change,
+//! committed with it.
 
 use std::time::{Duration, Instant};
 
@@ -41,7 +42,7 @@ fn ok(o: std::process::Output) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_approval_from_the_cli_names_the_local_user_not_operator() {
+async fn decisions_from_the_cli_name_the_local_user_not_operator() {
     let (gw, d) = gateway();
     let manual = make_token(&gw, &["--max-uses", "2", "--approve", "manual"]);
     let gdoc = gateway_document(&d).await;
@@ -69,6 +70,19 @@ async fn an_approval_from_the_cli_names_the_local_user_not_operator() {
         actor.starts_with("local:audit-tester (sudo as "),
         "{rejected:?}"
     );
+    // The token they enrolled with: made, and revoked, by the local user too.
+    let made = entries(&gw, "enroll_token_create", 1);
+    assert_eq!(made[0]["actor"], me.as_str(), "{made:?}");
+    let detail = made[0]["detail"].as_str().unwrap();
+    let id = detail.split(' ').next().unwrap().to_string();
+    assert!(
+        detail.starts_with(&format!("{id} created max_uses=2 approve=manual prefix=- ")),
+        "{detail}"
+    );
+    ok(gw.cli(&["enroll-token", "revoke", &id]));
+    let revoked = entries(&gw, "enroll_token_revoke", 1);
+    assert_eq!(revoked[0]["actor"], me.as_str(), "{revoked:?}");
+    assert_eq!(revoked[0]["detail"], format!("{id} revoked"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,7 +47,11 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     };
     let state = &*e.state;
     for (id, approve) in [("auto", Approve::Auto), ("manual", Approve::Manual)] {
-        state.enroll_token_add(token(id, approve)).await.unwrap();
+        let made = entry(&format!("created {id}"));
+        state
+            .enroll_token_add(token(id, approve), &made)
+            .await
+            .unwrap();
     }
     // An enrollment: its entry, from the decision, at the decision's time.
     let (f_keys, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
@@ -55,14 +59,14 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
         panic!("not recorded");
     };
     let p = pending(state).await;
-    assert_eq!(p.len(), 1);
-    assert_eq!(p[0].entry, AuditEntry::from_record(0, T0, audit));
+    assert_eq!(p.len(), 3);
+    assert_eq!(p[2].entry, AuditEntry::from_record(0, T0, audit));
     // An answer from the record writes nothing.
     assert!(matches!(
         enroll(state, &f, "auto").await,
         Decision::Answer(_)
     ));
-    assert_eq!(pending(state).await.len(), 1);
+    assert_eq!(pending(state).await.len(), 3);
 
     // An approval; nothing pending to settle writes nothing.
     let (_, g) = peer("node:g", "node", "2026-11-20T06:00:00Z");
@@ -106,6 +110,8 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     assert_eq!(none.unwrap(), None);
 
     let want = [
+        "created auto",
+        "created manual",
         "node:f enrolled new auto",
         "node:g pending new manual",
         "settled node:g",
@@ -157,7 +163,7 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     assert_eq!(indexed, expected);
     assert_eq!(
         state.audit_checkpoints(GW).await.unwrap(),
-        [(2, "checkpoint 2".into()), (6, "checkpoint 6".into())]
+        [(2, "checkpoint 2".into()), (8, "checkpoint 8".into())]
     );
 }
 
@@ -168,7 +174,7 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("auto", Approve::Auto))
+        .enroll_token_add(token("auto", Approve::Auto), &entry("created auto"))
         .await
         .unwrap();
     let (a_keys, a) = peer("node:r", "node", "2026-11-20T06:00:00Z");
@@ -251,7 +257,7 @@ async fn a_trust_save_commits_its_audit_entries_pending_with_the_trust_change() 
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("auto", Approve::Auto))
+        .enroll_token_add(token("auto", Approve::Auto), &entry("created auto"))
         .await
         .unwrap();
     let (_, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
@@ -273,13 +279,14 @@ async fn a_trust_save_commits_its_audit_entries_pending_with_the_trust_change() 
     assert_eq!(
         details(&p),
         [
+            "created auto",
             "node:f enrolled new auto",
             "trusted node:a",
             "trusted node:b"
         ]
     );
     assert_eq!(
-        p[1].entry,
+        p[2].entry,
         AuditEntry::from_record(0, T0 + 7, added[0].clone())
     );
     assert!(p.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
@@ -287,13 +294,14 @@ async fn a_trust_save_commits_its_audit_entries_pending_with_the_trust_change() 
     // A save with no entries adds none; one with an entry, after the rest.
     trust.remove("node:b");
     state.save_trust(&trust, &[]).await.unwrap();
-    assert_eq!(pending(state).await.len(), 3);
+    assert_eq!(pending(state).await.len(), 4);
     trust.remove("node:a");
     state
         .save_trust(&trust, &[entry("removed node:a")])
         .await
         .unwrap();
     let want = [
+        "created auto",
         "node:f enrolled new auto",
         "trusted node:a",
         "trusted node:b",
@@ -308,5 +316,5 @@ async fn a_trust_save_commits_its_audit_entries_pending_with_the_trust_change() 
     let (ext, seqs) = extension(0, &p);
     assert!(state.audit_append_pending(GW, ext, &seqs).await.unwrap());
     assert!(pending(state).await.is_empty());
-    assert_eq!(state.audit_size(GW).await.unwrap(), 4);
+    assert_eq!(state.audit_size(GW).await.unwrap(), 5);
 }

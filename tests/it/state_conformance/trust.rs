@@ -207,7 +207,7 @@ async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
     assert!(state.enroll_tokens().await.unwrap().is_empty());
     for id in ["tok-1", "tok-2"] {
         state
-            .enroll_token_add(token(id, Approve::Auto))
+            .enroll_token_add(token(id, Approve::Auto), &entry(&format!("created {id}")))
             .await
             .unwrap();
     }
@@ -218,15 +218,23 @@ async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
         [token("tok-1", Approve::Auto), token("tok-2", Approve::Auto)]
     );
 
-    assert_eq!(
-        state.enroll_token_revoke("tok-1").await.unwrap(),
-        Some(true)
-    );
-    assert_eq!(
-        state.enroll_token_revoke("tok-1").await.unwrap(),
-        Some(false)
-    );
-    assert_eq!(state.enroll_token_revoke("tok-9").await.unwrap(), None);
+    let revoke = |id: &'static str| async move {
+        let audit = entry(&format!("revoked {id}"));
+        state.enroll_token_revoke(id, &audit).await.unwrap()
+    };
+    assert_eq!(revoke("tok-1").await, Some(true));
+    assert_eq!(revoke("tok-1").await, Some(false));
+    assert_eq!(revoke("tok-9").await, None);
+    // Each token made, and the one revocation that changed something, committed its
+    // audit entry with it.
+    let said: Vec<String> = state
+        .audit_pending(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.entry.detail.unwrap_or_default())
+        .collect();
+    assert_eq!(said, ["created tok-1", "created tok-2", "revoked tok-1"]);
     let revoked: BTreeSet<(String, bool)> = state
         .enroll_tokens()
         .await
@@ -258,11 +266,11 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("auto", Approve::Auto))
+        .enroll_token_add(token("auto", Approve::Auto), &entry("created"))
         .await
         .unwrap();
     state
-        .enroll_token_add(token("manual", Approve::Manual))
+        .enroll_token_add(token("manual", Approve::Manual), &entry("created"))
         .await
         .unwrap();
 
@@ -389,7 +397,7 @@ async fn a_rejected_enrollment_can_be_approved_later_as_what_it_is_now() {
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("manual", Approve::Manual))
+        .enroll_token_add(token("manual", Approve::Manual), &entry("created"))
         .await
         .unwrap();
     let (_, h) = peer("node:h", "node", "2026-11-20T06:00:00Z");

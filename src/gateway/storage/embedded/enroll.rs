@@ -77,14 +77,23 @@ impl Embedded {
         Ok(out)
     }
 
-    pub(super) async fn token_add_now(&self, t: TokenRecord) -> Result<(), StateError> {
-        self.store
-            .kv_put(KV_GW_ENROLL_TOKENS, &t.claims.id.clone(), json(&t))
-            .await?;
+    pub(super) async fn token_add_now(
+        &self,
+        t: TokenRecord,
+        audit: &AuditRecord,
+    ) -> Result<(), StateError> {
+        let mut batch = Batch::new();
+        batch.kv_put(KV_GW_ENROLL_TOKENS, &t.claims.id, json(&t));
+        self.pend(&mut batch, self.store.now_ms(), audit);
+        self.store.commit(batch).await?;
         Ok(())
     }
 
-    pub(super) async fn token_revoke_now(&self, id: &str) -> Result<Option<bool>, StateError> {
+    pub(super) async fn token_revoke_now(
+        &self,
+        id: &str,
+        audit: &AuditRecord,
+    ) -> Result<Option<bool>, StateError> {
         let Some(mut t) = self.kv_json::<TokenRecord>(KV_GW_ENROLL_TOKENS, id)? else {
             return Ok(None);
         };
@@ -92,7 +101,10 @@ impl Embedded {
             return Ok(Some(false));
         }
         t.revoked = true;
-        self.store.kv_put(KV_GW_ENROLL_TOKENS, id, json(&t)).await?;
+        let mut batch = Batch::new();
+        batch.kv_put(KV_GW_ENROLL_TOKENS, id, json(&t));
+        self.pend(&mut batch, self.store.now_ms(), audit);
+        self.store.commit(batch).await?;
         Ok(Some(true))
     }
 
@@ -287,16 +299,20 @@ impl Embedded {
 }
 
 impl EnrollmentState for Embedded {
-    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
-        Box::pin(self.token_add_now(token))
+    fn enroll_token_add<'a>(&'a self, token: TokenRecord, audit: &'a AuditRecord) -> Fut<'a, ()> {
+        Box::pin(self.token_add_now(token, audit))
     }
 
     fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
         Box::pin(async move { self.tokens_now() })
     }
 
-    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
-        Box::pin(self.token_revoke_now(id))
+    fn enroll_token_revoke<'a>(
+        &'a self,
+        id: &'a str,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>> {
+        Box::pin(self.token_revoke_now(id, audit))
     }
 
     fn enroll<'a>(

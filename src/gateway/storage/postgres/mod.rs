@@ -26,6 +26,7 @@
 mod audit;
 mod delivery;
 mod enroll;
+mod enroll_tokens;
 mod events;
 mod fleet;
 mod group;
