@@ -57,6 +57,8 @@ pub enum AuditEvent {
     EnrollTokenCreate,
     /// An operator revoked an enrollment token (`outpost enroll-token revoke`).
     EnrollTokenRevoke,
+    /// An operator revoked a capability token (`POST /v1/revocations`, the console).
+    TokenRevoke,
 }
 
 impl AuditEvent {
@@ -80,6 +82,7 @@ impl AuditEvent {
             Self::TrustRemove => "trust_remove",
             Self::EnrollTokenCreate => "enroll_token_create",
             Self::EnrollTokenRevoke => "enroll_token_revoke",
+            Self::TokenRevoke => "token_revoke",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection,
-//! retirement, key rotation, rollout decision, enrollment token made or revoked and
-//! hand edit of the trust store, as
+//! retirement, key rotation, rollout decision, enrollment token made or revoked, token
+//! revocation and hand edit of the trust store, as
 //! entries in the node's format (§13.1) with a checkpoint signed by the gateway's key
 //! after each append. It is kept where the
 //! gateway keeps nodes' audit copies, under the gateway's own id, so both engines hold
@@ -161,6 +161,15 @@ pub fn enroll_token_revoked(actor: &str, id: &str) -> AuditRecord {
     AuditRecord::new(AuditEvent::EnrollTokenRevoke, AuditOutcome::Ok)
         .actor(actor)
         .detail(format!("{id} revoked"))
+}
+
+/// The gateway audit entry of a capability token revoked (`POST /v1/revocations`, the
+/// console's form) by token subject `by`: `event` `token_revoke`, `detail` `"<jti>
+/// revoked"`.
+pub fn token_revoked(by: &str, jti: &str) -> AuditRecord {
+    AuditRecord::new(AuditEvent::TokenRevoke, AuditOutcome::Ok)
+        .actor(by)
+        .detail(format!("{jti} revoked"))
 }
 
 #[cfg(test)]

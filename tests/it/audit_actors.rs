@@ -2,7 +2,8 @@
 //! CLI on the gateway host names the local user who ran it (`local:<user>`), not a role;
 //! enrollment tokens made and revoked there are in the log, and a hand `outpost trust
 //! add` / `trust rm` on the gateway host is too, like every other trust change,
-//! committed with it.
+//! committed with it. A decision in the console names the subject of the token that
+//! signed in, a token revocation included.
 
 use std::time::{Duration, Instant};
 
@@ -126,4 +127,57 @@ async fn trust_add_and_rm_on_a_running_gateway_are_in_its_audit_log_by_the_local
     // In the order they were made.
     let index = |e: &Value| e["index"].as_u64().unwrap();
     assert!(index(&added[0]) < index(&added[1]) && index(&added[1]) < index(&removed[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_in_the_console_name_the_subject_of_the_token_that_signed_in() {
+    let (gw, d) = gateway();
+    let manual = make_token(&gw, &["--max-uses", "1", "--approve", "manual"]);
+    let gdoc = gateway_document(&d).await;
+    let (st, v) = SimNode::generated("node:c")
+        .self_enroll(&d, &gdoc, &manual)
+        .await;
+    assert_eq!(st, 202, "{v}");
+    let admin = ok(gw.cli(&[
+        "token",
+        "issue",
+        "--aud",
+        "gateway:main",
+        "--scope",
+        "admin",
+        "--ttl",
+        "1h",
+        "--sub",
+        "alice@site-3",
+    ]));
+    let (_, ui) = crate::console::sign_in(&d, admin.trim()).await;
+    let ui = ui.expect("a console session");
+    let csrf = ui.csrf().await;
+    let origin = Some(ui.origin.as_str());
+    let r = ui
+        .post("/ui/enrollments/node:c/approve", origin, &[("csrf", &csrf)])
+        .await;
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    let r = ui
+        .post(
+            "/ui/revocations",
+            origin,
+            &[("csrf", &csrf), ("jti", "j-lost")],
+        )
+        .await;
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    // A repeat revokes nothing more, and is no new decision.
+    let r = ui
+        .post(
+            "/ui/revocations",
+            origin,
+            &[("csrf", &csrf), ("jti", "j-lost")],
+        )
+        .await;
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    let approved = entries(&gw, "approve", 1);
+    assert_eq!(approved[0]["actor"], "alice@site-3", "{approved:?}");
+    let revoked = entries(&gw, "token_revoke", 1);
+    assert_eq!(revoked[0]["actor"], "alice@site-3", "{revoked:?}");
+    assert_eq!(revoked[0]["detail"], "j-lost revoked", "{revoked:?}");
 }

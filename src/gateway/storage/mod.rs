@@ -365,8 +365,10 @@ pub trait GatewayState:
     /// Dead-letter what expired (each message exactly once).
     fn sweep_expired(&self) -> Fut<'_, Vec<ExpiredMessage>>;
 
-    /// Revoke a token id (versions are assigned one at a time).
-    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked>;
+    /// Revoke a token id (versions are assigned one at a time), with `audit` as a
+    /// pending entry of the gateway's own audit log in the same transaction when it is
+    /// [`Revoked::Added`] (a duplicate writes nothing).
+    fn revoke<'a>(&'a self, jti: &'a str, audit: &'a AuditRecord) -> Fut<'a, Revoked>;
     /// Revocations newer than `since`.
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList>;
     /// Is this token id revoked? Asked on every token check, synchronously (the

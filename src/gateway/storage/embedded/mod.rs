@@ -332,8 +332,12 @@ impl GatewayState for Embedded {
         })
     }
 
-    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
-        Box::pin(self.revoke_now(jti))
+    fn revoke<'a>(
+        &'a self,
+        jti: &'a str,
+        audit: &'a crate::audit::AuditRecord,
+    ) -> Fut<'a, Revoked> {
+        Box::pin(self.revoke_now(jti, audit))
     }
 
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList> {

@@ -343,8 +343,12 @@ impl GatewayState for Postgres {
         Box::pin(async move { status::sweep(self).await })
     }
 
-    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
-        Box::pin(peers::revoke(self, jti))
+    fn revoke<'a>(
+        &'a self,
+        jti: &'a str,
+        audit: &'a crate::audit::AuditRecord,
+    ) -> Fut<'a, Revoked> {
+        Box::pin(peers::revoke(self, jti, audit))
     }
 
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList> {

@@ -189,7 +189,11 @@ impl Postgres {
     }
 }
 
-pub(super) async fn revoke(pg: &Postgres, jti: &str) -> Result<Revoked, StateError> {
+pub(super) async fn revoke(
+    pg: &Postgres,
+    jti: &str,
+    audit: &AuditRecord,
+) -> Result<Revoked, StateError> {
     let mut c = pg.pool.get().await?;
     let tx = c.transaction().await.map_err(unavailable)?;
     // Versions are assigned one at a time, across replicas.
@@ -214,6 +218,7 @@ pub(super) async fn revoke(pg: &Postgres, jti: &str) -> Result<Revoked, StateErr
         .await
         .map_err(unavailable)?
         .get(0);
+    super::own_audit::pend(&tx, pg.now_ms(), audit).await?;
     tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_REVOKED, &jti])
         .await
         .map_err(unavailable)?;
