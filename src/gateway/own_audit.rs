@@ -1,11 +1,11 @@
 //! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection,
 //! retirement, key rotation, rollout decision, enrollment token made or revoked, token
-//! revocation and hand edit of the trust store, as
-//! entries in the node's format (§13.1) with a checkpoint signed by the gateway's key
-//! after each append. It is kept where the
-//! gateway keeps nodes' audit copies, under the gateway's own id, so both engines hold
-//! it the same way and replicas append to one log. `outpost audit verify` on the gateway
-//! host checks it.
+//! revocation and hand edit of the trust store, as entries in the node's format (§13.1)
+//! with a checkpoint signed by the gateway's key after each append; each names who
+//! decided (a token's subject, a node, the gateway, or the local user of a command on
+//! its host). It is kept where the gateway keeps nodes' audit copies, under the
+//! gateway's own id, so both engines hold it the same way and replicas append to one
+//! log. `outpost audit verify` on the gateway host checks it.
 //!
 //! A decision's transaction writes its entry as pending ([`crate::gateway::storage::
 //! EnrollmentState`]); [`append_pending`] moves pending entries into the log, oldest
