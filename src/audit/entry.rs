@@ -48,6 +48,17 @@ pub enum AuditEvent {
     Rotate,
     /// A rollout was created, halted, resumed or cancelled (PROTOCOL §17).
     Rollout,
+    /// An operator trusted a peer by hand on the gateway host, or changed its document
+    /// or rights (`outpost trust add`).
+    TrustAdd,
+    /// An operator removed a peer from the trust store by hand (`outpost trust rm`).
+    TrustRemove,
+    /// An operator made an enrollment token (`outpost enroll-token create`).
+    EnrollTokenCreate,
+    /// An operator revoked an enrollment token (`outpost enroll-token revoke`).
+    EnrollTokenRevoke,
+    /// An operator revoked a capability token (`POST /v1/revocations`, the console).
+    TokenRevoke,
 }
 
 impl AuditEvent {
@@ -67,6 +78,11 @@ impl AuditEvent {
             Self::Revoke => "revoke",
             Self::Rotate => "rotate",
             Self::Rollout => "rollout",
+            Self::TrustAdd => "trust_add",
+            Self::TrustRemove => "trust_remove",
+            Self::EnrollTokenCreate => "enroll_token_create",
+            Self::EnrollTokenRevoke => "enroll_token_revoke",
+            Self::TokenRevoke => "token_revoke",
         }
     }
 }

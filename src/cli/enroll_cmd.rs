@@ -199,13 +199,16 @@ fn create(
         approve,
     };
     let token = Token::sign(&keys, claims.clone());
-    st.rt.block_on(st.state.enroll_token_add(TokenRecord {
+    let audit =
+        crate::gateway::own_audit::enroll_token_created(&super::actor::local_actor(), &claims);
+    let record = TokenRecord {
         claims: claims.clone(),
         created_at_ms: now,
         revoked: false,
         uses: 0,
         labels,
-    }))?;
+    };
+    st.rt.block_on(st.state.enroll_token_add(record, &audit))?;
     eprintln!(
         "enrollment token {} for {} devices, until {} (approve: {}); put it in each device's upstream.enroll_token_file",
         claims.id,
@@ -283,7 +286,8 @@ fn list(st: &Opened, json: bool) -> anyhow::Result<()> {
 }
 
 fn revoke(st: &Opened, id: &str) -> anyhow::Result<()> {
-    match st.rt.block_on(st.state.enroll_token_revoke(id))? {
+    let audit = crate::gateway::own_audit::enroll_token_revoked(&super::actor::local_actor(), id);
+    match st.rt.block_on(st.state.enroll_token_revoke(id, &audit))? {
         None => Err(Exit::failed(format!(
             "no enrollment token {id} (see `outpost enroll-token list`)"
         ))

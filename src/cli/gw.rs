@@ -1,8 +1,9 @@
 //! The gateway's client commands, run on the gateway host with its config: `outpost
 //! nodes`, `outpost command`, `outpost call`, `outpost message`. Each mints itself a
 //! token with the gateway's own key (audience the gateway, scope `admin`, five minutes,
-//! subject `operator`) and speaks the gateway's client API (PROTOCOL §11) on its local
-//! address, pinned like `outpost status` — no token to mint and no JSON to write by hand.
+//! subject the user who runs it, [`super::actor`]: the gateway's audit log names them)
+//! and speaks the gateway's client API (PROTOCOL §11) on its local address, pinned like
+//! `outpost status` — no token to mint and no JSON to write by hand.
 
 use std::time::Duration;
 
@@ -165,7 +166,7 @@ impl Client {
         let now = crate::clock::system().now_ms();
         let claims = Claims::new(
             &cfg.node_id,
-            "operator",
+            &super::actor::local_actor(),
             &cfg.node_id,
             vec!["admin".into()],
             now,

@@ -149,11 +149,23 @@ impl Book {
         }
     }
 
-    fn save(&self, t: &crate::envelope::TrustStore) -> anyhow::Result<()> {
+    /// Store `t`, edited from `before`. A gateway's own audit log gets an entry per peer
+    /// the edit changed, by the local user, in the trust write's transaction (the running
+    /// gateway appends it); a node keeps no such log.
+    #[cfg_attr(not(feature = "gateway"), allow(unused_variables))]
+    fn save(
+        &self,
+        before: &crate::envelope::TrustStore,
+        t: &crate::envelope::TrustStore,
+    ) -> anyhow::Result<()> {
         match self {
             Book::Store(s) => trust::save(s, t),
             #[cfg(feature = "gateway")]
-            Book::Gateway(g) => Ok(g.rt.block_on(g.state.save_trust(t))?),
+            Book::Gateway(g) => {
+                let actor = super::actor::local_actor();
+                let audit = crate::gateway::own_audit::trust_entries(&actor, before, t);
+                Ok(g.rt.block_on(g.state.save_trust(t, &audit))?)
+            }
         }
     }
 
@@ -200,7 +212,8 @@ fn identity_documents(bytes: &[u8]) -> anyhow::Result<Vec<IdentityDocument>> {
 pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
     let cfg = load_config(cfg)?;
     let store = Book::open(&cfg)?;
-    let mut t = store.load()?;
+    let before = store.load()?;
+    let mut t = before.clone();
     match cmd {
         TrustCmd::Add { file, send, issue } => {
             let bytes = read_input(&file)?;
@@ -246,7 +259,7 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
                     }
                 ));
             }
-            store.save(&t)?;
+            store.save(&before, &t)?;
             for l in lines {
                 println!("{l}");
             }
@@ -266,7 +279,7 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
             if t.remove(&id).is_none() {
                 return Err(Exit::failed(format!("{id} is not in the trust store")).into());
             }
-            store.save(&t)?;
+            store.save(&before, &t)?;
             println!("removed {id}");
         }
     }

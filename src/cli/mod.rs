@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod actor;
 pub mod audit;
 pub mod common;
 pub use common::error_line;
@@ -291,7 +292,7 @@ pub enum TokenCmd {
         /// Lifetime: a number and a unit, e.g. 90s, 15m, 1h, 7d (at most 31d without --force).
         #[arg(long, default_value = "1h")]
         ttl: String,
-        /// Who holds the token (default: operator).
+        /// Who holds the token (default: who runs this, `local:<user>`).
         #[arg(long)]
         sub: Option<String>,
         /// Issue even with a scope of unknown shape or a TTL above 31 days.

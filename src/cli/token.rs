@@ -72,7 +72,7 @@ pub fn token_cmd(cfg: &ConfigArg, cmd: TokenCmd) -> anyhow::Result<()> {
             let jti = uuid::Uuid::now_v7().to_string();
             let claims = Claims::new(
                 &cfg.node_id,
-                sub.as_deref().unwrap_or("operator"),
+                &sub.unwrap_or_else(super::actor::local_actor),
                 &aud,
                 scope,
                 now,

@@ -277,7 +277,8 @@ impl Delivery<'_> {
     /// Revoke `jti` on behalf of token subject `by` — the one flow behind `POST
     /// /v1/revocations` and the console's revoke form; nodes fetch the list
     /// ([`revocations`]) and refuse the token offline from then on. Leaves a `revoked`
-    /// event when it was added (a repeat changes nothing and says so).
+    /// event and an entry of the gateway's own audit log (by `by`) when it was added (a
+    /// repeat changes nothing and says so).
     pub async fn revoke(&self, by: &str, jti: &str) -> Result<Revoked, GatewayError> {
         let gw = self.0;
         if jti.is_empty() || jti.len() > 128 {
@@ -285,7 +286,8 @@ impl Delivery<'_> {
                 "jti must be 1..=128 characters".into(),
             ));
         }
-        let r = gw.state.revoke(jti).await?;
+        let entry = super::own_audit::token_revoked(by, jti);
+        let r = gw.state.revoke(jti, &entry).await?;
         if let Revoked::Added { version } = r {
             tracing::info!(event = "token_revoked", jti = %jti, version, by = %by);
             gw.publish(GatewayEvent::Revoked {
@@ -293,6 +295,7 @@ impl Delivery<'_> {
                 version,
                 by: by.to_string(),
             });
+            super::own_audit::append_pending(gw).await;
             gw.events_committed().await;
         }
         Ok(r)

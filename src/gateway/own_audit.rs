@@ -1,9 +1,11 @@
 //! The gateway's own audit log (PROTOCOL §15.6): every enrollment, approval, rejection,
-//! retirement and key rotation, as entries in the node's format (§13.1) with a
-//! checkpoint signed by the gateway's key after each append. It is kept where the
-//! gateway keeps nodes' audit copies, under the gateway's own id, so both engines hold
-//! it the same way and replicas append to one log. `outpost audit verify` on the gateway
-//! host checks it.
+//! retirement, key rotation, rollout decision, enrollment token made or revoked, token
+//! revocation and hand edit of the trust store, as entries in the node's format (§13.1)
+//! with a checkpoint signed by the gateway's key after each append; each names who
+//! decided (a token's subject, a node, the gateway, or the local user of a command on
+//! its host). It is kept where the gateway keeps nodes' audit copies, under the
+//! gateway's own id, so both engines hold it the same way and replicas append to one
+//! log. `outpost audit verify` on the gateway host checks it.
 //!
 //! A decision's transaction writes its entry as pending ([`crate::gateway::storage::
 //! EnrollmentState`]); [`append_pending`] moves pending entries into the log, oldest
@@ -13,10 +15,14 @@
 //! appended by the next pass. Racing another replica's append is never a reason to
 //! stop: the loop reads the log again and goes on until nothing is pending.
 
+use std::collections::BTreeSet;
+
 use super::error::GatewayError;
 use super::state::Gateway;
 use super::storage::AuditExtension;
-use crate::audit::{leaf_hash, origin_for, sign_checkpoint};
+use crate::audit::{leaf_hash, origin_for, sign_checkpoint, AuditEvent, AuditOutcome, AuditRecord};
+use crate::enroll::TokenClaims;
+use crate::envelope::{b64_encode, IdentityDocument, Peer, TrustStore};
 
 /// Pending entries appended in one extension at most.
 const BATCH: usize = 256;
@@ -82,5 +88,135 @@ pub(super) async fn append_all(gw: &Gateway) -> Result<u64, GatewayError> {
             frontiers.remove(&me);
             tokio::task::yield_now().await;
         }
+    }
+}
+
+/// The gateway audit entries of a hand edit of the trust store from `before` to `after`
+/// (`outpost trust add|rm` on the gateway host, which writes the gateway's state itself,
+/// not through its API), by `actor` (the local user, `cli::actor`): one per peer added,
+/// changed (another document or other rights) or removed, in peer-id order; a peer
+/// saved unchanged has none. `event` `trust_add` or `trust_remove`; `detail` `"<peer id>
+/// trusted|updated <role> send=<b> issue=<b>"` or `"<peer id> removed <role>"`;
+/// `args_sha256` binds the peer's signing key as an enrollment's does.
+pub fn trust_entries(actor: &str, before: &TrustStore, after: &TrustStore) -> Vec<AuditRecord> {
+    let mut out = Vec::new();
+    let ids: BTreeSet<&str> = before
+        .list()
+        .chain(after.list())
+        .map(|p| p.doc.node_id.as_str())
+        .collect();
+    for id in ids {
+        let entry = match (before.get(id), after.get(id)) {
+            (None, Some(new)) => trust_added("trusted", new),
+            (Some(old), Some(new)) if (&old.doc, old.rights) != (&new.doc, new.rights) => {
+                trust_added("updated", new)
+            }
+            (Some(old), None) => entry(
+                AuditEvent::TrustRemove,
+                format!("{id} removed {}", old.doc.role),
+                &old.doc,
+            ),
+            _ => continue,
+        };
+        out.push(entry.actor(actor));
+    }
+    out
+}
+
+fn trust_added(what: &str, p: &Peer) -> AuditRecord {
+    let detail = format!(
+        "{} {what} {} send={} issue={}",
+        p.doc.node_id, p.doc.role, p.rights.send, p.rights.issue
+    );
+    entry(AuditEvent::TrustAdd, detail, &p.doc)
+}
+
+fn entry(event: AuditEvent, detail: String, doc: &IdentityDocument) -> AuditRecord {
+    let mut a = AuditRecord::new(event, AuditOutcome::Ok).detail(detail);
+    a.args_sha256 = Some(crate::audit::sha256_hex(
+        b64_encode(&doc.sign_pk).as_bytes(),
+    ));
+    a
+}
+
+/// The gateway audit entry of an enrollment token made on the gateway host (`outpost
+/// enroll-token create`), by `actor`: `event` `enroll_token_create`, `detail` `"<token
+/// id> created max_uses=<n> approve=<auto|manual> prefix=<prefix|-> expires_at_ms=<ms>"`.
+pub fn enroll_token_created(actor: &str, t: &TokenClaims) -> AuditRecord {
+    AuditRecord::new(AuditEvent::EnrollTokenCreate, AuditOutcome::Ok)
+        .actor(actor)
+        .detail(format!(
+            "{} created max_uses={} approve={} prefix={} expires_at_ms={}",
+            t.id,
+            t.max_uses,
+            t.approve.as_str(),
+            t.node_prefix.as_deref().unwrap_or("-"),
+            t.expires_at_ms
+        ))
+}
+
+/// The gateway audit entry of an enrollment token revoked (`outpost enroll-token
+/// revoke`), by `actor`: `event` `enroll_token_revoke`, `detail` `"<token id> revoked"`.
+pub fn enroll_token_revoked(actor: &str, id: &str) -> AuditRecord {
+    AuditRecord::new(AuditEvent::EnrollTokenRevoke, AuditOutcome::Ok)
+        .actor(actor)
+        .detail(format!("{id} revoked"))
+}
+
+/// The gateway audit entry of a capability token revoked (`POST /v1/revocations`, the
+/// console's form) by token subject `by`: `event` `token_revoke`, `detail` `"<jti>
+/// revoked"`.
+pub fn token_revoked(by: &str, jti: &str) -> AuditRecord {
+    AuditRecord::new(AuditEvent::TokenRevoke, AuditOutcome::Ok)
+        .actor(by)
+        .detail(format!("{jti} revoked"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{Keys, Rights};
+
+    fn peer(id: &str) -> IdentityDocument {
+        IdentityDocument::new(id, "node", &Keys::generate(), "2026-11-20T06:00:00Z")
+    }
+
+    #[test]
+    fn a_trust_edit_has_one_entry_per_peer_it_changed() {
+        let send = Rights {
+            send: true,
+            issue: false,
+        };
+        let mut before = TrustStore::new();
+        for id in ["node:kept", "node:gone", "node:rights"] {
+            before.add(peer(id), send).unwrap();
+        }
+        let mut after = before.clone();
+        after.remove("node:gone");
+        let rights = after.get("node:rights").unwrap().doc.clone();
+        after.add(rights, Rights::default()).unwrap();
+        after.add(peer("node:new"), send).unwrap();
+        let kept = after.get("node:kept").unwrap().doc.clone();
+        after.add(kept, send).unwrap();
+        let said: Vec<(&str, String)> = trust_entries("local:alice", &before, &after)
+            .into_iter()
+            .map(|a| {
+                assert_eq!(a.actor.as_deref(), Some("local:alice"));
+                assert!(a.args_sha256.is_some());
+                (a.event.as_str(), a.detail.unwrap())
+            })
+            .collect();
+        let want = [
+            ("trust_remove", "node:gone removed node".to_string()),
+            (
+                "trust_add",
+                "node:new trusted node send=true issue=false".into(),
+            ),
+            (
+                "trust_add",
+                "node:rights updated node send=false issue=false".into(),
+            ),
+        ];
+        assert_eq!(said, want, "node:kept was saved unchanged");
     }
 }

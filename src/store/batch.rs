@@ -123,6 +123,19 @@ impl Batch {
         self
     }
 
+    /// Put `value` in `ns` under the number after the highest one it holds
+    /// ([`crate::store::seq_key`]; 0 when it holds none), picked inside the group commit,
+    /// under the engine's write lock: two writers, in one process or two on the same
+    /// store (the gateway and an `outpost` command next to it), never pick the same key.
+    /// A number whose entry was deleted may be picked again once it is the highest.
+    pub fn kv_put_next(&mut self, ns: &str, value: Vec<u8>) -> &mut Self {
+        self.ops.push(WriteOp::KvPutNext {
+            ns: ns.into(),
+            value,
+        });
+        self
+    }
+
     /// Store a tool result under `key` until `keep_until_ms` (job-id idempotency).
     pub fn result_put(&mut self, key: &str, result: Vec<u8>, keep_until_ms: u64) -> &mut Self {
         self.ops.push(WriteOp::ResultPut {

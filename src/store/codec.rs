@@ -193,6 +193,12 @@ pub fn split_time_key(k: &[u8]) -> Option<(u64, &[u8])> {
     Some((u64::from_be_bytes(b), &k[8..]))
 }
 
+/// A numbered KV key ([`crate::store::Batch::kv_put_next`]): the number zero-padded to
+/// 20 digits, so keys sort as numbers.
+pub fn seq_key(n: u64) -> String {
+    format!("{n:020}")
+}
+
 pub fn scoped_key(scope: &str, id: &str) -> Vec<u8> {
     let mut k = scope.as_bytes().to_vec();
     k.push(0);

@@ -98,6 +98,7 @@ use tokio::sync::oneshot;
 use crate::clock::SharedClock;
 
 pub use batch::{Batch, Committed};
+pub use codec::seq_key;
 pub use disk::{disk_usage, DiskUsage};
 pub use engine::EngineKind;
 pub use error::StoreError;

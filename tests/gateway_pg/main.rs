@@ -36,6 +36,8 @@ pub const GATEWAY_ENGINE: &str = "postgres";
 
 #[path = "../it/approvals.rs"]
 mod approvals;
+#[path = "../it/audit_actors.rs"]
+mod audit_actors;
 #[path = "../it/browser.rs"]
 mod browser;
 #[path = "../it/console.rs"]

@@ -36,6 +36,17 @@ pub fn outpost(args: &[&str]) -> Output {
         .expect("spawn outpost")
 }
 
+/// [`outpost`] with `env` set for it.
+pub fn outpost_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env_remove("OUTPOST_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .envs(env.iter().copied())
+        .output()
+        .expect("spawn outpost")
+}
+
 pub fn outpost_stdin(args: &[&str], stdin: &[u8]) -> Output {
     use std::io::Write;
     let mut child = Command::new(bin())
@@ -159,6 +170,15 @@ impl Home {
         a.push("--config");
         a.push(cfg.to_str().unwrap());
         outpost(&a)
+    }
+
+    /// [`Self::cli`] with `env` set for it (e.g. `SUDO_USER`, as sudo sets it).
+    pub fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let cfg = self.config();
+        let mut a: Vec<&str> = args.to_vec();
+        a.push("--config");
+        a.push(cfg.to_str().unwrap());
+        outpost_env(&a, env)
     }
 
     pub fn cli_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {

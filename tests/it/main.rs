@@ -11,6 +11,7 @@ pub const GATEWAY_ENGINE: &str = "embedded";
 mod answer_caps;
 mod approvals;
 mod audit;
+mod audit_actors;
 mod browser;
 mod console;
 mod console_day;

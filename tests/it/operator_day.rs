@@ -115,7 +115,12 @@ async fn a_rejected_device_can_be_approved_after_all() {
         .collect();
     assert_eq!(
         events,
-        ["\"enroll\"", "\"reject\"", "\"approve\""],
+        [
+            "\"enroll_token_create\"",
+            "\"enroll\"",
+            "\"reject\"",
+            "\"approve\""
+        ],
         "{events:?}"
     );
 }

@@ -475,10 +475,19 @@ async fn manual_approval_rejection_and_a_reflashed_devices_rekey() {
     let events: Vec<&str> = log.iter().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(
         events,
-        ["enroll", "enroll", "approve", "reject", "enroll", "approve"],
+        [
+            "enroll_token_create",
+            "enroll",
+            "enroll",
+            "approve",
+            "reject",
+            "enroll_token_create",
+            "enroll",
+            "approve"
+        ],
         "{log:?}"
     );
-    assert!(log[4].contains("node:a pending rekey"), "{log:?}");
+    assert!(log[6].contains("node:a pending rekey"), "{log:?}");
     // The old key is refused from now on: the old device's data dir starts again.
     let old = a.start();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

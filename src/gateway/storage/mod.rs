@@ -38,6 +38,7 @@ pub mod snapshot;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::audit::AuditRecord;
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 pub use enrollments::{
@@ -364,8 +365,10 @@ pub trait GatewayState:
     /// Dead-letter what expired (each message exactly once).
     fn sweep_expired(&self) -> Fut<'_, Vec<ExpiredMessage>>;
 
-    /// Revoke a token id (versions are assigned one at a time).
-    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked>;
+    /// Revoke a token id (versions are assigned one at a time), with `audit` as a
+    /// pending entry of the gateway's own audit log in the same transaction when it is
+    /// [`Revoked::Added`] (a duplicate writes nothing).
+    fn revoke<'a>(&'a self, jti: &'a str, audit: &'a AuditRecord) -> Fut<'a, Revoked>;
     /// Revocations newer than `since`.
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList>;
     /// Is this token id revoked? Asked on every token check, synchronously (the
@@ -405,6 +408,8 @@ pub trait GatewayState:
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
 
-    /// Store the enrolled peers (`outpost trust add/remove`, on either engine).
-    fn save_trust<'a>(&'a self, trust: &'a TrustStore) -> Fut<'a, ()>;
+    /// Store the enrolled peers (`outpost trust add/rm`, on either engine), with `audit`
+    /// (the caller's entries of what it changed, one per peer) as pending entries of the
+    /// gateway's own audit log in the same transaction: both are stored, or neither.
+    fn save_trust<'a>(&'a self, trust: &'a TrustStore, audit: &'a [AuditRecord]) -> Fut<'a, ()>;
 }

@@ -81,6 +81,11 @@ pub enum WriteOp {
         ns: String,
         key: String,
     },
+    /// Put `value` under the namespace's next number ([`super::Batch::kv_put_next`]).
+    KvPutNext {
+        ns: String,
+        value: Vec<u8>,
+    },
     ResultPut {
         job_id: String,
         result: Vec<u8>,
@@ -170,15 +175,12 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             remember(tx, &scope, &id, keep_until_ms)?;
             Ok(OpOutcome::Done)
         }
-        WriteOp::KvPut { ns, key, value } => {
-            check_name("kv namespace", &ns)?;
-            tx.put(T_KV, scoped_key(&ns, &key), value);
-            Ok(OpOutcome::Done)
-        }
+        WriteOp::KvPut { ns, key, value } => kv_put(tx, &ns, Some(&key), value),
         WriteOp::KvDelete { ns, key } => {
             tx.delete(T_KV, scoped_key(&ns, &key));
             Ok(OpOutcome::Done)
         }
+        WriteOp::KvPutNext { ns, value } => kv_put(tx, &ns, None, value),
         WriteOp::ResultPut {
             job_id,
             result,
@@ -223,6 +225,49 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             }
             Ok(OpOutcome::Done)
         }
+    }
+}
+
+/// Put `value` in `ns` under `key`, or under the namespace's next number.
+fn kv_put(
+    tx: &mut Tx<'_>,
+    ns: &str,
+    key: Option<&str>,
+    value: Vec<u8>,
+) -> Result<OpOutcome, StoreError> {
+    check_name("kv namespace", ns)?;
+    let key = match key {
+        Some(k) => scoped_key(ns, k),
+        None => next_numbered_key(tx, ns)?,
+    };
+    tx.put(T_KV, key, value);
+    Ok(OpOutcome::Done)
+}
+
+/// The key after the highest numbered key of `ns`, committed or written earlier in this
+/// group (0 in an empty namespace). Keys that are not [`seq_key`] numbers are passed over.
+fn next_numbered_key(tx: &Tx<'_>, ns: &str) -> Result<Vec<u8>, StoreError> {
+    let prefix = scoped_key(ns, "");
+    let mut next = 0u64;
+    let end = prefix_end(&prefix);
+    tx.view.scan(T_KV, &prefix, end.as_deref(), &mut |k, _| {
+        let n = std::str::from_utf8(&k[prefix.len()..])
+            .ok()
+            .filter(|t| t.len() == 20)
+            .and_then(|t| t.parse::<u64>().ok());
+        if let Some(n) = n {
+            next = next.max(n.saturating_add(1));
+        }
+        true
+    })?;
+    // The scan reads committed state; numbers taken earlier in this group are found
+    // one by one through the group's overlay.
+    loop {
+        let key = scoped_key(ns, &seq_key(next));
+        if tx.get(T_KV, &key)?.is_none() {
+            return Ok(key);
+        }
+        next += 1;
     }
 }
 

@@ -10,7 +10,7 @@ use outpost::gateway::storage::fleet::{DocsWrite, FleetDocs, FleetRecord, FleetS
 use serde_json::json;
 
 use super::trust::{enroll, peer, token};
-use super::{settled, Engine};
+use super::{entry, settled, Engine};
 
 fn record(revision: u64, desired_version: u64, desired: serde_json::Value) -> FleetRecord {
     FleetRecord {
@@ -112,8 +112,14 @@ async fn a_node_enrolled_or_approved_with_a_labelled_token_starts_with_its_label
     auto.labels = north.clone();
     let mut manual = token("manual", Approve::Manual);
     manual.labels = Labels::from_pairs([("site", "south")]).unwrap();
-    state.enroll_token_add(auto).await.unwrap();
-    state.enroll_token_add(manual).await.unwrap();
+    state
+        .enroll_token_add(auto, &entry("created"))
+        .await
+        .unwrap();
+    state
+        .enroll_token_add(manual, &entry("created"))
+        .await
+        .unwrap();
     assert_eq!(
         state
             .enroll_tokens()

@@ -47,7 +47,11 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     };
     let state = &*e.state;
     for (id, approve) in [("auto", Approve::Auto), ("manual", Approve::Manual)] {
-        state.enroll_token_add(token(id, approve)).await.unwrap();
+        let made = entry(&format!("created {id}"));
+        state
+            .enroll_token_add(token(id, approve), &made)
+            .await
+            .unwrap();
     }
     // An enrollment: its entry, from the decision, at the decision's time.
     let (f_keys, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
@@ -55,14 +59,14 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
         panic!("not recorded");
     };
     let p = pending(state).await;
-    assert_eq!(p.len(), 1);
-    assert_eq!(p[0].entry, AuditEntry::from_record(0, T0, audit));
+    assert_eq!(p.len(), 3);
+    assert_eq!(p[2].entry, AuditEntry::from_record(0, T0, audit));
     // An answer from the record writes nothing.
     assert!(matches!(
         enroll(state, &f, "auto").await,
         Decision::Answer(_)
     ));
-    assert_eq!(pending(state).await.len(), 1);
+    assert_eq!(pending(state).await.len(), 3);
 
     // An approval; nothing pending to settle writes nothing.
     let (_, g) = peer("node:g", "node", "2026-11-20T06:00:00Z");
@@ -106,6 +110,8 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     assert_eq!(none.unwrap(), None);
 
     let want = [
+        "created auto",
+        "created manual",
         "node:f enrolled new auto",
         "node:g pending new manual",
         "settled node:g",
@@ -157,7 +163,7 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     assert_eq!(indexed, expected);
     assert_eq!(
         state.audit_checkpoints(GW).await.unwrap(),
-        [(2, "checkpoint 2".into()), (6, "checkpoint 6".into())]
+        [(2, "checkpoint 2".into()), (8, "checkpoint 8".into())]
     );
 }
 
@@ -168,7 +174,7 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("auto", Approve::Auto))
+        .enroll_token_add(token("auto", Approve::Auto), &entry("created auto"))
         .await
         .unwrap();
     let (a_keys, a) = peer("node:r", "node", "2026-11-20T06:00:00Z");
@@ -239,4 +245,76 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
             "{d:?}"
         );
     }
+}
+
+/// A hand edit of the trust store (`outpost trust add|rm` on the gateway host) commits
+/// the caller's audit entries with the trust rows: both are there at once, with no
+/// second write to make, pending after what was pending before, and survive a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trust_save_commits_its_audit_entries_pending_with_the_trust_change() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    state
+        .enroll_token_add(token("auto", Approve::Auto), &entry("created auto"))
+        .await
+        .unwrap();
+    let (_, f) = peer("node:f", "node", "2026-11-20T06:00:00Z");
+    enroll(state, &f, "auto").await;
+    let mut trust = state.load_trust().unwrap();
+    let (_, a) = peer("node:a", "node", "2026-11-20T06:00:00Z");
+    let (_, b) = peer("node:b", "node", "2026-11-20T06:00:00Z");
+    let rights = outpost::envelope::Rights {
+        send: true,
+        issue: false,
+    };
+    trust.add(a, rights).unwrap();
+    trust.add(b, rights).unwrap();
+    e.clock.advance_ms(7);
+    let added = [entry("trusted node:a"), entry("trusted node:b")];
+    state.save_trust(&trust, &added).await.unwrap();
+    assert_eq!(state.load_trust().unwrap(), trust);
+    let p = pending(state).await;
+    assert_eq!(
+        details(&p),
+        [
+            "created auto",
+            "node:f enrolled new auto",
+            "trusted node:a",
+            "trusted node:b"
+        ]
+    );
+    assert_eq!(
+        p[2].entry,
+        AuditEntry::from_record(0, T0 + 7, added[0].clone())
+    );
+    assert!(p.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+
+    // A save with no entries adds none; one with an entry, after the rest.
+    trust.remove("node:b");
+    state.save_trust(&trust, &[]).await.unwrap();
+    assert_eq!(pending(state).await.len(), 4);
+    trust.remove("node:a");
+    state
+        .save_trust(&trust, &[entry("removed node:a")])
+        .await
+        .unwrap();
+    let want = [
+        "created auto",
+        "node:f enrolled new auto",
+        "trusted node:a",
+        "trusted node:b",
+        "removed node:a",
+    ];
+    let e = e.reopen().await;
+    let state = &*e.state;
+    assert_eq!(state.load_trust().unwrap(), trust);
+    let p = pending(state).await;
+    assert_eq!(details(&p), want);
+    // They are appended like any decision's.
+    let (ext, seqs) = extension(0, &p);
+    assert!(state.audit_append_pending(GW, ext, &seqs).await.unwrap());
+    assert!(pending(state).await.is_empty());
+    assert_eq!(state.audit_size(GW).await.unwrap(), 5);
 }

@@ -1,4 +1,5 @@
-//! Token revocations, nodes' audit copies, time, readiness, and what survives a restart.
+//! Token revocations (with their audit entries), nodes' audit copies, time, readiness,
+//! and what survives a restart.
 
 use super::*;
 
@@ -13,14 +14,27 @@ async fn revoked_token_ids_get_growing_versions_and_are_listed_from_a_version_on
         RevocationList::default()
     );
     assert!(!state.is_revoked("j1").unwrap());
-    let Revoked::Added { version: v1 } = state.revoke("j1").await.unwrap() else {
+    let revoke = |jti: &'static str| async move {
+        let audit = entry(&format!("revoked {jti}"));
+        state.revoke(jti, &audit).await.unwrap()
+    };
+    let Revoked::Added { version: v1 } = revoke("j1").await else {
         panic!("j1 was not revoked before");
     };
-    let Revoked::Added { version: v2 } = state.revoke("j2").await.unwrap() else {
+    let Revoked::Added { version: v2 } = revoke("j2").await else {
         panic!("j2 was not revoked before");
     };
     assert!(0 < v1 && v1 < v2, "{v1} then {v2}");
-    assert_eq!(state.revoke("j1").await.unwrap(), Revoked::Duplicate);
+    assert_eq!(revoke("j1").await, Revoked::Duplicate);
+    // Each revocation that was added committed its audit entry with it; the repeat none.
+    let pending: Vec<String> = state
+        .audit_pending(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.entry.detail.unwrap_or_default())
+        .collect();
+    assert_eq!(pending, ["revoked j1", "revoked j2"]);
     let since = |v| async move {
         let list = state.revocations(v).await.unwrap();
         (sorted(list.revoked), list.version)

@@ -34,7 +34,7 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     };
     trust.add(admin, issuer).unwrap();
     trust.add(node, SEND).unwrap();
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     assert_eq!(state.load_trust().unwrap(), trust);
     let (fp1, loaded) = state.load_trust_since(fp0).unwrap().expect("changed");
     assert_ne!(fp1, 0);
@@ -43,14 +43,14 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     assert_eq!(state.load_trust_since(fp1).unwrap(), None);
 
     // The same peers saved again: unchanged.
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     assert_eq!(state.load_trust_since(fp1).unwrap(), None);
 
     // Other rights, then a peer removed: each a change.
     trust
         .add(trust.get("node:a").unwrap().doc.clone(), Rights::default())
         .unwrap();
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     let (fp2, loaded) = state
         .load_trust_since(fp1)
         .unwrap()
@@ -58,7 +58,7 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     assert_ne!(fp2, fp1);
     assert_eq!(loaded, trust);
     trust.remove("node:a");
-    state.save_trust(&trust).await.unwrap();
+    state.save_trust(&trust, &[]).await.unwrap();
     let (fp3, loaded) = state.load_trust_since(fp2).unwrap().expect("peer removed");
     assert_ne!(fp3, fp2);
     assert_eq!(loaded, trust);
@@ -76,7 +76,7 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let (old, doc) = peer("node:r", "node", "2026-11-20T06:00:00Z");
     let mut trust = TrustStore::new();
     trust.add(doc, SEND).unwrap();
-    e.state.save_trust(&trust).await.unwrap();
+    e.state.save_trust(&trust, &[]).await.unwrap();
     let (fp, _) = e.state.load_trust_since(0).unwrap().unwrap();
 
     let new = Keys::generate();
@@ -207,7 +207,7 @@ async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
     assert!(state.enroll_tokens().await.unwrap().is_empty());
     for id in ["tok-1", "tok-2"] {
         state
-            .enroll_token_add(token(id, Approve::Auto))
+            .enroll_token_add(token(id, Approve::Auto), &entry(&format!("created {id}")))
             .await
             .unwrap();
     }
@@ -218,15 +218,23 @@ async fn enrollment_tokens_are_listed_with_their_uses_and_revoked_once() {
         [token("tok-1", Approve::Auto), token("tok-2", Approve::Auto)]
     );
 
-    assert_eq!(
-        state.enroll_token_revoke("tok-1").await.unwrap(),
-        Some(true)
-    );
-    assert_eq!(
-        state.enroll_token_revoke("tok-1").await.unwrap(),
-        Some(false)
-    );
-    assert_eq!(state.enroll_token_revoke("tok-9").await.unwrap(), None);
+    let revoke = |id: &'static str| async move {
+        let audit = entry(&format!("revoked {id}"));
+        state.enroll_token_revoke(id, &audit).await.unwrap()
+    };
+    assert_eq!(revoke("tok-1").await, Some(true));
+    assert_eq!(revoke("tok-1").await, Some(false));
+    assert_eq!(revoke("tok-9").await, None);
+    // Each token made, and the one revocation that changed something, committed its
+    // audit entry with it.
+    let said: Vec<String> = state
+        .audit_pending(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.entry.detail.unwrap_or_default())
+        .collect();
+    assert_eq!(said, ["created tok-1", "created tok-2", "revoked tok-1"]);
     let revoked: BTreeSet<(String, bool)> = state
         .enroll_tokens()
         .await
@@ -259,11 +267,11 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("auto", Approve::Auto))
+        .enroll_token_add(token("auto", Approve::Auto), &entry("created"))
         .await
         .unwrap();
     state
-        .enroll_token_add(token("manual", Approve::Manual))
+        .enroll_token_add(token("manual", Approve::Manual), &entry("created"))
         .await
         .unwrap();
 
@@ -390,7 +398,7 @@ async fn a_rejected_enrollment_can_be_approved_later_as_what_it_is_now() {
     };
     let state = &*e.state;
     state
-        .enroll_token_add(token("manual", Approve::Manual))
+        .enroll_token_add(token("manual", Approve::Manual), &entry("created"))
         .await
         .unwrap();
     let (_, h) = peer("node:h", "node", "2026-11-20T06:00:00Z");

@@ -77,14 +77,23 @@ impl Embedded {
         Ok(out)
     }
 
-    pub(super) async fn token_add_now(&self, t: TokenRecord) -> Result<(), StateError> {
-        self.store
-            .kv_put(KV_GW_ENROLL_TOKENS, &t.claims.id.clone(), json(&t))
-            .await?;
+    pub(super) async fn token_add_now(
+        &self,
+        t: TokenRecord,
+        audit: &AuditRecord,
+    ) -> Result<(), StateError> {
+        let mut batch = Batch::new();
+        batch.kv_put(KV_GW_ENROLL_TOKENS, &t.claims.id, json(&t));
+        self.pend(&mut batch, self.store.now_ms(), audit);
+        self.store.commit(batch).await?;
         Ok(())
     }
 
-    pub(super) async fn token_revoke_now(&self, id: &str) -> Result<Option<bool>, StateError> {
+    pub(super) async fn token_revoke_now(
+        &self,
+        id: &str,
+        audit: &AuditRecord,
+    ) -> Result<Option<bool>, StateError> {
         let Some(mut t) = self.kv_json::<TokenRecord>(KV_GW_ENROLL_TOKENS, id)? else {
             return Ok(None);
         };
@@ -92,7 +101,10 @@ impl Embedded {
             return Ok(Some(false));
         }
         t.revoked = true;
-        self.store.kv_put(KV_GW_ENROLL_TOKENS, id, json(&t)).await?;
+        let mut batch = Batch::new();
+        batch.kv_put(KV_GW_ENROLL_TOKENS, id, json(&t));
+        self.pend(&mut batch, self.store.now_ms(), audit);
+        self.store.commit(batch).await?;
         Ok(Some(true))
     }
 
@@ -150,7 +162,7 @@ impl Embedded {
         } = &decision
         {
             let mut batch = Batch::new();
-            self.pend(&mut batch, facts.now_ms, audit)?;
+            self.pend(&mut batch, facts.now_ms, audit);
             if *consume {
                 let uses = token.as_ref().map_or(0, |t| t.uses) + 1;
                 batch.kv_put(KV_GW_ENROLL_USES, token_id, uses.to_string().into_bytes());
@@ -223,7 +235,7 @@ impl Embedded {
             &record_key(node_id, &r.node_sign_pk),
             json(&r),
         );
-        self.pend(&mut batch, now_ms, &audit(&r))?;
+        self.pend(&mut batch, now_ms, &audit(&r));
         self.store.commit(batch).await?;
         Ok(Some(r))
     }
@@ -268,7 +280,7 @@ impl Embedded {
         for id in &ids {
             batch.reject(Q_TO_NODE, node_id, id, NODE_REVOKED, now_ms);
         }
-        self.pend(&mut batch, now_ms, &audit(&doc, ids.len()))?;
+        self.pend(&mut batch, now_ms, &audit(&doc, ids.len()));
         self.store.commit(batch).await?;
         Ok(Some(ids))
     }
@@ -287,16 +299,20 @@ impl Embedded {
 }
 
 impl EnrollmentState for Embedded {
-    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
-        Box::pin(self.token_add_now(token))
+    fn enroll_token_add<'a>(&'a self, token: TokenRecord, audit: &'a AuditRecord) -> Fut<'a, ()> {
+        Box::pin(self.token_add_now(token, audit))
     }
 
     fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
         Box::pin(async move { self.tokens_now() })
     }
 
-    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
-        Box::pin(self.token_revoke_now(id))
+    fn enroll_token_revoke<'a>(
+        &'a self,
+        id: &'a str,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>> {
+        Box::pin(self.token_revoke_now(id, audit))
     }
 
     fn enroll<'a>(
@@ -349,7 +365,7 @@ impl EnrollmentState for Embedded {
             if ended == Some(true) {
                 let mut batch = Batch::new();
                 crate::daemon::trust::put(&mut batch, &trust);
-                self.pend(&mut batch, now_ms, audit)?;
+                self.pend(&mut batch, now_ms, audit);
                 self.store.commit(batch).await?;
             }
             Ok(ended)
@@ -379,7 +395,7 @@ impl EnrollmentState for Embedded {
                     until_ms,
                 }),
             );
-            self.pend(&mut batch, self.store.now_ms(), audit)?;
+            self.pend(&mut batch, self.store.now_ms(), audit);
             self.store.commit(batch).await?;
             Ok(())
         })
@@ -414,7 +430,7 @@ impl EnrollmentState for Embedded {
                     json(&r),
                 );
             }
-            self.pend(&mut batch, now_ms, audit)?;
+            self.pend(&mut batch, now_ms, audit);
             self.store.commit(batch).await?;
             Ok(Ok(Rotated::Applied))
         })

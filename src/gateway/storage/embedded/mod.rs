@@ -24,7 +24,7 @@ fn ns_audit_checkpoints(node: &str) -> String {
     format!("{KV_GW_AUDIT_CHECKPOINTS_PREFIX}{node}")
 }
 fn index_key(i: u64) -> String {
-    format!("{i:020}")
+    crate::store::seq_key(i)
 }
 
 pub struct Embedded {
@@ -332,8 +332,12 @@ impl GatewayState for Embedded {
         })
     }
 
-    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
-        Box::pin(self.revoke_now(jti))
+    fn revoke<'a>(
+        &'a self,
+        jti: &'a str,
+        audit: &'a crate::audit::AuditRecord,
+    ) -> Fut<'a, Revoked> {
+        Box::pin(self.revoke_now(jti, audit))
     }
 
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList> {
@@ -422,8 +426,12 @@ impl GatewayState for Embedded {
         Box::pin(self.audit_sizes_now(nodes))
     }
 
-    fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
-        Box::pin(self.save_trust_now(t))
+    fn save_trust<'a>(
+        &'a self,
+        t: &'a TrustStore,
+        audit: &'a [crate::audit::AuditRecord],
+    ) -> Fut<'a, ()> {
+        Box::pin(self.save_trust_now(t, audit))
     }
 
     fn durable(&self) -> bool {

@@ -1,9 +1,12 @@
 //! The token revocation list on the embedded store: ids under KV [`KV_GW_REVOCATIONS`],
-//! keyed by their version (zero-padded), assigned one at a time.
+//! keyed by their version (zero-padded), assigned one at a time; each committed with
+//! its gateway audit entry, pending.
 
 use super::{index_key, Embedded};
+use crate::audit::AuditRecord;
 use crate::gateway::storage::{RevocationList, Revoked, StateError};
 use crate::store::names::KV_GW_REVOCATIONS;
+use crate::store::Batch;
 
 impl Embedded {
     pub(super) fn revocation_rows(&self) -> Result<Vec<(u64, String)>, StateError> {
@@ -20,20 +23,25 @@ impl Embedded {
             .collect())
     }
 
-    pub(super) async fn revoke_now(&self, jti: &str) -> Result<Revoked, StateError> {
+    pub(super) async fn revoke_now(
+        &self,
+        jti: &str,
+        audit: &AuditRecord,
+    ) -> Result<Revoked, StateError> {
         let _one_at_a_time = self.revoking.lock().await;
         let rows = self.revocation_rows()?;
         if rows.iter().any(|(_, j)| j == jti) {
             return Ok(Revoked::Duplicate);
         }
         let version = rows.iter().map(|(v, _)| *v).max().unwrap_or(0) + 1;
-        self.store
-            .kv_put(
-                KV_GW_REVOCATIONS,
-                &index_key(version),
-                jti.as_bytes().to_vec(),
-            )
-            .await?;
+        let mut batch = Batch::new();
+        batch.kv_put(
+            KV_GW_REVOCATIONS,
+            &index_key(version),
+            jti.as_bytes().to_vec(),
+        );
+        self.pend(&mut batch, self.store.now_ms(), audit);
+        self.store.commit(batch).await?;
         Ok(Revoked::Added { version })
     }
 

@@ -48,7 +48,7 @@ impl Embedded {
         for t in targets {
             batch.kv_put(&space, &t.node_id, json(t)?);
         }
-        self.pend(&mut batch, self.store.now_ms(), audit)?;
+        self.pend(&mut batch, self.store.now_ms(), audit);
         self.store.commit(batch).await?;
         Ok(None)
     }
@@ -67,7 +67,7 @@ impl Embedded {
         let mut batch = Batch::new();
         batch.kv_put(KV_GW_ROLLOUTS, &r.id, json(r)?);
         if let Some(a) = audit {
-            self.pend(&mut batch, self.store.now_ms(), a)?;
+            self.pend(&mut batch, self.store.now_ms(), a);
         }
         self.store.commit(batch).await?;
         Ok(true)

@@ -1,10 +1,11 @@
-//! The reads the trait asks of every engine in bulk, and trust writes through the seam,
-//! on the embedded store. (It has no [`crate::gateway::storage::SharedState`]: one
+//! The reads the trait asks of every engine in bulk, and trust writes through the seam
+//! (with their pending audit entries), on the embedded store. (It has no [`crate::gateway::storage::SharedState`]: one
 //! process writes it, so events, liveness and the replay window are the gateway's own.)
 
 use std::collections::{HashMap, HashSet};
 
 use super::Embedded;
+use crate::audit::AuditRecord;
 use crate::envelope::TrustStore;
 use crate::gateway::storage::{GatewayState, StateError};
 
@@ -33,9 +34,17 @@ impl Embedded {
         Ok(out)
     }
 
-    pub(super) async fn save_trust_now(&self, t: &TrustStore) -> Result<(), StateError> {
+    pub(super) async fn save_trust_now(
+        &self,
+        t: &TrustStore,
+        audit: &[AuditRecord],
+    ) -> Result<(), StateError> {
         let mut batch = crate::store::Batch::new();
         crate::daemon::trust::put(&mut batch, t);
+        let now = self.store.now_ms();
+        for a in audit {
+            self.pend(&mut batch, now, a);
+        }
         self.store.commit(batch).await?;
         Ok(())
     }

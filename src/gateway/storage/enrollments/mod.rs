@@ -43,12 +43,19 @@ pub fn pending_json(ts_ms: u64, record: &AuditRecord) -> String {
 
 /// Enrollment's state, which every [`super::GatewayState`] keeps too.
 pub trait EnrollmentState: Send + Sync {
-    /// Register an enrollment token (`outpost enroll-token create`).
-    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()>;
+    /// Register an enrollment token (`outpost enroll-token create`), with `audit` as a
+    /// pending audit entry in the same transaction.
+    fn enroll_token_add<'a>(&'a self, token: TokenRecord, audit: &'a AuditRecord) -> Fut<'a, ()>;
     /// Every token, with its uses.
     fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>>;
-    /// Revoke a token: `None` = no such token, `Some(false)` = already revoked.
-    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>>;
+    /// Revoke a token, with `audit` as a pending audit entry in the same transaction:
+    /// `Some(true)`. `None` = no such token, `Some(false)` = already revoked (nothing
+    /// written either way).
+    fn enroll_token_revoke<'a>(
+        &'a self,
+        id: &'a str,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>>;
     /// Run one enrollment in one transaction: read the [`Facts`] about `node` (its
     /// record, the token `token_id`, the trusted document of its id), ask `decide`,
     /// and apply a [`Decision::Record`]: the record, a use of the token when it says so,

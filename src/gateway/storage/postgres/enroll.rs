@@ -126,7 +126,7 @@ pub(super) async fn lock_node(tx: &Transaction<'_>, node_id: &str) -> Result<(),
     Ok(())
 }
 
-fn token_row(r: &tokio_postgres::Row) -> Result<TokenRecord, StateError> {
+pub(super) fn token_row(r: &tokio_postgres::Row) -> Result<TokenRecord, StateError> {
     let mut t: TokenRecord =
         serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("enroll_tokens", e))?;
     t.revoked = r.get(1);
@@ -135,46 +135,6 @@ fn token_row(r: &tokio_postgres::Row) -> Result<TokenRecord, StateError> {
 }
 
 impl Postgres {
-    pub(super) async fn token_add_now(&self, t: TokenRecord) -> Result<(), StateError> {
-        let c = self.pool.get().await?;
-        c.execute(
-            "INSERT INTO enroll_tokens (id, record, revoked, uses) VALUES ($1, $2, false, 0)",
-            &[&t.claims.id, &to_json(&t)?],
-        )
-        .await
-        .map_err(unavailable)?;
-        Ok(())
-    }
-
-    pub(super) async fn tokens_now(&self) -> Result<Vec<TokenRecord>, StateError> {
-        let c = self.pool.get().await?;
-        let rows = c
-            .query(
-                "SELECT record, revoked, uses FROM enroll_tokens ORDER BY id",
-                &[],
-            )
-            .await
-            .map_err(unavailable)?;
-        rows.iter().map(token_row).collect()
-    }
-
-    pub(super) async fn token_revoke_now(&self, id: &str) -> Result<Option<bool>, StateError> {
-        let c = self.pool.get().await?;
-        let row = c
-            .query_opt(
-                "WITH t AS (SELECT revoked FROM enroll_tokens WHERE id = $1 FOR UPDATE),
-                      u AS (UPDATE enroll_tokens SET revoked = true WHERE id = $1 AND NOT revoked RETURNING 1)
-                 SELECT (SELECT revoked FROM t), (SELECT count(*) FROM u)",
-                &[&id],
-            )
-            .await
-            .map_err(unavailable)?;
-        let Some(row) = row else { return Ok(None) };
-        let was: Option<bool> = row.get(0);
-        let changed: i64 = row.get(1);
-        Ok(was.map(|_| changed > 0))
-    }
-
     pub(super) async fn enroll_now(
         &self,
         node: &IdentityDocument,
@@ -385,16 +345,20 @@ impl Postgres {
 }
 
 impl EnrollmentState for Postgres {
-    fn enroll_token_add(&self, token: TokenRecord) -> Fut<'_, ()> {
-        Box::pin(self.token_add_now(token))
+    fn enroll_token_add<'a>(&'a self, token: TokenRecord, audit: &'a AuditRecord) -> Fut<'a, ()> {
+        Box::pin(self.token_add_now(token, audit))
     }
 
     fn enroll_tokens(&self) -> Fut<'_, Vec<TokenRecord>> {
         Box::pin(self.tokens_now())
     }
 
-    fn enroll_token_revoke<'a>(&'a self, id: &'a str) -> Fut<'a, Option<bool>> {
-        Box::pin(self.token_revoke_now(id))
+    fn enroll_token_revoke<'a>(
+        &'a self,
+        id: &'a str,
+        audit: &'a AuditRecord,
+    ) -> Fut<'a, Option<bool>> {
+        Box::pin(self.token_revoke_now(id, audit))
     }
 
     fn enroll<'a>(

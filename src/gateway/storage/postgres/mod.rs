@@ -26,6 +26,7 @@
 mod audit;
 mod delivery;
 mod enroll;
+mod enroll_tokens;
 mod events;
 mod fleet;
 mod group;
@@ -342,8 +343,12 @@ impl GatewayState for Postgres {
         Box::pin(async move { status::sweep(self).await })
     }
 
-    fn revoke<'a>(&'a self, jti: &'a str) -> Fut<'a, Revoked> {
-        Box::pin(peers::revoke(self, jti))
+    fn revoke<'a>(
+        &'a self,
+        jti: &'a str,
+        audit: &'a crate::audit::AuditRecord,
+    ) -> Fut<'a, Revoked> {
+        Box::pin(peers::revoke(self, jti, audit))
     }
 
     fn revocations(&self, since: u64) -> Fut<'_, RevocationList> {
@@ -417,8 +422,12 @@ impl GatewayState for Postgres {
         })
     }
 
-    fn save_trust<'a>(&'a self, t: &'a TrustStore) -> Fut<'a, ()> {
-        Box::pin(async move { self.save_trust_now(t).await })
+    fn save_trust<'a>(
+        &'a self,
+        t: &'a TrustStore,
+        audit: &'a [crate::audit::AuditRecord],
+    ) -> Fut<'a, ()> {
+        Box::pin(async move { self.save_trust_now(t, audit).await })
     }
 
     fn close(&self) -> Fut<'_, ()> {

@@ -5,6 +5,7 @@
 
 use super::super::{GatewayState, RevocationList, Revoked, StateError};
 use super::{i, listen, u, unavailable, Postgres};
+use crate::audit::AuditRecord;
 use crate::envelope::{Peer, Rights, TrustStore};
 
 #[derive(Default)]
@@ -98,9 +99,13 @@ impl Postgres {
         Ok(())
     }
 
-    /// Replace the enrolled peers with `t` (what `outpost trust add/remove` edits), and
-    /// tell every replica.
-    pub(super) async fn save_trust_now(&self, t: &TrustStore) -> Result<(), StateError> {
+    /// Replace the enrolled peers with `t` (what `outpost trust add/rm` edits), with
+    /// `audit` pending in the same transaction, and tell every replica.
+    pub(super) async fn save_trust_now(
+        &self,
+        t: &TrustStore,
+        audit: &[AuditRecord],
+    ) -> Result<(), StateError> {
         let (mut ids, mut roles, mut docs, mut send, mut issue) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut rotations: Vec<Option<String>> = Vec::new();
@@ -139,6 +144,10 @@ impl Postgres {
         )
         .await
         .map_err(unavailable)?;
+        let now = self.now_ms();
+        for a in audit {
+            super::own_audit::pend(&tx, now, a).await?;
+        }
         tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
             .await
             .map_err(unavailable)?;
@@ -180,7 +189,11 @@ impl Postgres {
     }
 }
 
-pub(super) async fn revoke(pg: &Postgres, jti: &str) -> Result<Revoked, StateError> {
+pub(super) async fn revoke(
+    pg: &Postgres,
+    jti: &str,
+    audit: &AuditRecord,
+) -> Result<Revoked, StateError> {
     let mut c = pg.pool.get().await?;
     let tx = c.transaction().await.map_err(unavailable)?;
     // Versions are assigned one at a time, across replicas.
@@ -205,6 +218,7 @@ pub(super) async fn revoke(pg: &Postgres, jti: &str) -> Result<Revoked, StateErr
         .await
         .map_err(unavailable)?
         .get(0);
+    super::own_audit::pend(&tx, pg.now_ms(), audit).await?;
     tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_REVOKED, &jti])
         .await
         .map_err(unavailable)?;

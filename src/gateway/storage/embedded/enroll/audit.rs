@@ -1,8 +1,10 @@
 //! The gateway's pending audit entries on the embedded store (`storage::enrollments`
 //! says why they exist): KV `gw_audit_pending`, key = zero-padded sequence number,
 //! written in the batch of the decision they record and removed in the batch that
-//! appends them to the gateway's log. Both run under `enrolling`, so sequence numbers
-//! are given one at a time.
+//! appends them to the gateway's log. The number is picked inside the commit
+//! ([`Batch::kv_put_next`]), so a decision of the running gateway and one of an
+//! `outpost` command on its host (`trust add`) never take the same; only the gateway
+//! appends (under `enrolling`), so a number is reused only once its entry is in the log.
 
 use super::super::{index_key, ns_audit_checkpoints, ns_audit_entries, Embedded};
 use crate::audit::{AuditEntry, AuditRecord};
@@ -16,24 +18,17 @@ fn seq_of(key: &str) -> Result<u64, StateError> {
 }
 
 impl Embedded {
-    /// Put `record`, decided at `ts_ms`, in `batch` as a pending audit entry. The caller
-    /// holds `enrolling`.
+    /// Put `record`, decided at `ts_ms`, in `batch` as a pending audit entry.
     pub(in crate::gateway::storage) fn pend(
         &self,
         batch: &mut Batch,
         ts_ms: u64,
         record: &AuditRecord,
-    ) -> Result<(), StateError> {
-        let next = match self.store.kv_list(KV_GW_AUDIT_PENDING)?.last() {
-            Some((k, _)) => seq_of(k)? + 1,
-            None => 0,
-        };
-        batch.kv_put(
+    ) {
+        batch.kv_put_next(
             KV_GW_AUDIT_PENDING,
-            &index_key(next),
             pending_json(ts_ms, record).into_bytes(),
         );
-        Ok(())
     }
 
     pub(in crate::gateway::storage) fn pending_now(
