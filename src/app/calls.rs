@@ -129,59 +129,11 @@ impl ToolCalls {
         req: ToolCallRequest,
         via: &str,
     ) -> Result<ToolCallDone, NodeError> {
-        if !self.base.life.accepting() {
-            return Err(NodeError::NotReady("shutting down; the call was not run"));
-        }
-        if req.tool_name.is_empty() || req.tool_name.len() > 64 {
-            return Err(NodeError::bad_request("tool_name must be 1..64 characters"));
-        }
-        if let Some(j) = &req.job_id {
-            if !valid_job_id(j) {
-                return Err(NodeError::bad_request(
-                    "job_id must be 1..128 characters of [A-Za-z0-9._:-]",
-                ));
-            }
-        }
-        let job = Job {
-            // A job id we mint ourselves is new by construction: no stored result to
-            // find and nobody else to race with, so idempotency bookkeeping is skipped.
-            minted: req.job_id.is_none(),
-            id: req
-                .job_id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-            tool: &req.tool_name,
-            args_sha: sha256_hex(&serde_json::to_vec(&req.tool_args).unwrap_or_default()),
-            // Metric label: only configured tools get a series of their own, so a
-            // caller cannot mint series by sending random names.
-            label: match self.tools.spec(&req.tool_name) {
-                Some(_) => req.tool_name.as_str(),
-                None => "unknown",
-            },
-        };
+        self.well_formed(&req)?;
+        let job = self.job(req.job_id.as_deref(), &req.tool_name, &req.tool_args);
 
         // 1. Capability: no tool runs without a valid token.
-        let claims = match self
-            .auth
-            .authorize_tool(req.token.as_deref(), &req.tool_name)
-        {
-            Ok(c) => c,
-            Err(e) => {
-                let detail = match &e {
-                    _ if req.token.is_none() => "missing_token",
-                    NodeError::Denied { reason, .. } => reason.as_str(),
-                    other => other.code(),
-                };
-                self.note(&job, via, AuditOutcome::Refused, detail).await;
-                self.finished(&job, "refused", None);
-                return Err(e);
-            }
-        };
-        let actor = if claims.sub.is_empty() {
-            claims.iss
-        } else {
-            claims.sub
-        };
+        let actor = self.authorize(&req, &job, via).await?;
 
         // 2. Known tool?
         if self.tools.spec(&req.tool_name).is_none() {
@@ -222,6 +174,75 @@ impl ToolCalls {
                 Err(NodeError::Tool(err))
             }
         }
+    }
+
+    /// Refuses a call before anything is noted: while shutting down, or with a tool
+    /// name or job id no call can have.
+    fn well_formed(&self, req: &ToolCallRequest) -> Result<(), NodeError> {
+        if !self.base.life.accepting() {
+            return Err(NodeError::NotReady("shutting down; the call was not run"));
+        }
+        if req.tool_name.is_empty() || req.tool_name.len() > 64 {
+            return Err(NodeError::bad_request("tool_name must be 1..64 characters"));
+        }
+        if let Some(j) = &req.job_id {
+            if !valid_job_id(j) {
+                return Err(NodeError::bad_request(
+                    "job_id must be 1..128 characters of [A-Za-z0-9._:-]",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The call as the flow tracks it: its job id (the caller's, or minted here), the
+    /// hash of its arguments, and its metric label.
+    fn job<'r>(&self, job_id: Option<&str>, tool: &'r str, args: &Value) -> Job<'r> {
+        Job {
+            // A job id we mint ourselves is new by construction: no stored result to
+            // find and nobody else to race with, so idempotency bookkeeping is skipped.
+            minted: job_id.is_none(),
+            id: job_id.map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_string),
+            tool,
+            args_sha: sha256_hex(&serde_json::to_vec(args).unwrap_or_default()),
+            // Metric label: only configured tools get a series of their own, so a
+            // caller cannot mint series by sending random names.
+            label: match self.tools.spec(tool) {
+                Some(_) => tool,
+                None => "unknown",
+            },
+        }
+    }
+
+    /// The caller the token names (its subject, else its issuer); a refused token is
+    /// noted as `via` with the reason, counted, and answered with its error.
+    async fn authorize(
+        &self,
+        req: &ToolCallRequest,
+        job: &Job<'_>,
+        via: &str,
+    ) -> Result<String, NodeError> {
+        let claims = match self
+            .auth
+            .authorize_tool(req.token.as_deref(), &req.tool_name)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let detail = match &e {
+                    _ if req.token.is_none() => "missing_token",
+                    NodeError::Denied { reason, .. } => reason.as_str(),
+                    other => other.code(),
+                };
+                self.note(job, via, AuditOutcome::Refused, detail).await;
+                self.finished(job, "refused", None);
+                return Err(e);
+            }
+        };
+        Ok(if claims.sub.is_empty() {
+            claims.iss
+        } else {
+            claims.sub
+        })
     }
 
     /// The stored answer to a repeat of this caller's job: the result of the same call,

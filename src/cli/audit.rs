@@ -66,55 +66,14 @@ fn gateway_audit(cfg: &crate::config::Config, cmd: AuditCmd) -> anyhow::Result<(
     run(cfg, &log, cmd)
 }
 
+/// One audit subcommand on an opened log, the node's or the gateway's own.
 fn run<S: crate::audit::AuditStorage>(
     cfg: &crate::config::Config,
     log: &AuditLog<S>,
     cmd: AuditCmd,
 ) -> anyhow::Result<()> {
     match cmd {
-        AuditCmd::Verify { require_checkpoint } => {
-            let keys = load_keys(cfg)?;
-            let history = crate::daemon::rotation::audit_keys(&cfg.data_dir, &keys)?;
-            let report = log.verify(&history, &cfg.node_id)?;
-            if report.is_ok() {
-                let uncovered = report.entries - report.covered;
-                println!(
-                    "audit log OK: {} entries, root {}, {} checkpoint(s) verified",
-                    report.entries,
-                    to_hex(&report.root),
-                    report.checkpoints_checked
-                );
-                println!(
-                    "  {} entries covered by a verified signed checkpoint, {uncovered} not yet{}",
-                    report.covered,
-                    if uncovered > 0 {
-                        " (the daemon signs one within audit.checkpoint_interval_s and on \
-                         shutdown; `outpost audit checkpoint --now` signs one)"
-                    } else {
-                        ""
-                    }
-                );
-                if require_checkpoint && uncovered > 0 {
-                    Err(Exit::failed(format!(
-                        "{uncovered} audit entries are not covered by a signed checkpoint \
-                         (--require-checkpoint)"
-                    ))
-                    .into())
-                } else {
-                    Ok(())
-                }
-            } else {
-                for f in &report.failures {
-                    eprintln!("FAIL: {f}");
-                }
-                Err(Exit::failed(format!(
-                    "audit log verification FAILED: {} problem(s) in {} entries",
-                    report.failures.len(),
-                    report.entries
-                ))
-                .into())
-            }
-        }
+        AuditCmd::Verify { require_checkpoint } => verify(cfg, log, require_checkpoint),
         AuditCmd::Export { jsonl: _, since } => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -128,22 +87,77 @@ fn run<S: crate::audit::AuditStorage>(
             print!("{note}");
             Ok(())
         }
-        AuditCmd::Checkpoint { now: false } => match log.latest_checkpoint()? {
-            Some((size, note)) => {
-                if size < log.size() {
-                    eprintln!(
-                        "note: this checkpoint covers {size} of {} entries; \
-                         `outpost audit checkpoint --now` signs one over all of them",
-                        log.size()
-                    );
-                }
-                print!("{note}");
-                Ok(())
+        AuditCmd::Checkpoint { now: false } => latest_checkpoint(log),
+    }
+}
+
+/// `audit verify`: the log replayed against every key it was signed with; fails on any
+/// problem, and with `require_checkpoint` on entries no signed checkpoint covers yet.
+fn verify<S: crate::audit::AuditStorage>(
+    cfg: &crate::config::Config,
+    log: &AuditLog<S>,
+    require_checkpoint: bool,
+) -> anyhow::Result<()> {
+    let keys = load_keys(cfg)?;
+    let history = crate::daemon::rotation::audit_keys(&cfg.data_dir, &keys)?;
+    let report = log.verify(&history, &cfg.node_id)?;
+    if !report.is_ok() {
+        for f in &report.failures {
+            eprintln!("FAIL: {f}");
+        }
+        return Err(Exit::failed(format!(
+            "audit log verification FAILED: {} problem(s) in {} entries",
+            report.failures.len(),
+            report.entries
+        ))
+        .into());
+    }
+    let uncovered = report.entries - report.covered;
+    println!(
+        "audit log OK: {} entries, root {}, {} checkpoint(s) verified",
+        report.entries,
+        to_hex(&report.root),
+        report.checkpoints_checked
+    );
+    println!(
+        "  {} entries covered by a verified signed checkpoint, {uncovered} not yet{}",
+        report.covered,
+        if uncovered > 0 {
+            " (the daemon signs one within audit.checkpoint_interval_s and on \
+             shutdown; `outpost audit checkpoint --now` signs one)"
+        } else {
+            ""
+        }
+    );
+    if require_checkpoint && uncovered > 0 {
+        Err(Exit::failed(format!(
+            "{uncovered} audit entries are not covered by a signed checkpoint \
+             (--require-checkpoint)"
+        ))
+        .into())
+    } else {
+        Ok(())
+    }
+}
+
+/// `audit checkpoint`: the latest signed checkpoint, with a note when entries came
+/// after it; none yet is a failure.
+fn latest_checkpoint<S: crate::audit::AuditStorage>(log: &AuditLog<S>) -> anyhow::Result<()> {
+    match log.latest_checkpoint()? {
+        Some((size, note)) => {
+            if size < log.size() {
+                eprintln!(
+                    "note: this checkpoint covers {size} of {} entries; \
+                     `outpost audit checkpoint --now` signs one over all of them",
+                    log.size()
+                );
             }
-            None => Err(Exit::failed(
-                "no signed checkpoint yet; `outpost audit checkpoint --now` signs one",
-            )
-            .into()),
-        },
+            print!("{note}");
+            Ok(())
+        }
+        None => Err(Exit::failed(
+            "no signed checkpoint yet; `outpost audit checkpoint --now` signs one",
+        )
+        .into()),
     }
 }

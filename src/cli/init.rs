@@ -46,18 +46,10 @@ pub fn tls_paths(data_dir: &Path) -> (PathBuf, PathBuf) {
     (data_dir.join("tls.crt"), data_dir.join("tls.key"))
 }
 
+/// Makes a new identity, store and config, all or nothing; refuses to overwrite any.
 pub fn init(a: InitArgs) -> anyhow::Result<()> {
     let role: Role = a.role.parse().map_err(Exit::usage)?;
-    if !is_valid_node_id(&a.node_id) {
-        return Err(Exit::usage(format!(
-            "--node-id {:?} must look like node:pump-17 (^[a-z][a-z0-9-]{{0,31}}:[A-Za-z0-9._-]{{1,64}}$)",
-            a.node_id
-        ))
-        .into());
-    }
-    if a.upstream_url.is_some() && role == Role::Gateway {
-        return Err(Exit::usage("--upstream-url is for nodes").into());
-    }
+    check_args(&a, role)?;
     // Absolute in the config, so `run` finds it from any working directory.
     let data_dir = std::path::absolute(
         a.data_dir
@@ -83,6 +75,46 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
         .into());
     }
     let tls = tls_plan(&a, role, &data_dir)?;
+    let text = config_text(&a, role, &data_dir, &tls);
+    // Check what we are about to write with the same code `config check` uses, before
+    // anything is written.
+    let cfg = config::from_str(&text).map_err(|e| Exit::usage(e.to_string()))?;
+
+    // All or nothing: on any failure, remove what this init created, so that a retry is
+    // not blocked by half an identity.
+    let mut made = Made::default();
+    let res = write_all(
+        &a.node_id, role, &data_dir, &cfg_path, &keys_path, &text, &cfg, &tls, &mut made,
+    );
+    if res.is_err() {
+        made.undo();
+    }
+    res?;
+
+    if !a.quiet {
+        summary(&a, role, &data_dir, &cfg_path, &keys_path, &tls);
+    }
+    Ok(())
+}
+
+/// Refuses a node id that is not one, and `--upstream-url` for a gateway (usage errors).
+fn check_args(a: &InitArgs, role: Role) -> anyhow::Result<()> {
+    if !is_valid_node_id(&a.node_id) {
+        return Err(Exit::usage(format!(
+            "--node-id {:?} must look like node:pump-17 (^[a-z][a-z0-9-]{{0,31}}:[A-Za-z0-9._-]{{1,64}}$)",
+            a.node_id
+        ))
+        .into());
+    }
+    if a.upstream_url.is_some() && role == Role::Gateway {
+        return Err(Exit::usage("--upstream-url is for nodes").into());
+    }
+    Ok(())
+}
+
+/// The config file init writes: the identity, the `[api]` the flags asked for (with
+/// the TLS files of `tls`), and a node's `[upstream]`.
+fn config_text(a: &InitArgs, role: Role, data_dir: &Path, tls: &TlsPlan) -> String {
     let mut text = format!(
         "[identity]\nnode_id = \"{}\"\nrole = \"{}\"\ndata_dir = \"{}\"\n",
         a.node_id,
@@ -93,7 +125,7 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
     if let Some(l) = &a.listen {
         api.push_str(&format!("listen = \"{l}\"\n"));
     }
-    match &tls {
+    match tls {
         TlsPlan::None => {}
         TlsPlan::Given { cert, key, .. } | TlsPlan::Generate { cert, key } => {
             api.push_str(&format!(
@@ -115,46 +147,39 @@ pub fn init(a: InitArgs) -> anyhow::Result<()> {
             a.gateway_id
         ));
     }
-    // Check what we are about to write with the same code `config check` uses, before
-    // anything is written.
-    let cfg = config::from_str(&text).map_err(|e| Exit::usage(e.to_string()))?;
+    text
+}
 
-    // All or nothing: on any failure, remove what this init created, so that a retry is
-    // not blocked by half an identity.
-    let mut made = Made::default();
-    let res = write_all(
-        &a.node_id, role, &data_dir, &cfg_path, &keys_path, &text, &cfg, &tls, &mut made,
-    );
-    if res.is_err() {
-        made.undo();
+/// What init made and what to do next, on stderr: progress, not data, so `TOKEN=$(outpost
+/// token issue --dev …)` on a first use captures only the token.
+fn summary(
+    a: &InitArgs,
+    role: Role,
+    data_dir: &Path,
+    cfg_path: &Path,
+    keys_path: &Path,
+    tls: &TlsPlan,
+) {
+    eprintln!("initialized {} ({})", a.node_id, role.as_str());
+    eprintln!("  config   {}", cfg_path.display());
+    eprintln!("  keys     {} (0600)", keys_path.display());
+    eprintln!("  identity {}", keyfile::identity_path(data_dir).display());
+    match tls {
+        TlsPlan::None => {}
+        TlsPlan::Given { cert, .. } => eprintln!("  tls      {} (yours)", cert.display()),
+        TlsPlan::Generate { cert, key } => eprintln!(
+            "  tls      {} and {} (0600), self-signed; nodes pin it through the identity document",
+            cert.display(),
+            key.display()
+        ),
     }
-    res?;
-
-    if !a.quiet {
-        // Progress, not data: stderr, so `TOKEN=$(outpost token issue --dev …)` on a
-        // first use captures only the token.
-        eprintln!("initialized {} ({})", a.node_id, role.as_str());
-        eprintln!("  config   {}", cfg_path.display());
-        eprintln!("  keys     {} (0600)", keys_path.display());
-        eprintln!("  identity {}", keyfile::identity_path(&data_dir).display());
-        match &tls {
-            TlsPlan::None => {}
-            TlsPlan::Given { cert, .. } => eprintln!("  tls      {} (yours)", cert.display()),
-            TlsPlan::Generate { cert, key } => eprintln!(
-                "  tls      {} and {} (0600), self-signed; nodes pin it through the identity document",
-                cert.display(),
-                key.display()
-            ),
-        }
-        // The hints work as printed: they name the config unless it is the default.
-        let with = if cfg_path == Path::new(config::DEFAULT_CONFIG_PATH) {
-            String::new()
-        } else {
-            format!(" --config {}", cfg_path.display())
-        };
-        eprintln!("next: share the identity document with peers (`outpost identity --json{with}`) and add theirs with `outpost trust add FILE --send{with}`.");
-    }
-    Ok(())
+    // The hints work as printed: they name the config unless it is the default.
+    let with = if cfg_path == Path::new(config::DEFAULT_CONFIG_PATH) {
+        String::new()
+    } else {
+        format!(" --config {}", cfg_path.display())
+    };
+    eprintln!("next: share the identity document with peers (`outpost identity --json{with}`) and add theirs with `outpost trust add FILE --send{with}`.");
 }
 
 /// Whether, and how, this gateway serves HTTPS.

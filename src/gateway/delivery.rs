@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
+use super::live::table::NodeWake;
 use super::state::Gateway;
 use super::storage::{NodeAck, PullBatch, RevocationList, Revoked, Take, QUEUE_TO_NODE};
 use crate::telemetry::MessageEvent;
@@ -63,10 +64,35 @@ impl Delivery<'_> {
         let max = max
             .unwrap_or(gw.cfg.queue.flush_batch as usize)
             .clamp(1, MAX_BATCH);
-        // Only a pull that waits holds the node "on the line": a message queued while it
-        // is held goes out at once (`was_stored: false`). The handshake and flush pulls
-        // (`wait_s = 0`) answer immediately, and the node does its chores before it
-        // long-polls again, so counting them would call a message that then waits "live".
+        let mut guard = self.hold(node, wait).await;
+        let deadline = tokio::time::Instant::now() + wait;
+        let waker = gw.waker(node);
+        // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
+        // at another replica): they answer empty now (one that was mid-look may still
+        // answer the connection the node gave up on; DECISIONS D11).
+        let pull = gw.state.begin_pull(node).await?;
+        gw.pull_begun(node, pull);
+        let take = Take {
+            pull,
+            max,
+            max_bytes: PULL_BUDGET_BYTES,
+            after,
+        };
+        let (batch, desired) = self
+            .look(node, take, desired_held, &waker, deadline)
+            .await?;
+        if let Some(g) = guard.as_mut() {
+            g.answered = true;
+        }
+        Ok(answer(desired, batch))
+    }
+
+    /// Holds the node "on the line" for a pull that waits: a message queued while it is
+    /// held goes out at once (`was_stored: false`). The handshake and flush pulls
+    /// (`wait_s = 0`) answer immediately, and the node does its chores before it
+    /// long-polls again, so counting them would call a message that then waits "live".
+    async fn hold<'a>(&'a self, node: &'a str, wait: Duration) -> Option<PollGuard<'a>> {
+        let gw = self.0;
         let mut guard = (!wait.is_zero()).then(|| {
             gw.poll_started(node);
             PollGuard {
@@ -79,33 +105,29 @@ impl Delivery<'_> {
         if let Some(g) = guard.as_mut() {
             g.claimed_until_ms = gw.share_polling(node, wait.as_millis() as u64).await;
         }
-        let deadline = tokio::time::Instant::now() + wait;
-        let waker = gw.waker(node);
-        // This pull supersedes the node's earlier ones (a long-poll it gave up on, here or
-        // at another replica): they answer empty now (one that was mid-look may still
-        // answer the connection the node gave up on; DECISIONS D11).
-        let pull = gw.state.begin_pull(node).await?;
-        gw.pull_begun(node, pull);
-        let superseded = || waker.newest_pull.load(Ordering::Acquire) > pull;
-        // A newer desired version than the node holds goes first (PROTOCOL §16.4).
+        guard
+    }
+
+    /// Looks at the node's queue until there is something to answer — messages, a
+    /// newer desired version than the node holds (which goes first, PROTOCOL §16.4),
+    /// a newer pull of the node — or the deadline or shutdown comes.
+    async fn look(
+        &self,
+        node: &str,
+        take: Take<'_>,
+        desired_held: Option<u64>,
+        waker: &NodeWake,
+        deadline: tokio::time::Instant,
+    ) -> Result<(PullBatch, Option<Box<RawValue>>), GatewayError> {
+        let gw = self.0;
+        let superseded = || waker.newest_pull.load(Ordering::Acquire) > take.pull;
         let mut desired = None;
         let batch: PullBatch = 'pull: loop {
             let queued = waker.queued.notified();
             tokio::pin!(queued);
             // Registered before the look: a wake during it is not lost.
             queued.as_mut().enable();
-            let batch = gw
-                .state
-                .take_batch(
-                    node,
-                    Take {
-                        pull,
-                        max,
-                        max_bytes: PULL_BUDGET_BYTES,
-                        after,
-                    },
-                )
-                .await?;
+            let batch = gw.state.take_batch(node, take).await?;
             if let (Some(held), false) = (desired_held, batch.superseded) {
                 // Messages go out whatever happens to the desired state's read: the node
                 // asks again with its next pull.
@@ -145,30 +167,33 @@ impl Delivery<'_> {
                 }
             }
         };
-        if let Some(g) = guard.as_mut() {
-            g.answered = true;
-        }
-        let desired_count = u64::from(desired.is_some());
-        let envelopes = desired
-        .into_iter()
-        .chain(batch
-        .deliveries
-        .into_iter()
-        .filter_map(|d| {
-            let text = String::from_utf8(d.envelope).map_err(|e| e.to_string());
-            match text.and_then(|t| RawValue::from_string(t).map_err(|e| e.to_string())) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    tracing::warn!(event = "queued_envelope_unreadable", message_id = %d.message_id, error = %e);
-                    None
-                }
+        Ok((batch, desired))
+    }
+}
+
+/// The pull's answer: the desired state first (counted as pending), then the batch's
+/// envelopes; one stored unreadable is left out with a warning.
+fn answer(desired: Option<Box<RawValue>>, batch: PullBatch) -> Pulled {
+    let desired_count = u64::from(desired.is_some());
+    let envelopes = desired
+    .into_iter()
+    .chain(batch
+    .deliveries
+    .into_iter()
+    .filter_map(|d| {
+        let text = String::from_utf8(d.envelope).map_err(|e| e.to_string());
+        match text.and_then(|t| RawValue::from_string(t).map_err(|e| e.to_string())) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(event = "queued_envelope_unreadable", message_id = %d.message_id, error = %e);
+                None
             }
-        }))
-        .collect();
-        Ok(Pulled {
-            envelopes,
-            pending: batch.pending + desired_count,
-        })
+        }
+    }))
+    .collect();
+    Pulled {
+        envelopes,
+        pending: batch.pending + desired_count,
     }
 }
 
@@ -177,48 +202,24 @@ impl Delivery<'_> {
     /// `rejected` with the node's code — for each that was there. Returns those ids.
     pub async fn ack(&self, node: &str, ack: NodeAck) -> Result<Vec<String>, GatewayError> {
         let gw = self.0;
-        if ack.delivered.len() + ack.rejected.len() > MAX_BATCH {
-            return Err(GatewayError::BadRequest("at most 1000 ids per ack".into()));
-        }
-        // No message can have such an id; the store would refuse it as a bug (500).
-        let impossible = |id: &str| id.is_empty() || id.len() > 255 || id.contains('\0');
-        let mut ids = ack
-            .delivered
-            .iter()
-            .chain(ack.rejected.iter().map(|(id, _)| id));
-        if ids.any(|id| impossible(id)) {
-            return Err(GatewayError::BadRequest(
-                "message ids are 1..=255 bytes without NUL".into(),
-            ));
-        }
+        check_ack(&ack)?;
         let rejected: Vec<(String, String)> = ack
             .rejected
             .into_iter()
             .map(|(id, code)| (id, code.chars().take(64).collect()))
             .collect();
-        let event = |id: &String, was_stored: bool| match rejected
-            .iter()
-            .find(|(r, _)| r == id)
-            .map(|(_, c)| c)
-        {
-            Some(c) => GatewayEvent::Rejected {
-                message_id: id.clone(),
-                node_id: node.to_string(),
-                code: c.clone(),
-            },
-            None => GatewayEvent::Delivered {
-                message_id: id.clone(),
-                node_id: node.to_string(),
-                was_stored,
-            },
-        };
         // Replicas commit each event with the removal it describes (a replica killed after
         // the commit must not lose them); one process publishes them from memory after it.
         let events = ack
             .delivered
             .iter()
             .chain(rejected.iter().map(|(id, _)| id))
-            .map(|id| (id.clone(), event(id, gw.was_stored(id))));
+            .map(|id| {
+                (
+                    id.clone(),
+                    ack_event(&rejected, node, id, gw.was_stored(id)),
+                )
+            });
         let staged = gw
             .events
             .to_commit_all(events)
@@ -237,7 +238,26 @@ impl Delivery<'_> {
                 },
             )
             .await?;
-        for id in &removed {
+        self.removed(node, &removed, &rejected, with_ack);
+        if with_ack {
+            gw.events.sequence_soon();
+        } else {
+            gw.events_committed().await;
+        }
+        Ok(removed)
+    }
+
+    /// Counts and logs each removed message as `delivered` or `rejected`, and publishes
+    /// its event from memory unless it was committed `with_ack`.
+    fn removed(
+        &self,
+        node: &str,
+        removed: &[String],
+        rejected: &[(String, String)],
+        with_ack: bool,
+    ) {
+        let gw = self.0;
+        for id in removed {
             let was_stored = gw.take_was_stored(id);
             let code = rejected.iter().find(|(r, _)| r == id).map(|(_, c)| c);
             MessageEvent {
@@ -253,15 +273,50 @@ impl Delivery<'_> {
             }
             .emit(&gw.metrics);
             if !with_ack {
-                gw.publish(event(id, was_stored));
+                gw.publish(ack_event(rejected, node, id, was_stored));
             }
         }
-        if with_ack {
-            gw.events.sequence_soon();
-        } else {
-            gw.events_committed().await;
-        }
-        Ok(removed)
+    }
+}
+
+/// Refuses an ack of more than [`MAX_BATCH`] ids, or naming an id no message can have
+/// (the store would refuse it as a bug: 500).
+fn check_ack(ack: &NodeAck) -> Result<(), GatewayError> {
+    if ack.delivered.len() + ack.rejected.len() > MAX_BATCH {
+        return Err(GatewayError::BadRequest("at most 1000 ids per ack".into()));
+    }
+    let impossible = |id: &str| id.is_empty() || id.len() > 255 || id.contains('\0');
+    let mut ids = ack
+        .delivered
+        .iter()
+        .chain(ack.rejected.iter().map(|(id, _)| id));
+    if ids.any(|id| impossible(id)) {
+        return Err(GatewayError::BadRequest(
+            "message ids are 1..=255 bytes without NUL".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The event an acked message leaves: `rejected` with the node's code when the node
+/// refused it, `delivered` otherwise.
+fn ack_event(
+    rejected: &[(String, String)],
+    node: &str,
+    id: &str,
+    was_stored: bool,
+) -> GatewayEvent {
+    match rejected.iter().find(|(r, _)| r == id).map(|(_, c)| c) {
+        Some(c) => GatewayEvent::Rejected {
+            message_id: id.to_string(),
+            node_id: node.to_string(),
+            code: c.clone(),
+        },
+        None => GatewayEvent::Delivered {
+            message_id: id.to_string(),
+            node_id: node.to_string(),
+            was_stored,
+        },
     }
 }
 

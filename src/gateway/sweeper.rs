@@ -201,98 +201,136 @@ pub async fn write_events(gw: Arc<Gateway>, replicas: Arc<dyn SharedState>) {
     else {
         return;
     };
-    use super::events::ToWriter;
-    let mut pending: Vec<(u64, String)> = Vec::new();
-    let mut waiting: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
-    // Events committed without ids (by us or, if it died before sequencing them, by
-    // another replica) wait for a sequencing run: after each write, on request, and
-    // once every TICK while idle.
-    let mut sequence = true;
-    let mut last_sequenced = tokio::time::Instant::now();
-    let take = |m: ToWriter,
-                pending: &mut Vec<(u64, String)>,
-                waiting: &mut Vec<_>,
-                seq: &mut bool| match m {
-        ToWriter::Event(ts, ev) => pending.push(encode((ts, ev))),
-        ToWriter::Flush(tx) => waiting.push(tx),
-        ToWriter::Sequence => *seq = true,
+    let mut w = EventBatch {
+        pending: Vec::new(),
+        waiting: Vec::new(),
+        sequence: true,
+        last_sequenced: tokio::time::Instant::now(),
     };
     loop {
-        let due = last_sequenced + SEQUENCE_EVERY;
-        if pending.is_empty()
-            && waiting.is_empty()
-            && (!sequence || due > tokio::time::Instant::now())
+        let due = w.last_sequenced + SEQUENCE_EVERY;
+        if w.pending.is_empty()
+            && w.waiting.is_empty()
+            && (!w.sequence || due > tokio::time::Instant::now())
         {
             // Idle: wait for events, or until a sequencing run is due (at the latest
             // every TICK, for events a replica that died left without ids).
-            let wake_at = if sequence { due } else { last_sequenced + TICK };
+            let wake_at = if w.sequence {
+                due
+            } else {
+                w.last_sequenced + TICK
+            };
             let first = tokio::select! {
                 _ = gw.shutdown.cancelled() => None,
-                _ = tokio::time::sleep_until(wake_at) => Some(ToWriter::Sequence),
+                _ = tokio::time::sleep_until(wake_at) => Some(super::events::ToWriter::Sequence),
                 m = rx.recv() => m,
             };
             match first {
-                Some(m) => take(m, &mut pending, &mut waiting, &mut sequence),
-                None => {
-                    // Shutdown: what is already queued still goes out.
-                    while let Ok(m) = rx.try_recv() {
-                        take(m, &mut pending, &mut waiting, &mut sequence);
-                    }
-                    if !pending.is_empty() {
-                        let _ = replicas.append_events(std::mem::take(&mut pending)).await;
-                    }
-                    let _ = replicas.sequence_events().await;
-                    return;
-                }
+                Some(m) => w.take(m),
+                None => return w.last_write(&mut rx, replicas).await,
             }
         }
-        while pending.len() < 1000 {
+        while w.pending.len() < 1000 {
             match rx.try_recv() {
-                Ok(m) => take(m, &mut pending, &mut waiting, &mut sequence),
+                Ok(m) => w.take(m),
                 Err(_) => break,
             }
         }
-        let written = if pending.is_empty() {
+        let written = if w.pending.is_empty() {
             Ok(0)
         } else {
-            replicas.append_events(pending.clone()).await
+            replicas.append_events(w.pending.clone()).await
         };
-        match written {
-            Ok(_) => {
-                // Committed (durable): whoever waits may answer now.
-                sequence |= !pending.is_empty();
-                pending.clear();
-                for w in waiting.drain(..) {
-                    let _ = w.send(());
-                }
-                // Let the nudges of a busy moment gather: each run is a commit, and the
-                // sequencers of all replicas take turns on one row.
-                if sequence && last_sequenced.elapsed() >= SEQUENCE_EVERY {
-                    last_sequenced = tokio::time::Instant::now();
-                    match replicas.sequence_events().await {
-                        Ok(_) => sequence = false,
-                        Err(e) => {
-                            tracing::warn!(event = "events_not_sequenced", error = %e);
-                            tokio::select! {
-                                _ = gw.shutdown.cancelled() => return,
-                                _ = tokio::time::sleep(TICK) => {}
-                            }
-                        }
+        let go_on = match written {
+            Ok(_) => w.written(&gw, replicas).await,
+            Err(e) => w.not_written(&gw, &e).await,
+        };
+        if !go_on {
+            return;
+        }
+    }
+}
+
+/// [`write_events`]' books: what waits to be written, who waits for it, and whether a
+/// sequencing run is due.
+struct EventBatch {
+    pending: Vec<(u64, String)>,
+    waiting: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// Events committed without ids (by us or, if it died before sequencing them, by
+    /// another replica) wait for a sequencing run: after each write, on request, and
+    /// once every TICK while idle.
+    sequence: bool,
+    last_sequenced: tokio::time::Instant,
+}
+
+impl EventBatch {
+    /// One message from the gateway: an event to write, a flush to answer once what
+    /// came before it is committed, or a request for a sequencing run.
+    fn take(&mut self, m: super::events::ToWriter) {
+        use super::events::ToWriter;
+        match m {
+            ToWriter::Event(ts, ev) => self.pending.push(encode((ts, ev))),
+            ToWriter::Flush(tx) => self.waiting.push(tx),
+            ToWriter::Sequence => self.sequence = true,
+        }
+    }
+
+    /// Shutdown: what is already queued still goes out, and is sequenced.
+    async fn last_write(
+        mut self,
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>,
+        replicas: &dyn SharedState,
+    ) {
+        while let Ok(m) = rx.try_recv() {
+            self.take(m);
+        }
+        if !self.pending.is_empty() {
+            let _ = replicas
+                .append_events(std::mem::take(&mut self.pending))
+                .await;
+        }
+        let _ = replicas.sequence_events().await;
+    }
+
+    /// The batch is committed (durable): whoever waits may answer now, and a sequencing
+    /// run goes when due. `false` once shutdown interrupts the wait after a failed run.
+    async fn written(&mut self, gw: &Gateway, replicas: &dyn SharedState) -> bool {
+        self.sequence |= !self.pending.is_empty();
+        self.pending.clear();
+        for w in self.waiting.drain(..) {
+            let _ = w.send(());
+        }
+        // Let the nudges of a busy moment gather: each run is a commit, and the
+        // sequencers of all replicas take turns on one row.
+        if self.sequence && self.last_sequenced.elapsed() >= SEQUENCE_EVERY {
+            self.last_sequenced = tokio::time::Instant::now();
+            match replicas.sequence_events().await {
+                Ok(_) => self.sequence = false,
+                Err(e) => {
+                    tracing::warn!(event = "events_not_sequenced", error = %e);
+                    tokio::select! {
+                        _ = gw.shutdown.cancelled() => return false,
+                        _ = tokio::time::sleep(TICK) => {}
                     }
                 }
             }
-            Err(e) => {
-                tracing::warn!(event = "events_not_written", queued = pending.len(), error = %e);
-                if pending.len() > 100_000 {
-                    let drop = pending.len() - 100_000;
-                    pending.drain(..drop);
-                    tracing::warn!(event = "events_dropped", count = drop);
-                }
-                tokio::select! {
-                    _ = gw.shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(TICK) => {}
-                }
-            }
+        }
+        true
+    }
+
+    /// The write failed (the database away): the batch is kept for the next try, its
+    /// oldest dropped beyond 100,000, and the writer waits a TICK. `false` once shutdown
+    /// interrupts the wait.
+    async fn not_written(&mut self, gw: &Gateway, e: &super::storage::StateError) -> bool {
+        tracing::warn!(event = "events_not_written", queued = self.pending.len(), error = %e);
+        if self.pending.len() > 100_000 {
+            let drop = self.pending.len() - 100_000;
+            self.pending.drain(..drop);
+            tracing::warn!(event = "events_dropped", count = drop);
+        }
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => false,
+            _ = tokio::time::sleep(TICK) => true,
         }
     }
 }

@@ -73,29 +73,7 @@ impl Uploads<'_> {
         let mut verdicts: Vec<Option<Verdict>> = envelopes.iter().map(|_| None).collect();
         // 1. Checks that need no key; forwards go through at once (they are not opened).
         let mut mine = Vec::new();
-        let mut parsed = Vec::new();
-        for (slot, v) in envelopes.iter().enumerate() {
-            // As the node stored it: parsed once, here, and never serialised again.
-            let bytes = v.get().as_bytes().to_vec();
-            if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
-                verdicts[slot] = Some(Verdict::Rejected("payload_too_large".into()));
-                continue;
-            }
-            let env = match Envelope::from_json(&bytes) {
-                Ok(e) => e,
-                Err(e) => {
-                    verdicts[slot] = Some(Verdict::Rejected(OpenError::from(e).code().into()));
-                    continue;
-                }
-            };
-            if env.sender_node_id != uploader {
-                verdicts[slot] = Some(Verdict::Rejected("forbidden".into()));
-            } else if env.recipient_node_id != gw.cfg.node_id {
-                verdicts[slot] = Some(forward(gw, env, bytes).await?);
-            } else {
-                parsed.push((slot, env));
-            }
-        }
+        let parsed = triage(gw, uploader, &envelopes, &mut verdicts).await?;
         // Which were received before: one question for the whole upload.
         let ids_mine: Vec<String> = parsed.iter().map(|(_, e)| e.message_id.clone()).collect();
         let seen = gw.state.uploads_seen(&ids_mine).await?;
@@ -105,35 +83,80 @@ impl Uploads<'_> {
         }
         // 2. Open (signature, expiry, replay, decrypt) on all cores.
         let opened = open_all(gw, mine).await;
-        // 3. What to keep. The same envelope twice in one upload: the first is kept, the
-        // later ones are duplicates (as if they had come one request after the other).
-        let mut keep = Vec::new();
-        let mut kept_ids = std::collections::HashSet::new();
-        for (slot, r) in opened {
-            match r {
-                Err(OpenError::Duplicate) => verdicts[slot] = Some(Verdict::Duplicate),
-                Err(e) => verdicts[slot] = Some(Verdict::Rejected(e.code().into())),
-                Ok(o) if kept_ids.contains(&o.message_id) => {
-                    verdicts[slot] = Some(Verdict::Duplicate)
-                }
-                Ok(o) => match to_keep(gw, uploader, slot, o).await? {
-                    Ok(k) => {
-                        kept_ids.insert(match &k.item {
-                            Upload::Result(r) => r.result_message_id.clone(),
-                            Upload::Inbox(m) => m.message_id.clone(),
-                        });
-                        keep.push(k)
-                    }
-                    Err(code) => verdicts[slot] = Some(Verdict::Rejected(code)),
-                },
-            }
-        }
+        // 3. What to keep.
+        let keep = choose(gw, uploader, opened, &mut verdicts).await?;
         // 4. Store it: one transaction, or one by one if that fails.
         store_kept(gw, uploader, keep, &mut verdicts).await?;
         let answer = answer(gw, uploader, ids, verdicts);
         gw.events_committed().await;
         Ok(answer)
     }
+}
+
+/// Step 1 of [`upload`]: the checks that need no key. An envelope too large, unreadable
+/// or not from `uploader` gets its verdict, one for another node is forwarded (its
+/// verdict too); those for the gateway are returned parsed, with their slots.
+async fn triage(
+    gw: &Gateway,
+    uploader: &str,
+    envelopes: &[Box<RawValue>],
+    verdicts: &mut [Option<Verdict>],
+) -> Result<Vec<(usize, Envelope)>, GatewayError> {
+    let mut parsed = Vec::new();
+    for (slot, v) in envelopes.iter().enumerate() {
+        // As the node stored it: parsed once, here, and never serialised again.
+        let bytes = v.get().as_bytes().to_vec();
+        if bytes.len() as u64 > gw.cfg.queue.max_message_bytes {
+            verdicts[slot] = Some(Verdict::Rejected("payload_too_large".into()));
+            continue;
+        }
+        let env = match Envelope::from_json(&bytes) {
+            Ok(e) => e,
+            Err(e) => {
+                verdicts[slot] = Some(Verdict::Rejected(OpenError::from(e).code().into()));
+                continue;
+            }
+        };
+        if env.sender_node_id != uploader {
+            verdicts[slot] = Some(Verdict::Rejected("forbidden".into()));
+        } else if env.recipient_node_id != gw.cfg.node_id {
+            verdicts[slot] = Some(forward(gw, env, bytes).await?);
+        } else {
+            parsed.push((slot, env));
+        }
+    }
+    Ok(parsed)
+}
+
+/// Step 3 of [`upload`]: what to keep of the opened envelopes; the others get their
+/// verdicts. The same envelope twice in one upload: the first is kept, the later ones
+/// are duplicates (as if they had come one request after the other).
+async fn choose(
+    gw: &Gateway,
+    uploader: &str,
+    opened: Vec<(usize, Result<Opened, OpenError>)>,
+    verdicts: &mut [Option<Verdict>],
+) -> Result<Vec<Keep>, GatewayError> {
+    let mut keep = Vec::new();
+    let mut kept_ids = std::collections::HashSet::new();
+    for (slot, r) in opened {
+        match r {
+            Err(OpenError::Duplicate) => verdicts[slot] = Some(Verdict::Duplicate),
+            Err(e) => verdicts[slot] = Some(Verdict::Rejected(e.code().into())),
+            Ok(o) if kept_ids.contains(&o.message_id) => verdicts[slot] = Some(Verdict::Duplicate),
+            Ok(o) => match to_keep(gw, uploader, slot, o).await? {
+                Ok(k) => {
+                    kept_ids.insert(match &k.item {
+                        Upload::Result(r) => r.result_message_id.clone(),
+                        Upload::Inbox(m) => m.message_id.clone(),
+                    });
+                    keep.push(k)
+                }
+                Err(code) => verdicts[slot] = Some(Verdict::Rejected(code)),
+            },
+        }
+    }
+    Ok(keep)
 }
 
 /// Step 4 of [`upload`]: store what is kept (one transaction, or one by one if that

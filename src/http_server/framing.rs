@@ -101,27 +101,7 @@ impl Framing {
                         self.state = State::Head;
                     }
                 }
-                State::ChunkSize => {
-                    let nl = input.iter().position(|&b| b == b'\n');
-                    let k = nl.map_or(input.len(), |i| i + 1);
-                    out.extend_from_slice(&input[..k]);
-                    self.held.extend_from_slice(&input[..k]);
-                    input = &input[k..];
-                    if nl.is_some() {
-                        self.state = match httparse::parse_chunk_size(&self.held) {
-                            Ok(httparse::Status::Complete((_, 0))) => State::Trailers {
-                                line_len: 0,
-                                total: 0,
-                            },
-                            Ok(httparse::Status::Complete((_, n))) => State::ChunkData(n),
-                            _ => State::Opaque,
-                        };
-                        self.held.clear();
-                    } else if self.held.len() > MAX_CHUNK_LINE {
-                        self.held.clear();
-                        self.state = State::Opaque;
-                    }
-                }
+                State::ChunkSize => input = self.chunk_size(input, out),
                 State::ChunkData(n) => {
                     let k = (*n).min(input.len() as u64) as usize;
                     out.extend_from_slice(&input[..k]);
@@ -142,23 +122,11 @@ impl Framing {
                         _ => State::Opaque,
                     };
                 }
-                State::Trailers { line_len, total } => {
+                State::Trailers { .. } => {
                     let b = input[0];
                     out.push(b);
                     input = &input[1..];
-                    *total += 1;
-                    if b == b'\n' {
-                        if *line_len == 0 {
-                            self.state = State::Head;
-                            continue;
-                        }
-                        *line_len = 0;
-                    } else if b != b'\r' || *line_len > 0 {
-                        *line_len += 1;
-                    }
-                    if *total > MAX_CHUNK_LINE {
-                        self.state = State::Opaque;
-                    }
+                    self.trailer(b);
                 }
                 State::Opaque => {
                     out.extend_from_slice(input);
@@ -167,6 +135,54 @@ impl Framing {
             }
         }
         Ok(())
+    }
+
+    /// Follows a chunk-size line: passes on what `input` holds of it and returns the
+    /// rest. A complete line says what follows (the chunk's data, or the trailers after
+    /// the last chunk); one that does not parse, or grows past [`MAX_CHUNK_LINE`],
+    /// stops the following ([`State::Opaque`]).
+    fn chunk_size<'i>(&mut self, input: &'i [u8], out: &mut Vec<u8>) -> &'i [u8] {
+        let nl = input.iter().position(|&b| b == b'\n');
+        let k = nl.map_or(input.len(), |i| i + 1);
+        out.extend_from_slice(&input[..k]);
+        self.held.extend_from_slice(&input[..k]);
+        if nl.is_some() {
+            self.state = match httparse::parse_chunk_size(&self.held) {
+                Ok(httparse::Status::Complete((_, 0))) => State::Trailers {
+                    line_len: 0,
+                    total: 0,
+                },
+                Ok(httparse::Status::Complete((_, n))) => State::ChunkData(n),
+                _ => State::Opaque,
+            };
+            self.held.clear();
+        } else if self.held.len() > MAX_CHUNK_LINE {
+            self.held.clear();
+            self.state = State::Opaque;
+        }
+        &input[k..]
+    }
+
+    /// One byte of the trailer section (already passed on): an empty line ends it and
+    /// the next head follows; a section longer than [`MAX_CHUNK_LINE`] stops the
+    /// following.
+    fn trailer(&mut self, b: u8) {
+        let State::Trailers { line_len, total } = &mut self.state else {
+            return;
+        };
+        *total += 1;
+        if b == b'\n' {
+            if *line_len == 0 {
+                self.state = State::Head;
+                return;
+            }
+            *line_len = 0;
+        } else if b != b'\r' || *line_len > 0 {
+            *line_len += 1;
+        }
+        if *total > MAX_CHUNK_LINE {
+            self.state = State::Opaque;
+        }
     }
 
     /// `Ok(Some(len))` when `held` starts with a complete, acceptable head of `len`

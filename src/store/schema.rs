@@ -53,9 +53,41 @@ fn is_empty(engine: &dyn Engine) -> Result<bool, StoreError> {
     Ok(true)
 }
 
+/// Brings the store to this binary's schema on open (refusing a newer one), moves
+/// damaged records aside when `verify`, and reads what the writer starts from.
 pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opened, StoreError> {
     let mut quarantined = Vec::new();
-    let version = match meta(engine, META_SCHEMA)? {
+    let version = version(engine)?;
+    migrate(engine, version)?;
+    let mut rebuild = version < 2;
+    if !rebuild && verify {
+        rebuild = quarantine_damage(engine, blobs, &mut quarantined)?;
+    }
+    if rebuild {
+        rebuild_counters(engine, &mut quarantined)?;
+    } else if version < SCHEMA_VERSION {
+        engine.apply(&[BatchOp::Put {
+            tree: T_META,
+            key: META_SCHEMA.to_vec(),
+            value: u64_val(SCHEMA_VERSION),
+        }])?;
+    }
+    if meta(engine, META_RESULT_BYTES)?.is_none() {
+        count_result_bytes(engine)?;
+    }
+    collect_orphan_blobs(engine, blobs);
+    Ok(Opened {
+        next_seq: meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(1),
+        time_floor_ms: meta(engine, META_TIME_FLOOR)?.unwrap_or(0),
+        time_history: time_history(engine)?,
+        quarantined,
+    })
+}
+
+/// The store's schema version: a new store is stamped current, data without a version
+/// key predates versioning (the first format).
+fn version(engine: &dyn Engine) -> Result<u64, StoreError> {
+    Ok(match meta(engine, META_SCHEMA)? {
         Some(v) => v,
         None if is_empty(engine)? => {
             engine.apply(&[
@@ -73,9 +105,13 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
             ])?;
             SCHEMA_VERSION
         }
-        // Data without a version key predates versioning: the first format.
         None => 1,
-    };
+    })
+}
+
+/// Refuses a store newer than this binary and runs the chunked migrations an older
+/// one needs (v3's tombstones, v4's packed ids); the counters of v2 are rebuilt apart.
+fn migrate(engine: &dyn Engine, version: u64) -> Result<(), StoreError> {
     if version > SCHEMA_VERSION {
         return Err(StoreError::SchemaTooNew {
             found: version,
@@ -97,48 +133,36 @@ pub fn prepare(engine: &dyn Engine, blobs: &Blobs, verify: bool) -> Result<Opene
         let packed = pack_ids(engine)?;
         tracing::info!(packed, "id tree keys packed");
     }
-    let mut rebuild = version < 2;
-    if !rebuild && verify {
-        // Damaged records are moved aside before anything can deliver them.
-        let mut live = 0;
-        let damage = match super::damage::scan_damage(engine, blobs, &mut live) {
-            Ok(d) => d,
-            Err(e) => {
-                // Page-level damage the engine itself cannot read past: open anyway (so
-                // the daemon is not stuck in a crash loop), report it, let doctor say more.
-                tracing::error!(error = %e, "store damaged below record level");
-                quarantined.push(format!("engine: {e}"));
-                Vec::new()
-            }
-        };
-        if !damage.is_empty() {
-            let lines = super::damage::quarantine_now(engine, damage)?;
-            for l in &lines {
-                tracing::warn!(record = %l, "quarantined damaged record on open");
-            }
-            quarantined.extend(lines);
-            rebuild = true;
+    Ok(())
+}
+
+/// Moves damaged records aside before anything can deliver them, noting each in
+/// `quarantined`; whether any was, so the counters must be rebuilt.
+fn quarantine_damage(
+    engine: &dyn Engine,
+    blobs: &Blobs,
+    quarantined: &mut Vec<String>,
+) -> Result<bool, StoreError> {
+    let mut live = 0;
+    let damage = match super::damage::scan_damage(engine, blobs, &mut live) {
+        Ok(d) => d,
+        Err(e) => {
+            // Page-level damage the engine itself cannot read past: open anyway (so
+            // the daemon is not stuck in a crash loop), report it, let doctor say more.
+            tracing::error!(error = %e, "store damaged below record level");
+            quarantined.push(format!("engine: {e}"));
+            Vec::new()
         }
+    };
+    if damage.is_empty() {
+        return Ok(false);
     }
-    if rebuild {
-        rebuild_counters(engine, &mut quarantined)?;
-    } else if version < SCHEMA_VERSION {
-        engine.apply(&[BatchOp::Put {
-            tree: T_META,
-            key: META_SCHEMA.to_vec(),
-            value: u64_val(SCHEMA_VERSION),
-        }])?;
+    let lines = super::damage::quarantine_now(engine, damage)?;
+    for l in &lines {
+        tracing::warn!(record = %l, "quarantined damaged record on open");
     }
-    if meta(engine, META_RESULT_BYTES)?.is_none() {
-        count_result_bytes(engine)?;
-    }
-    collect_orphan_blobs(engine, blobs);
-    Ok(Opened {
-        next_seq: meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(1),
-        time_floor_ms: meta(engine, META_TIME_FLOOR)?.unwrap_or(0),
-        time_history: time_history(engine)?,
-        quarantined,
-    })
+    quarantined.extend(lines);
+    Ok(true)
 }
 
 /// The time correction and the newest `created_at` in replay memory (`time`).
@@ -289,29 +313,7 @@ pub fn rebuild_counters(
                 };
                 let cost = (k.len() + v.len()) as u64 + blob + 64;
                 let ck = count_key(&q, &p);
-                let c = counters.entry(ck.clone()).or_default();
-                c.depth += 1;
-                c.bytes += cost;
-                if !rec.in_lane && c.lane.members > 0 && rec.priority == c.lane.prio {
-                    *since_member.entry(ck).or_default() += 1;
-                } else if rec.in_lane {
-                    c.lane.strays += since_member.remove(&ck).unwrap_or(0);
-                    // Keys come in queue order, so the last member seen is the newest;
-                    // `due_ms` holds the earliest member expiry until the end.
-                    if c.lane.members == 0 {
-                        c.lane = Lane {
-                            start_seq: rec.seq,
-                            due_ms: rec.expires_at_ms,
-                            ..Lane::default()
-                        };
-                    } else {
-                        c.lane.due_ms = c.lane.due_ms.min(rec.expires_at_ms);
-                    }
-                    c.lane.prio = rec.priority;
-                    c.lane.members += 1;
-                    c.lane.tail_ms = c.lane.tail_ms.max(rec.expires_at_ms);
-                    c.lane.closed_at_seq = rec.seq + 1;
-                }
+                count(&mut counters, &mut since_member, ck, &rec, cost);
                 total += cost;
                 max_seq = max_seq.max(rec.seq);
             }
@@ -338,23 +340,55 @@ pub fn rebuild_counters(
     put_counters(counters, &mut batch);
     quarantine_records(bad, quarantined, &mut batch);
     let next_seq = meta(engine, META_NEXT_SEQ)?.unwrap_or(1).max(max_seq + 1);
-    batch.push(BatchOp::Put {
-        tree: T_META,
-        key: META_NEXT_SEQ.to_vec(),
-        value: u64_val(next_seq),
-    });
-    batch.push(BatchOp::Put {
-        tree: T_META,
-        key: META_BYTES.to_vec(),
-        value: u64_val(total),
-    });
-    batch.push(BatchOp::Put {
-        tree: T_META,
-        key: META_SCHEMA.to_vec(),
-        value: u64_val(SCHEMA_VERSION),
-    });
+    for (key, value) in [
+        (META_NEXT_SEQ, next_seq),
+        (META_BYTES, total),
+        (META_SCHEMA, SCHEMA_VERSION),
+    ] {
+        batch.push(BatchOp::Put {
+            tree: T_META,
+            key: key.to_vec(),
+            value: u64_val(value),
+        });
+    }
     engine.apply(&batch)?;
     Ok(())
+}
+
+/// Counts one message record (costing `cost`) into its recipient's counter under `ck`:
+/// depth and bytes, and its lane — which starts at its first member, spans to its
+/// newest, and counts as strays the indexed messages of its priority between members
+/// (`since_member` holds those seen since the last member).
+fn count(
+    counters: &mut BTreeMap<Vec<u8>, Counter>,
+    since_member: &mut BTreeMap<Vec<u8>, u64>,
+    ck: Vec<u8>,
+    rec: &MsgRecord,
+    cost: u64,
+) {
+    let c = counters.entry(ck.clone()).or_default();
+    c.depth += 1;
+    c.bytes += cost;
+    if !rec.in_lane && c.lane.members > 0 && rec.priority == c.lane.prio {
+        *since_member.entry(ck).or_default() += 1;
+    } else if rec.in_lane {
+        c.lane.strays += since_member.remove(&ck).unwrap_or(0);
+        // Keys come in queue order, so the last member seen is the newest;
+        // `due_ms` holds the earliest member expiry until the end.
+        if c.lane.members == 0 {
+            c.lane = Lane {
+                start_seq: rec.seq,
+                due_ms: rec.expires_at_ms,
+                ..Lane::default()
+            };
+        } else {
+            c.lane.due_ms = c.lane.due_ms.min(rec.expires_at_ms);
+        }
+        c.lane.prio = rec.priority;
+        c.lane.members += 1;
+        c.lane.tail_ms = c.lane.tail_ms.max(rec.expires_at_ms);
+        c.lane.closed_at_seq = rec.seq + 1;
+    }
 }
 
 /// The rebuilt counters (and their lanes' due keys) as batch writes. A rebuilt lane

@@ -21,7 +21,7 @@ use super::blobs::Blobs;
 use super::codec::{
     parse_u64, u64_val, META_NEXT_SEQ, META_SEEN_CREATED_MAX, META_TIME_FLOOR, T_BLOBREF, T_META,
 };
-use super::engine::Engine;
+use super::engine::{Engine, Reader};
 use super::error::StoreError;
 use super::ops::{self, OpOutcome, WriteOp};
 use super::options::StoreOptions;
@@ -286,70 +286,23 @@ impl Writer {
             let Some(first) = first.take() else {
                 return Vec::new();
             };
-            // Another process on the same store (an `outpost queue requeue` or `envelope`
-            // command next to the running daemon) may have enqueued since this writer's
-            // last group. The sequence is read under this group's write lock, so two
-            // writers never give two messages the same queue key (the later one would
-            // overwrite the earlier record).
-            if let Ok(Some(n)) = view
-                .get(T_META, META_NEXT_SEQ)
-                .map(|v| v.as_deref().and_then(parse_u64))
-            {
-                self.next_seq = self.next_seq.max(n);
-            }
+            self.catch_up_seq(view);
             let mut group = Overlay::default();
             let mut next = Some(first);
             while let Some((ops, reply)) = next.take().or_else(|| feed.more()) {
-                let mut tx = Tx::new(
-                    view,
-                    &self.blobs,
-                    &self.opts,
-                    &mut group,
-                    now_ms,
-                    &mut self.next_seq,
-                );
-                let mut outcomes = Vec::with_capacity(ops.len());
-                let mut failed = None;
-                for op in ops {
-                    match ops::apply(&mut tx, op) {
-                        Ok(o) => outcomes.push(o),
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
-                    }
+                let (answer, blobs) = self.evaluate(view, &mut group, now_ms, ops);
+                if answer.is_ok() {
+                    unreferenced.extend(blobs);
                 }
-                let (undo, unreferenced_blobs) = tx.finish();
-                match failed {
-                    None => {
-                        unreferenced.extend(unreferenced_blobs);
-                        answers.push((reply, Ok(outcomes)));
-                    }
-                    Some(e) => {
-                        group.roll_back(undo);
-                        answers.push((reply, Err(e)));
-                    }
-                }
+                answers.push((reply, answer));
             }
             if !answers.iter().any(|(_, r)| r.is_ok()) || group.is_empty() {
                 // Nothing changed (failed requests, or a sweep that found nothing due):
                 // nothing is written, not even the floor, so an idle store stays still.
                 return Vec::new();
             }
-            // Piggy-back the time floor on every commit (see `time`).
             wrote = true;
-            floor_ms = self.time.now_ms();
-            group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(floor_ms)));
-            // Read after the group's last request, like the floor: an envelope noted
-            // before its enqueue was submitted is covered by the commit that stores it.
-            seen_ms = self.time.seen_created_max();
-            if seen_ms != self.seen_written {
-                group.set(
-                    T_META,
-                    META_SEEN_CREATED_MAX.to_vec(),
-                    Some(u64_val(seen_ms)),
-                );
-            }
+            (floor_ms, seen_ms) = self.stamp_meta(&mut group);
             group.into_batch()
         });
         if let Err(e) = &result {
@@ -378,6 +331,76 @@ impl Writer {
             floor_ms,
             unreferenced,
         }
+    }
+
+    /// Takes the queue sequence another process on the same store (an `outpost queue
+    /// requeue` or `envelope` command next to the running daemon) may have advanced
+    /// since this writer's last group. `view` is read under this group's write lock, so
+    /// two writers never give two messages the same queue key (the later one would
+    /// overwrite the earlier record).
+    fn catch_up_seq(&mut self, view: &dyn Reader) {
+        if let Ok(Some(n)) = view
+            .get(T_META, META_NEXT_SEQ)
+            .map(|v| v.as_deref().and_then(parse_u64))
+        {
+            self.next_seq = self.next_seq.max(n);
+        }
+    }
+
+    /// One request of the group, all or nothing: its outcomes and the blobs it left
+    /// unreferenced, or the first op's error with its writes taken back out of `group`.
+    fn evaluate(
+        &mut self,
+        view: &dyn Reader,
+        group: &mut Overlay,
+        now_ms: u64,
+        ops: Vec<WriteOp>,
+    ) -> (Result<Vec<OpOutcome>, StoreError>, Vec<[u8; 32]>) {
+        let mut tx = Tx::new(
+            view,
+            &self.blobs,
+            &self.opts,
+            group,
+            now_ms,
+            &mut self.next_seq,
+        );
+        let mut outcomes = Vec::with_capacity(ops.len());
+        let mut failed = None;
+        for op in ops {
+            match ops::apply(&mut tx, op) {
+                Ok(o) => outcomes.push(o),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let (undo, unreferenced_blobs) = tx.finish();
+        match failed {
+            None => (Ok(outcomes), unreferenced_blobs),
+            Some(e) => {
+                group.roll_back(undo);
+                (Err(e), Vec::new())
+            }
+        }
+    }
+
+    /// Piggy-backs the time floor on a group that writes (see `time`), and the newest
+    /// envelope creation time seen when it moved; returns both as written. Read after
+    /// the group's last request: an envelope noted before its enqueue was submitted is
+    /// covered by the commit that stores it.
+    fn stamp_meta(&self, group: &mut Overlay) -> (u64, u64) {
+        let floor_ms = self.time.now_ms();
+        group.set(T_META, META_TIME_FLOOR.to_vec(), Some(u64_val(floor_ms)));
+        let seen_ms = self.time.seen_created_max();
+        if seen_ms != self.seen_written {
+            group.set(
+                T_META,
+                META_SEEN_CREATED_MAX.to_vec(),
+                Some(u64_val(seen_ms)),
+            );
+        }
+        (floor_ms, seen_ms)
     }
 
     /// Deletes blob files whose reference count reached zero in a committed batch.

@@ -31,106 +31,9 @@
 use crate::store::backoff::delay_capped_ms;
 
 mod config;
+mod vocab;
 pub use config::MachineConfig;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Not connected; next attempt at `retry_at_ms`.
-    Offline,
-    /// Waiting for the answer to the first pull (pending count).
-    Handshake,
-    /// Draining messages the gateway stored while we were away.
-    Flushing,
-    /// Stored messages drained; live traffic.
-    Live,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Offline => "offline",
-            Phase::Handshake => "connecting",
-            Phase::Flushing => "flushing",
-            Phase::Live => "connected",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    Start,
-    /// A `Wait` ended on its own.
-    Timer,
-    /// The node queued something (or a long-poll was interrupted for that reason).
-    Woken,
-    /// A pull answered: `pending_count` as the gateway reported it (including this
-    /// batch) and how many of the batch the node took (acked).
-    Pulled {
-        pending_count: u64,
-        received: u64,
-        /// The node could not store part of the batch (left queued upstream).
-        stalled: bool,
-    },
-    /// An outbox upload finished; `more` = a full batch went, there may be more.
-    Pushed {
-        more: bool,
-    },
-    AuditSynced,
-    RevocationsFetched,
-    /// Local software wrote reported state (or a long-poll was interrupted for that).
-    StateWritten,
-    /// A [`Action::ReportState`] is done: the report went, or nothing had changed.
-    StateReported,
-    /// A request failed (network, 5xx, 401 …). `jitter` in [-1, 1] from the caller's RNG.
-    /// `slow`: it was sent but its answer did not come within the timeout.
-    Failed {
-        error: String,
-        jitter: f64,
-        slow: bool,
-    },
-    /// The gateway refused the request's timestamp and stated its time, `gateway_ms`
-    /// (verified: signed by the gateway, for this request).
-    ClockSkew {
-        error: String,
-        gateway_ms: u64,
-    },
-    /// The answer to [`Action::CorrectTime`]: whether the node's time moved back.
-    TimeCorrected {
-        moved: bool,
-        jitter: f64,
-    },
-    Shutdown,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Pull {
-        wait_s: u64,
-        max: u32,
-    },
-    Push {
-        max: u32,
-    },
-    SyncAudit {
-        max_entries: u32,
-    },
-    FetchRevocations,
-    /// Report the node's state (`POST …/report`). `fresh`: the first report of this
-    /// connection, everything in it; otherwise the worker reads the inventory and sends
-    /// only what moved or was written since the last report, or nothing.
-    ReportState {
-        fresh: bool,
-    },
-    /// Sleep until `until_ms` (or a wake-up / shutdown).
-    Wait {
-        until_ms: u64,
-    },
-    /// Move the node's time back to `gateway_ms` if its clock agrees (`store::time`).
-    CorrectTime {
-        gateway_ms: u64,
-    },
-    Stop,
-}
+pub use vocab::{Action, Event, Phase};
 
 #[derive(Debug, Clone)]
 pub struct Machine {
@@ -333,6 +236,9 @@ impl Machine {
         a
     }
 
+    /// The state change one event makes: events that end the connection, or arrive
+    /// while offline, answer at once; the others update the books and fall through to
+    /// [`Machine::next`].
     fn step(&mut self, ev: Event, now: u64) -> Action {
         match ev {
             Event::Shutdown => return Action::Stop,
@@ -358,29 +264,9 @@ impl Machine {
                 moved: false,
                 jitter,
             } => return self.failed(now, jitter, false),
-            Event::TimeCorrected { moved: true, .. } => {
-                // Every deadline was computed from a time that turned out a week (say)
-                // ahead: waiting for any of them would wait that long.
-                self.retry_at_ms = 0;
-                self.pull_due_ms = 0;
-                self.outbox_dirty = true;
-                self.outbox_due_ms = 0;
-                self.audit_due_ms = 0;
-                self.revocations_due_ms = 0;
-                return self.handshake();
-            }
+            Event::TimeCorrected { moved: true, .. } => return self.time_moved_back(),
             Event::Timer | Event::Woken | Event::StateWritten if self.phase == Phase::Offline => {
-                match ev {
-                    Event::Woken => self.outbox_dirty = true,
-                    Event::StateWritten => self.report_dirty = true,
-                    _ => {}
-                }
-                if now >= self.retry_at_ms {
-                    return self.handshake();
-                }
-                return Action::Wait {
-                    until_ms: self.retry_at_ms,
-                };
+                return self.offline(&ev, now);
             }
             Event::Timer => {}
             Event::Woken => self.outbox_dirty = true,
@@ -390,34 +276,8 @@ impl Machine {
                 pending_count,
                 received,
                 stalled,
-            } => {
-                self.ok(now);
-                if received >= u64::from(self.sized(Kind::Pull)) {
-                    self.grow(Kind::Pull);
-                }
-                if stalled {
-                    self.pull_due_ms = now + self.cfg.stall_retry_ms;
-                }
-                self.remaining = pending_count.saturating_sub(received);
-                if self.remaining > 0 {
-                    self.phase = Phase::Flushing;
-                } else {
-                    self.phase = Phase::Live;
-                }
-            }
-            Event::Pushed { more } => {
-                self.ok(now);
-                // `more`: a full batch went.
-                if more {
-                    self.grow(Kind::Push);
-                }
-                if !more {
-                    self.outbox_dirty = false;
-                    self.outbox_due_ms = now + self.cfg.outbox_every_ms;
-                }
-                // Results pushed mean new audit entries: sync them next.
-                self.audit_due_ms = now;
-            }
+            } => self.pulled(now, pending_count, received, stalled),
+            Event::Pushed { more } => self.pushed(now, more),
             Event::AuditSynced => {
                 self.ok(now);
                 self.grow(Kind::Audit);
@@ -429,6 +289,70 @@ impl Machine {
             }
         }
         self.next(now)
+    }
+
+    /// The node's time moved back: every deadline was computed from a time that turned
+    /// out a week (say) ahead, and waiting for any of them would wait that long, so all
+    /// are due now and the node reconnects at once.
+    fn time_moved_back(&mut self) -> Action {
+        self.retry_at_ms = 0;
+        self.pull_due_ms = 0;
+        self.outbox_dirty = true;
+        self.outbox_due_ms = 0;
+        self.audit_due_ms = 0;
+        self.revocations_due_ms = 0;
+        self.handshake()
+    }
+
+    /// A timer, a wake-up or a state write while offline: noted, and the next attempt
+    /// goes once the backoff is over.
+    fn offline(&mut self, ev: &Event, now: u64) -> Action {
+        match ev {
+            Event::Woken => self.outbox_dirty = true,
+            Event::StateWritten => self.report_dirty = true,
+            _ => {}
+        }
+        if now >= self.retry_at_ms {
+            return self.handshake();
+        }
+        Action::Wait {
+            until_ms: self.retry_at_ms,
+        }
+    }
+
+    /// A pull answered: a full batch grows the pull size back, a stalled one (the store
+    /// full) holds the next pull off, and what the gateway still holds decides between
+    /// flushing and live traffic.
+    fn pulled(&mut self, now: u64, pending_count: u64, received: u64, stalled: bool) {
+        self.ok(now);
+        if received >= u64::from(self.sized(Kind::Pull)) {
+            self.grow(Kind::Pull);
+        }
+        if stalled {
+            self.pull_due_ms = now + self.cfg.stall_retry_ms;
+        }
+        self.remaining = pending_count.saturating_sub(received);
+        if self.remaining > 0 {
+            self.phase = Phase::Flushing;
+        } else {
+            self.phase = Phase::Live;
+        }
+    }
+
+    /// An outbox upload went: a full batch (`more`) grows the upload size back and
+    /// keeps the outbox due, a partial one empties it until the next look; either way
+    /// the new audit entries are synced next.
+    fn pushed(&mut self, now: u64, more: bool) {
+        self.ok(now);
+        if more {
+            self.grow(Kind::Push);
+        }
+        if !more {
+            self.outbox_dirty = false;
+            self.outbox_due_ms = now + self.cfg.outbox_every_ms;
+        }
+        // Results pushed mean new audit entries: sync them next.
+        self.audit_due_ms = now;
     }
 
     /// Connected: flush first, then the due chores, then the long-poll.

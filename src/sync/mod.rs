@@ -25,6 +25,7 @@ pub mod capped;
 mod chores;
 pub mod enroll;
 pub mod machine;
+mod pull;
 mod report;
 mod rotate;
 pub mod state_report;

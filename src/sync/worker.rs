@@ -11,13 +11,12 @@ use tokio_util::task::TaskTracker;
 
 use super::machine::{Action, Event, Machine, MachineConfig};
 use super::transport::{PinnedKey, SyncError, Transport};
-use super::wire::{AckAnswer, AckRejected, AckRequest, PullAnswer};
-use super::{InboundOutcome, NodeLink, Shared, SyncHandle};
+use super::wire::PullAnswer;
+use super::{NodeLink, Shared, SyncHandle};
 use crate::config::Config;
 use crate::envelope::KeyRing;
 use crate::store::Store;
 use crate::telemetry::{Metrics, TimeMovedBack};
-use serde_json::value::RawValue;
 
 pub struct SyncDeps {
     pub cfg: Arc<Config>,
@@ -91,7 +90,7 @@ pub(super) struct Worker {
     pub(super) deps: SyncDeps,
     pub(super) t: Arc<Transport>,
     pub(super) shared: Arc<Shared>,
-    shutdown: CancellationToken,
+    pub(super) shutdown: CancellationToken,
     /// The gateway's confirmed audit size, asked once per connection.
     pub(super) confirmed_audit: Option<u64>,
     /// The gateway's signed time the node could not take because its clock did not
@@ -104,10 +103,10 @@ pub(super) struct Worker {
     /// The next batch of a backlog, asked for while the previous one is stored and
     /// acknowledged (PROTOCOL §12.1 `after`, §12.6 pipelining): the next flush pull takes
     /// its answer.
-    prefetch: Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>,
+    pub(super) prefetch: Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>,
     /// The ack of a backlog batch (stored here already), travelling while the next
     /// batch is opened; settled before the next ack and before any other step.
-    acking: Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
+    pub(super) acking: Option<tokio::task::JoinHandle<Result<(), SyncError>>>,
     /// What the last failure means ([`Worker::fail`]), for its log line.
     pub(super) failure: std::sync::Mutex<Option<super::advice::Advice>>,
     /// When a failure is worth a log line.
@@ -119,7 +118,9 @@ pub(super) struct Worker {
 }
 
 /// Aborts a prefetch nobody will take (a stall, a failure, another action).
-fn drop_prefetch(p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>) {
+pub(super) fn drop_prefetch(
+    p: &mut Option<tokio::task::JoinHandle<Result<PullAnswer, SyncError>>>,
+) {
     if let Some(h) = p.take() {
         h.abort();
     }
@@ -311,166 +312,6 @@ impl Worker {
             }
         }
     }
-
-    /// The pull's answer: the prefetched one when there is one, else a request (a
-    /// long-poll when `wait_s` > 0, which a wake-up ends early). `Err` carries the event
-    /// that ended the wait instead.
-    async fn fetch(
-        &mut self,
-        wait_s: u64,
-        max: u32,
-    ) -> Result<Result<PullAnswer, SyncError>, Event> {
-        Ok(match self.prefetch.take() {
-            // Asked for while the previous batch was stored (see below).
-            Some(next) => tokio::select! {
-                r = next => r.unwrap_or_else(|e| Err(SyncError::Setup(format!("prefetched pull: {e}")))),
-                _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
-            },
-            None => {
-                let pq = format!(
-                    "{}?wait_s={wait_s}&max={max}&desired={}",
-                    self.t.node_path("pull"),
-                    self.deps.node.state_versions().desired
-                );
-                let call = self
-                    .t
-                    .get::<PullAnswer>(&pq, self.now(), Duration::from_secs(wait_s));
-                if wait_s > 0 {
-                    tokio::select! {
-                        r = call => r,
-                        _ = self.shared.wake.notified() => return Err(Event::Woken),
-                        _ = self.shared.report_wake.notified() => return Err(Event::StateWritten),
-                        _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
-                    }
-                } else {
-                    tokio::select! {
-                        r = call => r,
-                        _ = self.shutdown.cancelled() => return Err(Event::Shutdown),
-                    }
-                }
-            }
-        })
-    }
-
-    async fn pull(&mut self, wait_s: u64, max: u32) -> Event {
-        let resp = match self.fetch(wait_s, max).await {
-            Ok(r) => r,
-            Err(ev) => return ev,
-        };
-        let mut answer = match resp {
-            Ok(a) => a,
-            Err(e) => return self.fail(&e),
-        };
-        if let Some(rot) = answer.gateway_rotation.take() {
-            // Before the batch: its envelopes may be signed with the new key.
-            self.deps.node.gateway_rotated(rot).await;
-        }
-        // A full batch of a longer backlog: ask for the next one now, after this batch's
-        // last message, so the gateway reads and sends it while this one is opened,
-        // stored and acknowledged. Only this batch's outcome decides whether it is used:
-        // a stall or a failed ack drops it, and the next pull starts at the head.
-        let full = answer.envelopes.len() >= max as usize;
-        if wait_s == 0 && full && answer.pending_count > answer.envelopes.len() as u64 {
-            self.prefetch_after(&answer, max);
-        }
-        let mut ack = Vec::new();
-        let mut rejected = Vec::new();
-        // The id is the envelope's business; the pipeline refuses one without it.
-        let ids: Vec<String> = answer.envelopes.iter().map(|e| message_id(e)).collect();
-        let bytes = answer
-            .envelopes
-            .into_iter()
-            .map(|e| String::from(Box::<str>::from(e)).into_bytes())
-            .collect();
-        let desired_before = self.deps.node.state_versions().desired;
-        let outcomes = self.deps.node.receive_batch(bytes).await;
-        if self.deps.node.state_versions().desired != desired_before {
-            // A new desired version: the gateway hears that the node holds it with the
-            // next report, which this wake-up makes due (PROTOCOL §16.5).
-            self.shared.report_wake.notify_one();
-        }
-        let mut stalled = false;
-        for (id, outcome) in ids.into_iter().zip(outcomes) {
-            match outcome {
-                InboundOutcome::Accepted | InboundOutcome::Duplicate => ack.push(id),
-                InboundOutcome::Rejected { code } => {
-                    tracing::warn!(event = "pulled_envelope_rejected", message_id = %id, code = %code);
-                    rejected.push(AckRejected { code, id });
-                }
-                // Nothing after it was stored: leave it and the rest queued upstream.
-                InboundOutcome::Retry => {
-                    stalled = true;
-                    drop_prefetch(&mut self.prefetch);
-                    break;
-                }
-            }
-        }
-        let received = (ack.len() + rejected.len()) as u64;
-        // The previous batch's ack, if it is still on its way: its failure is this
-        // pull's (nothing is lost: what it acked is stored here; the gateway resends
-        // it and the node answers duplicate).
-        if let Err(e) = self.settle_ack().await {
-            drop_prefetch(&mut self.prefetch);
-            return self.fail(&e);
-        }
-        if received > 0 {
-            let body = AckRequest {
-                message_ids: ack,
-                rejected,
-            };
-            let pq = self.t.node_path("ack");
-            let (t, now, shared) = (self.t.clone(), self.now(), self.shared.clone());
-            let send = async move {
-                t.post::<_, AckAnswer>(&pq, &body, now).await?;
-                shared
-                    .status
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pulled += received;
-                Ok(())
-            };
-            if self.prefetch.is_some() {
-                // Mid-backlog: the ack travels while the next batch is opened.
-                self.acking = Some(tokio::spawn(send));
-            } else if let Err(e) = send.await {
-                return self.fail(&e);
-            }
-        }
-        Event::Pulled {
-            pending_count: answer.pending_count,
-            received,
-            stalled,
-        }
-    }
-}
-
-impl Worker {
-    /// Ask for the batch after `answer`'s last message now (PROTOCOL §12.1 `after`).
-    fn prefetch_after(&mut self, answer: &PullAnswer, max: u32) {
-        let last = answer.envelopes.last().map(|e| message_id(e));
-        if let Some(last) = last.filter(|id| !id.is_empty()) {
-            let pq = format!(
-                "{}?wait_s=0&max={max}&after={}&desired={}",
-                self.t.node_path("pull"),
-                query_escape(&last),
-                self.deps.node.state_versions().desired
-            );
-            let (t, now) = (self.t.clone(), self.now());
-            self.prefetch = Some(tokio::spawn(async move {
-                t.get::<PullAnswer>(&pq, now, Duration::ZERO).await
-            }));
-        }
-    }
-
-    /// Wait for the ack on its way, if any.
-    async fn settle_ack(&mut self) -> Result<(), SyncError> {
-        match self.acking.take() {
-            Some(h) => h
-                .await
-                .unwrap_or_else(|e| Err(SyncError::Setup(format!("ack: {e}")))),
-            None => Ok(()),
-        }
-    }
 }
 
 /// `s` as a query-string value: everything but RFC 3986's unreserved characters
@@ -485,9 +326,4 @@ pub(crate) fn query_escape(s: &str) -> String {
         }
     }
     out
-}
-
-/// The `message_id` of a pulled envelope; empty when it has none.
-fn message_id(envelope: &RawValue) -> String {
-    super::wire::raw_message_id(envelope).unwrap_or_default()
 }

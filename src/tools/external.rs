@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 
 use super::ToolError;
 
@@ -122,21 +122,7 @@ pub async fn run(
         .ok_or_else(|| ToolError::Failed("tool has no command configured".into()))?;
     let mut input = serde_json::to_vec(args).unwrap_or_default();
     input.push(b'\n');
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
-        .env_clear()
-        .env("PATH", TOOL_PATH)
-        .env("LANG", "C")
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| {
-        tracing::warn!(tool, error = %e, "tool could not be started");
-        ToolError::Failed("tool could not be started".into())
-    })?;
+    let mut child = spawn(tool, program, rest)?;
     let pgid = child.id().map_or(0, |p| p as libc::pid_t);
     // Declared after `child`, so it drops (and kills the group) before the child handle.
     let mut group = GroupGuard { pgid, armed: true };
@@ -187,8 +173,38 @@ pub async fn run(
     // Sweep anything the tool left behind in its group (see module docs).
     group.kill();
     group.armed = false;
+    answer(tool, &out, &err, status)
+}
 
-    let stderr_text = String::from_utf8_lossy(&err);
+/// Starts `program` as the leader of a fresh process group, with the environment, the
+/// working directory and the pipes of the contract (module docs).
+fn spawn(tool: &str, program: &str, rest: &[String]) -> Result<Child, ToolError> {
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .env_clear()
+        .env("PATH", TOOL_PATH)
+        .env("LANG", "C")
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    cmd.spawn().map_err(|e| {
+        tracing::warn!(tool, error = %e, "tool could not be started");
+        ToolError::Failed("tool could not be started".into())
+    })
+}
+
+/// The call's result once the tool exited and its pipes closed: its stdout as JSON if
+/// it exited 0, else a failure that names the exit status, never its stderr (logged).
+fn answer(
+    tool: &str,
+    out: &[u8],
+    err: &[u8],
+    status: std::io::Result<std::process::ExitStatus>,
+) -> Result<Value, ToolError> {
+    let stderr_text = String::from_utf8_lossy(err);
     let status = status.map_err(|e| {
         tracing::warn!(tool, error = %e, "waiting for tool failed");
         ToolError::Failed("tool status unknown".into())
@@ -203,7 +219,7 @@ pub async fn run(
     if !err.is_empty() {
         tracing::debug!(tool, stderr = %stderr_text, "tool stderr");
     }
-    serde_json::from_slice(&out).map_err(|_| {
+    serde_json::from_slice(out).map_err(|_| {
         tracing::warn!(
             tool,
             output_bytes = out.len(),

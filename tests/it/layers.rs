@@ -1,8 +1,9 @@
 //! The layering `docs/ARCHITECTURE.md` draws, kept true: no cycle between the crate's
 //! top-level modules, nothing below `api/` knows an HTTP status, no source file over
-//! 500 lines (tests aside); inside the gateway, no cycle between files, a storage that
-//! imports no flow, and leaves (the event bus, the enrollment admission, the per-source
-//! budgets) that import nothing above them. Read from the source, as a reviewer would.
+//! 500 lines and no function over 80 (tests aside); inside the gateway, no cycle between
+//! files, a storage that imports no flow, and leaves (the event bus, the enrollment
+//! admission, the per-source budgets) that import nothing above them. Read from the
+//! source, as a reviewer would.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -140,6 +141,165 @@ fn no_source_file_over_500_lines() {
         })
         .collect();
     assert!(long.is_empty(), "split these by concern: {long:?}");
+}
+
+/// Longest span a function may have (from its `fn` line to its closing brace): what a
+/// reader scrolls, doc comment aside.
+const MAX_FN_LINES: usize = 80;
+
+/// Whether an attribute line turns the item under it into test code.
+fn is_test_attr(line: &str) -> bool {
+    let t = line.trim();
+    t == "#[cfg(test)]" || t.starts_with("#[cfg(all(test,")
+}
+
+/// Whether a line opens a function (`pub(crate) async fn name…`), and its name.
+fn fn_name(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        for q in ["pub ", "const ", "async ", "unsafe "] {
+            rest = rest.strip_prefix(q).unwrap_or(rest);
+        }
+        if rest.starts_with("pub(") {
+            rest = rest[rest.find(") ")? + 2..].trim_start();
+        }
+        if rest.starts_with("extern \"") {
+            rest = rest[rest[8..].find('"')? + 9..].trim_start();
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let name = rest.strip_prefix("fn ")?;
+    let end = name.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    (end > 0).then(|| &name[..end])
+}
+
+/// The line (index) of the brace that closes the item opening at `start`: the first
+/// later line at the item's own indentation that starts with `}`, as rustfmt lays it
+/// out. Braces inside strings and comments never count, as no brace is counted.
+fn closing_line(lines: &[&str], start: usize) -> Option<usize> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let at = indent(lines[start]);
+    (start + 1..lines.len()).find(|&i| indent(lines[i]) == at && lines[i].trim().starts_with('}'))
+}
+
+/// `(first line, span, name)` of every function of one file's text with a body, test
+/// code (`#[cfg(test)]` items, to their closing brace) skipped. Nested functions and
+/// methods count on their own.
+fn function_spans(text: &str) -> Vec<(usize, usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if is_test_attr(lines[i]) {
+            // The item under the attribute (past any further attributes), to its
+            // closing brace or the end of its line.
+            let mut item = i + 1;
+            while item < lines.len() && lines[item].trim_start().starts_with("#[") {
+                item += 1;
+            }
+            let head = head_end(&lines, item);
+            i = match head {
+                Some((_, true)) => closing_line(&lines, item).unwrap_or(lines.len()),
+                Some((k, false)) => k,
+                None => lines.len(),
+            } + 1;
+            continue;
+        }
+        if let Some(name) = fn_name(lines[i]) {
+            if let (Some((_, true)), Some(end)) = (head_end(&lines, i), closing_line(&lines, i)) {
+                out.push((i + 1, end - i + 1, name.to_string()));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Where the head of the item opening at `start` ends, and whether a body follows: a
+/// head ending with `{` opens one; one ending with `;` is all there is (a trait's
+/// method without a default, `mod tests;`), as is `{}` on the line.
+fn head_end(lines: &[&str], start: usize) -> Option<(usize, bool)> {
+    (start..lines.len()).find_map(|k| {
+        let t = lines[k].trim_end();
+        (t.ends_with('{') || t.ends_with(';') || t.ends_with('}')).then(|| (k, t.ends_with('{')))
+    })
+}
+
+/// Functions that fit on a screen (STYLE.md): no non-test function spans more than
+/// [`MAX_FN_LINES`] lines from its `fn` line to its closing brace. Split a longer one
+/// by concern into named helpers.
+#[test]
+fn no_function_over_80_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    let mut seen = 0;
+    let mut long = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(src()).unwrap();
+        if is_test(rel) {
+            continue;
+        }
+        for (line, span, name) in function_spans(&std::fs::read_to_string(f).unwrap()) {
+            seen += 1;
+            if span > MAX_FN_LINES {
+                long.push(format!(
+                    "src/{}:{line} {name} ({span} lines)",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(seen > 1000, "the scan found only {seen} functions");
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines; split them by concern: {long:#?}"
+    );
+}
+
+/// The span scan reads a function as rustfmt lays it out: braces in strings and
+/// comments, nested functions, declarations without a body and test modules do not
+/// mislead it.
+#[test]
+fn the_function_scan_reads_rustfmt_layout() {
+    let text = r#"
+pub(crate) async fn outer(x: u32) -> u32 {
+    let s = "} not a brace";
+    // } neither
+    fn inner() {
+        let _ = '}';
+    }
+    x
+}
+trait T {
+    fn declared(&self);
+    fn defaulted(&self) {}
+}
+impl S {
+    pub fn method<'a>(
+        &self,
+    ) -> &'a str
+    where
+        Self: Sized,
+    {
+        ""
+    }
+}
+#[cfg(test)]
+mod tests {
+    fn in_a_test() {
+        body();
+    }
+}
+"#;
+    let want: Vec<(usize, usize, String)> = [(2, 8, "outer"), (5, 3, "inner"), (15, 8, "method")]
+        .into_iter()
+        .map(|(line, span, name)| (line, span, name.to_string()))
+        .collect();
+    assert_eq!(function_spans(text), want);
 }
 
 /// The two roles' domains stand apart: the node's (`app`) and the gateway's (`gateway`)

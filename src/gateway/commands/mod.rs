@@ -84,17 +84,7 @@ pub(super) async fn seal_and_queue(
         payload_type: payload_type.to_string(),
         priority: 0,
     };
-    let pt = serde_json::to_vec(plaintext)
-        .map_err(|e| GatewayError::Internal(format!("payload: {e}")))?;
-    let env = seal(
-        &gw.keys.current(),
-        &gw.cfg.node_id,
-        to,
-        &params,
-        &pt,
-        &mut OsRng,
-    )
-    .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+    let env = seal_to(gw, to, &params, plaintext)?;
     let live = gw.polling(&to.node_id);
     let event = GatewayEvent::Queued {
         message_id: message_id.to_string(),
@@ -121,23 +111,7 @@ pub(super) async fn seal_and_queue(
         max_attempts: gw.cfg.queue.max_attempts,
         event: staged,
     };
-    let outcome = match binding {
-        Binding::None => gw.state.queue_command(msg, None).await?,
-        Binding::Job(job) => gw.state.queue_command(msg, Some(job)).await?,
-        Binding::Key {
-            subject,
-            request_sha256,
-        } => {
-            let key = CommandKey {
-                message_id: message_id.to_string(),
-                subject,
-                request_sha256,
-                expires_at_ms: params.expires_at_ms,
-                keep_until_ms: params.expires_at_ms + KEY_KEEP_AFTER_EXPIRY_MS,
-            };
-            gw.state.queue_keyed_command(msg, key).await?
-        }
-    };
+    let outcome = queue(gw, msg, binding, &params).await?;
     if outcome == Queued::Duplicate {
         return Err(GatewayError::Duplicate);
     }
@@ -158,6 +132,54 @@ pub(super) async fn seal_and_queue(
         gw.events_committed().await;
     }
     Ok(params.expires_at_ms)
+}
+
+/// `plaintext` as JSON, sealed from this gateway's current key to `to`.
+fn seal_to(
+    gw: &Gateway,
+    to: &IdentityDocument,
+    params: &SealParams,
+    plaintext: &impl serde::Serialize,
+) -> Result<crate::envelope::Envelope, GatewayError> {
+    let pt = serde_json::to_vec(plaintext)
+        .map_err(|e| GatewayError::Internal(format!("payload: {e}")))?;
+    seal(
+        &gw.keys.current(),
+        &gw.cfg.node_id,
+        to,
+        params,
+        &pt,
+        &mut OsRng,
+    )
+    .map_err(|e| GatewayError::BadRequest(e.to_string()))
+}
+
+/// Stores `msg` in its node's queue with what `binding` ties to it, in one
+/// transaction: a tool call's job, or a command's idempotency key (kept
+/// [`KEY_KEEP_AFTER_EXPIRY_MS`] past the message's expiry).
+async fn queue(
+    gw: &Gateway,
+    msg: ForNode,
+    binding: Binding,
+    params: &SealParams,
+) -> Result<Queued, GatewayError> {
+    Ok(match binding {
+        Binding::None => gw.state.queue_command(msg, None).await?,
+        Binding::Job(job) => gw.state.queue_command(msg, Some(job)).await?,
+        Binding::Key {
+            subject,
+            request_sha256,
+        } => {
+            let key = CommandKey {
+                message_id: params.message_id.clone(),
+                subject,
+                request_sha256,
+                expires_at_ms: params.expires_at_ms,
+                keep_until_ms: params.expires_at_ms + KEY_KEEP_AFTER_EXPIRY_MS,
+            };
+            gw.state.queue_keyed_command(msg, key).await?
+        }
+    })
 }
 
 /// A message is durable in a node's queue: metric, log, event, and wake its long-poll.

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{result_of, seal_and_queue, target, Binding, Commands};
+use crate::envelope::IdentityDocument;
 use crate::gateway::error::GatewayError;
 use crate::gateway::events::GatewayEvent;
 use crate::gateway::state::Gateway;
@@ -52,8 +53,6 @@ impl ToolCallOutcome {
     }
 }
 
-/// A tool call from `subject` (the caller's token subject): bound to its job id, queued
-/// once, answered from the node's result when it arrives within `wait`.
 /// The caller's job id is already bound: the same call again is answered from it (its
 /// result, or that it is queued); another tool or other arguments is a conflict.
 async fn existing_job(
@@ -86,6 +85,8 @@ async fn existing_job(
 }
 
 impl Commands<'_> {
+    /// A tool call from `subject` (the caller's token subject): bound to its job id,
+    /// queued once, answered from the node's result when it arrives within `wait`.
     pub async fn tool_call(
         &self,
         subject: &str,
@@ -100,15 +101,7 @@ impl Commands<'_> {
         }
         let doc = target(gw, &call.node_id).await?;
         let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
-        let job_id = call
-            .job_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        if !crate::tools::valid_job_id(&job_id) {
-            return Err(GatewayError::BadRequest(
-                "job_id must be 1..128 characters of [A-Za-z0-9._:-]".into(),
-            ));
-        }
+        let job_id = job_id(&call)?;
         // A caller's job id is bound to this node, tool and arguments (held under a lock so
         // that concurrent repeats queue one request).
         let key = job_key(&doc.node_id, subject, &job_id);
@@ -137,32 +130,12 @@ impl Commands<'_> {
             record: JobRecord {
                 message_id: message_id.clone(),
                 tool_name: call.tool_name.clone(),
-                args_sha256: args_sha.clone(),
+                args_sha256: args_sha,
             },
         };
-        let job_key = job.key.clone();
-        match seal_and_queue(
-            gw,
-            &doc,
-            "TASK_REQUEST",
-            ttl_s,
-            &request,
-            &message_id,
-            Binding::Job(job),
-        )
-        .await
-        {
-            // Another replica bound the same job id first (the lock above is per process):
-            // answer from its binding, as a repeat here would be.
-            Err(GatewayError::Duplicate) => {
-                if let Some(rec) = gw.state.job(&job_key).await? {
-                    return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id)
-                        .await;
-                }
-                return Err(GatewayError::Duplicate);
-            }
-            r => r?,
-        };
+        if let Some(bound) = queue_task(gw, &doc, ttl_s, &request, job, &job_id).await? {
+            return Ok(bound);
+        }
         drop(held);
         if !call.wait.is_zero() && gw.online(&doc.node_id).await {
             if let Some(result) = wait_for_result(gw, &message_id, call.wait, &mut events).await? {
@@ -174,6 +147,67 @@ impl Commands<'_> {
             }
         }
         Ok(ToolCallOutcome::Queued { message_id, job_id })
+    }
+}
+
+/// The call's job id, the caller's or a new one; refused unless it is 1..128 of
+/// `[A-Za-z0-9._:-]`.
+fn job_id(call: &ToolCall) -> Result<String, GatewayError> {
+    let job_id = call
+        .job_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    if !crate::tools::valid_job_id(&job_id) {
+        return Err(GatewayError::BadRequest(
+            "job_id must be 1..128 characters of [A-Za-z0-9._:-]".into(),
+        ));
+    }
+    Ok(job_id)
+}
+
+/// Seals and queues the call's `TASK_REQUEST` bound to `job`. `Some` when another
+/// replica bound the same job id first (the job lock is per process): the call is
+/// answered from that binding, as a repeat here would be.
+async fn queue_task(
+    gw: &Gateway,
+    doc: &IdentityDocument,
+    ttl_s: u64,
+    request: &TaskRequest,
+    job: NewJob,
+    job_id: &str,
+) -> Result<Option<ToolCallOutcome>, GatewayError> {
+    let job_key = job.key.clone();
+    let JobRecord {
+        message_id,
+        tool_name,
+        args_sha256: args_sha,
+    } = job.record.clone();
+    match seal_and_queue(
+        gw,
+        doc,
+        "TASK_REQUEST",
+        ttl_s,
+        request,
+        &message_id,
+        Binding::Job(job),
+    )
+    .await
+    {
+        Err(GatewayError::Duplicate) => {
+            if let Some(rec) = gw.state.job(&job_key).await? {
+                let bound = existing_job(
+                    gw,
+                    rec,
+                    &tool_name,
+                    &args_sha,
+                    job_id.to_string(),
+                    &doc.node_id,
+                );
+                return bound.await.map(Some);
+            }
+            Err(GatewayError::Duplicate)
+        }
+        r => r.map(|_| None),
     }
 }
 

@@ -284,16 +284,8 @@ impl Enrollment<'_> {
             .map_err(|t| throttled(gw, "enroll", t))?;
         let must_prove = admitted == Admitted::TokenMustProve;
         let node = req.node;
-        let refused = |code: &'static str, msg: String| {
-            // Over its address's budget a stranger's refusals are counted, not logged one
-            // by one (a flood would fill the journal).
-            if must_prove {
-                gw.metrics.throttled_total.inc(&["enroll", code]);
-            } else {
-                tracing::warn!(event = "enrollment_refused", node = %node.node_id, code, reason = %msg);
-            }
-            GatewayError::Enroll(code, msg)
-        };
+        let refused =
+            |code: &'static str, msg: String| refusal(gw, must_prove, &node.node_id, code, msg);
         let sealed = open_request(gw, &node, req.envelope)?;
         let token = Token::parse(&sealed.token)
             .map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
@@ -304,11 +296,7 @@ impl Enrollment<'_> {
         // Tokens made before this gateway's key rotation verify with the retired key
         // while its grace lasts.
         let now = gw.now_ms();
-        let signed_here = [Some(gw.keys.current()), gw.keys.previous(now)]
-            .into_iter()
-            .flatten()
-            .any(|k| token.verify(&k.sign_pk()));
-        if token.claims.gateway_id != gw.cfg.node_id || !signed_here {
+        if token.claims.gateway_id != gw.cfg.node_id || !signed_here(gw, &token, now) {
             return Err(refused(
                 codes::WRONG_GATEWAY,
                 "the token was not issued by this gateway".into(),
@@ -334,18 +322,8 @@ impl Enrollment<'_> {
             .await?;
         let record = match decision {
             Decision::Refuse(code, msg) => {
-                if matches!(
-                    code,
-                    codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
-                ) {
-                    self.admission.mark_dead(&token.claims.id);
-                }
-                gw.publish(GatewayEvent::Enrollment {
-                    node_id: node.node_id.clone(),
-                    outcome: "refused".into(),
-                    detail: code.to_string(),
-                });
-                gw.events_committed().await;
+                self.note_refused(&node.node_id, &token.claims.id, code)
+                    .await;
                 return Err(refused(code, msg));
             }
             Decision::Answer(r) => r,
@@ -355,6 +333,24 @@ impl Enrollment<'_> {
             }
         };
         Ok(answer(gw, &record))
+    }
+
+    /// A decision refused the enrollment: a token that can never enroll again is
+    /// remembered as dead (so a flood of it is cut short), and the refusal is an event.
+    async fn note_refused(&self, node_id: &str, token_id: &str, code: &'static str) {
+        let gw = self.gw;
+        if matches!(
+            code,
+            codes::TOKEN_EXPIRED | codes::TOKEN_EXHAUSTED | codes::TOKEN_REVOKED
+        ) {
+            self.admission.mark_dead(token_id);
+        }
+        gw.publish(GatewayEvent::Enrollment {
+            node_id: node_id.to_string(),
+            outcome: "refused".into(),
+            detail: code.to_string(),
+        });
+        gw.events_committed().await;
     }
 
     /// Every enrollment record.
@@ -417,6 +413,33 @@ impl Enrollment<'_> {
         gw.events_committed().await;
         Ok(r)
     }
+}
+
+/// An enrollment refusal with `code`: over its address's budget (`must_prove`) a
+/// stranger's refusals are counted, not logged one by one (a flood would fill the
+/// journal).
+fn refusal(
+    gw: &Gateway,
+    must_prove: bool,
+    node_id: &str,
+    code: &'static str,
+    msg: String,
+) -> GatewayError {
+    if must_prove {
+        gw.metrics.throttled_total.inc(&["enroll", code]);
+    } else {
+        tracing::warn!(event = "enrollment_refused", node = %node_id, code, reason = %msg);
+    }
+    GatewayError::Enroll(code, msg)
+}
+
+/// Whether this gateway signed `token`: with its current key, or with the retired one
+/// while its grace lasts (tokens made before a key rotation).
+fn signed_here(gw: &Gateway, token: &Token, now: u64) -> bool {
+    [Some(gw.keys.current()), gw.keys.previous(now)]
+        .into_iter()
+        .flatten()
+        .any(|k| token.verify(&k.sign_pk()))
 }
 
 #[cfg(test)]

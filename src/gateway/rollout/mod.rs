@@ -129,6 +129,23 @@ fn ended(id: &str, s: State) -> GatewayError {
     )
 }
 
+/// A new rollout's targets, each pending in the phase its place in `nodes` falls in.
+fn targets(nodes: Vec<String>, ends: &[usize], now: u64) -> Vec<TargetRecord> {
+    nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, node_id)| TargetRecord {
+            node_id,
+            phase: phase_of(ends, i),
+            state: NodeState::Pending,
+            message_id: None,
+            version: 0,
+            detail: None,
+            at_ms: now,
+        })
+        .collect()
+}
+
 /// What `create` did.
 pub struct Created {
     pub rollout: RolloutView,
@@ -163,30 +180,10 @@ impl Rollouts<'_> {
             &serde_json::to_vec(&spec).map_err(|e| GatewayError::Internal(e.to_string()))?,
         );
         let scoped = key.map(|k| crate::audit::sha256_hex(format!("{by}\n{k}").as_bytes()));
-        let mut nodes: Vec<String> = gw
-            .fleet()
-            .nodes(Some(&selector))
-            .await?
-            .into_iter()
-            .filter(|n| n.can_connect)
-            .map(|n| n.node_id)
-            .collect();
-        nodes.sort();
+        let nodes = self.selected(&selector).await?;
         let now = gw.now_ms();
         let ends = phase_ends(&spec.phases, nodes.len());
-        let targets: Vec<TargetRecord> = nodes
-            .into_iter()
-            .enumerate()
-            .map(|(i, node_id)| TargetRecord {
-                node_id,
-                phase: phase_of(&ends, i),
-                state: NodeState::Pending,
-                message_id: None,
-                version: 0,
-                detail: None,
-                at_ms: now,
-            })
-            .collect();
+        let targets = targets(nodes, &ends, now);
         let r = RolloutRecord {
             id: uuid::Uuid::now_v7().to_string(),
             deadline_ms: now + spec.deadline_s * 1000,
@@ -210,18 +207,7 @@ impl Rollouts<'_> {
             .rollout_create(&r, &targets, scoped.as_deref(), &entry)
             .await?;
         if let Some(id) = taken {
-            // The caller's key names a rollout already: the same request is answered by
-            // it, another one is a conflict.
-            let first = self.record(&id).await?;
-            if first.request_sha256.as_deref() != Some(request_sha256.as_str()) {
-                return Err(GatewayError::IdempotencyConflict(format!(
-                    "rollout {id} was created for another request with this key; nothing was created"
-                )));
-            }
-            return Ok(Created {
-                rollout: self.get(&id).await?,
-                repeat: true,
-            });
+            return self.repeat(&id, &request_sha256).await;
         }
         super::own_audit::append_pending(gw).await;
         gw.publish(GatewayEvent::RolloutProgress {
@@ -234,6 +220,37 @@ impl Rollouts<'_> {
         Ok(Created {
             rollout: view(&r),
             repeat: false,
+        })
+    }
+
+    /// The nodes `selector` names that a rollout may target (enrolled, trusted with
+    /// `send`: able to connect), in id order.
+    async fn selected(&self, selector: &Selector) -> Result<Vec<String>, GatewayError> {
+        let mut nodes: Vec<String> = self
+            .0
+            .fleet()
+            .nodes(Some(selector))
+            .await?
+            .into_iter()
+            .filter(|n| n.can_connect)
+            .map(|n| n.node_id)
+            .collect();
+        nodes.sort();
+        Ok(nodes)
+    }
+
+    /// The caller's key names rollout `id` already: the same request (`request_sha256`)
+    /// is answered by it, another one is a conflict.
+    async fn repeat(&self, id: &str, request_sha256: &str) -> Result<Created, GatewayError> {
+        let first = self.record(id).await?;
+        if first.request_sha256.as_deref() != Some(request_sha256) {
+            return Err(GatewayError::IdempotencyConflict(format!(
+                "rollout {id} was created for another request with this key; nothing was created"
+            )));
+        }
+        Ok(Created {
+            rollout: self.get(id).await?,
+            repeat: true,
         })
     }
 

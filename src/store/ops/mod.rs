@@ -127,17 +127,13 @@ pub enum OpOutcome {
     Count(usize),
 }
 
+/// Applies one op to the request's view; an error leaves the whole request to be
+/// rolled back by the writer.
 pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreError> {
     match op {
         WriteOp::Enqueue(m) => queue::enqueue(tx, m).map(OpOutcome::Enqueued),
         WriteOp::MarkDelivering { queue, peer, ids } => {
-            for id in ids {
-                if let Some((key, _, mut rec)) = load_live(tx, &queue, &peer, &id, true)? {
-                    rec.state = MessageState::Delivering;
-                    tx.put(T_MSG, key, rec.encode());
-                }
-            }
-            Ok(OpOutcome::Done)
+            mark_delivering(tx, &queue, &peer, ids).map(|()| OpOutcome::Done)
         }
         WriteOp::RecordFailure {
             queue,
@@ -187,16 +183,7 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             keep_until_ms,
         } => result_put(tx, &job_id, &result, keep_until_ms).map(|()| OpOutcome::Done),
         WriteOp::AuditAppend { index, entry } => {
-            let len = get_u64(tx, T_META, META_AUDIT_LEN)?;
-            if index != len {
-                return Err(StoreError::AuditIndex {
-                    expected: len,
-                    got: index,
-                });
-            }
-            tx.put(T_AUDIT, index.to_be_bytes().to_vec(), entry);
-            tx.put(T_META, META_AUDIT_LEN.to_vec(), u64_val(len + 1));
-            Ok(OpOutcome::Done)
+            audit_append(tx, index, entry).map(|()| OpOutcome::Done)
         }
         WriteOp::CheckpointPut { size, note } => {
             tx.put(T_CKPT, size.to_be_bytes().to_vec(), note.into_bytes());
@@ -216,13 +203,7 @@ pub(super) fn apply(tx: &mut Tx<'_>, op: WriteOp) -> Result<OpOutcome, StoreErro
             corrected_at_ms,
             seen_created_max_ms,
         } => {
-            for (key, v) in [
-                (META_TIME_SEEN_AT_CORRECTION, seen_created_max_ms),
-                (META_TIME_HIGH_WATER, high_water_ms),
-                (META_TIME_CORRECTED_AT, corrected_at_ms),
-            ] {
-                tx.put(T_META, key.to_vec(), u64_val(v));
-            }
+            time_corrected(tx, high_water_ms, corrected_at_ms, seen_created_max_ms);
             Ok(OpOutcome::Done)
         }
     }
@@ -269,6 +250,55 @@ fn next_numbered_key(tx: &Tx<'_>, ns: &str) -> Result<Vec<u8>, StoreError> {
         }
         next += 1;
     }
+}
+
+/// Marks the live messages among `ids` as handed to a transport; ids no longer
+/// queued are skipped.
+fn mark_delivering(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    peer: &str,
+    ids: Vec<String>,
+) -> Result<(), StoreError> {
+    for id in ids {
+        if let Some((key, _, mut rec)) = load_live(tx, queue, peer, &id, true)? {
+            rec.state = MessageState::Delivering;
+            tx.put(T_MSG, key, rec.encode());
+        }
+    }
+    Ok(())
+}
+
+/// Remembers a correction of the store's time: the newest envelope creation time seen
+/// when it happened, the floor it lowered from, and when.
+fn time_corrected(
+    tx: &mut Tx<'_>,
+    high_water_ms: u64,
+    corrected_at_ms: u64,
+    seen_created_max_ms: u64,
+) {
+    for (key, v) in [
+        (META_TIME_SEEN_AT_CORRECTION, seen_created_max_ms),
+        (META_TIME_HIGH_WATER, high_water_ms),
+        (META_TIME_CORRECTED_AT, corrected_at_ms),
+    ] {
+        tx.put(T_META, key.to_vec(), u64_val(v));
+    }
+}
+
+/// Appends an audit entry at `index`, which must be the log's length: a gap or a
+/// rewrite is refused.
+fn audit_append(tx: &mut Tx<'_>, index: u64, entry: Vec<u8>) -> Result<(), StoreError> {
+    let len = get_u64(tx, T_META, META_AUDIT_LEN)?;
+    if index != len {
+        return Err(StoreError::AuditIndex {
+            expected: len,
+            got: index,
+        });
+    }
+    tx.put(T_AUDIT, index.to_be_bytes().to_vec(), entry);
+    tx.put(T_META, META_AUDIT_LEN.to_vec(), u64_val(len + 1));
+    Ok(())
 }
 
 /// Remove delivered messages, leaving a `delivered` tombstone for status queries.

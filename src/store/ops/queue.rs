@@ -5,25 +5,17 @@ use super::books::*;
 use crate::store::backoff;
 use crate::store::blobs::sha256;
 use crate::store::codec::*;
+use crate::store::counter::Counter;
 use crate::store::error::StoreError;
 use crate::store::lanes;
 use crate::store::records::*;
 use crate::store::tx::Tx;
 use crate::store::types::*;
 
+/// Queues a new message within the recipient's cap and the store's budget; an id
+/// already stored, tombstoned or remembered is a duplicate, not an error.
 pub(super) fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, StoreError> {
-    check_name("queue", &m.queue)?;
-    check_name("peer", &m.peer)?;
-    check_name("message_id", &m.message_id)?;
-    if m.body.len() as u64 > tx.opts.max_message_bytes {
-        return Err(StoreError::TooLarge {
-            size: m.body.len() as u64,
-            max: tx.opts.max_message_bytes,
-        });
-    }
-    if m.expires_at_ms <= tx.now_ms {
-        return Err(StoreError::Expired);
-    }
+    admissible(tx, &m)?;
     let id = id_key(&m.message_id);
     // The id tree holds live messages and tombstones alike (see `IdEntry`).
     if tx.get(T_BYID, &id)?.is_some()
@@ -43,7 +35,60 @@ pub(super) fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, 
     let key = msg_key(&m.queue, &m.peer, m.priority, seq);
     let is_blob = m.body.len() as u64 > tx.opts.blob_threshold_bytes;
     let blob_hash = if is_blob { Some(sha256(&m.body)) } else { None };
-    let mut rec = MsgRecord {
+    // `c` is a copy: nothing is stored if this enqueue fails further down.
+    let in_lane = c.lane.admit(c.depth, seq, m.priority, m.expires_at_ms);
+    let mut rec = new_record(tx, &m, seq, blob_hash, in_lane);
+    // The body goes into the record, or (large) into a blob file below.
+    let blob_body = if is_blob {
+        Some(m.body)
+    } else {
+        rec.body = Body::Inline(m.body);
+        None
+    };
+    let value = rec.encode();
+    let cost = charge(&key, &value, &rec);
+    let total = get_u64(tx, T_META, META_BYTES)?;
+    if total.saturating_add(cost as u64) > tx.opts.max_store_bytes {
+        return Err(StoreError::StorageFull);
+    }
+    if let (Some(h), Some(body)) = (blob_hash, &blob_body) {
+        put_blob(tx, &h, body)?;
+    }
+    link(tx, id, key, value, &rec, &mut c, cost)?;
+    if let Some(until) = m.dedup_until_ms {
+        remember(tx, &m.queue, &m.message_id, until)?;
+    }
+    Ok(EnqueueOutcome::Queued { seq })
+}
+
+/// Refuses a message with a bad name, a body over the size limit, or an expiry that
+/// has passed.
+fn admissible(tx: &Tx<'_>, m: &NewMessage) -> Result<(), StoreError> {
+    check_name("queue", &m.queue)?;
+    check_name("peer", &m.peer)?;
+    check_name("message_id", &m.message_id)?;
+    if m.body.len() as u64 > tx.opts.max_message_bytes {
+        return Err(StoreError::TooLarge {
+            size: m.body.len() as u64,
+            max: tx.opts.max_message_bytes,
+        });
+    }
+    if m.expires_at_ms <= tx.now_ms {
+        return Err(StoreError::Expired);
+    }
+    Ok(())
+}
+
+/// The stored record of `m` at `seq`, its body a blob reference when `blob_hash` is
+/// set and an empty inline body otherwise (the caller moves the body in).
+fn new_record(
+    tx: &Tx<'_>,
+    m: &NewMessage,
+    seq: u64,
+    blob_hash: Option<[u8; 32]>,
+    in_lane: bool,
+) -> MsgRecord {
+    MsgRecord {
         seq,
         queue: m.queue.clone(),
         peer: m.peer.clone(),
@@ -63,52 +108,51 @@ pub(super) fn enqueue(tx: &mut Tx<'_>, m: NewMessage) -> Result<EnqueueOutcome, 
             },
             None => Body::Inline(Vec::new()),
         },
-        // `c` is a copy: nothing is stored if this enqueue fails further down.
-        in_lane: c.lane.admit(c.depth, seq, m.priority, m.expires_at_ms),
-    };
-    // The body goes into the record, or (large) into a blob file below.
-    let blob_body = if is_blob {
-        Some(m.body)
-    } else {
-        rec.body = Body::Inline(m.body);
-        None
-    };
-    let value = rec.encode();
-    let cost = charge(&key, &value, &rec);
-    let total = get_u64(tx, T_META, META_BYTES)?;
-    if total.saturating_add(cost as u64) > tx.opts.max_store_bytes {
-        return Err(StoreError::StorageFull);
+        in_lane,
     }
-    if let (Some(h), Some(body)) = (blob_hash, &blob_body) {
-        // Written by the writer itself, so no concurrent collection can race it.
-        tx.blobs
-            .put(&h, body)
-            .map_err(|e| StoreError::from_io("write blob", &e))?;
-        let refs = get_u64(tx, T_BLOBREF, &h)?;
-        tx.put(T_BLOBREF, h.to_vec(), u64_val(refs + 1));
-    }
+}
+
+/// Writes a large body's blob file and counts one more reference to it.
+fn put_blob(tx: &mut Tx<'_>, h: &[u8; 32], body: &[u8]) -> Result<(), StoreError> {
+    // Written by the writer itself, so no concurrent collection can race it.
+    tx.blobs
+        .put(h, body)
+        .map_err(|e| StoreError::from_io("write blob", &e))?;
+    let refs = get_u64(tx, T_BLOBREF, h)?;
+    tx.put(T_BLOBREF, h.to_vec(), u64_val(refs + 1));
+    Ok(())
+}
+
+/// Stores an admitted record under `key` with every index that finds it (the id, the
+/// expiry index or its lane's due entry) and charges it to its recipient's counter
+/// `c` and to the store's total.
+fn link(
+    tx: &mut Tx<'_>,
+    id: Vec<u8>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    rec: &MsgRecord,
+    c: &mut Counter,
+    cost: i64,
+) -> Result<(), StoreError> {
     *tx.next_seq += 1;
     tx.put(T_META, META_NEXT_SEQ.to_vec(), u64_val(*tx.next_seq));
     tx.put(T_BYID, id, key.clone());
     if !rec.in_lane {
         tx.put(
             T_EXP,
-            time_key(m.expires_at_ms, &seq.to_be_bytes()),
+            time_key(rec.expires_at_ms, &rec.seq.to_be_bytes()),
             key.clone(),
         );
     }
     tx.put(T_MSG, key, value);
     if rec.in_lane && c.lane.members == 1 {
-        let due = lanes::due_key(c.lane.due_ms, &count_key(&m.queue, &m.peer));
+        let due = lanes::due_key(c.lane.due_ms, &count_key(&rec.queue, &rec.peer));
         tx.put(T_LANE_DUE, due, Vec::new());
     }
     c.adjust(1, cost);
-    put_counter(tx, &m.queue, &m.peer, &c);
-    add_total(tx, cost)?;
-    if let Some(until) = m.dedup_until_ms {
-        remember(tx, &m.queue, &m.message_id, until)?;
-    }
-    Ok(EnqueueOutcome::Queued { seq })
+    put_counter(tx, &rec.queue, &rec.peer, c);
+    add_total(tx, cost)
 }
 
 pub(super) fn record_failure(

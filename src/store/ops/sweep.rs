@@ -23,7 +23,24 @@ pub(super) fn sweep(
         hits.push((Some(k.to_vec()), v.to_vec()));
         hits.len() < limit
     })?;
-    // Lanes due by now: read each from its head, and move its due time on.
+    due_in_lanes(tx, now_ms, limit, &mut hits)?;
+    let mut out = Vec::new();
+    for (ek, mk) in hits {
+        if let Some(expired) = expire(tx, ek, mk, now_ms)? {
+            out.push(expired);
+        }
+    }
+    Ok(out)
+}
+
+/// Lanes due by now: reads each from its head, adds up to `limit` of its expired
+/// members to `hits` (with no expiry-index key), and moves its due time on.
+fn due_in_lanes(
+    tx: &mut Tx<'_>,
+    now_ms: u64,
+    limit: usize,
+    hits: &mut Vec<(Option<Vec<u8>>, Vec<u8>)>,
+) -> Result<(), StoreError> {
     let mut from_lanes = 0;
     for (due, ck) in lanes::due(tx.view, now_ms, limit)? {
         let counter = tx.get(T_COUNT, &ck)?;
@@ -68,51 +85,59 @@ pub(super) fn sweep(
             break;
         }
     }
-    let mut out = Vec::new();
-    for (ek, mk) in hits {
-        // Read through the group: an earlier request may have acked it already.
-        let value = match tx.get(T_MSG, &mk)? {
-            Some(v) => v,
-            None => {
-                if let Some(ek) = ek {
-                    tx.delete(T_EXP, ek);
-                }
-                continue;
+    Ok(())
+}
+
+/// Expires the message at `mk` if it is still there and due, leaving an `expired`
+/// tombstone; a gone message only drops its expiry-index key `ek`, a damaged one is
+/// quarantined.
+fn expire(
+    tx: &mut Tx<'_>,
+    ek: Option<Vec<u8>>,
+    mk: Vec<u8>,
+    now_ms: u64,
+) -> Result<Option<ExpiredMessage>, StoreError> {
+    // Read through the group: an earlier request may have acked it already.
+    let value = match tx.get(T_MSG, &mk)? {
+        Some(v) => v,
+        None => {
+            if let Some(ek) = ek {
+                tx.delete(T_EXP, ek);
             }
-        };
-        let rec = match MsgRecord::decode(&value) {
-            Ok(r) => r,
-            Err(e) => {
-                if let Some(ek) = ek {
-                    tx.delete(T_EXP, ek);
-                }
-                quarantine(tx, T_MSG, mk, &e.0)?;
-                continue;
-            }
-        };
-        if rec.expires_at_ms > now_ms {
-            continue;
+            return Ok(None);
         }
-        let id = rec.message_id.clone();
-        remove_live(tx, mk, &rec)?;
-        put_status(
-            tx,
-            &id,
-            &rec,
-            MessageState::Expired,
-            REASON_TIMEOUT,
-            now_ms,
-            true,
-        );
-        out.push(ExpiredMessage {
-            message_id: id,
-            queue: rec.queue,
-            peer: rec.peer,
-            payload_type: rec.payload_type,
-            expires_at_ms: rec.expires_at_ms,
-        });
+    };
+    let rec = match MsgRecord::decode(&value) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(ek) = ek {
+                tx.delete(T_EXP, ek);
+            }
+            quarantine(tx, T_MSG, mk, &e.0)?;
+            return Ok(None);
+        }
+    };
+    if rec.expires_at_ms > now_ms {
+        return Ok(None);
     }
-    Ok(out)
+    let id = rec.message_id.clone();
+    remove_live(tx, mk, &rec)?;
+    put_status(
+        tx,
+        &id,
+        &rec,
+        MessageState::Expired,
+        REASON_TIMEOUT,
+        now_ms,
+        true,
+    );
+    Ok(Some(ExpiredMessage {
+        message_id: id,
+        queue: rec.queue,
+        peer: rec.peer,
+        payload_type: rec.payload_type,
+        expires_at_ms: rec.expires_at_ms,
+    }))
 }
 
 pub(super) fn prune(tx: &mut Tx<'_>, now_ms: u64, limit: usize) -> Result<usize, StoreError> {

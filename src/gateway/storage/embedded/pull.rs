@@ -30,6 +30,9 @@ impl Embedded {
         Ok(out)
     }
 
+    /// The next batch for `node` now (no waiting): empty and `superseded` when a newer
+    /// pull of the node began; otherwise cut to the byte budget, remembered as handed
+    /// out, and marked delivering.
     pub(super) async fn take_batch_now(
         &self,
         node: &str,
@@ -54,17 +57,7 @@ impl Embedded {
                 ..PullBatch::default()
             });
         }
-        // Continue after the node's previous batch only when `after` is the last
-        // message handed out to it; anything else starts at the head (what is not
-        // acknowledged is handed out again, and the node deduplicates).
-        let from = after.and_then(|id| {
-            self.handed_out
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(node)
-                .filter(|m| m.message_id == id)
-                .cloned()
-        });
+        let from = self.resume_after(node, after);
         let mut batch = self.store.next_batch_after(
             Q_TO_NODE,
             node,
@@ -84,16 +77,7 @@ impl Embedded {
         batch.truncate(fits);
         let pending = self.store.pending(Q_TO_NODE, node)? as u64;
         if let Some(last) = batch.last() {
-            self.handed_out
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(
-                    node.to_string(),
-                    StoredMessage {
-                        body: Vec::new(),
-                        ..last.clone()
-                    },
-                );
+            self.note_handed_out(node, last);
         }
         if !batch.is_empty() {
             let ids = batch.iter().map(|m| m.message_id.clone()).collect();
@@ -110,5 +94,33 @@ impl Embedded {
             pending,
             superseded: false,
         })
+    }
+
+    /// Where a pull continues: after the node's previous batch only when `after` is the
+    /// last message handed out to it; anything else starts at the head (what is not
+    /// acknowledged is handed out again, and the node deduplicates).
+    fn resume_after(&self, node: &str, after: Option<&str>) -> Option<StoredMessage> {
+        after.and_then(|id| {
+            self.handed_out
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(node)
+                .filter(|m| m.message_id == id)
+                .cloned()
+        })
+    }
+
+    /// Remembers `last` (without its body) as the last message handed out to `node`.
+    fn note_handed_out(&self, node: &str, last: &StoredMessage) {
+        self.handed_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                node.to_string(),
+                StoredMessage {
+                    body: Vec::new(),
+                    ..last.clone()
+                },
+            );
     }
 }

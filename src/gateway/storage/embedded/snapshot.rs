@@ -3,13 +3,13 @@
 
 use std::collections::BTreeSet;
 
-use super::super::snapshot::Snapshot;
+use super::super::snapshot::{AuditCopy, Snapshot};
 use super::super::StateError;
 use crate::store::names::{
     KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS, KV_GW_REQUESTS, KV_GW_RESULTS,
     KV_GW_REVOCATIONS, Q_GATEWAY_INBOX, Q_TO_NODE,
 };
-use crate::store::Store;
+use crate::store::{Store, StoredMessage};
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
     StateError::Corrupt(format!("{what}: {e}"))
@@ -17,30 +17,8 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StateError {
 
 /// Everything a stopped embedded gateway's store holds that moves to another engine.
 pub fn read(store: &Store) -> Result<Snapshot, StateError> {
-    // The gateway's own audit log moves as it is; entries its decisions left pending
-    // (it was stopped before appending them) are appended by starting it once.
-    if !store
-        .kv_list(crate::store::names::KV_GW_AUDIT_PENDING)?
-        .is_empty()
-    {
-        return Err(StateError::Corrupt(
-            "the gateway's own audit log has entries pending: start the gateway once \
-             (it appends them at start) and stop it, then migrate"
-                .into(),
-        ));
-    }
-    let mut messages = Vec::new();
-    for q in [Q_TO_NODE, Q_GATEWAY_INBOX] {
-        let mut after: Option<String> = None;
-        loop {
-            let page = store.list(q, None, after.as_deref(), 1000)?;
-            messages.extend(page.items);
-            match page.next {
-                Some(n) => after = Some(n),
-                None => break,
-            }
-        }
-    }
+    no_audit_pending(store)?;
+    let messages = messages(store)?;
     let jobs = store
         .kv_list(KV_GW_JOBS)?
         .into_iter()
@@ -74,6 +52,55 @@ pub fn read(store: &Store) -> Result<Snapshot, StateError> {
         .map(|p| p.doc.node_id.clone())
         .chain(messages.iter().map(|m| m.peer.clone()))
         .collect();
+    let audit = audit_copies(store, nodes)?;
+    Ok(Snapshot {
+        messages,
+        jobs,
+        requests,
+        results,
+        revocations,
+        trust,
+        audit,
+    })
+}
+
+/// Refuses a store whose own audit log has entries pending. The log moves as it is;
+/// entries its decisions left pending (the gateway was stopped before appending them)
+/// are appended by starting it once.
+fn no_audit_pending(store: &Store) -> Result<(), StateError> {
+    if !store
+        .kv_list(crate::store::names::KV_GW_AUDIT_PENDING)?
+        .is_empty()
+    {
+        return Err(StateError::Corrupt(
+            "the gateway's own audit log has entries pending: start the gateway once \
+             (it appends them at start) and stop it, then migrate"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Every queued message, to nodes and in the gateway's inbox, read a page at a time.
+fn messages(store: &Store) -> Result<Vec<StoredMessage>, StateError> {
+    let mut messages = Vec::new();
+    for q in [Q_TO_NODE, Q_GATEWAY_INBOX] {
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.list(q, None, after.as_deref(), 1000)?;
+            messages.extend(page.items);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+    }
+    Ok(messages)
+}
+
+/// The audit copies the gateway keeps of `nodes`: entries and checkpoints of each that
+/// has any.
+fn audit_copies(store: &Store, nodes: BTreeSet<String>) -> Result<Vec<AuditCopy>, StateError> {
     let mut audit = Vec::new();
     for n in nodes {
         let entries: Vec<Vec<u8>> = store
@@ -95,13 +122,5 @@ pub fn read(store: &Store) -> Result<Snapshot, StateError> {
             audit.push((n, entries, cps));
         }
     }
-    Ok(Snapshot {
-        messages,
-        jobs,
-        requests,
-        results,
-        revocations,
-        trust,
-        audit,
-    })
+    Ok(audit)
 }
