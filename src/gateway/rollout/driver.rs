@@ -252,6 +252,9 @@ async fn apply(
             r.ended_at_ms = Some(now);
         }
     }
+    // The counts the step was decided on go with it: a reader never sees `completed`
+    // beside the previous pass's in-flight counts (two tests saw `queued: 1` there).
+    r.counts = count(r.phases, targets).0;
     let expected = r.revision;
     r.revision += 1;
     if !gw.state.put_rollout(r, expected, audit.as_ref()).await? {
