@@ -164,7 +164,8 @@ impl Book {
             Book::Gateway(g) => {
                 let actor = super::actor::local_actor();
                 let audit = crate::gateway::own_audit::trust_entries(&actor, before, t);
-                Ok(g.rt.block_on(g.state.save_trust(t, &audit))?)
+                let edit = crate::gateway::storage::TrustEdit::between(before, t);
+                Ok(g.rt.block_on(g.state.save_trust(&edit, &audit))?)
             }
         }
     }

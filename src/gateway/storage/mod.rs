@@ -34,6 +34,7 @@ pub mod rollouts;
 mod shared;
 #[cfg(feature = "postgres")]
 pub mod snapshot;
+mod trust_edit;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,6 +48,7 @@ pub use enrollments::{
     SettleAudit, TokenRecord, NODE_RIGHTS,
 };
 pub use shared::SharedState;
+pub use trust_edit::TrustEdit;
 
 /// Queue names the state reports in [`QueueStat::queue`] (and `/v1/status`, metrics
 /// and logs show): messages waiting for a node (`peer` = the node)…
@@ -408,8 +410,10 @@ pub trait GatewayState:
     /// Flush and close (at shutdown).
     fn close(&self) -> Fut<'_, ()>;
 
-    /// Store the enrolled peers (`outpost trust add/rm`, on either engine), with `audit`
-    /// (the caller's entries of what it changed, one per peer) as pending entries of the
-    /// gateway's own audit log in the same transaction: both are stored, or neither.
-    fn save_trust<'a>(&'a self, trust: &'a TrustStore, audit: &'a [AuditRecord]) -> Fut<'a, ()>;
+    /// Apply a hand edit of the enrolled peers (`outpost trust add/rm`, on either engine)
+    /// to the peers as they are now (a peer the edit does not name keeps what another
+    /// writer did meanwhile), with `audit` (the caller's entries of what it changed, one
+    /// per peer) as pending entries of the gateway's own audit log in the same
+    /// transaction: both are stored, or neither.
+    fn save_trust<'a>(&'a self, edit: &'a TrustEdit, audit: &'a [AuditRecord]) -> Fut<'a, ()>;
 }

@@ -197,3 +197,11 @@ mod inbox;
 mod queues;
 mod records;
 mod trust;
+
+/// Store `trust` as the enrolled peers, as `outpost trust add|rm` does: the edit from
+/// what the state holds now to `trust`, with `audit`.
+async fn save_trust(state: &dyn GatewayState, trust: &TrustStore, audit: &[AuditRecord]) {
+    let before = state.load_trust().unwrap();
+    let edit = outpost::gateway::storage::TrustEdit::between(&before, trust);
+    state.save_trust(&edit, audit).await.unwrap();
+}

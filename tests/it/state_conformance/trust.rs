@@ -34,7 +34,7 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     };
     trust.add(admin, issuer).unwrap();
     trust.add(node, SEND).unwrap();
-    state.save_trust(&trust, &[]).await.unwrap();
+    save_trust(state, &trust, &[]).await;
     assert_eq!(state.load_trust().unwrap(), trust);
     let (fp1, loaded) = state.load_trust_since(fp0).unwrap().expect("changed");
     assert_ne!(fp1, 0);
@@ -43,14 +43,14 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     assert_eq!(state.load_trust_since(fp1).unwrap(), None);
 
     // The same peers saved again: unchanged.
-    state.save_trust(&trust, &[]).await.unwrap();
+    save_trust(state, &trust, &[]).await;
     assert_eq!(state.load_trust_since(fp1).unwrap(), None);
 
     // Other rights, then a peer removed: each a change.
     trust
         .add(trust.get("node:a").unwrap().doc.clone(), Rights::default())
         .unwrap();
-    state.save_trust(&trust, &[]).await.unwrap();
+    save_trust(state, &trust, &[]).await;
     let (fp2, loaded) = state
         .load_trust_since(fp1)
         .unwrap()
@@ -58,7 +58,7 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     assert_ne!(fp2, fp1);
     assert_eq!(loaded, trust);
     trust.remove("node:a");
-    state.save_trust(&trust, &[]).await.unwrap();
+    save_trust(state, &trust, &[]).await;
     let (fp3, loaded) = state.load_trust_since(fp2).unwrap().expect("peer removed");
     assert_ne!(fp3, fp2);
     assert_eq!(loaded, trust);
@@ -76,7 +76,7 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let (old, doc) = peer("node:r", "node", "2026-11-20T06:00:00Z");
     let mut trust = TrustStore::new();
     trust.add(doc, SEND).unwrap();
-    e.state.save_trust(&trust, &[]).await.unwrap();
+    save_trust(&*e.state, &trust, &[]).await;
     let (fp, _) = e.state.load_trust_since(0).unwrap().unwrap();
 
     let new = Keys::generate();
@@ -450,4 +450,40 @@ async fn a_rejected_enrollment_can_be_approved_later_as_what_it_is_now() {
         states,
         [(T0 + 5, "Enrolled".into()), (T0 + 5, "Revoked".into())]
     );
+}
+
+/// A hand edit (`outpost trust add|rm`) is applied to the peers as they are when it is
+/// written: a node another writer trusted between the command's read and its write stays
+/// (writing the command's whole copy deleted it, on PostgreSQL and the embedded store).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_edit_keeps_what_another_writer_did_meanwhile() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    let state = &*e.state;
+    let (_, a) = peer("node:a", "node", "2026-11-20T06:00:00Z");
+    let mut start = TrustStore::new();
+    start.add(a, SEND).unwrap();
+    save_trust(state, &start, &[]).await;
+
+    // The command reads the peers…
+    let before = state.load_trust().unwrap();
+    // …another writer trusts node:m and retires nothing…
+    let (_, m) = peer("node:m", "node", "2026-11-20T06:00:00Z");
+    let mut other = before.clone();
+    other.add(m, SEND).unwrap();
+    save_trust(state, &other, &[]).await;
+    // …and the command writes its edit: node:x added, node:a removed.
+    let (_, x) = peer("node:x", "node", "2026-11-20T06:00:00Z");
+    let mut after = before.clone();
+    after.add(x, SEND).unwrap();
+    after.remove("node:a");
+    let edit = outpost::gateway::storage::TrustEdit::between(&before, &after);
+    state.save_trust(&edit, &[]).await.unwrap();
+
+    let now = state.load_trust().unwrap();
+    let ids: Vec<&str> = now.list().map(|p| p.doc.node_id.as_str()).collect();
+    assert_eq!(ids, ["node:m", "node:x"], "node:m stays, node:a goes");
+    let e = e.reopen().await;
+    assert_eq!(e.state.load_trust().unwrap(), now);
 }

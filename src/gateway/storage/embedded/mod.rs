@@ -428,10 +428,10 @@ impl GatewayState for Embedded {
 
     fn save_trust<'a>(
         &'a self,
-        t: &'a TrustStore,
+        edit: &'a crate::gateway::storage::TrustEdit,
         audit: &'a [crate::audit::AuditRecord],
     ) -> Fut<'a, ()> {
-        Box::pin(self.save_trust_now(t, audit))
+        Box::pin(self.save_trust_now(edit, audit))
     }
 
     fn durable(&self) -> bool {

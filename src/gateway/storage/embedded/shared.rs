@@ -6,8 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::Embedded;
 use crate::audit::AuditRecord;
-use crate::envelope::TrustStore;
-use crate::gateway::storage::{GatewayState, StateError};
+use crate::gateway::storage::{GatewayState, StateError, TrustEdit};
 
 impl Embedded {
     pub(super) async fn uploads_seen_now(
@@ -34,13 +33,20 @@ impl Embedded {
         Ok(out)
     }
 
+    /// The edit applied to the record as it is now, under `enrolling` (this process's
+    /// enrollment decisions write the same record). Another process's write between
+    /// this read and the commit is the one window left (PROTOCOL §15.6's note).
     pub(super) async fn save_trust_now(
         &self,
-        t: &TrustStore,
+        edit: &TrustEdit,
         audit: &[AuditRecord],
     ) -> Result<(), StateError> {
+        let _one = self.enrolling.lock().await;
+        let mut t = crate::daemon::trust::load(&self.store)
+            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))?;
+        edit.apply(&mut t);
         let mut batch = crate::store::Batch::new();
-        crate::daemon::trust::put(&mut batch, t);
+        crate::daemon::trust::put(&mut batch, &t);
         let now = self.store.now_ms();
         for a in audit {
             self.pend(&mut batch, now, a);

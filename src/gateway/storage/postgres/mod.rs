@@ -424,10 +424,10 @@ impl GatewayState for Postgres {
 
     fn save_trust<'a>(
         &'a self,
-        t: &'a TrustStore,
+        edit: &'a crate::gateway::storage::TrustEdit,
         audit: &'a [crate::audit::AuditRecord],
     ) -> Fut<'a, ()> {
-        Box::pin(async move { self.save_trust_now(t, audit).await })
+        Box::pin(async move { self.save_trust_now(edit, audit).await })
     }
 
     fn close(&self) -> Fut<'_, ()> {

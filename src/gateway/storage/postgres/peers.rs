@@ -3,7 +3,7 @@
 //! refused when the cache cannot be refreshed), and the replay window of signed node
 //! requests.
 
-use super::super::{GatewayState, RevocationList, Revoked, StateError};
+use super::super::{GatewayState, RevocationList, Revoked, StateError, TrustEdit};
 use super::{i, listen, u, unavailable, Postgres};
 use crate::audit::AuditRecord;
 use crate::envelope::{Peer, Rights, TrustStore};
@@ -99,17 +99,18 @@ impl Postgres {
         Ok(())
     }
 
-    /// Replace the enrolled peers with `t` (what `outpost trust add/rm` edits), with
-    /// `audit` pending in the same transaction, and tell every replica.
+    /// Apply `edit` (what `outpost trust add/rm` changed) to the peer rows, with `audit`
+    /// pending in the same transaction, and tell every replica. Rows the edit does not
+    /// name are not touched: a node a replica enrolls meanwhile stays.
     pub(super) async fn save_trust_now(
         &self,
-        t: &TrustStore,
+        edit: &TrustEdit,
         audit: &[AuditRecord],
     ) -> Result<(), StateError> {
         let (mut ids, mut roles, mut docs, mut send, mut issue) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut rotations: Vec<Option<String>> = Vec::new();
-        for p in t.list() {
+        for p in &edit.put {
             rotations.push(p.rotation_row());
             ids.push(p.doc.node_id.clone());
             roles.push(p.doc.role.clone());
@@ -124,7 +125,7 @@ impl Postgres {
         let tx = c.transaction().await.map_err(unavailable)?;
         // Only what changed is written: one `trust add` to a fleet of thousands touches
         // one row.
-        tx.execute("DELETE FROM peers WHERE node_id <> ALL($1)", &[&ids])
+        tx.execute("DELETE FROM peers WHERE node_id = ANY($1)", &[&edit.remove])
             .await
             .map_err(unavailable)?;
         tx.execute(
