@@ -174,8 +174,11 @@ async fn answered(r: reqwest::Response) -> (u16, String) {
     if status < 300 {
         return (status, String::new());
     }
-    let v: serde_json::Value = r.json().await.unwrap_or_default();
-    let code = v["error"]["code"].as_str().unwrap_or("-").to_string();
+    // The error answer's code, typed as the node reads it; `-` for a body that is not one.
+    let code = r
+        .json::<outpost::sync::wire::ErrorAnswer>()
+        .await
+        .map_or_else(|_| "-".to_string(), |e| e.error.code);
     (status, code)
 }
 
