@@ -28,16 +28,32 @@ async fn type_into(b: &Browser, css: &str, text: &str) {
     el.send_keys(text).await.unwrap();
 }
 
+/// Found and clicked again if the live page swapped the element out in between (a
+/// stale element), for up to 5 s.
 async fn click(b: &Browser, css: &str) {
-    let el = b.client.find(Css(css)).await.unwrap();
-    b.client
-        .execute(
-            "arguments[0].scrollIntoView()",
-            vec![serde_json::to_value(&el).unwrap()],
-        )
-        .await
-        .unwrap();
-    el.click().await.unwrap();
+    let mut tries = 0;
+    loop {
+        let el = b.client.find(Css(css)).await.unwrap();
+        let clicked = async {
+            b.client
+                .execute(
+                    "arguments[0].scrollIntoView()",
+                    vec![serde_json::to_value(&el).unwrap()],
+                )
+                .await?;
+            el.click().await
+        }
+        .await;
+        match clicked {
+            Ok(()) => return,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("clicking {css} again: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
 }
 
 async fn live(b: &Browser) {
@@ -205,7 +221,32 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
         .js("return getComputedStyle(document.getElementById('cancel-button')).backgroundColor")
         .await;
     assert_eq!(bg, "rgb(207, 34, 46)", "cancelling is red");
+    // The box ticked while a refresh of the page is on its way stays ticked (the page
+    // read the box when it asked for the new body, and the answer unticked it: this
+    // test's Cancel once did nothing in CI). The page's body fetches are held, one
+    // refresh is set off, the box is ticked, then the answers are let through.
+    b.js("window.realFetch = window.fetch; window.held = []; window.fetch = function (u, o) { if (String(u).indexOf('/body') < 0) { return window.realFetch(u, o); } return new Promise(function (res, rej) { window.held.push(function () { window.realFetch(u, o).then(res, rej); }); }); }; window.dispatchEvent(new Event('pagehide')); window.dispatchEvent(new Event('pageshow')); return 1")
+        .await;
+    b.wait_for("a refresh on its way", 10, || async {
+        (b.js("return window.held.length").await.as_u64() > Some(0)).then_some(())
+    })
+    .await;
     click(&b, "#cancel-confirm").await;
+    b.js("window.oldBox = document.getElementById('cancel-confirm'); window.fetch = window.realFetch; window.held.forEach(function (go) { go(); }); return 1")
+        .await;
+    b.wait_for("the body refreshed", 10, || async {
+        (b.js("return document.getElementById('cancel-confirm') !== window.oldBox")
+            .await
+            == true)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        b.js("return document.getElementById('cancel-confirm').checked")
+            .await,
+        true,
+        "the tick made during the refresh is kept"
+    );
     assert_eq!(disabled().await, false);
     click(&b, "#cancel-button").await;
     b.wait_for("cancelled", 20, || async {
@@ -229,10 +270,10 @@ async fn in_a_browser_an_admin_starts_a_rollout_from_the_selector_and_follows_ha
 
     click(&b, r#"nav.main a[href="/ui/rollouts"]"#).await;
     b.wait_for_page("/ui/rollouts").await;
-    assert_eq!(
-        b.attr(&row, "data-state").await.as_deref(),
-        Some("cancelled")
-    );
+    b.wait_for("cancelled on the list", 20, || async {
+        (b.attr(&row, "data-state").await.as_deref() == Some("cancelled")).then_some(())
+    })
+    .await;
     b.screenshot("console-rollouts.png").await;
     b.close().await;
 }

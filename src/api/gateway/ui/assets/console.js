@@ -45,12 +45,13 @@
       return [['/ui/rollouts/rows', document.getElementById('rollout-rows')]];
     }
     if (page === 'rollout' && rolloutBody) {
-      return [['/ui/rollouts/' + encodeURIComponent(rolloutId) + '/body', rolloutBody, keepCancelTick()]];
+      return [['/ui/rollouts/' + encodeURIComponent(rolloutId) + '/body', rolloutBody, keepCancelTick]];
     }
     return [];
   }
   // --- A rollout's page: its id, and the Cancel box kept ticked across a refresh
-  // (the button is enabled only once it is).
+  // (the button is enabled only once it is). Read when the new body arrives, not when
+  // it was asked for: a tick made while the fetch was under way is kept too.
   var rolloutBody = document.getElementById('rollout-body');
   var rolloutId = rolloutBody && rolloutBody.getAttribute('data-rollout-id');
   function checkCancel() {
@@ -67,13 +68,16 @@
       checkCancel();
     };
   }
-  function fetchInto(url, el, after) {
+  // `keep`, when given, is called just before the swap and returns what to do after it
+  // (what the operator set in the old content, read at that moment, put back).
+  function fetchInto(url, el, keep) {
     if (!el) { return; }
     fetch(url, { credentials: 'same-origin', cache: 'no-store' }).then(function (r) {
       if (r.status === 401) { window.location.assign('/ui/login'); return null; }
       return r.ok ? r.text() : null;
     }).then(function (html) {
       if (html === null) { return; }
+      var after = keep ? keep() : null;
       el.innerHTML = html;
       if (after) { after(); }
     }).catch(function () {});
@@ -82,7 +86,7 @@
   var lastFetch = 0;
   function refresh() {
     lastFetch = Date.now();
-    parts().forEach(function (p) { fetchInto(p[0], p[1], p[2] || applyFilter); });
+    parts().forEach(function (p) { fetchInto(p[0], p[1], p[2] || function () { return applyFilter; }); });
     followCall();
   }
   function soon() {
@@ -93,15 +97,18 @@
   }
 
   // --- Fleet: the enrollments waiting for approval, again when one is asked or decided
-  // (the boxes ticked stay ticked).
+  // (the boxes ticked stay ticked, those ticked while the list was on its way too).
   var pendingSlot = document.getElementById('pending-slot');
-  function refreshPending() {
-    if (!pendingSlot) { return; }
+  function keepTicked() {
     var ticked = {};
     pendingSlot.querySelectorAll('input[name=node]:checked').forEach(function (b) { ticked[b.value] = true; });
-    fetchInto('/ui/fleet/pending', pendingSlot, function () {
+    return function () {
       pendingSlot.querySelectorAll('input[name=node]').forEach(function (b) { b.checked = !!ticked[b.value]; });
-    });
+    };
+  }
+  function refreshPending() {
+    if (!pendingSlot) { return; }
+    fetchInto('/ui/fleet/pending', pendingSlot, keepTicked);
   }
   document.addEventListener('change', function (e) {
     if (e.target && e.target.id === 'cancel-confirm') { checkCancel(); }
