@@ -222,11 +222,8 @@ impl Delivery<'_> {
             });
         let staged = gw
             .events
-            .to_commit_all(events)
-            .transpose()
-            .map_err(|e| GatewayError::Internal(format!("event: {e}")))?
-            .map(|events| (gw.now_ms(), events));
-        let with_ack = staged.is_some();
+            .stage(gw.now_ms(), events)
+            .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
         let removed = gw
             .state
             .ack(
@@ -234,31 +231,21 @@ impl Delivery<'_> {
                 NodeAck {
                     delivered: ack.delivered.clone(),
                     rejected: rejected.clone(),
-                    events: staged,
+                    events: staged.rows(),
                 },
             )
             .await?;
-        self.removed(node, &removed, &rejected, with_ack);
-        if with_ack {
-            gw.events.sequence_soon();
-        } else {
-            gw.events_committed().await;
-        }
+        self.removed(node, &removed, &rejected);
+        gw.events
+            .committed(staged, |id| removed.iter().any(|r| r == id));
         Ok(removed)
     }
 
-    /// Counts and logs each removed message as `delivered` or `rejected`, and publishes
-    /// its event from memory unless it was committed `with_ack`.
-    fn removed(
-        &self,
-        node: &str,
-        removed: &[String],
-        rejected: &[(String, String)],
-        with_ack: bool,
-    ) {
+    /// Counts and logs each removed message as `delivered` or `rejected`.
+    fn removed(&self, node: &str, removed: &[String], rejected: &[(String, String)]) {
         let gw = self.0;
         for id in removed {
-            let was_stored = gw.take_was_stored(id);
+            gw.take_was_stored(id);
             let code = rejected.iter().find(|(r, _)| r == id).map(|(_, c)| c);
             MessageEvent {
                 queue: QUEUE_TO_NODE,
@@ -272,9 +259,6 @@ impl Delivery<'_> {
                 reason: code.map(String::as_str),
             }
             .emit(&gw.metrics);
-            if !with_ack {
-                gw.publish(ack_event(rejected, node, id, was_stored));
-            }
         }
     }
 }

@@ -208,6 +208,29 @@ pub struct EventLog {
     replicas: Option<Arc<dyn SharedState>>,
 }
 
+/// The events of one write ([`EventLog::stage`]).
+#[derive(Debug)]
+pub struct Staged {
+    ts_ms: u64,
+    events: Vec<(String, GatewayEvent)>,
+    /// Shared mode: each event's JSON under its key, committed with the write.
+    rows: Option<Vec<(String, String)>>,
+}
+
+impl Staged {
+    /// What the write commits with itself: `(ts_ms, [(key, event as JSON)])` in shared
+    /// mode; `None` where events live in memory (the embedded engine keeps none).
+    pub fn rows(&self) -> Option<(u64, Vec<(String, String)>)> {
+        self.rows.clone().map(|r| (self.ts_ms, r))
+    }
+
+    /// [`Self::rows`] of a write that causes one event.
+    pub fn row(&self) -> Option<(u64, String)> {
+        let (ts, rows) = self.rows()?;
+        rows.into_iter().next().map(|(_, json)| (ts, json))
+    }
+}
+
 /// What the shared-mode writer receives.
 #[derive(Debug)]
 pub enum ToWriter {
@@ -240,26 +263,44 @@ impl EventLog {
         }
     }
 
-    /// The JSON of `event` to commit with the write it describes: in shared mode each
-    /// event is a row of the write's own transaction (a replica killed after the commit
-    /// loses none); locally `None`, and the flow publishes it after the commit.
-    pub fn to_commit(&self, event: &GatewayEvent) -> Option<Result<String, serde_json::Error>> {
-        self.writer.as_ref().map(|_| serde_json::to_string(event))
+    /// The events one write causes, each under the key of the row it describes (a
+    /// message id), made before the write. The flow hands [`Staged::rows`] to the write
+    /// and [`Self::committed`] the result after it, whichever mode this log is in.
+    pub fn stage(
+        &self,
+        ts_ms: u64,
+        events: impl IntoIterator<Item = (String, GatewayEvent)>,
+    ) -> Result<Staged, serde_json::Error> {
+        let events: Vec<(String, GatewayEvent)> = events.into_iter().collect();
+        let rows = match &self.writer {
+            Some(_) => Some(
+                events
+                    .iter()
+                    .map(|(key, e)| serde_json::to_string(e).map(|json| (key.clone(), json)))
+                    .collect::<Result<_, _>>()?,
+            ),
+            None => None,
+        };
+        Ok(Staged {
+            ts_ms,
+            events,
+            rows,
+        })
     }
 
-    /// [`Self::to_commit`] for the events of one write, each with its key (the events
-    /// are not made at all locally).
-    pub fn to_commit_all(
-        &self,
-        events: impl IntoIterator<Item = (String, GatewayEvent)>,
-    ) -> Option<Result<Vec<(String, String)>, serde_json::Error>> {
-        self.writer.as_ref()?;
-        Some(
-            events
-                .into_iter()
-                .map(|(key, e)| serde_json::to_string(&e).map(|json| (key, json)))
-                .collect(),
-        )
+    /// After the write of `staged`: the events of the rows it wrote (`wrote(key)`) are
+    /// published. Locally that is here, from memory; in shared mode the write committed
+    /// them in its own transaction, and the writer gives them their ids.
+    pub fn committed(&self, staged: Staged, wrote: impl Fn(&str) -> bool) {
+        if staged.rows.is_some() {
+            self.sequence_soon();
+            return;
+        }
+        for (key, event) in staged.events {
+            if wrote(&key) {
+                self.publish(staged.ts_ms, event);
+            }
+        }
     }
 
     /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers;

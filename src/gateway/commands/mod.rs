@@ -95,11 +95,8 @@ pub(super) async fn seal_and_queue(
     // A shared state commits the event with the message: one commit before the 202.
     let staged = gw
         .events
-        .to_commit(&event)
-        .transpose()
-        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?
-        .map(|json| (now, json));
-    let with_message = staged.is_some();
+        .stage(now, [(message_id.to_string(), event)])
+        .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
     let msg = ForNode {
         node_id: to.node_id.clone(),
         message_id: message_id.to_string(),
@@ -109,7 +106,7 @@ pub(super) async fn seal_and_queue(
         expires_at_ms: params.expires_at_ms,
         envelope: env.to_json(),
         max_attempts: gw.cfg.queue.max_attempts,
-        event: staged,
+        event: staged.row(),
     };
     let outcome = queue(gw, msg, binding, &params).await?;
     if outcome == Queued::Duplicate {
@@ -118,19 +115,8 @@ pub(super) async fn seal_and_queue(
     if live {
         gw.mark_live_sent(message_id);
     }
-    if with_message {
-        gw.events.sequence_soon();
-        announce_queued(gw, message_id, &to.node_id);
-    } else {
-        queued(
-            gw,
-            message_id,
-            &to.node_id,
-            payload_type,
-            params.expires_at_ms,
-        );
-        gw.events_committed().await;
-    }
+    gw.events.committed(staged, |_| true);
+    announce_queued(gw, message_id, &to.node_id);
     Ok(params.expires_at_ms)
 }
 
