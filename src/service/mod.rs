@@ -56,14 +56,16 @@ impl Notifier {
 }
 
 /// Logs go to the journal when we run under it (`JOURNAL_STREAM` set by systemd),
-/// otherwise to stderr. `RUST_LOG` / `OUTPOST_LOG` filter (default `info`).
+/// otherwise to stderr. `OUTPOST_LOG` (else `RUST_LOG`) filters: [`log_filter`].
 pub fn init_logging() {
     use tracing_subscriber::prelude::*;
-    use tracing_subscriber::EnvFilter;
 
-    let filter = EnvFilter::try_from_env("OUTPOST_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, refused) = log_filter(
+        std::env::var("OUTPOST_LOG")
+            .or_else(|_| std::env::var("RUST_LOG"))
+            .ok()
+            .as_deref(),
+    );
     let registry = tracing_subscriber::registry().with(filter);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {
@@ -84,6 +86,25 @@ pub fn init_logging() {
                 .with_target(false),
         )
         .try_init();
+    if let Some(text) = refused {
+        tracing::warn!(event = "log_filter_refused", filter = %text, "OUTPOST_LOG is `level` or `target=level,…` (levels: error, warn, info, debug, trace, off); logging at info");
+    }
+}
+
+/// The log filter from `OUTPOST_LOG`: a level (`debug`), targets with levels
+/// (`outpost::sync=debug,hyper=warn`: other targets silent), or both
+/// (`warn,outpost=debug`). Unset or empty: `info`. Anything else: `info`, and the text
+/// it refused (said once logging is up).
+pub fn log_filter(text: Option<&str>) -> (tracing_subscriber::filter::Targets, Option<String>) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let info = || Targets::new().with_default(LevelFilter::INFO);
+    match text.map(str::trim).filter(|t| !t.is_empty()) {
+        None => (info(), None),
+        Some(t) => match t.parse::<Targets>() {
+            Ok(f) => (f, None),
+            Err(_) => (info(), Some(t.to_string())),
+        },
+    }
 }
 
 /// Colour codes only for a person at a terminal: a log file, a pipe or a collector gets
@@ -108,5 +129,46 @@ pub async fn shutdown_signal() {
             // Cannot install handlers (should not happen on Linux): fall back to ctrl-c.
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod log_filter_tests {
+    use super::log_filter;
+    use tracing::Level;
+
+    fn allows(text: Option<&str>, target: &str, level: Level) -> bool {
+        let (f, _) = log_filter(text);
+        f.would_enable(target, &level)
+    }
+
+    #[test]
+    fn a_level_targets_and_both_filter_as_written() {
+        assert!(allows(None, "outpost::sync", Level::INFO));
+        assert!(!allows(None, "outpost::sync", Level::DEBUG));
+        assert!(allows(Some("debug"), "hyper", Level::DEBUG));
+        assert!(allows(
+            Some("outpost::sync=debug"),
+            "outpost::sync::worker",
+            Level::DEBUG
+        ));
+        assert!(!allows(Some("outpost::sync=debug"), "hyper", Level::ERROR));
+        assert!(allows(
+            Some("warn,outpost=debug"),
+            "outpost::gateway",
+            Level::DEBUG
+        ));
+        assert!(allows(Some("warn,outpost=debug"), "hyper", Level::WARN));
+        assert!(!allows(Some("warn,outpost=debug"), "hyper", Level::INFO));
+        assert!(!allows(Some("off"), "outpost", Level::ERROR));
+        assert_eq!(log_filter(Some("  ")).1, None);
+    }
+
+    #[test]
+    fn a_filter_it_cannot_read_is_info_and_said() {
+        let (_, refused) = log_filter(Some("outpost=loud"));
+        assert_eq!(refused.as_deref(), Some("outpost=loud"));
+        assert!(allows(Some("outpost=loud"), "outpost", Level::INFO));
+        assert!(!allows(Some("outpost=loud"), "outpost", Level::DEBUG));
     }
 }
