@@ -75,4 +75,5 @@ mod sync_batches;
 mod sync_wire;
 mod systemd;
 mod tasks;
+mod trust_rows;
 mod two_hosts;
