@@ -56,6 +56,7 @@ pub async fn run(urls: &[String], devices: &[Device<'_>], token: &str, admin: &s
     ));
     let t = Instant::now();
     let n = devices.len();
+    let progress = tokio::spawn(progress(answers.clone(), n, t, done.clone()));
     // All at once, as one site's devices power on together.
     let outcomes = futures_util::future::join_all(
         devices
@@ -67,6 +68,7 @@ pub async fn run(urls: &[String], devices: &[Device<'_>], token: &str, admin: &s
     let enrolled = outcomes.into_iter().filter(|ok| *ok).count();
     let took_s = t.elapsed().as_secs_f64();
     done.cancel();
+    progress.await.unwrap();
     let (mut console_us, console_failed) = console.await.unwrap();
     console_us.sort_unstable();
     let answers = answers.lock().unwrap().clone();
@@ -85,6 +87,32 @@ fn count(answers: &Mutex<BTreeMap<String, u64>>, key: String) {
 }
 
 /// One device's enrollment, retried as the node's enroller retries: true once enrolled.
+/// Every 10 s until `done`: how many devices are enrolled (answers 200 so far), and
+/// the 5xx answers among the rest, so a run stopped early still says how far it got.
+async fn progress(
+    answers: Arc<Mutex<BTreeMap<String, u64>>>,
+    devices: usize,
+    t: Instant,
+    done: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = done.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+        let a = answers.lock().unwrap().clone();
+        let of = |p: &dyn Fn(&str) -> bool| -> u64 {
+            a.iter().filter(|(k, _)| p(k)).map(|(_, n)| n).sum()
+        };
+        let enrolled = of(&|k| k.starts_with("200"));
+        let busy = of(&|k| k.starts_with('5'));
+        eprintln!(
+            "enroll: {:.0} s: {enrolled} of {devices} enrolled, {busy} answers 5xx so far",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
 async fn device(
     http: &reqwest::Client,
     url: &str,

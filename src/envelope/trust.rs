@@ -290,23 +290,7 @@ impl TrustStore {
     pub fn to_bytes(&self) -> Vec<u8> {
         let file = StoreFile {
             v: 1,
-            peers: self
-                .peers
-                .values()
-                .map(|p| PeerRow {
-                    doc: p.doc.clone(),
-                    rights: p.rights,
-                    previous: p.previous.as_ref().map(|r| RetiredRow {
-                        doc: r.doc.clone(),
-                        until_ms: r.until_ms,
-                    }),
-                    retired: p
-                        .retired
-                        .iter()
-                        .map(|k| RetiredKey(k.to_bytes().to_vec()))
-                        .collect(),
-                })
-                .collect(),
+            peers: self.peers.values().map(PeerRow::of).collect(),
         };
         // Serializing plain strings/bools/byte-vectors cannot fail.
         serde_json::to_vec(&file).unwrap_or_default()
@@ -321,16 +305,53 @@ impl TrustStore {
         }
         let mut store = Self::new();
         for row in file.peers {
-            let keys = row.doc.verify()?;
-            store.insert(Peer {
-                doc: row.doc,
-                rights: row.rights,
-                keys,
-                previous: row.previous.map(retired_from_row).transpose()?,
-                retired: retired_keys(&row.retired)?,
-            });
+            store.insert(row.into_peer()?);
         }
         Ok(store)
+    }
+}
+
+impl Peer {
+    /// One peer as stable JSON bytes: an element of [`TrustStore::to_bytes`]'s `peers`
+    /// (a store keeps one row per peer in this form).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&PeerRow::of(self)).unwrap_or_default()
+    }
+
+    /// Parse one peer written by [`Peer::to_bytes`], verifying its documents again.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, TrustError> {
+        let row: PeerRow =
+            serde_json::from_slice(bytes).map_err(|e| TrustError::Malformed(e.to_string()))?;
+        row.into_peer()
+    }
+}
+
+impl PeerRow {
+    fn of(p: &Peer) -> Self {
+        PeerRow {
+            doc: p.doc.clone(),
+            rights: p.rights,
+            previous: p.previous.as_ref().map(|r| RetiredRow {
+                doc: r.doc.clone(),
+                until_ms: r.until_ms,
+            }),
+            retired: p
+                .retired
+                .iter()
+                .map(|k| RetiredKey(k.to_bytes().to_vec()))
+                .collect(),
+        }
+    }
+
+    fn into_peer(self) -> Result<Peer, TrustError> {
+        let keys = self.doc.verify()?;
+        Ok(Peer {
+            doc: self.doc,
+            rights: self.rights,
+            keys,
+            previous: self.previous.map(retired_from_row).transpose()?,
+            retired: retired_keys(&self.retired)?,
+        })
     }
 }
 

@@ -28,8 +28,15 @@ pub const SCOPE_DESIRED: &str = "desired_state";
 
 // --- both roles ---
 
-/// KV: the trust store (one record), written by `outpost trust add`.
+/// KV: the trust store as older builds wrote it (one record, cut into rows), read until
+/// the first write converts it (`daemon::trust`).
 pub const KV_TRUST: &str = "trust";
+/// KV: the trust store, one row per trusted peer, key = node id (`outpost trust add`,
+/// enrollments, rotations and retirements write it).
+pub const KV_TRUST_PEERS: &str = "trust_peers";
+/// KV: the trust store's change log, key = [`crate::store::seq_key`] version, value =
+/// the node id changed (`+id` put, `-id` removed); the newest few thousand are kept.
+pub const KV_TRUST_LOG: &str = "trust_log";
 
 // --- gateway (embedded engine; see `gateway::storage::embedded`) ---
 

@@ -301,6 +301,31 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` `(key, value)`s of a namespace from `from` (inclusive) on, in key
+    /// order: a range of a namespace whose keys sort as they were written
+    /// ([`crate::store::seq_key`] numbers), read without the rows before it.
+    pub fn kv_list_from(
+        &self,
+        ns: &str,
+        from: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let prefix = scoped_key(ns, "");
+        let start = scoped_key(ns, from);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.scan_prefix(T_KV, &prefix, &start, &mut |k, v| {
+            out.push((
+                String::from_utf8_lossy(&k[prefix.len()..]).into_owned(),
+                v.to_vec(),
+            ));
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
     /// The stored result for `job_id`, unless its keep-until has passed.
     pub fn result_get(&self, job_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let now = self.now_ms();

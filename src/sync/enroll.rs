@@ -393,7 +393,12 @@ impl Enroller {
         gateway: &IdentityDocument,
         token_id: &str,
     ) -> Result<(), String> {
-        let mut t = crate::daemon::trust::load(&self.store).map_err(|e| e.to_string())?;
+        use crate::daemon::trust::{self, Change};
+        let id = &gateway.node_id;
+        let mut t = crate::envelope::TrustStore::new();
+        if let Some(p) = trust::peer(&self.store, id).map_err(|e| e.to_string())? {
+            t.insert(p);
+        }
         t.add(
             gateway.clone(),
             Rights {
@@ -403,7 +408,7 @@ impl Enroller {
         )
         .map_err(|e| e.to_string())?;
         let mut batch = crate::store::Batch::new();
-        crate::daemon::trust::put(&mut batch, &t);
+        trust::stage(&self.store, &mut batch, &[Change::of(&t, id)]).map_err(|e| e.to_string())?;
         self.store.commit(batch).await.map_err(|e| e.to_string())?;
         let with = EnrolledWith {
             gateway_id: gateway.node_id.clone(),

@@ -75,4 +75,6 @@ mod sync_batches;
 mod sync_wire;
 mod systemd;
 mod tasks;
+#[cfg(feature = "gateway")]
+mod trust_rows;
 mod two_hosts;

@@ -40,6 +40,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::audit::AuditRecord;
+pub use crate::daemon::trust::Update as TrustUpdate;
 use crate::envelope::TrustStore;
 pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 pub use enrollments::{
@@ -396,10 +397,14 @@ pub trait GatewayState:
 
     /// The trust store (peers `outpost trust add` enrolled), read synchronously.
     fn load_trust(&self) -> Result<TrustStore, StateError>;
-    /// The trust store when it changed since the copy with fingerprint `known` (0: none
-    /// held), with its fingerprint (never 0); `None` when unchanged. The trust cache
+    /// What changed in the trust store since the copy at version `known` (`None`: none
+    /// held): the new version and the update to apply (every peer, or only the peers
+    /// changed where the engine can say which); `None` when unchanged. The trust cache
     /// asks on every miss and about once a second, so "unchanged" must be cheap.
-    fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError>;
+    fn load_trust_since(
+        &self,
+        known: Option<u64>,
+    ) -> Result<Option<(u64, TrustUpdate)>, StateError>;
     /// False once the state can no longer make writes durable (a failed fsync): the
     /// watchdog stops pinging so systemd restarts the gateway.
     fn durable(&self) -> bool;

@@ -393,6 +393,15 @@ fn kv_put_get_list_delete(kind: EngineKind) {
             ("b".to_string(), b"2".to_vec())
         ]
     );
+    // A range from a key on, bounded, never into the next namespace.
+    let from = |k: &str, n: usize| -> Vec<String> {
+        let rows = s.kv_list_from("trust", k, n).unwrap();
+        rows.into_iter().map(|(k, _)| k).collect()
+    };
+    assert_eq!(from("a", 10), ["a", "b"]);
+    assert_eq!(from("aa", 10), ["b"]);
+    assert_eq!(from("", 1), ["a"]);
+    assert!(from("c", 10).is_empty() && from("a", 0).is_empty());
     s.kv_delete("trust", "a").wait().unwrap();
     assert_eq!(s.kv_get("trust", "a").unwrap(), None);
 }

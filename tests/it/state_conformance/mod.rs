@@ -8,7 +8,7 @@
 //! What it covers: queue order, acks, redelivery, superseded pulls, batch limits and
 //! pipelining; unique ids (with or without a job or an idempotency key); expiry and the
 //! sweep; the gateway's inbox and uploads; message status and queue statistics; the
-//! trust store and its fingerprint, node and gateway key rotations; fleet state records
+//! trust store and its version, node and gateway key rotations; fleet state records
 //! (revisions, the token's labels at enrollment); enrollment tokens,
 //! enrollments, approvals and retirements; token revocations; nodes' audit copies; what
 //! survives a restart.

@@ -14,16 +14,35 @@ const SEND: Rights = Rights {
     issue: false,
 };
 
+/// A holder of the trust store as the trust cache is: the version it holds and its copy.
+#[derive(Default)]
+struct Held(Option<u64>, TrustStore);
+
+impl Held {
+    /// Ask the state; true when it answered a change (applied to the copy).
+    fn check(&mut self, state: &dyn GatewayState) -> bool {
+        match state.load_trust_since(self.0).unwrap() {
+            None => false,
+            Some((v, update)) => {
+                update.apply_to(&mut self.1);
+                self.0 = Some(v);
+                true
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_changes() {
+async fn the_trust_store_round_trips_and_its_version_moves_only_when_it_changes() {
     let Some(e) = Engine::open().await else {
         return;
     };
     let state = &*e.state;
     assert!(state.load_trust().unwrap().is_empty());
-    let (fp0, empty) = state.load_trust_since(0).unwrap().expect("none held yet");
-    assert_ne!(fp0, 0);
-    assert!(empty.is_empty());
+    let mut held = Held::default();
+    assert!(held.check(state), "none held yet");
+    assert!(held.1.is_empty());
+    let v0 = held.0;
 
     let mut trust = TrustStore::new();
     let (_, admin) = peer("gateway:other", "gateway", "2026-11-20T06:00:00Z");
@@ -36,32 +55,34 @@ async fn the_trust_store_round_trips_and_its_fingerprint_moves_only_when_it_chan
     trust.add(node, SEND).unwrap();
     save_trust(state, &trust, &[]).await;
     assert_eq!(state.load_trust().unwrap(), trust);
-    let (fp1, loaded) = state.load_trust_since(fp0).unwrap().expect("changed");
-    assert_ne!(fp1, 0);
-    assert_ne!(fp1, fp0);
-    assert_eq!(loaded, trust);
-    assert_eq!(state.load_trust_since(fp1).unwrap(), None);
+    assert!(held.check(state), "changed");
+    assert_ne!(held.0, v0);
+    assert_eq!(held.1, trust);
+    assert!(!held.check(state));
 
     // The same peers saved again: unchanged.
     save_trust(state, &trust, &[]).await;
-    assert_eq!(state.load_trust_since(fp1).unwrap(), None);
+    assert!(!held.check(state));
 
     // Other rights, then a peer removed: each a change.
     trust
         .add(trust.get("node:a").unwrap().doc.clone(), Rights::default())
         .unwrap();
     save_trust(state, &trust, &[]).await;
-    let (fp2, loaded) = state
-        .load_trust_since(fp1)
-        .unwrap()
-        .expect("rights changed");
-    assert_ne!(fp2, fp1);
-    assert_eq!(loaded, trust);
+    let v1 = held.0;
+    assert!(held.check(state), "rights changed");
+    assert_ne!(held.0, v1);
+    assert_eq!(held.1, trust);
     trust.remove("node:a");
     save_trust(state, &trust, &[]).await;
-    let (fp3, loaded) = state.load_trust_since(fp2).unwrap().expect("peer removed");
-    assert_ne!(fp3, fp2);
-    assert_eq!(loaded, trust);
+    let v2 = held.0;
+    assert!(held.check(state), "peer removed");
+    assert_ne!(held.0, v2);
+    assert_eq!(held.1, trust);
+    // A holder that knows nothing reads the same peers.
+    let mut fresh = Held::default();
+    assert!(fresh.check(state));
+    assert_eq!(fresh.1, trust);
 
     let e = e.reopen().await;
     assert_eq!(e.state.load_trust().unwrap(), trust);
@@ -77,7 +98,8 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let mut trust = TrustStore::new();
     trust.add(doc, SEND).unwrap();
     save_trust(&*e.state, &trust, &[]).await;
-    let (fp, _) = e.state.load_trust_since(0).unwrap().unwrap();
+    let mut held = Held::default();
+    assert!(held.check(&*e.state));
 
     let new = Keys::generate();
     let new_doc = IdentityDocument::new("node:r", "node", &new, "2026-11-27T06:00:00Z");
@@ -101,7 +123,8 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     assert_eq!(rotated.key_history(), [old.sign_pk(), new.sign_pk()]);
     let signers: Vec<_> = rotated.sign_keys(T0).copied().collect();
     assert_eq!(signers, [new.sign_pk(), old.sign_pk()]);
-    assert!(e.state.load_trust_since(fp).unwrap().is_some(), "a change");
+    assert!(held.check(&*e.state), "a change");
+    assert_eq!(held.1, e.state.load_trust().unwrap());
 
     // A retry (its answer was lost) changes nothing, not even the grace.
     let again = e

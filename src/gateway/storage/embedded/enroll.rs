@@ -1,6 +1,6 @@
 //! Enrollment on the embedded store: tokens, their uses and enrollment records in KV,
-//! each enrollment one commit with the trust store it changes and its pending audit
-//! entry (`enroll/audit.rs`). One process writes
+//! each enrollment one commit with the trust row it changes (one peer's, `daemon::trust`)
+//! and its pending audit entry (`enroll/audit.rs`). One process writes
 //! uses and records (the gateway, under `enrolling`); `outpost enroll-token` writes
 //! only the token records, so neither overwrites the other's writes.
 
@@ -22,6 +22,10 @@ use crate::store::Batch;
 
 fn record_key(node_id: &str, sign_pk: &str) -> String {
     format!("{node_id} {sign_pk}")
+}
+
+fn trust_corrupt(e: anyhow::Error) -> StateError {
+    StateError::Corrupt(format!("trust store: {e:#}"))
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
@@ -48,9 +52,25 @@ impl Embedded {
         Ok(Some((r.statement, r.until_ms)))
     }
 
-    fn trust_now(&self) -> Result<crate::envelope::TrustStore, StateError> {
-        crate::daemon::trust::load(&self.store)
-            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
+    /// The trust store as far as peer `id` goes: its row alone (or nothing), so a decision
+    /// reads and writes one peer whatever the number trusted.
+    fn trust_of(&self, id: &str) -> Result<crate::envelope::TrustStore, StateError> {
+        let mut t = crate::envelope::TrustStore::new();
+        if let Some(p) = crate::daemon::trust::peer(&self.store, id).map_err(trust_corrupt)? {
+            t.insert(p);
+        }
+        Ok(t)
+    }
+
+    /// Peer `id` as `t` holds it now, staged into `batch` (one row, one log entry).
+    fn stage_trust(
+        &self,
+        batch: &mut Batch,
+        t: &crate::envelope::TrustStore,
+        id: &str,
+    ) -> Result<(), StateError> {
+        let change = crate::daemon::trust::Change::of(t, id);
+        crate::daemon::trust::stage(&self.store, batch, &[change]).map_err(trust_corrupt)
     }
 
     fn uses(&self, token_id: &str) -> Result<u64, StateError> {
@@ -119,10 +139,23 @@ impl Embedded {
             .collect()
     }
 
+    /// The records of one id: the rows keyed `<id> …`, not every record.
     fn records_of(&self, node_id: &str) -> Result<Vec<EnrollmentRecord>, StateError> {
-        let mut all = self.records_now()?;
-        all.retain(|r| r.node_id == node_id);
-        Ok(all)
+        let prefix = record_key(node_id, "");
+        let mut out = Vec::new();
+        for (k, v) in self
+            .store
+            .kv_list_from(KV_GW_ENROLLMENTS, &prefix, usize::MAX)?
+            .into_iter()
+            .take_while(|(k, _)| k.starts_with(&prefix))
+        {
+            let r: EnrollmentRecord = serde_json::from_slice(&v)
+                .map_err(|e| StateError::Corrupt(format!("{KV_GW_ENROLLMENTS}/{k}: {e}")))?;
+            if r.node_id == node_id {
+                out.push(r);
+            }
+        }
+        Ok(out)
     }
 
     pub(super) async fn enroll_now(
@@ -140,7 +173,7 @@ impl Embedded {
         let pending_other = records
             .iter()
             .any(|r| r.node_sign_pk != key && r.state == RecordState::Pending);
-        let mut trust = self.trust_now()?;
+        let mut trust = self.trust_of(&node.node_id)?;
         let trusted = trust
             .get(&node.node_id)
             .filter(|p| p.doc.role == "node")
@@ -175,7 +208,7 @@ impl Embedded {
             let mut _labels = None;
             if record.state == RecordState::Enrolled {
                 trust_node(&mut trust, &record.document).map_err(StateError::Corrupt)?;
-                crate::daemon::trust::put(&mut batch, &trust);
+                self.stage_trust(&mut batch, &trust, &record.node_id)?;
                 _labels = self
                     .stage_token_labels(&mut batch, &record.node_id, &record.labels)
                     .await?;
@@ -194,7 +227,7 @@ impl Embedded {
     ) -> Result<Option<EnrollmentRecord>, StateError> {
         let _one = self.enrolling.lock().await;
         let records = self.records_of(node_id)?;
-        let mut trust = self.trust_now()?;
+        let mut trust = self.trust_of(node_id)?;
         let trusted = trust.get(node_id).map(|p| b64_encode(&p.doc.sign_pk));
         let Some(mut r) =
             crate::gateway::storage::settleable(&records, approve, trusted.as_deref())
@@ -223,7 +256,7 @@ impl Embedded {
                 }
             }
             trust_node(&mut trust, &r.document).map_err(StateError::Corrupt)?;
-            crate::daemon::trust::put(&mut batch, &trust);
+            self.stage_trust(&mut batch, &trust, node_id)?;
             _labels = self
                 .stage_token_labels(&mut batch, node_id, &r.labels)
                 .await?;
@@ -247,7 +280,7 @@ impl Embedded {
         audit: &RetireAudit<'_>,
     ) -> Result<Option<Vec<String>>, StateError> {
         let _one = self.enrolling.lock().await;
-        let mut trust = self.trust_now()?;
+        let mut trust = self.trust_of(node_id)?;
         let Some(doc) = trust
             .get(node_id)
             .filter(|p| p.doc.role == "node")
@@ -264,7 +297,7 @@ impl Embedded {
                 json(&r),
             );
         }
-        crate::daemon::trust::put(&mut batch, &trust);
+        self.stage_trust(&mut batch, &trust, node_id)?;
         let mut ids = Vec::new();
         let mut after = None;
         loop {
@@ -360,11 +393,11 @@ impl EnrollmentState for Embedded {
     ) -> Fut<'a, Option<bool>> {
         Box::pin(async move {
             let _one = self.enrolling.lock().await;
-            let mut trust = self.trust_now()?;
+            let mut trust = self.trust_of(node_id)?;
             let ended = trust.end_grace(node_id, now_ms);
             if ended == Some(true) {
                 let mut batch = Batch::new();
-                crate::daemon::trust::put(&mut batch, &trust);
+                self.stage_trust(&mut batch, &trust, node_id)?;
                 self.pend(&mut batch, now_ms, audit);
                 self.store.commit(batch).await?;
             }
@@ -414,14 +447,14 @@ impl EnrollmentState for Embedded {
     ) -> Fut<'a, Result<Rotated, RotationError>> {
         Box::pin(async move {
             let _one = self.enrolling.lock().await;
-            let mut trust = self.trust_now()?;
+            let node_id = &rotation.new_doc.node_id;
+            let mut trust = self.trust_of(node_id)?;
             match trust.rotate(rotation, now_ms, grace_ms) {
                 Ok(Rotated::Applied) => {}
                 other => return Ok(other),
             }
             let mut batch = Batch::new();
-            crate::daemon::trust::put(&mut batch, &trust);
-            let node_id = &rotation.new_doc.node_id;
+            self.stage_trust(&mut batch, &trust, node_id)?;
             let records = self.records_of(node_id)?;
             for r in crate::gateway::storage::rotated_records(records, rotation, now_ms) {
                 batch.kv_put(

@@ -2,6 +2,7 @@
 //! runs): per-node queues, KV records and dedup windows, each under the names below —
 //! which nothing outside this file uses.
 
+use super::TrustUpdate;
 use super::{
     AuditExtension, CommandKey, Delivery, FiledResult, ForNode, Fut, GatewayState, InboxMessage,
     JobRecord, NewJob, NodeAck, PullBatch, Queued, QueuedMessage, RevocationList, Revoked,
@@ -403,8 +404,11 @@ impl GatewayState for Embedded {
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
     }
 
-    fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError> {
-        crate::daemon::trust::load_since(&self.store, known)
+    fn load_trust_since(
+        &self,
+        known: Option<u64>,
+    ) -> Result<Option<(u64, TrustUpdate)>, StateError> {
+        crate::daemon::trust::read_since(&self.store, known)
             .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
     }
 

@@ -33,20 +33,35 @@ impl Embedded {
         Ok(out)
     }
 
-    /// The edit applied to the record as it is now, under `enrolling` (this process's
-    /// enrollment decisions write the same record). Another process's write between
-    /// this read and the commit is the one window left (PROTOCOL §15.6's note).
+    /// The edit applied to the peers as they are now, under `enrolling` (this process's
+    /// enrollment decisions write the same rows): a row per peer the edit changes, no
+    /// other. Another process's write of the same peer between this read and the commit
+    /// is the one window left (PROTOCOL §15.6's note).
     pub(super) async fn save_trust_now(
         &self,
         edit: &TrustEdit,
         audit: &[AuditRecord],
     ) -> Result<(), StateError> {
+        use crate::daemon::trust::{self, Change};
         let _one = self.enrolling.lock().await;
-        let mut t = crate::daemon::trust::load(&self.store)
-            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))?;
-        edit.apply(&mut t);
+        let corrupt = |e: anyhow::Error| StateError::Corrupt(format!("trust store: {e:#}"));
+        let mut changes = Vec::new();
+        for p in &edit.put {
+            if trust::peer(&self.store, &p.doc.node_id)
+                .map_err(corrupt)?
+                .as_ref()
+                != Some(p)
+            {
+                changes.push(Change::put(p.clone()));
+            }
+        }
+        for id in &edit.remove {
+            if trust::peer(&self.store, id).map_err(corrupt)?.is_some() {
+                changes.push(Change::remove(id));
+            }
+        }
         let mut batch = crate::store::Batch::new();
-        crate::daemon::trust::put(&mut batch, &t);
+        trust::stage(&self.store, &mut batch, &changes).map_err(corrupt)?;
         let now = self.store.now_ms();
         for a in audit {
             self.pend(&mut batch, now, a);

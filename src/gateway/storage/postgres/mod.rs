@@ -54,6 +54,7 @@ use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
 
 use super::Notice;
+use super::TrustUpdate;
 use super::{
     AuditExtension, CommandKey, FiledResult, ForNode, Fut, GatewayState, InboxMessage, JobRecord,
     NewJob, NodeAck, PullBatch, Queued, QueuedMessage, RevocationList, Revoked, StateError, Take,
@@ -395,10 +396,13 @@ impl GatewayState for Postgres {
             .ok_or_else(|| StateError::Unavailable("trust store not loaded yet".into()))
     }
 
-    fn load_trust_since(&self, known: u64) -> Result<Option<(u64, TrustStore)>, StateError> {
+    fn load_trust_since(
+        &self,
+        known: Option<u64>,
+    ) -> Result<Option<(u64, TrustUpdate)>, StateError> {
         match &*self.trust.read().unwrap_or_else(|p| p.into_inner()) {
-            Some((v, _)) if *v == known => Ok(None),
-            Some((v, t)) => Ok(Some((*v, t.clone()))),
+            Some((v, _)) if Some(*v) == known => Ok(None),
+            Some((v, t)) => Ok(Some((*v, TrustUpdate::Full(t.clone())))),
             None => Err(StateError::Unavailable("trust store not loaded yet".into())),
         }
     }
