@@ -2,7 +2,8 @@
 //! enrollment token (PROTOCOL §15), as a site of freshly flashed devices does when its
 //! power comes on: each asks `GET /v1/enroll` for the gateway's document and time, seals
 //! the token to it and posts `POST /v1/enroll`, and retries a throttled or busy answer
-//! as the real node does (1 s doubling to 60 s, plus up to 1 s of jitter). Meanwhile an
+//! as the real node does (`outpost::sync::enroll::retry_wait`: a backoff doubling from
+//! 1 s to 60 s, each wait uniform up to it, never before `Retry-After`). Meanwhile an
 //! operator loads the console's fleet page (`GET /ui`, one after another). Measured: the
 //! time until every device is enrolled, every answer by status, and the console's
 //! latency during the burst.
@@ -122,7 +123,7 @@ async fn device(
 ) -> bool {
     let mut backoff = RETRY_MIN;
     loop {
-        let (status, code) = attempt(http, url, d, token).await;
+        let (status, code, retry_after) = attempt(http, url, d, token).await;
         count(answers, format!("{status} {code}"));
         match status {
             200 => return true,
@@ -130,14 +131,22 @@ async fn device(
             s if s >= 500 => {}
             _ => return false,
         }
-        let jitter = Duration::from_millis(rand::thread_rng().next_u32() as u64 % 1000);
-        tokio::time::sleep(backoff + jitter).await;
+        let unit = f64::from(rand::thread_rng().next_u32()) / (f64::from(u32::MAX) + 1.0);
+        tokio::time::sleep(outpost::sync::enroll::retry_wait(
+            backoff,
+            retry_after,
+            unit,
+        ))
+        .await;
         backoff = (backoff * 2).min(RETRY_MAX);
     }
 }
 
-/// Hello, seal, post: the status of the step that ended the attempt and its error code.
-async fn attempt(http: &reqwest::Client, url: &str, d: &Device<'_>, token: &str) -> (u16, String) {
+/// What ended an attempt: its status, error code and `Retry-After`.
+type Outcome = (u16, String, Option<Duration>);
+
+/// Hello, seal, post: how the step that ended the attempt answered.
+async fn attempt(http: &reqwest::Client, url: &str, d: &Device<'_>, token: &str) -> Outcome {
     let mut nonce = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut nonce);
     let hello = match http
@@ -151,10 +160,10 @@ async fn attempt(http: &reqwest::Client, url: &str, d: &Device<'_>, token: &str)
     {
         Ok(r) if r.status() == 200 => match r.json::<Hello>().await {
             Ok(h) => h,
-            Err(_) => return (0, "hello_unreadable".into()),
+            Err(_) => return (0, "hello_unreadable".into(), None),
         },
         Ok(r) => return answered(r).await,
-        Err(_) => return (0, "connect".into()),
+        Err(_) => return (0, "connect".into(), None),
     };
     let now = hello.time.now_ms;
     let params = SealParams {
@@ -193,21 +202,26 @@ async fn attempt(http: &reqwest::Client, url: &str, d: &Device<'_>, token: &str)
         .await
     {
         Ok(r) => answered(r).await,
-        Err(_) => (0, "connect".into()),
+        Err(_) => (0, "connect".into(), None),
     }
 }
 
-async fn answered(r: reqwest::Response) -> (u16, String) {
+async fn answered(r: reqwest::Response) -> Outcome {
     let status = r.status().as_u16();
     if status < 300 {
-        return (status, String::new());
+        return (status, String::new(), None);
     }
+    let retry_after = r
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+        .map(Duration::from_secs);
     // The error answer's code, typed as the node reads it; `-` for a body that is not one.
     let code = r
         .json::<outpost::sync::wire::ErrorAnswer>()
         .await
         .map_or_else(|_| "-".to_string(), |e| e.error.code);
-    (status, code)
+    (status, code, retry_after)
 }
 
 /// Sign in to the console with `admin` and load the fleet page again and again until

@@ -63,8 +63,26 @@ enum Attempt {
         code: String,
         reason: String,
     },
-    /// Could not complete now (network, 5xx, rate limit): retry soon.
+    /// Could not complete now (network, 5xx, rate limit): retry soon, not before the
+    /// gateway's `Retry-After` when it sent one.
     Failed(String),
+    /// The gateway answered "not now" (429, 503) and when to come back.
+    Throttled {
+        why: String,
+        retry_after: Duration,
+    },
+}
+
+/// The wait before the next attempt after `backoff` has grown to what it is: uniform
+/// over `[0, backoff]` ("full jitter": thousands of devices refused together — a site
+/// powered on at once, a gateway shedding load — come back spread over the whole
+/// interval, not together at its end), never before the gateway's `retry_after`, and
+/// at least a tenth of a second. `unit` is uniform in `[0, 1)`.
+pub fn retry_wait(backoff: Duration, retry_after: Option<Duration>, unit: f64) -> Duration {
+    let spread = backoff.mul_f64(unit.clamp(0.0, 1.0));
+    spread
+        .max(retry_after.unwrap_or_default())
+        .max(Duration::from_millis(100))
 }
 
 /// What gets a refused enrollment through, by its code: a new token helps only when
@@ -181,15 +199,21 @@ impl Enroller {
                 Attempt::Failed(why) => {
                     self.set("enrolling", Some("unreachable"), Some(why), None);
                     url_i += 1;
-                    let w = backoff;
+                    let w = retry_wait(backoff, None, unit());
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    w
+                }
+                Attempt::Throttled { why, retry_after } => {
+                    self.set("enrolling", Some("busy"), Some(why), None);
+                    url_i += 1;
+                    let w = retry_wait(backoff, Some(retry_after), unit());
                     backoff = (backoff * 2).min(RETRY_MAX);
                     w
                 }
             };
-            let jitter = Duration::from_millis(rand_core::OsRng.next_u32() as u64 % 1000);
             tokio::select! {
                 _ = shutdown.cancelled() => return false,
-                _ = tokio::time::sleep(wait + jitter) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }
@@ -450,11 +474,28 @@ fn refused_device_member(failure: &str) -> bool {
     failure.starts_with("400 bad_request") && failure.contains("`device`")
 }
 
+/// Uniform in `[0, 1)`, from the OS.
+fn unit() -> f64 {
+    f64::from(rand_core::OsRng.next_u32()) / (f64::from(u32::MAX) + 1.0)
+}
+
+/// A `Retry-After` of whole seconds (what the gateway sends), capped at [`RETRY_MAX`].
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    let s = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    let secs: u64 = s.trim().parse().ok()?;
+    Some(Duration::from_secs(secs).min(RETRY_MAX))
+}
+
 /// The answer's JSON, or the attempt it stands for: a refusal code (4xx) or a retry.
 async fn answer_json<T: serde::de::DeserializeOwned>(
     resp: reqwest::Response,
 ) -> Result<T, Attempt> {
     let status = resp.status().as_u16();
+    let come_back = retry_after(&resp).filter(|_| status == 429 || status == 503);
     let bytes = crate::sync::capped::read(resp, MAX_ANSWER_BYTES)
         .await
         .map_err(|e| Attempt::Failed(format!("reading the answer: {e}")))?;
@@ -477,7 +518,11 @@ async fn answer_json<T: serde::de::DeserializeOwned>(
             reason: message,
         });
     }
-    Err(Attempt::Failed(format!("{status} {code}: {message}")))
+    let why = format!("{status} {code}: {message}");
+    Err(match come_back {
+        Some(retry_after) => Attempt::Throttled { why, retry_after },
+        None => Attempt::Failed(why),
+    })
 }
 
 #[cfg(test)]
