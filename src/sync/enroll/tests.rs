@@ -1,5 +1,6 @@
 //! The node's enrollment client: final codes, and an older gateway's refusal.
 
+use super::answer::retry_wait;
 use super::*;
 
 /// An older gateway reads the request with `Sealed` as it was (only `token`, unknown
