@@ -220,7 +220,7 @@ impl Delivery<'_> {
                     ack_event(&rejected, node, id, gw.was_stored(id)),
                 )
             });
-        let staged = gw
+        let mut staged = gw
             .events
             .stage(gw.now_ms(), events)
             .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
@@ -231,7 +231,7 @@ impl Delivery<'_> {
                 NodeAck {
                     delivered: ack.delivered.clone(),
                     rejected: rejected.clone(),
-                    events: staged.rows(),
+                    events: staged.take_rows(),
                 },
             )
             .await?;

@@ -212,21 +212,30 @@ pub struct EventLog {
 #[derive(Debug)]
 pub struct Staged {
     ts_ms: u64,
-    events: Vec<(String, GatewayEvent)>,
-    /// Shared mode: each event's JSON under its key, committed with the write.
-    rows: Option<Vec<(String, String)>>,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// Published from memory after the write.
+    Local(Vec<(String, GatewayEvent)>),
+    /// Each event's JSON under its key, committed with the write (taken by it).
+    Shared(Vec<(String, String)>),
 }
 
 impl Staged {
     /// What the write commits with itself: `(ts_ms, [(key, event as JSON)])` in shared
     /// mode; `None` where events live in memory (the embedded engine keeps none).
-    pub fn rows(&self) -> Option<(u64, Vec<(String, String)>)> {
-        self.rows.clone().map(|r| (self.ts_ms, r))
+    pub fn take_rows(&mut self) -> Option<(u64, Vec<(String, String)>)> {
+        match &mut self.kind {
+            Kind::Shared(rows) => Some((self.ts_ms, std::mem::take(rows))),
+            Kind::Local(_) => None,
+        }
     }
 
-    /// [`Self::rows`] of a write that causes one event.
-    pub fn row(&self) -> Option<(u64, String)> {
-        let (ts, rows) = self.rows()?;
+    /// [`Self::take_rows`] of a write that causes one event.
+    pub fn take_row(&mut self) -> Option<(u64, String)> {
+        let (ts, rows) = self.take_rows()?;
         rows.into_iter().next().map(|(_, json)| (ts, json))
     }
 }
@@ -271,34 +280,30 @@ impl EventLog {
         ts_ms: u64,
         events: impl IntoIterator<Item = (String, GatewayEvent)>,
     ) -> Result<Staged, serde_json::Error> {
-        let events: Vec<(String, GatewayEvent)> = events.into_iter().collect();
-        let rows = match &self.writer {
-            Some(_) => Some(
+        let events = events.into_iter();
+        let kind = match &self.writer {
+            Some(_) => Kind::Shared(
                 events
-                    .iter()
-                    .map(|(key, e)| serde_json::to_string(e).map(|json| (key.clone(), json)))
+                    .map(|(key, e)| serde_json::to_string(&e).map(|json| (key, json)))
                     .collect::<Result<_, _>>()?,
             ),
-            None => None,
+            None => Kind::Local(events.collect()),
         };
-        Ok(Staged {
-            ts_ms,
-            events,
-            rows,
-        })
+        Ok(Staged { ts_ms, kind })
     }
 
     /// After the write of `staged`: the events of the rows it wrote (`wrote(key)`) are
     /// published. Locally that is here, from memory; in shared mode the write committed
     /// them in its own transaction, and the writer gives them their ids.
     pub fn committed(&self, staged: Staged, wrote: impl Fn(&str) -> bool) {
-        if staged.rows.is_some() {
-            self.sequence_soon();
-            return;
-        }
-        for (key, event) in staged.events {
-            if wrote(&key) {
-                self.publish(staged.ts_ms, event);
+        match staged.kind {
+            Kind::Shared(_) => self.sequence_soon(),
+            Kind::Local(events) => {
+                for (key, event) in events {
+                    if wrote(&key) {
+                        self.publish(staged.ts_ms, event);
+                    }
+                }
             }
         }
     }

@@ -6,12 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use outpost::clock::ManualClock;
-use outpost::enroll::{Approve, TokenClaims};
+use outpost::enroll::Approve;
 use outpost::envelope::{IdentityDocument, Keys, TrustStore};
-use outpost::gateway::enroll::{decide, Decision, RecordState, TokenRecord, NODE_RIGHTS};
+use outpost::gateway::enroll::{decide, Decision, RecordState, NODE_RIGHTS};
 use outpost::gateway::storage::embedded::Embedded;
 use outpost::gateway::storage::{EnrollmentState, GatewayState, TrustEdit};
 use outpost::store::{Store, StoreOptions};
+
+use crate::state_conformance::trust::token;
 
 const T0: u64 = 1_780_000_000_000;
 
@@ -28,26 +30,6 @@ fn trust_rows(store: &Store) -> BTreeMap<(String, String), Vec<u8>> {
 
 fn doc(id: &str) -> IdentityDocument {
     IdentityDocument::new(id, "node", &Keys::generate(), "2026-11-20T06:00:00Z")
-}
-
-fn token() -> TokenRecord {
-    TokenRecord {
-        claims: TokenClaims {
-            v: 1,
-            id: "auto".into(),
-            gateway_id: "gateway:main".into(),
-            gateway_fp: "fp".into(),
-            tls_spki_sha256: None,
-            expires_at_ms: T0 + 3_600_000,
-            max_uses: 5,
-            node_prefix: None,
-            approve: Approve::Auto,
-        },
-        created_at_ms: T0,
-        revoked: false,
-        uses: 0,
-        labels: Default::default(),
-    }
 }
 
 /// With 1,000 nodes trusted, one enrollment changes a constant number of trust rows
@@ -71,7 +53,10 @@ async fn one_enrollment_with_1000_nodes_trusted_writes_two_trust_rows() {
         outpost::audit::AuditEvent::Approve,
         outpost::audit::AuditOutcome::Ok,
     );
-    state.enroll_token_add(token(), &entry).await.unwrap();
+    state
+        .enroll_token_add(token("auto", Approve::Auto), &entry)
+        .await
+        .unwrap();
 
     let before = trust_rows(&store);
     let node = doc("node:n0500a");

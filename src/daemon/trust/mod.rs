@@ -169,11 +169,8 @@ impl TrustCache {
     }
 
     /// A lookup missed: ask the source now. A caller that finds a check under way waits
-    /// for it; when a check began after this caller missed, its answer is used.
-    ///
-    /// Before, a miss re-read the peers at most once a second: a node enrolled within a
-    /// second of any earlier miss was refused until that second passed, and on a
-    /// database-backed gateway the copy read could predate the enrolment's `NOTIFY`.
+    /// for it; when a check began after this caller missed, its answer is used (so a
+    /// node enrolled a moment ago is found at once, not a second later).
     pub fn recheck(&self, now_ms: u64) {
         use std::sync::atomic::Ordering;
         let asked = self.checks_begun.load(Ordering::Acquire);

@@ -93,7 +93,7 @@ pub(super) async fn seal_and_queue(
         expires_at_ms: params.expires_at_ms,
     };
     // A shared state commits the event with the message: one commit before the 202.
-    let staged = gw
+    let mut staged = gw
         .events
         .stage(now, [(message_id.to_string(), event)])
         .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
@@ -106,7 +106,7 @@ pub(super) async fn seal_and_queue(
         expires_at_ms: params.expires_at_ms,
         envelope: env.to_json(),
         max_attempts: gw.cfg.queue.max_attempts,
-        event: staged.row(),
+        event: staged.take_row(),
     };
     let outcome = queue(gw, msg, binding, &params).await?;
     if outcome == Queued::Duplicate {

@@ -196,7 +196,7 @@ mod history;
 mod inbox;
 mod queues;
 mod records;
-mod trust;
+pub(crate) mod trust;
 
 /// Store `trust` as the enrolled peers, as `outpost trust add|rm` does: the edit from
 /// what the state holds now to `trust`, with `audit`.

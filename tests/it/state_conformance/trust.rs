@@ -201,7 +201,7 @@ async fn the_gateways_own_rotation_keeps_its_first_deadline_until_a_newer_statem
     assert_eq!(held, Some((second, T0 + 5_000)));
 }
 
-pub(super) fn token(id: &str, approve: Approve) -> TokenRecord {
+pub(crate) fn token(id: &str, approve: Approve) -> TokenRecord {
     TokenRecord {
         claims: TokenClaims {
             v: 1,

@@ -24,10 +24,6 @@ fn record_key(node_id: &str, sign_pk: &str) -> String {
     format!("{node_id} {sign_pk}")
 }
 
-fn trust_corrupt(e: anyhow::Error) -> StateError {
-    StateError::Corrupt(format!("trust store: {e:#}"))
-}
-
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
@@ -56,7 +52,9 @@ impl Embedded {
     /// reads and writes one peer whatever the number trusted.
     fn trust_of(&self, id: &str) -> Result<crate::envelope::TrustStore, StateError> {
         let mut t = crate::envelope::TrustStore::new();
-        if let Some(p) = crate::daemon::trust::peer(&self.store, id).map_err(trust_corrupt)? {
+        if let Some(p) =
+            crate::daemon::trust::peer(&self.store, id).map_err(super::trust_corrupt)?
+        {
             t.insert(p);
         }
         Ok(t)
@@ -70,7 +68,7 @@ impl Embedded {
         id: &str,
     ) -> Result<(), StateError> {
         let change = crate::daemon::trust::Change::of(t, id);
-        crate::daemon::trust::stage(&self.store, batch, &[change]).map_err(trust_corrupt)
+        crate::daemon::trust::stage(&self.store, batch, &[change]).map_err(super::trust_corrupt)
     }
 
     fn uses(&self, token_id: &str) -> Result<u64, StateError> {

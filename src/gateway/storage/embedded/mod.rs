@@ -18,6 +18,11 @@ use crate::store::names::{
     Q_GATEWAY_INBOX, Q_TO_NODE, RESULT_GW_COMMAND_KEY_PREFIX, SCOPE_RESULTS,
 };
 
+/// A trust store read or staged that failed: its rows cannot be read as peers.
+fn trust_corrupt(e: anyhow::Error) -> StateError {
+    StateError::Corrupt(format!("trust store: {e:#}"))
+}
+
 fn ns_audit_entries(node: &str) -> String {
     format!("{KV_GW_AUDIT_PREFIX}{node}")
 }
@@ -400,16 +405,14 @@ impl GatewayState for Embedded {
     }
 
     fn load_trust(&self) -> Result<TrustStore, StateError> {
-        crate::daemon::trust::load(&self.store)
-            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
+        crate::daemon::trust::load(&self.store).map_err(trust_corrupt)
     }
 
     fn load_trust_since(
         &self,
         known: Option<u64>,
     ) -> Result<Option<(u64, TrustUpdate)>, StateError> {
-        crate::daemon::trust::read_since(&self.store, known)
-            .map_err(|e| StateError::Corrupt(format!("trust store: {e}")))
+        crate::daemon::trust::read_since(&self.store, known).map_err(trust_corrupt)
     }
 
     fn uploads_seen<'a>(

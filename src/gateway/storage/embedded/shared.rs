@@ -44,7 +44,7 @@ impl Embedded {
     ) -> Result<(), StateError> {
         use crate::daemon::trust::{self, Change};
         let _one = self.enrolling.lock().await;
-        let corrupt = |e: anyhow::Error| StateError::Corrupt(format!("trust store: {e:#}"));
+        let corrupt = super::trust_corrupt;
         let mut changes = Vec::new();
         for p in &edit.put {
             if trust::peer(&self.store, &p.doc.node_id)
