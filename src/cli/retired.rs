@@ -38,6 +38,15 @@ fn when(r: &EnrollmentRecord) -> String {
         .unwrap_or_else(|| "an unrecorded date".into())
 }
 
+/// Who retired it, as the record says; a record from before the gateway kept it points
+/// at the audit log, which always did.
+fn who(r: &EnrollmentRecord) -> String {
+    match &r.decided_by {
+        Some(by) => by.clone(),
+        None => "an operator (who: the gateway's audit log, `outpost audit export`)".into(),
+    }
+}
+
 /// Why this key cannot be trusted again, and what brings the device back.
 pub fn explain(r: &EnrollmentRecord) -> String {
     match r.state {
@@ -48,12 +57,13 @@ pub fn explain(r: &EnrollmentRecord) -> String {
             when(r)
         ),
         _ => format!(
-            "{} was retired on {} by an operator (`outpost nodes revoke`; who: the \
-             gateway's audit log, `outpost audit export`): the gateway refuses its key for \
-             good and queues nothing for it. A reflashed device (a new key) enrolls again \
-             with an enrollment token (`outpost enroll-token create`, docs/INSTALL.md §4)",
+            "{} was retired on {} by {} (`outpost nodes revoke`): the gateway refuses its \
+             key for good and queues nothing for it. A reflashed device (a new key) enrolls \
+             again with an enrollment token (`outpost enroll-token create`, \
+             docs/INSTALL.md §4)",
             r.node_id,
-            when(r)
+            when(r),
+            who(r)
         ),
     }
 }
@@ -93,6 +103,7 @@ mod tests {
             labels: Default::default(),
             device: None,
             source: None,
+            decided_by: Some("admin:ops".into()),
         }
     }
 
@@ -105,6 +116,12 @@ mod tests {
         assert_eq!(retired_node(&recs, "node:old"), Some(&recs[1]));
         let e = explain(&r);
         assert!(e.contains("retired on 2025-11-28T16:00:00"), "{e}");
+        assert!(e.contains("by admin:ops"), "{e}");
+        let older = EnrollmentRecord {
+            decided_by: None,
+            ..r.clone()
+        };
+        assert!(explain(&older).contains("audit log"), "{}", explain(&older));
         assert!(
             e.contains("enrollment token") && !e.contains("trust add"),
             "{e}"

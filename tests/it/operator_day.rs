@@ -63,6 +63,8 @@ async fn a_retired_node_is_told_the_truth_and_cannot_be_half_trusted_again() {
         err.contains("node:old was retired on 20") && err.contains("enrollment token"),
         "{err}"
     );
+    // By whom: the local user who ran `nodes revoke` (kept on the record).
+    assert!(err.contains(" by local:"), "{err}");
     let o = gw.cli(&["nodes"]);
     assert!(
         !String::from_utf8_lossy(&o.stdout).contains("node:old"),

@@ -88,6 +88,8 @@ pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
         labels: t.labels.clone(),
         device: seen.device.clone(),
         source: seen.source.clone(),
+        // Enrolled at once: the token's policy decided it.
+        decided_by: (state == RecordState::Enrolled).then(|| format!("enroll-token:{token_id}")),
     };
     if trusted_same {
         // Trusted by hand before: nothing to change, no use counted.
@@ -388,7 +390,7 @@ impl Enrollment<'_> {
         };
         let r = gw
             .state
-            .settle_enrollment(node_id, approve, gw.now_ms(), &entry)
+            .settle_enrollment(node_id, approve, gw.now_ms(), operator, &entry)
             .await?
             .ok_or_else(|| {
                 GatewayError::NotFound(

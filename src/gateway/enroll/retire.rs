@@ -32,7 +32,7 @@ impl Enrollment<'_> {
         };
         let ids = gw
             .state
-            .revoke_node(node_id, gw.now_ms(), &entry)
+            .revoke_node(node_id, gw.now_ms(), operator, &entry)
             .await?
             .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))?;
         tracing::warn!(event = "node_revoked", node = %node_id, messages = ids.len());

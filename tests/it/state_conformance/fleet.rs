@@ -145,7 +145,7 @@ async fn a_node_enrolled_or_approved_with_a_labelled_token_starts_with_its_label
         None
     );
     state
-        .settle_enrollment("node:m", true, super::T0, &settled)
+        .settle_enrollment("node:m", true, super::T0, "admin:test", &settled)
         .await
         .unwrap()
         .unwrap();

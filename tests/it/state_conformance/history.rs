@@ -72,11 +72,11 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     let (_, g) = peer("node:g", "node", "2026-11-20T06:00:00Z");
     enroll(state, &g, "manual").await;
     let settled_g = state
-        .settle_enrollment("node:g", true, T0 + 5, &settled)
+        .settle_enrollment("node:g", true, T0 + 5, "admin:test", &settled)
         .await
         .unwrap();
     assert!(settled_g.is_some());
-    let none = state.settle_enrollment("node:x", true, T0 + 5, &settled);
+    let none = state.settle_enrollment("node:x", true, T0 + 5, "admin:test", &settled);
     assert_eq!(none.await.unwrap(), None);
 
     // A node's key rotation, once (a retry or a stale statement writes nothing).
@@ -102,11 +102,13 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     }
     // A retirement; an unknown node writes nothing.
     state
-        .revoke_node("node:f", T0 + 10, &retired)
+        .revoke_node("node:f", T0 + 10, "admin:test", &retired)
         .await
         .unwrap()
         .expect("trusted");
-    let none = state.revoke_node("node:nobody", T0 + 10, &retired).await;
+    let none = state
+        .revoke_node("node:nobody", T0 + 10, "admin:test", &retired)
+        .await;
     assert_eq!(none.unwrap(), None);
 
     let want = [
@@ -232,7 +234,7 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
     ));
 
     state
-        .revoke_node("node:r", T0 + 10, &retired)
+        .revoke_node("node:r", T0 + 10, "admin:test", &retired)
         .await
         .unwrap()
         .expect("trusted");

@@ -337,22 +337,23 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     }
     assert!(state.load_trust().unwrap().get("node:g").is_none());
     let approved = state
-        .settle_enrollment("node:g", true, T0 + 5, &settled)
+        .settle_enrollment("node:g", true, T0 + 5, "admin:test", &settled)
         .await
         .unwrap();
     let approved = approved.expect("pending");
     assert_eq!(approved.state, RecordState::Enrolled);
     assert_eq!(approved.decided_at_ms, Some(T0 + 5));
+    assert_eq!(approved.decided_by.as_deref(), Some("admin:test"));
     assert_eq!(state.load_trust().unwrap().get("node:g").unwrap().doc, g);
     assert_eq!(
         state
-            .settle_enrollment("node:g", true, T0 + 6, &settled)
+            .settle_enrollment("node:g", true, T0 + 6, "admin:test", &settled)
             .await
             .unwrap(),
         None
     );
     let rejected = state
-        .settle_enrollment("node:h", false, T0 + 7, &settled)
+        .settle_enrollment("node:h", false, T0 + 7, "admin:test", &settled)
         .await
         .unwrap();
     assert_eq!(rejected.map(|r| r.state), Some(RecordState::Rejected));
@@ -381,11 +382,18 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     }
     assert_eq!(state.revoked_node("node:f").await.unwrap(), None);
     let refused = state
-        .revoke_node("node:f", T0 + 10, &retired)
+        .revoke_node("node:f", T0 + 10, "admin:test", &retired)
         .await
         .unwrap();
     assert_eq!(sorted(refused.expect("trusted")), ["f1", "f2"]);
     assert!(state.load_trust().unwrap().get("node:f").is_none());
+    // Who retired it is kept on the record (what `trust add` and `command` tell later).
+    let records = state.enrollments().await.unwrap();
+    let retired_record = records
+        .iter()
+        .find(|r| r.node_id == "node:f" && r.state == RecordState::Revoked)
+        .expect("the retired record");
+    assert_eq!(retired_record.decided_by.as_deref(), Some("admin:test"));
     let status = state.message_status("f1").await.unwrap().unwrap();
     assert_eq!(status.state, MessageState::Rejected);
     assert_eq!(
@@ -396,14 +404,14 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
     assert_eq!(state.revoked_node("node:f").await.unwrap(), Some(f));
     assert_eq!(
         state
-            .revoke_node("node:f", T0 + 11, &retired)
+            .revoke_node("node:f", T0 + 11, "admin:test", &retired)
             .await
             .unwrap(),
         None
     );
     assert_eq!(
         state
-            .revoke_node("node:nobody", T0 + 11, &retired)
+            .revoke_node("node:nobody", T0 + 11, "admin:test", &retired)
             .await
             .unwrap(),
         None
@@ -426,15 +434,15 @@ async fn a_rejected_enrollment_can_be_approved_later_as_what_it_is_now() {
         .unwrap();
     let (_, h) = peer("node:h", "node", "2026-11-20T06:00:00Z");
     enroll(state, &h, "manual").await;
-    let r = state.settle_enrollment("node:h", false, T0 + 1, &settled);
+    let r = state.settle_enrollment("node:h", false, T0 + 1, "admin:test", &settled);
     assert_eq!(
         r.await.unwrap().map(|r| r.state),
         Some(RecordState::Rejected)
     );
-    let again = state.settle_enrollment("node:h", false, T0 + 2, &settled);
+    let again = state.settle_enrollment("node:h", false, T0 + 2, "admin:test", &settled);
     assert_eq!(again.await.unwrap(), None, "nothing pending to reject");
     let approved = state
-        .settle_enrollment("node:h", true, T0 + 3, &settled)
+        .settle_enrollment("node:h", true, T0 + 3, "admin:test", &settled)
         .await
         .unwrap()
         .expect("the rejected record");
@@ -451,11 +459,11 @@ async fn a_rejected_enrollment_can_be_approved_later_as_what_it_is_now() {
     };
     assert_eq!(record.state, RecordState::Pending);
     state
-        .settle_enrollment("node:h", false, T0 + 4, &settled)
+        .settle_enrollment("node:h", false, T0 + 4, "admin:test", &settled)
         .await
         .unwrap();
     let rekey = state
-        .settle_enrollment("node:h", true, T0 + 5, &settled)
+        .settle_enrollment("node:h", true, T0 + 5, "admin:test", &settled)
         .await
         .unwrap()
         .expect("the rejected re-key");

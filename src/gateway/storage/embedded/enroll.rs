@@ -221,6 +221,7 @@ impl Embedded {
         node_id: &str,
         approve: bool,
         now_ms: u64,
+        by: &str,
         audit: &SettleAudit<'_>,
     ) -> Result<Option<EnrollmentRecord>, StateError> {
         let _one = self.enrolling.lock().await;
@@ -235,6 +236,7 @@ impl Embedded {
         let mut batch = Batch::new();
         let mut _labels = None;
         r.decided_at_ms = Some(now_ms);
+        r.decided_by = Some(by.to_string());
         if approve {
             r.state = RecordState::Enrolled;
             if r.kind == Kind::Rekey {
@@ -246,6 +248,7 @@ impl Embedded {
                 {
                     o.state = RecordState::Revoked;
                     o.decided_at_ms = Some(now_ms);
+                    o.decided_by = Some(by.to_string());
                     batch.kv_put(
                         KV_GW_ENROLLMENTS,
                         &record_key(node_id, &o.node_sign_pk),
@@ -275,6 +278,7 @@ impl Embedded {
         &self,
         node_id: &str,
         now_ms: u64,
+        by: &str,
         audit: &RetireAudit<'_>,
     ) -> Result<Option<Vec<String>>, StateError> {
         let _one = self.enrolling.lock().await;
@@ -288,7 +292,9 @@ impl Embedded {
         };
         trust.remove(node_id);
         let mut batch = Batch::new();
-        for r in crate::gateway::storage::retired_records(self.records_of(node_id)?, &doc, now_ms) {
+        for r in
+            crate::gateway::storage::retired_records(self.records_of(node_id)?, &doc, now_ms, by)
+        {
             batch.kv_put(
                 KV_GW_ENROLLMENTS,
                 &record_key(node_id, &r.node_sign_pk),
@@ -365,18 +371,20 @@ impl EnrollmentState for Embedded {
         node_id: &'a str,
         approve: bool,
         now_ms: u64,
+        by: &'a str,
         audit: &'a SettleAudit<'a>,
     ) -> Fut<'a, Option<EnrollmentRecord>> {
-        Box::pin(self.settle_now(node_id, approve, now_ms, audit))
+        Box::pin(self.settle_now(node_id, approve, now_ms, by, audit))
     }
 
     fn revoke_node<'a>(
         &'a self,
         node_id: &'a str,
         now_ms: u64,
+        by: &'a str,
         audit: &'a RetireAudit<'a>,
     ) -> Fut<'a, Option<Vec<String>>> {
-        Box::pin(self.revoke_node_now(node_id, now_ms, audit))
+        Box::pin(self.revoke_node_now(node_id, now_ms, by, audit))
     }
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {

@@ -95,6 +95,11 @@ pub struct EnrollmentRecord {
     /// The address the enrollment request came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Who decided it (with `decided_at_ms`): the subject of the token or console
+    /// session, `local:<user>` on the gateway host, the token for an automatic
+    /// approval. `None` for a record decided before the gateway recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
 }
 
 /// What the state knows when an enrollment arrives (read in its transaction).
@@ -182,6 +187,7 @@ pub fn retired_records(
     records: Vec<EnrollmentRecord>,
     doc: &IdentityDocument,
     now_ms: u64,
+    by: &str,
 ) -> Vec<EnrollmentRecord> {
     let key = b64_encode(&doc.sign_pk);
     let mut out: Vec<EnrollmentRecord> = records
@@ -197,7 +203,10 @@ pub fn retired_records(
         })
         .collect();
     match out.iter_mut().find(|r| r.node_sign_pk == key) {
-        Some(r) => r.decided_at_ms = Some(now_ms),
+        Some(r) => {
+            r.decided_at_ms = Some(now_ms);
+            r.decided_by = Some(by.to_string());
+        }
         None => out.push(EnrollmentRecord {
             node_id: doc.node_id.clone(),
             node_sign_pk: key,
@@ -210,6 +219,7 @@ pub fn retired_records(
             labels: Labels::default(),
             device: None,
             source: None,
+            decided_by: Some(by.to_string()),
         }),
     }
     out
@@ -243,8 +253,11 @@ pub fn rotated_records(
         labels: was.labels.clone(),
         device: was.device.clone(),
         source: None,
+        // The node decided it: the rotation statement is signed by its retired key.
+        decided_by: Some(rot.new_doc.node_id.clone()),
     };
     was.state = RecordState::Rotated;
     was.decided_at_ms = Some(now_ms);
+    was.decided_by = new.decided_by.clone();
     vec![was, new]
 }

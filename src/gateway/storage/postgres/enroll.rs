@@ -219,6 +219,7 @@ impl Postgres {
         node_id: &str,
         approve: bool,
         now_ms: u64,
+        by: &str,
         audit: &SettleAudit<'_>,
     ) -> Result<Option<EnrollmentRecord>, StateError> {
         let mut c = self.pool.get().await?;
@@ -233,6 +234,7 @@ impl Postgres {
             return Ok(None);
         };
         r.decided_at_ms = Some(now_ms);
+        r.decided_by = Some(by.to_string());
         if approve {
             r.state = RecordState::Enrolled;
             if r.kind == Kind::Rekey {
@@ -242,6 +244,7 @@ impl Postgres {
                 {
                     o.state = RecordState::Revoked;
                     o.decided_at_ms = Some(now_ms);
+                    o.decided_by = Some(by.to_string());
                     put_record(&tx, &o).await?;
                 }
             }
@@ -264,6 +267,7 @@ impl Postgres {
         &self,
         node_id: &str,
         now_ms: u64,
+        by: &str,
         audit: &RetireAudit<'_>,
     ) -> Result<Option<Vec<String>>, StateError> {
         let mut c = self.pool.get().await?;
@@ -274,7 +278,7 @@ impl Postgres {
             return Ok(None);
         };
         let records = records_of(&tx, node_id).await?;
-        for r in crate::gateway::storage::retired_records(records, &doc, now_ms) {
+        for r in crate::gateway::storage::retired_records(records, &doc, now_ms, by) {
             put_record(&tx, &r).await?;
         }
         tx.execute("DELETE FROM peers WHERE node_id = $1", &[&node_id])
@@ -380,18 +384,20 @@ impl EnrollmentState for Postgres {
         node_id: &'a str,
         approve: bool,
         now_ms: u64,
+        by: &'a str,
         audit: &'a SettleAudit<'a>,
     ) -> Fut<'a, Option<EnrollmentRecord>> {
-        Box::pin(self.settle_now(node_id, approve, now_ms, audit))
+        Box::pin(self.settle_now(node_id, approve, now_ms, by, audit))
     }
 
     fn revoke_node<'a>(
         &'a self,
         node_id: &'a str,
         now_ms: u64,
+        by: &'a str,
         audit: &'a RetireAudit<'a>,
     ) -> Fut<'a, Option<Vec<String>>> {
-        Box::pin(self.revoke_node_now(node_id, now_ms, audit))
+        Box::pin(self.revoke_node_now(node_id, now_ms, by, audit))
     }
 
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
