@@ -243,6 +243,10 @@ pub struct EnrollmentView {
     pub device: Option<crate::fleet::Inventory>,
     /// The address the request came from; `null` for records the gateway made itself.
     pub source: Option<String>,
+    /// Who decided it: a token or console session's subject, `local:<user>` on the
+    /// gateway host, `enroll-token:<id>` for an automatic enrollment, the node for its
+    /// key rotation; `null` while pending and for a record decided before it was kept.
+    pub decided_by: Option<String>,
 }
 
 impl From<EnrollmentRecord> for EnrollmentView {
@@ -257,6 +261,7 @@ impl From<EnrollmentRecord> for EnrollmentView {
             decided_at_ms: r.decided_at_ms,
             device: r.device,
             source: r.source,
+            decided_by: r.decided_by,
         }
     }
 }
