@@ -1,8 +1,9 @@
 //! One connection per replica that `LISTEN`s for what other replicas commit, and turns
-//! each `NOTIFY` into a [`Notice`] for the gateway (wake a node's long-poll, read new
-//! events, refresh the revocation list or the trust store). It reconnects by itself;
-//! after a reconnect it announces [`Notice::Resync`] so that everyone re-reads what
-//! they might have missed while it was away.
+//! each `NOTIFY` into a [`Notice`] for the gateway (wake a node's long-poll), an
+//! announcement of new events (`EventTable::events_announced`), or a refresh of the
+//! revocation list or the trust store. It reconnects by itself; after a reconnect it
+//! announces [`Notice::Resync`] (and events again) so that everyone re-reads what they
+//! might have missed while it was away.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +116,7 @@ async fn listen_once(
 ) -> Result<(), String> {
     let tx = pg.notices.clone();
     let revoked = Arc::clone(pg);
+    let events = Arc::clone(pg);
     let (trust_tx, mut trust_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let client = pg
         .pool
@@ -132,7 +134,12 @@ async fn listen_once(
                     }
                 }
                 CH_EVENTS => {
-                    let _ = tx.send(Notice::Events(n.payload().parse().unwrap_or(0)));
+                    let id: u64 = n.payload().parse().unwrap_or(0);
+                    events.events_announced.send_if_modified(|newest| {
+                        let newer = id > *newest;
+                        *newest = (*newest).max(id);
+                        newer
+                    });
                 }
                 CH_REVOKED => {
                     revoked
@@ -159,6 +166,8 @@ async fn listen_once(
     tracing::info!(event = "postgres_listening");
     if resync {
         let _ = pg.notices.send(Notice::Resync);
+        // Events may have been announced meanwhile: readers look again.
+        pg.events_announced.send_modify(|_| {});
         let _ = pg.refresh_trust().await;
     }
     let mut tick = tokio::time::interval(REFRESH_EVERY);
