@@ -46,6 +46,7 @@ pub struct Embedded {
     enrolling: tokio::sync::Mutex<()>,
     fleet: fleet::FleetCache,
     rollout_leases: rollouts::Leases,
+    /// The events dashboards follow, in memory (one process writes them).
     events: events::EventRows,
 }
 
