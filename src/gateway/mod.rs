@@ -6,7 +6,7 @@
 //!  operator ─ bearer token ─► commands ─ seal + durable queue ─► storage (node's queue)
 //!                                │  ▲ wait for `result` event             │
 //!                                ▼  │                                     ▼
-//!  dashboards ◄── SSE ── events::Bus ◄── delivery (pull/ack) ◄── signed long-poll ── node
+//!  dashboards ◄── SSE ── EventLog ◄───── delivery (pull/ack) ◄── signed long-poll ── node
 //!                                   ◄── upload (results, inbox, forward) ◄─┘
 //!                                   ◄── audit_sync (verify, store) ◄───────┘
 //! ```
