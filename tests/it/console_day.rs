@@ -250,17 +250,22 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
         format!("http://{}:{}", u.host_str().unwrap(), u.port().unwrap())
     }
     async fn outcome(b: &Browser) -> (String, Option<String>, String) {
-        // Read together, in one look: the live page may replace the element between
-        // two separate reads.
+        // Read together in one script: the live page may replace the element between
+        // two separate reads (a stale element reads as no attribute).
         b.wait_for("the call's outcome", 40, || async {
-            let st = b.attr("#call-result > [data-state]", "data-state").await?;
+            let v = b
+                .js(
+                    "const e = document.querySelector('#call-result > [data-state]'); \
+                     return e ? [e.getAttribute('data-state'), e.getAttribute('data-code'), \
+                     document.querySelector('#call-result').innerText] : null",
+                )
+                .await;
+            let st = v.get(0)?.as_str()?.to_string();
             if st == "waiting" {
                 return None;
             }
-            let code = b.attr("#call-result > [data-state]", "data-code").await;
-            let again = b.attr("#call-result > [data-state]", "data-state").await?;
-            (again == st).then_some(())?;
-            Some((st, code, text_of(b, "#call-result").await))
+            let code = v.get(1).and_then(|c| c.as_str()).map(str::to_string);
+            Some((st, code, v.get(2)?.as_str()?.to_string()))
         })
         .await
     }

@@ -32,9 +32,14 @@ pub struct Seen {
     pub source: Option<String>,
 }
 
+/// Who decided a record made on a device's request: the token's policy when it
+/// enrolled the device at once; nobody yet when it waits for an operator.
+fn decided_by_token(state: RecordState, token_id: &str) -> Option<String> {
+    (state == RecordState::Enrolled).then(|| format!("enroll-token:{token_id}"))
+}
+
 /// The pure core of an enrollment.
 pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
-    let key = b64_encode(&f.node.sign_pk);
     if let Some(r) = f.same {
         return match r.state {
             RecordState::Enrolled | RecordState::Pending => Decision::Answer(r.clone()),
@@ -78,7 +83,7 @@ pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
     let trusted_same = f.trusted.is_some_and(|d| d.sign_pk == f.node.sign_pk);
     let record = |state, kind| EnrollmentRecord {
         node_id: f.node.node_id.clone(),
-        node_sign_pk: key.clone(),
+        node_sign_pk: b64_encode(&f.node.sign_pk),
         token_id: token_id.to_string(),
         document: f.node.clone(),
         state,
@@ -88,8 +93,7 @@ pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
         labels: t.labels.clone(),
         device: seen.device.clone(),
         source: seen.source.clone(),
-        // Enrolled at once: the token's policy decided it.
-        decided_by: (state == RecordState::Enrolled).then(|| format!("enroll-token:{token_id}")),
+        decided_by: decided_by_token(state, token_id),
     };
     if trusted_same {
         // Trusted by hand before: nothing to change, no use counted.
