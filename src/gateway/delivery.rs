@@ -208,14 +208,12 @@ impl Delivery<'_> {
             .into_iter()
             .map(|(id, code)| (id, code.chars().take(64).collect()))
             .collect();
-        // The state commits each event with the removal it describes (a replica killed
-        // after the commit must not lose them); one per id, however often the ack names it.
-        let mut named = std::collections::HashSet::new();
+        // Replicas commit each event with the removal it describes (a replica killed after
+        // the commit must not lose them); one process publishes them from memory after it.
         let events = ack
             .delivered
             .iter()
             .chain(rejected.iter().map(|(id, _)| id))
-            .filter(|id| named.insert(id.as_str()))
             .map(|id| {
                 (
                     id.clone(),
@@ -238,7 +236,8 @@ impl Delivery<'_> {
             )
             .await?;
         self.removed(node, &removed, &rejected);
-        gw.events.committed(staged);
+        gw.events
+            .committed(staged, |id| removed.iter().any(|r| r == id));
         Ok(removed)
     }
 
