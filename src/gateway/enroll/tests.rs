@@ -51,13 +51,16 @@ fn a_new_device_is_enrolled_or_waits_as_the_token_says() {
             assert!(consume);
             assert_eq!(record.state, RecordState::Enrolled);
             assert_eq!(record.kind, Kind::New);
+            // Enrolled at once: the token decided it.
+            assert_eq!(record.decided_by.as_deref(), Some("enroll-token:et-1"));
         }
         other => panic!("{other:?}"),
     }
     let manual = token(2, Approve::Manual);
     assert!(matches!(
         decide(&facts(&d, Some(&manual)), "et-1", &Default::default()),
-        Decision::Record { record, .. } if record.state == RecordState::Pending
+        Decision::Record { record, .. }
+            if record.state == RecordState::Pending && record.decided_by.is_none()
     ));
 }
 

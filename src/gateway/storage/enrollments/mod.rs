@@ -74,9 +74,9 @@ pub trait EnrollmentState: Send + Sync {
     /// Approve (trust it, retiring the key it replaces) or reject the pending
     /// enrollment of `node_id`, or approve its newest rejected one when none is pending
     /// ([`crate::gateway::enroll::settleable`]), in one transaction with
-    /// `audit(settled record)` as a pending audit entry; the record is decided at `now_ms` by
-    /// `by` (the token or session subject, or the local user); `None` (and nothing written)
-    /// when there is none to settle.
+    /// `audit(settled record)` as a pending audit entry; the record is decided at
+    /// `now_ms` by `by` (the token or session subject, or the local user); `None` (and
+    /// nothing written) when there is none to settle.
     fn settle_enrollment<'a>(
         &'a self,
         node_id: &'a str,
@@ -89,8 +89,9 @@ pub trait EnrollmentState: Send + Sync {
     /// (each key it enrolled or rotated away from, a pending one too; a rejected one
     /// stays rejected) reads revoked, it leaves the trust store, every message queued
     /// for it is refused with reason `node_revoked`, and `audit(retired document,
-    /// refused)` is a pending audit entry; the trusted key's record is decided by `by`. Returns those messages' ids; `None` (and
-    /// nothing written) when no node is trusted under that id.
+    /// refused)` is a pending audit entry; the trusted key's record is decided by `by`.
+    /// Returns those messages' ids; `None` (and nothing written) when no node is trusted
+    /// under that id.
     fn revoke_node<'a>(
         &'a self,
         node_id: &'a str,

@@ -96,8 +96,9 @@ pub struct EnrollmentRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// Who decided it (with `decided_at_ms`): the subject of the token or console
-    /// session, `local:<user>` on the gateway host, the token for an automatic
-    /// approval. `None` for a record decided before the gateway recorded it.
+    /// session, `local:<user>` on the gateway host, `enroll-token:<id>` for an automatic
+    /// enrollment, the node id for its key rotation. `None` while pending and for a
+    /// record decided before the gateway recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
 }
