@@ -32,21 +32,6 @@ pub fn retired_node<'r>(
         .max_by_key(|r| r.decided_at_ms)
 }
 
-fn when(r: &EnrollmentRecord) -> String {
-    r.decided_at_ms
-        .and_then(crate::token::format_rfc3339_ms)
-        .unwrap_or_else(|| "an unrecorded date".into())
-}
-
-/// Who retired it, as the record says; a record from before the gateway kept it points
-/// at the audit log, which always did.
-fn who(r: &EnrollmentRecord) -> String {
-    match &r.decided_by {
-        Some(by) => by.clone(),
-        None => "an operator (who: the gateway's audit log, `outpost audit export`)".into(),
-    }
-}
-
 /// Why this key cannot be trusted again, and what brings the device back.
 pub fn explain(r: &EnrollmentRecord) -> String {
     match r.state {
@@ -54,16 +39,13 @@ pub fn explain(r: &EnrollmentRecord) -> String {
             "{} rotated away from this key on {} (PROTOCOL §15.7): the gateway refuses it \
              for good and trusts the node's newer key",
             r.node_id,
-            when(r)
+            r.decided_on()
         ),
         _ => format!(
-            "{} was retired on {} by {} (`outpost nodes revoke`): the gateway refuses its \
-             key for good and queues nothing for it. A reflashed device (a new key) enrolls \
-             again with an enrollment token (`outpost enroll-token create`, \
-             docs/INSTALL.md §4)",
-            r.node_id,
-            when(r),
-            who(r)
+            "{} (`outpost nodes revoke`): the gateway refuses its key for good and queues \
+             nothing for it. A reflashed device (a new key) enrolls again with an enrollment \
+             token (`outpost enroll-token create`, docs/INSTALL.md §4)",
+            r.retirement()
         ),
     }
 }

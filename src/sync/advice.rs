@@ -41,15 +41,15 @@ pub fn advise(e: &SyncError) -> Advice {
              overloaded; the node retries on its backoff (upstream.retry_max_s), and on a \
              slow link halves its batches until they get through",
         ),
-        SyncError::Status { status: 401, code } if code == crate::enroll::codes::NODE_REVOKED => {
-            advice(
-                "retired",
-                "the gateway retired this node (`outpost nodes revoke`) and refuses its key for \
+        SyncError::Status {
+            status: 401, code, ..
+        } if code == crate::enroll::codes::NODE_REVOKED => advice(
+            "retired",
+            "the gateway retired this node (`outpost nodes revoke`) and refuses its key for \
                  good; trusting this key again is refused too. To bring the device back, give it \
                  a new key and enroll it again with an enrollment token (docs/INSTALL.md \
                  \"A reflashed card\")",
-            )
-        }
+        ),
         SyncError::Status { status: 401, .. } => advice(
             "unauthorized",
             "the gateway refuses this node's signature: it does not trust this node, or trusts \
@@ -199,6 +199,7 @@ mod tests {
             advise(&SyncError::Status {
                 status,
                 code: "x".into(),
+                message: String::new(),
             })
             .class
         };
@@ -208,13 +209,15 @@ mod tests {
         );
         assert!(advise(&SyncError::Status {
             status: 401,
-            code: "unauthorized".into()
+            code: "unauthorized".into(),
+            message: String::new(),
         })
         .hint
         .contains("--send"));
         let retired = advise(&SyncError::Status {
             status: 401,
             code: "node_revoked".into(),
+            message: String::new(),
         });
         assert_eq!(retired.class, "retired");
         assert!(

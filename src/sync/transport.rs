@@ -34,8 +34,14 @@ pub enum SyncError {
     /// link or an overloaded gateway (the sync loop then asks for smaller batches).
     #[error("no answer from the gateway in time: {0}")]
     Slow(String),
-    #[error("gateway answered {status} {code}")]
-    Status { status: u16, code: String },
+    /// A non-2xx answer: its status, code, and the gateway's message (control
+    /// characters dropped, at most [`MAX_MESSAGE_CHARS`]; empty when it sent none).
+    #[error("gateway answered {status} {code}{}", said(message))]
+    Status {
+        status: u16,
+        code: String,
+        message: String,
+    },
     /// 401 `clock_skew` with a time statement that verified: the gateway's time was
     /// `gateway_ms` when it refused the request stamped `sent_ms`. A 4xx: about this
     /// node's clock, not the replica, so never a reason to fail over.
@@ -45,6 +51,27 @@ pub enum SyncError {
     Malformed(String),
     #[error("upstream setup: {0}")]
     Setup(String),
+}
+
+/// The most of a gateway's error message a node keeps (it is shown in `outpost status`
+/// and logged).
+pub const MAX_MESSAGE_CHARS: usize = 300;
+
+fn said(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
+/// A gateway's error message as the node keeps it: printable, bounded.
+fn kept(message: &str) -> String {
+    message
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_MESSAGE_CHARS)
+        .collect()
 }
 
 impl SyncError {
@@ -409,9 +436,13 @@ impl Transport {
             if let Some(e) = self.clock_skew(status.as_u16(), answer.as_ref(), now_ms, &sig) {
                 return Err(e);
             }
+            let (code, message) = answer
+                .map(|a| (a.error.code, kept(&a.error.message)))
+                .unwrap_or_default();
             return Err(SyncError::Status {
                 status: status.as_u16(),
-                code: answer.map(|a| a.error.code).unwrap_or_default(),
+                code,
+                message,
             });
         }
         Ok((signed_pq, text))

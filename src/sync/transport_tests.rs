@@ -217,8 +217,30 @@ async fn a_statement_that_does_not_verify_is_a_plain_401() {
             .await
             .unwrap_err();
         assert!(
-            matches!(&err, SyncError::Status { status: 401, code } if code == "clock_skew"),
+            matches!(&err, SyncError::Status { status: 401, code, .. } if code == "clock_skew"),
             "{err:?}"
         );
     }
+}
+
+/// A gateway's message is kept for `outpost status` (a retired node learns when and by
+/// whom), without control characters (no forged log lines) and bounded.
+#[test]
+fn a_gateway_message_is_kept_printable_and_bounded() {
+    let e = SyncError::Status {
+        status: 401,
+        code: "node_revoked".into(),
+        message: kept("node:a was retired on 2026-12-02T10:00:00Z by local:alice\n\u{1b}[2J"),
+    };
+    assert_eq!(
+        e.to_string(),
+        "gateway answered 401 node_revoked: node:a was retired on 2026-12-02T10:00:00Z by local:alice[2J"
+    );
+    assert_eq!(kept(&"x".repeat(5_000)).len(), MAX_MESSAGE_CHARS);
+    let bare = SyncError::Status {
+        status: 503,
+        code: String::new(),
+        message: String::new(),
+    };
+    assert_eq!(bare.to_string(), "gateway answered 503 ");
 }

@@ -53,6 +53,11 @@ async fn a_retired_node_is_told_the_truth_and_cannot_be_half_trusted_again() {
     let o = n.cli(&["status"]);
     let s = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(s.contains("retired") && !s.contains("trust add"), "{s}");
+    // When and by whom, as the gateway's record says (the gateway's answer carries it).
+    assert!(
+        s.contains("node:old was retired on 20") && s.contains(" by local:"),
+        "{s}"
+    );
 
     // The gateway: its document cannot be trusted again by hand.
     let doc = n.identity_json();

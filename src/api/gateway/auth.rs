@@ -47,7 +47,7 @@ impl From<NodeAuthError> for ApiError {
                 ApiError::unauthorized("request signature missing or invalid")
             }
             NodeAuthError::ClockSkew(time) => ApiError::clock_skew(*time),
-            NodeAuthError::Retired => ApiError::new(
+            NodeAuthError::Retired(_) => ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 crate::enroll::codes::NODE_REVOKED,
                 e.to_string(),

@@ -20,7 +20,7 @@ pub(super) mod replays;
 use replays::ReplayWindow;
 
 use super::state::Gateway;
-use super::storage::StateError;
+use super::storage::{EnrollmentRecord, StateError};
 
 /// A node request as it arrived: the PROTOCOL §5 headers, what was signed, and the node
 /// its path names.
@@ -45,9 +45,10 @@ pub enum NodeAuthError {
     /// Everything held but the time window: the gateway's signed time for this request.
     #[error("request timestamp outside the allowed clock skew")]
     ClockSkew(Box<TimeStatement>),
-    /// Signed by the key this gateway retired for that node id.
-    #[error("this node was retired by the gateway's operator")]
-    Retired,
+    /// Signed by the key this gateway retired for that node id: what the record of
+    /// that retirement says ([`EnrollmentRecord::retirement`]), for the node to show.
+    #[error("{0}: the gateway refuses its key for good; a reflashed device (a new key) enrolls again with an enrollment token")]
+    Retired(String),
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -127,21 +128,27 @@ async fn verify_failed(
 ) -> NodeAuthError {
     match e {
         RequestSigError::Stale => clock_skew(gw, r),
-        RequestSigError::UnknownNode if retired(gw, r.node_id, verify).await => {
-            tracing::warn!(event = "node_request_refused", node = %r.node_id, reason = "node_revoked", fix = "the node was retired (`outpost nodes revoke`); a reflashed device enrolls again with a new key");
-            NodeAuthError::Retired
-        }
-        e @ RequestSigError::UnknownNode => refuse(
-            r.node_id,
-            &e.to_string(),
-            "this gateway does not trust that node: `outpost trust add <its identity document> --send`",
-        ),
+        RequestSigError::UnknownNode => match retired(gw, r.node_id, verify).await {
+            Some(record) => {
+                tracing::warn!(event = "node_request_refused", node = %r.node_id, reason = "node_revoked", fix = "the node was retired (`outpost nodes revoke`); a reflashed device enrolls again with a new key");
+                NodeAuthError::Retired(record.retirement())
+            }
+            None => unknown(r.node_id, &e),
+        },
         e => refuse(
             r.node_id,
             &e.to_string(),
             "a key it is not trusted with (a reflashed or rotated device: `outpost trust add` its new identity document), or a forgery",
         ),
     }
+}
+
+fn unknown(node_id: &str, e: &RequestSigError) -> NodeAuthError {
+    refuse(
+        node_id,
+        &e.to_string(),
+        "this gateway does not trust that node: `outpost trust add <its identity document> --send`",
+    )
 }
 
 /// The answer to a request whose signature verified but whose timestamp is outside the
@@ -177,17 +184,20 @@ async fn retired(
     gw: &Gateway,
     node_id: &str,
     verify: &impl Fn(&TrustStore) -> Result<VerifiedRequest, RequestSigError>,
-) -> bool {
-    let doc = match gw.state.revoked_node(node_id).await {
-        Ok(Some(doc)) => doc,
-        Ok(None) => return false,
+) -> Option<EnrollmentRecord> {
+    let record = match gw.state.revoked_node(node_id).await {
+        Ok(record) => record?,
         Err(e) => {
             tracing::warn!(event = "enrollments_unreadable", error = %e);
-            return false;
+            return None;
         }
     };
     let mut one = TrustStore::new();
-    one.add(doc, super::storage::NODE_RIGHTS).is_ok() && verify(&one).is_ok()
+    let signed_by_it = one
+        .add(record.document.clone(), super::storage::NODE_RIGHTS)
+        .is_ok()
+        && verify(&one).is_ok();
+    signed_by_it.then_some(record)
 }
 
 /// Nodes' signed requests: who sent them, and not twice.

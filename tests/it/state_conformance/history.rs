@@ -239,7 +239,12 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
         .unwrap()
         .expect("trusted");
     records([Revoked, Revoked, Revoked]).await;
-    assert_eq!(state.revoked_node("node:r").await.unwrap(), Some(c.clone()));
+    let newest = state
+        .revoked_node("node:r")
+        .await
+        .unwrap()
+        .expect("retired");
+    assert_eq!(newest.document, c);
     for old in [&a, &b, &c] {
         let d = enroll(state, old, "auto").await;
         assert!(

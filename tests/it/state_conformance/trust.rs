@@ -401,7 +401,17 @@ async fn an_enrollment_trusts_the_node_counts_a_use_and_a_retirement_refuses_its
         Some(outpost::enroll::codes::NODE_REVOKED)
     );
     assert!(pull(state, "node:f").await.deliveries.is_empty());
-    assert_eq!(state.revoked_node("node:f").await.unwrap(), Some(f));
+    // The newest retirement, with when and by whom (what the node is told).
+    let newest = state
+        .revoked_node("node:f")
+        .await
+        .unwrap()
+        .expect("retired");
+    assert_eq!(newest.document, f);
+    assert_eq!(
+        (newest.decided_at_ms, newest.decided_by.as_deref()),
+        (Some(T0 + 10), Some("admin:test"))
+    );
     assert_eq!(
         state
             .revoke_node("node:f", T0 + 11, "admin:test", &retired)

@@ -325,13 +325,12 @@ impl Embedded {
     pub(super) fn revoked_node_now(
         &self,
         node_id: &str,
-    ) -> Result<Option<IdentityDocument>, StateError> {
+    ) -> Result<Option<EnrollmentRecord>, StateError> {
         Ok(self
             .records_of(node_id)?
             .into_iter()
             .filter(|r| r.state == RecordState::Revoked)
-            .max_by_key(|r| r.decided_at_ms)
-            .map(|r| r.document))
+            .max_by_key(|r| r.decided_at_ms))
     }
 }
 
@@ -387,7 +386,7 @@ impl EnrollmentState for Embedded {
         Box::pin(self.revoke_node_now(node_id, now_ms, by, audit))
     }
 
-    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
+    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<EnrollmentRecord>> {
         Box::pin(async move { self.revoked_node_now(node_id) })
     }
 

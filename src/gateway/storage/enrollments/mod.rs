@@ -99,9 +99,10 @@ pub trait EnrollmentState: Send + Sync {
         by: &'a str,
         audit: &'a RetireAudit<'a>,
     ) -> Fut<'a, Option<Vec<String>>>;
-    /// The document of the newest retired key of `node_id`, if any (a request from a
-    /// node the trust store does not know is checked against it: `node_revoked`).
-    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>>;
+    /// The record of the newest retired key of `node_id`, if any (a request from a
+    /// node the trust store does not know is checked against its document:
+    /// `node_revoked`, with when and by whom).
+    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<EnrollmentRecord>>;
     /// Apply a node's key rotation (PROTOCOL §15.7) in one transaction, with
     /// [`crate::envelope::TrustStore::rotate`] on the node's row: afterwards its
     /// document is the statement's and its retired key is accepted for `grace_ms`. An

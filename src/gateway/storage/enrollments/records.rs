@@ -103,6 +103,34 @@ pub struct EnrollmentRecord {
     pub decided_by: Option<String>,
 }
 
+impl EnrollmentRecord {
+    /// When it was decided, for a person (RFC 3339, UTC).
+    pub fn decided_on(&self) -> String {
+        self.decided_at_ms
+            .and_then(crate::token::format_rfc3339_ms)
+            .unwrap_or_else(|| "an unrecorded date".into())
+    }
+
+    /// Who decided it, as the record says; a record from before the gateway kept it
+    /// points at the audit log, which always did.
+    pub fn decider(&self) -> String {
+        match &self.decided_by {
+            Some(by) => by.clone(),
+            None => "an operator (who: the gateway's audit log, `outpost audit export`)".into(),
+        }
+    }
+
+    /// `<node> was retired on <date> by <who>`, for every message about a retired node.
+    pub fn retirement(&self) -> String {
+        format!(
+            "{} was retired on {} by {}",
+            self.node_id,
+            self.decided_on(),
+            self.decider()
+        )
+    }
+}
+
 /// What the state knows when an enrollment arrives (read in its transaction).
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {

@@ -324,7 +324,7 @@ impl Postgres {
     pub(super) async fn revoked_node_now(
         &self,
         node_id: &str,
-    ) -> Result<Option<IdentityDocument>, StateError> {
+    ) -> Result<Option<EnrollmentRecord>, StateError> {
         let c = self.pool.get().await?;
         let rows = c
             .query(
@@ -344,7 +344,7 @@ impl Postgres {
                 newest = Some(r);
             }
         }
-        Ok(newest.map(|r| r.document))
+        Ok(newest)
     }
 }
 
@@ -400,7 +400,7 @@ impl EnrollmentState for Postgres {
         Box::pin(self.revoke_node_now(node_id, now_ms, by, audit))
     }
 
-    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<IdentityDocument>> {
+    fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<EnrollmentRecord>> {
         Box::pin(self.revoked_node_now(node_id))
     }
 
