@@ -59,6 +59,10 @@ pub enum AuditEvent {
     EnrollTokenRevoke,
     /// An operator revoked a capability token (`POST /v1/revocations`, the console).
     TokenRevoke,
+    /// An operator changed a node's labels (PROTOCOL §16.1).
+    Labels,
+    /// An operator wrote a node's desired state (PROTOCOL §16.4).
+    Desired,
 }
 
 impl AuditEvent {
@@ -83,6 +87,8 @@ impl AuditEvent {
             Self::EnrollTokenCreate => "enroll_token_create",
             Self::EnrollTokenRevoke => "enroll_token_revoke",
             Self::TokenRevoke => "token_revoke",
+            Self::Labels => "labels",
+            Self::Desired => "desired",
         }
     }
 }

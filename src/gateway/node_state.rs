@@ -14,8 +14,10 @@ use serde_json::Value;
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
+use super::own_audit;
 use super::state::Gateway;
 use super::storage::fleet::{DocsWrite, FleetRecord};
+use crate::audit::AuditRecord;
 use crate::envelope::{seal, SealParams};
 use crate::fleet::{delta, LabelChange, Labels, Versioned, Write};
 pub use crate::sync::wire::desired_message_id;
@@ -78,12 +80,14 @@ impl Gateway {
 impl NodeStates<'_> {
     /// Apply `change` to the node's record until the write lands on the revision it was
     /// read at; the record as written (or as read, when there was nothing to write)
-    /// and the change's own outcome.
+    /// and the change's own outcome. `audit` of the new record is the gateway audit
+    /// entry committed with it (pending, appended here once it landed), if any.
     async fn update<T>(
         &self,
         node: &str,
         wake: bool,
         change: impl Fn(&FleetRecord) -> Change<T>,
+        audit: impl Fn(&FleetRecord) -> Option<AuditRecord>,
     ) -> Result<(FleetRecord, Option<T>), GatewayError> {
         let state = &self.0.state;
         for _ in 0..RETRIES {
@@ -92,10 +96,15 @@ impl NodeStates<'_> {
                 return Ok((read, None));
             };
             next.summary.revision = read.summary.revision + 1;
+            let entry = audit(&next);
+            let stamped = entry.as_ref().map(|a| (self.0.now_ms(), a));
             if state
-                .put_fleet(node, read.summary.revision, &next, docs, wake)
+                .put_fleet(node, read.summary.revision, &next, docs, wake, stamped)
                 .await?
             {
+                if entry.is_some() {
+                    super::own_audit::append_pending(self.0).await;
+                }
                 return Ok((next, Some(out)));
             }
         }
@@ -117,7 +126,8 @@ impl NodeStates<'_> {
         Ok(self.0.state.fleet_record(node).await?)
     }
 
-    /// `PATCH /v1/nodes/{id}/labels`: the change applied as a whole, or refused whole.
+    /// `PATCH /v1/nodes/{id}/labels`: the change applied as a whole, or refused whole;
+    /// the gateway's audit log records who made it.
     pub async fn change_labels(
         &self,
         node: &str,
@@ -126,12 +136,17 @@ impl NodeStates<'_> {
     ) -> Result<Labels, GatewayError> {
         self.enrolled(node).await?;
         let (rec, _) = self
-            .update(node, false, |r| {
-                let labels = labels_of(r).apply(change)?;
-                let mut next = r.clone();
-                next.summary.labels = Some(labels);
-                Ok(Some((next, DocsWrite::Unchanged, ())))
-            })
+            .update(
+                node,
+                false,
+                |r| {
+                    let labels = labels_of(r).apply(change)?;
+                    let mut next = r.clone();
+                    next.summary.labels = Some(labels);
+                    Ok(Some((next, DocsWrite::Unchanged, ())))
+                },
+                |_| Some(own_audit::labels_changed(by, node, change)),
+            )
             .await?;
         let labels = labels_of(&rec);
         self.0.publish(GatewayEvent::LabelsChanged {
@@ -145,7 +160,7 @@ impl NodeStates<'_> {
 
     /// `PUT`/`PATCH /v1/nodes/{id}/desired`: a new desired version (checked against
     /// `if_match`), durable before it returns; a long-poll of the node is answered so
-    /// the version goes out at once.
+    /// the version goes out at once. The gateway's audit log records who wrote it.
     pub async fn write_desired(
         &self,
         node: &str,
@@ -153,20 +168,52 @@ impl NodeStates<'_> {
         if_match: Option<u64>,
         by: &str,
     ) -> Result<u64, GatewayError> {
+        self.desired(node, write, if_match, by, true).await
+    }
+
+    /// A rollout's desired-state write to one of its nodes: audited once as the
+    /// rollout (its `rollout` entry names the change and the selector), not per node.
+    pub(super) async fn rollout_desired(
+        &self,
+        node: &str,
+        write: &Write,
+        by: &str,
+    ) -> Result<u64, GatewayError> {
+        self.desired(node, write, None, by, false).await
+    }
+
+    async fn desired(
+        &self,
+        node: &str,
+        write: &Write,
+        if_match: Option<u64>,
+        by: &str,
+        audited: bool,
+    ) -> Result<u64, GatewayError> {
         self.enrolled(node).await?;
         let (rec, _) = self
-            .update(node, true, |r| {
-                let now = Versioned {
-                    doc: r.docs.desired.clone(),
-                    version: r.summary.desired_version,
-                };
-                let new = now.write(write, if_match)?;
-                let mut next = r.clone();
-                next.summary.in_sync = delta(&new.doc, &r.docs.reported).is_none();
-                next.summary.desired_version = new.version;
-                next.docs.desired = new.doc;
-                Ok(Some((next, DocsWrite::Changed, ())))
-            })
+            .update(
+                node,
+                true,
+                |r| {
+                    let now = Versioned {
+                        doc: r.docs.desired.clone(),
+                        version: r.summary.desired_version,
+                    };
+                    let new = now.write(write, if_match)?;
+                    let mut next = r.clone();
+                    next.summary.in_sync = delta(&new.doc, &r.docs.reported).is_none();
+                    next.summary.desired_version = new.version;
+                    next.docs.desired = new.doc;
+                    Ok(Some((next, DocsWrite::Changed, ())))
+                },
+                |next| {
+                    audited.then(|| {
+                        let version = next.summary.desired_version;
+                        own_audit::desired_written(by, node, write, version, &next.docs.desired)
+                    })
+                },
+            )
             .await?;
         let version = rec.summary.desired_version;
         self.0.wake_node(node);
@@ -196,7 +243,7 @@ impl NodeStates<'_> {
         }
         let now = self.0.now_ms();
         let (rec, changed) = self
-            .update(node, false, |r| Ok(reported(r, report, now)))
+            .update(node, false, |r| Ok(reported(r, report, now)), |_| None)
             .await?;
         if let Some((reported, inventory)) = changed {
             if reported {

@@ -23,6 +23,8 @@ use super::storage::AuditExtension;
 use crate::audit::{leaf_hash, origin_for, sign_checkpoint, AuditEvent, AuditOutcome, AuditRecord};
 use crate::enroll::TokenClaims;
 use crate::envelope::{b64_encode, IdentityDocument, Peer, TrustStore};
+use crate::fleet::{LabelChange, Write};
+use serde_json::Value;
 
 /// Pending entries appended in one extension at most.
 const BATCH: usize = 256;
@@ -170,6 +172,45 @@ pub fn token_revoked(by: &str, jti: &str) -> AuditRecord {
     AuditRecord::new(AuditEvent::TokenRevoke, AuditOutcome::Ok)
         .actor(by)
         .detail(format!("{jti} revoked"))
+}
+
+/// The gateway audit entry of an operator's label change (PROTOCOL §16.1) by `by`:
+/// `event` `labels`, `detail` `"<node id> labels set <k=v,…|-> removed <k,…|->"`.
+pub fn labels_changed(by: &str, node: &str, change: &LabelChange) -> AuditRecord {
+    let list = |v: Vec<String>| {
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join(",")
+        }
+    };
+    let set = list(change.set.iter().map(|(k, v)| format!("{k}={v}")).collect());
+    let removed = list(change.remove.clone());
+    AuditRecord::new(AuditEvent::Labels, AuditOutcome::Ok)
+        .actor(by)
+        .detail(format!("{node} labels set {set} removed {removed}"))
+}
+
+/// The gateway audit entry of an operator's desired-state write (PROTOCOL §16.4) by
+/// `by`: `event` `desired`, `detail` `"<node id> desired version <n> <replace|merge>"`,
+/// `args_sha256` the SHA-256 of the desired document it made (its JSON), which binds
+/// what was written without keeping it in the log.
+pub fn desired_written(
+    by: &str,
+    node: &str,
+    write: &Write,
+    version: u64,
+    doc: &Value,
+) -> AuditRecord {
+    let how = match write {
+        Write::Replace(_) => "replace",
+        Write::Merge(_) => "merge",
+    };
+    let mut a = AuditRecord::new(AuditEvent::Desired, AuditOutcome::Ok)
+        .actor(by)
+        .detail(format!("{node} desired version {version} {how}"));
+    a.args_sha256 = Some(crate::audit::json_sha256_hex(doc));
+    a
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! enrollment tokens made and revoked there are in the log, and a hand `outpost trust
 //! add` / `trust rm` on the gateway host is too, like every other trust change,
 //! committed with it. A decision in the console names the subject of the token that
-//! signed in, a token revocation included.
+//! signed in, a token revocation included. Labels and desired state written are in it
+//! too, with who wrote them.
 
 use std::time::{Duration, Instant};
 
@@ -84,6 +85,65 @@ async fn decisions_from_the_cli_name_the_local_user_not_operator() {
     let revoked = entries(&gw, "enroll_token_revoke", 1);
     assert_eq!(revoked[0]["actor"], me.as_str(), "{revoked:?}");
     assert_eq!(revoked[0]["detail"], format!("{id} revoked"));
+}
+
+/// Labels, desired state and a retirement set from the CLI on the gateway host are in
+/// the gateway's audit log by the local user, with what changed (the desired document
+/// bound by its hash, not kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_desired_state_and_a_retirement_from_the_cli_are_audited_by_the_local_user() {
+    let (gw, d) = gateway();
+    let auto = make_token(&gw, &["--max-uses", "1"]);
+    let gdoc = gateway_document(&d).await;
+    let (st, v) = SimNode::generated("node:l")
+        .self_enroll(&d, &gdoc, &auto)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let me = outpost::cli::actor::local_actor();
+    ok(gw.cli(&["nodes", "label", "node:l", "site=north", "role=pump"]));
+    ok(gw.cli(&["nodes", "label", "node:l", "role-"]));
+    ok(gw.cli(&["nodes", "desired", "node:l", "--set", r#"{"fan":2}"#]));
+    ok(gw.cli(&["nodes", "desired", "node:l", "--merge", r#"{"led":"on"}"#]));
+    ok(gw.cli(&["nodes", "revoke", "node:l"]));
+
+    let labels = entries(&gw, "labels", 2);
+    let said: Vec<&str> = labels
+        .iter()
+        .map(|e| e["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "node:l labels set role=pump,site=north removed -",
+            "node:l labels set - removed role",
+        ]
+    );
+    let desired = entries(&gw, "desired", 2);
+    let said: Vec<&str> = desired
+        .iter()
+        .map(|e| e["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "node:l desired version 1 replace",
+            "node:l desired version 2 merge",
+        ]
+    );
+    let hash = |v: Value| outpost::audit::json_sha256_hex(&v);
+    assert_eq!(
+        desired[0]["args_sha256"],
+        hash(serde_json::json!({"fan": 2}))
+    );
+    assert_eq!(
+        desired[1]["args_sha256"],
+        hash(serde_json::json!({"fan": 2, "led": "on"}))
+    );
+    let revoked = entries(&gw, "revoke", 1);
+    for e in labels.iter().chain(&desired).chain(&revoked) {
+        assert_eq!(e["actor"], me.as_str(), "{e}");
+        assert_eq!(e["outcome"], "ok", "{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,7 +102,7 @@ pub(super) async fn send(
             .map(|o| (Some(o.message_id().to_string()), 0)),
         Action::Desired(patch) => gw
             .node_states()
-            .write_desired(&t.node_id, &Write::Merge(patch.clone()), None, by)
+            .rollout_desired(&t.node_id, &Write::Merge(patch.clone()), by)
             .await
             .map(|v| (None, v)),
     };

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Fut;
+use crate::audit::AuditRecord;
 use crate::fleet::{Inventory, Labels};
 
 /// What the fleet listing reads of every node.
@@ -99,7 +100,8 @@ pub trait FleetState {
     /// stored), in one transaction; `record.summary.revision` must be `expected + 1`.
     /// False (nothing written) when another write came first: read again and retry.
     /// With `wake`, a long-poll of the node held at any replica is answered (a new
-    /// desired version goes out at once).
+    /// desired version goes out at once). `audit` (its time, the entry) is a pending
+    /// gateway audit entry written in the same transaction (PROTOCOL §15.6).
     fn put_fleet<'a>(
         &'a self,
         node: &'a str,
@@ -107,6 +109,7 @@ pub trait FleetState {
         record: &'a FleetRecord,
         docs: DocsWrite,
         wake: bool,
+        audit: Option<(u64, &'a AuditRecord)>,
     ) -> Fut<'a, bool>;
     /// The desired version held for `node` (0: none). Asked on every pull: answer from
     /// memory or one cheap read.

@@ -4,6 +4,7 @@
 //! enrolled (or approved) with a token carrying labels starts with them in the
 //! decision's own transaction, unless it has labels already.
 
+use outpost::audit::{AuditEvent, AuditOutcome, AuditRecord};
 use outpost::enroll::Approve;
 use outpost::fleet::Labels;
 use outpost::gateway::storage::fleet::{DocsWrite, FleetDocs, FleetRecord, FleetSummary};
@@ -41,32 +42,57 @@ async fn a_fleet_record_is_written_only_over_the_revision_it_was_read_at() {
 
     let first = record(1, 1, json!({"fan": 1}));
     assert!(state
-        .put_fleet("node:a", 0, &first, DocsWrite::Changed, true)
+        .put_fleet("node:a", 0, &first, DocsWrite::Changed, true, None)
         .await
         .unwrap());
-    // A second writer that read revision 0 too loses, and writes nothing.
+    // A second writer that read revision 0 too loses, and writes nothing: not its
+    // audit entry either.
     let other = record(1, 1, json!({"fan": 99}));
+    let lost = AuditRecord::new(AuditEvent::Desired, AuditOutcome::Ok).detail("lost");
     assert!(!state
-        .put_fleet("node:a", 0, &other, DocsWrite::Changed, false)
+        .put_fleet(
+            "node:a",
+            0,
+            &other,
+            DocsWrite::Changed,
+            false,
+            Some((7, &lost))
+        )
         .await
         .unwrap());
+    assert!(state.audit_pending(10).await.unwrap().is_empty());
     // A revision that does not follow the one expected is refused too.
     let skipped = record(5, 2, json!({"fan": 5}));
     assert!(!state
-        .put_fleet("node:a", 1, &skipped, DocsWrite::Changed, false)
+        .put_fleet("node:a", 1, &skipped, DocsWrite::Changed, false, None)
         .await
         .unwrap());
     assert_eq!(state.fleet_record("node:a").await.unwrap(), first);
     assert_eq!(state.desired_version("node:a").await.unwrap(), 1);
 
-    // A summary-only write keeps the documents.
+    // A summary-only write keeps the documents; its audit entry is pending with it.
     let mut labelled = first.clone();
     labelled.summary.revision = 2;
     labelled.summary.labels = Some(Labels::from_pairs([("site", "north")]).unwrap());
+    let who = AuditRecord::new(AuditEvent::Labels, AuditOutcome::Ok)
+        .actor("admin:ops")
+        .detail("node:a labels set site=north removed -");
     assert!(state
-        .put_fleet("node:a", 1, &labelled, DocsWrite::Unchanged, false)
+        .put_fleet(
+            "node:a",
+            1,
+            &labelled,
+            DocsWrite::Unchanged,
+            false,
+            Some((9, &who))
+        )
         .await
         .unwrap());
+    let pending = state.audit_pending(10).await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].entry.ts_ms, 9);
+    assert_eq!(pending[0].entry.event, AuditEvent::Labels);
+    assert_eq!(pending[0].entry.actor.as_deref(), Some("admin:ops"));
     let second = record(3, 2, json!({"fan": 2}));
     let mut second = FleetRecord {
         summary: FleetSummary {
@@ -77,7 +103,7 @@ async fn a_fleet_record_is_written_only_over_the_revision_it_was_read_at() {
     };
     second.docs.reported = json!({"fan": 1});
     assert!(state
-        .put_fleet("node:a", 2, &second, DocsWrite::Changed, true)
+        .put_fleet("node:a", 2, &second, DocsWrite::Changed, true, None)
         .await
         .unwrap());
     assert!(state
@@ -86,7 +112,8 @@ async fn a_fleet_record_is_written_only_over_the_revision_it_was_read_at() {
             0,
             &record(1, 0, json!({})),
             DocsWrite::Changed,
-            false
+            false,
+            None
         )
         .await
         .unwrap());
@@ -166,7 +193,7 @@ async fn a_node_enrolled_or_approved_with_a_labelled_token_starts_with_its_label
         docs: FleetDocs::default(),
     };
     assert!(state
-        .put_fleet("node:b", 0, &pre, DocsWrite::Changed, false)
+        .put_fleet("node:b", 0, &pre, DocsWrite::Changed, false, None)
         .await
         .unwrap());
     enroll(state, &b, "auto").await;

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use super::Embedded;
+use crate::audit::AuditRecord;
 use crate::gateway::storage::fleet::{DocsWrite, FleetDocs, FleetRecord, FleetState, FleetSummary};
 use crate::gateway::storage::{Fut, StateError};
 use crate::store::names::{KV_GW_FLEET, KV_GW_FLEET_DOCS};
@@ -40,6 +41,7 @@ impl Embedded {
         expected: u64,
         record: &FleetRecord,
         docs: DocsWrite,
+        audit: Option<(u64, &AuditRecord)>,
     ) -> Result<bool, StateError> {
         let _one = self.fleet.writing.lock().await;
         let current = self.summary_now(node)?.map_or(0, |s| s.revision);
@@ -50,6 +52,9 @@ impl Embedded {
         batch.kv_put(KV_GW_FLEET, node, json(&record.summary)?);
         if docs == DocsWrite::Changed {
             batch.kv_put(KV_GW_FLEET_DOCS, node, json(&record.docs)?);
+        }
+        if let Some((at_ms, a)) = audit {
+            self.pend(&mut batch, at_ms, a);
         }
         self.store.commit(batch).await?;
         self.fleet
@@ -112,10 +117,11 @@ impl FleetState for Embedded {
         record: &'a FleetRecord,
         docs: DocsWrite,
         wake: bool,
+        audit: Option<(u64, &'a AuditRecord)>,
     ) -> Fut<'a, bool> {
         // One process: the flow wakes its own long-polls; `wake` is for other replicas.
         let _ = wake;
-        Box::pin(self.put_fleet_now(node, expected, record, docs))
+        Box::pin(self.put_fleet_now(node, expected, record, docs, audit))
     }
 
     fn desired_version<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {

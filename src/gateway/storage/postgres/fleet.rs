@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::{after_commit, i, listen, u, unavailable, Postgres};
+use super::{after_commit, i, listen, own_audit, u, unavailable, Postgres};
+use crate::audit::AuditRecord;
 use crate::gateway::storage::fleet::{DocsWrite, FleetDocs, FleetRecord, FleetState, FleetSummary};
 use crate::gateway::storage::{Fut, StateError};
 
@@ -63,6 +64,7 @@ impl Postgres {
         record: &FleetRecord,
         docs: DocsWrite,
         wake: bool,
+        audit: Option<(u64, &AuditRecord)>,
     ) -> Result<bool, StateError> {
         if record.summary.revision != expected + 1 {
             return Ok(false);
@@ -70,8 +72,9 @@ impl Postgres {
         let summary = json(&record.summary)?;
         let revision = i(record.summary.revision);
         let desired = i(record.summary.desired_version);
-        let c = self.pool.get().await?;
-        // One statement, its own transaction: its answer is its commit.
+        let mut c = self.pool.get().await?;
+        // One transaction: the row and the audit entry that records who changed it.
+        let c = c.transaction().await.map_err(unavailable)?;
         let n =
             if expected == 0 {
                 c.execute(
@@ -95,11 +98,18 @@ impl Postgres {
                 )
                 .await
             }
-            .map_err(after_commit)?;
-        if n == 1 && wake {
+            .map_err(unavailable)?;
+        if n != 1 {
+            return Ok(false);
+        }
+        if let Some((at_ms, a)) = audit {
+            own_audit::pend(&c, at_ms, a).await?;
+        }
+        c.commit().await.map_err(after_commit)?;
+        if wake {
             self.notify(listen::CH_QUEUED, node.to_string());
         }
-        Ok(n == 1)
+        Ok(true)
     }
 
     async fn desired_version_now(&self, node: &str) -> Result<u64, StateError> {
@@ -171,8 +181,9 @@ impl FleetState for Postgres {
         record: &'a FleetRecord,
         docs: DocsWrite,
         wake: bool,
+        audit: Option<(u64, &'a AuditRecord)>,
     ) -> Fut<'a, bool> {
-        Box::pin(self.put_fleet_now(node, expected, record, docs, wake))
+        Box::pin(self.put_fleet_now(node, expected, record, docs, wake, audit))
     }
 
     fn desired_version<'a>(&'a self, node: &'a str) -> Fut<'a, u64> {
