@@ -155,17 +155,23 @@ impl NodeLink for Link {
     fn pending_rotation(&self) -> Option<crate::sync::OwnRotation> {
         let dir = &self.0.cfg().data_dir;
         let pending = crate::daemon::rotation::pending_request(dir).and_then(|p| {
-            p.map(|(statement, no_grace)| {
-                let next = match no_grace {
-                    true => Some(Arc::new(crate::daemon::rotation::next_keys(dir)?)),
-                    false => None,
-                };
-                Ok(crate::sync::OwnRotation {
-                    statement,
-                    no_grace,
-                    next,
-                })
-            })
+            p.map(
+                |crate::daemon::rotation::Request {
+                     statement,
+                     no_grace,
+                     ..
+                 }| {
+                    let next = match no_grace {
+                        true => Some(Arc::new(crate::daemon::rotation::next_keys(dir)?)),
+                        false => None,
+                    };
+                    Ok(crate::sync::OwnRotation {
+                        statement,
+                        no_grace,
+                        next,
+                    })
+                },
+            )
             .transpose()
         });
         match pending {

@@ -71,7 +71,8 @@ pub fn rotate(
         return Ok(());
     }
     let now_ms = crate::clock::system().now_ms();
-    let rot = crate::daemon::rotation::begin(&cfg, now_ms, compromised)
+    let by = super::actor::local_actor();
+    let rot = crate::daemon::rotation::begin(&cfg, now_ms, compromised, &by)
         .map_err(|e| Exit::failed(format!("{e:#}")))?;
     let new_pk = crate::envelope::b64_encode(&rot.new_doc.sign_pk);
     if cfg.role == crate::config::Role::Gateway {

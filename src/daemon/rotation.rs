@@ -50,6 +50,20 @@ struct Pending {
     /// `identity rotate --compromised`: the gateway is asked for no grace.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     no_grace: bool,
+    /// Who ran `outpost identity rotate` (`local:<user>`): a gateway's own audit entry
+    /// of its rotation names them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requested_by: Option<String>,
+}
+
+/// A rotation `outpost identity rotate` left for the running role.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub statement: KeyRotation,
+    /// `--compromised`: no grace for the retired key.
+    pub no_grace: bool,
+    /// Who asked (absent in a file from before it was kept).
+    pub requested_by: Option<String>,
 }
 
 /// `key-history.json`.
@@ -71,11 +85,11 @@ fn write_json<T: Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
 
 /// The statement `outpost identity rotate` left for the running node, if any.
 pub fn pending(data_dir: &Path) -> anyhow::Result<Option<KeyRotation>> {
-    Ok(pending_request(data_dir)?.map(|(rot, _)| rot))
+    Ok(pending_request(data_dir)?.map(|r| r.statement))
 }
 
-/// [`pending`], and whether it asks for no grace (`--compromised`).
-pub fn pending_request(data_dir: &Path) -> anyhow::Result<Option<(KeyRotation, bool)>> {
+/// [`pending`], whether it asks for no grace (`--compromised`) and who asked.
+pub fn pending_request(data_dir: &Path) -> anyhow::Result<Option<Request>> {
     let path = rotation_path(data_dir);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -84,7 +98,11 @@ pub fn pending_request(data_dir: &Path) -> anyhow::Result<Option<(KeyRotation, b
     };
     let p: Pending =
         serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
-    Ok(Some((p.statement, p.no_grace)))
+    Ok(Some(Request {
+        statement: p.statement,
+        no_grace: p.no_grace,
+        requested_by: p.requested_by,
+    }))
 }
 
 /// The new pair of the pending rotation (`keys.next.json`): what signs the rotation's
@@ -132,8 +150,9 @@ pub fn prepare(cfg: &Config) -> anyhow::Result<Keys> {
 /// `outpost identity rotate`: the statement retiring the current key pair for the one
 /// in `keys.next.json` (made now unless `--prepare` made it), for the running role (or
 /// its next start) to apply: a node delivers it to its gateway, a gateway publishes it
-/// to its nodes. Refused while another rotation waits.
-pub fn begin(cfg: &Config, now_ms: u64, no_grace: bool) -> anyhow::Result<KeyRotation> {
+/// to its nodes. Refused while another rotation waits. `by` is who asked (kept for the
+/// gateway's audit entry).
+pub fn begin(cfg: &Config, now_ms: u64, no_grace: bool, by: &str) -> anyhow::Result<KeyRotation> {
     let dir = &cfg.data_dir;
     if let Some(p) = pending(dir)? {
         anyhow::bail!(
@@ -162,6 +181,7 @@ pub fn begin(cfg: &Config, now_ms: u64, no_grace: bool) -> anyhow::Result<KeyRot
             requested_at_ms: now_ms,
             statement: statement.clone(),
             no_grace,
+            requested_by: Some(by.to_string()),
         },
     )?;
     Ok(statement)
@@ -272,9 +292,14 @@ mod tests {
         let cfg = node(tmp.path());
         let dir = tmp.path();
         let old_pk = Keys::load(&keys_path(dir)).unwrap().sign_pk();
-        let rot = begin(&cfg, 1_000, false).unwrap();
-        assert!(begin(&cfg, 1_001, false).is_err(), "one rotation at a time");
+        let rot = begin(&cfg, 1_000, false, "local:alice").unwrap();
+        assert!(
+            begin(&cfg, 1_001, false, "local:alice").is_err(),
+            "one rotation at a time"
+        );
         assert_eq!(pending(dir).unwrap().as_ref(), Some(&rot));
+        let asked = pending_request(dir).unwrap().unwrap();
+        assert_eq!(asked.requested_by.as_deref(), Some("local:alice"));
         let (new, old, until) = finish(dir, &rot, 2_000).unwrap();
         assert_eq!(old.sign_pk(), old_pk);
         assert_eq!(new.sign_pk().as_bytes().as_slice(), rot.new_doc.sign_pk);
@@ -293,6 +318,7 @@ mod tests {
                 requested_at_ms: 1_000,
                 statement: rot.clone(),
                 no_grace: false,
+                requested_by: None,
             },
         )
         .unwrap();

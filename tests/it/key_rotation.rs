@@ -255,10 +255,12 @@ async fn a_gateway_rotates_its_key_while_commands_flow_both_ways() {
     assert_eq!(inbox_status(&g, &admin).await, 200);
     n.stop();
     g.stop();
+    // The gateway's own log names who ran `identity rotate` on its host.
     let gw_log = audit_events(&gw);
+    let me = outpost::cli::actor::local_actor();
     assert!(
         gw_log.iter().any(|e| e["event"] == "rotate"
-            && e["actor"] == "gateway:main"
+            && e["actor"] == me.as_str()
             && e["detail"].as_str().unwrap().ends_with(&new_pk)),
         "{gw_log:?}"
     );

@@ -98,9 +98,10 @@ pub async fn watch(gw: std::sync::Arc<Gateway>) {
 async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyhow::Result<()> {
     let dir = gw.cfg.data_dir.clone();
     let mine = gw.keys.current().sign_pk().to_bytes();
-    if let Some(rot) = crate::daemon::rotation::pending(&dir)? {
-        if rot.old_sign_pk == mine {
-            return apply_own(gw, rot).await;
+    if let Some(req) = crate::daemon::rotation::pending_request(&dir)? {
+        if req.statement.old_sign_pk == mine {
+            let by = req.requested_by.unwrap_or_else(|| gw.cfg.node_id.clone());
+            return apply_own(gw, req.statement, &by).await;
         }
     }
     // The published one: at start, then every few ticks (another replica may have
@@ -121,7 +122,9 @@ async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyho
     let have = crate::envelope::Keys::load(&next)
         .is_ok_and(|k| k.sign_pk().as_bytes().as_slice() == rot.new_doc.sign_pk);
     if have {
-        return apply_own(gw, rot).await;
+        // Who asked is in the entry of the replica that rotated first.
+        let me = gw.cfg.node_id.clone();
+        return apply_own(gw, rot, &me).await;
     }
     let now = gw.now_ms();
     if warned_at.is_none_or(|t| now.saturating_sub(t) >= WARN_EVERY_MS) {
@@ -141,8 +144,10 @@ async fn own_tick(gw: &Gateway, tick: u32, warned_at: &mut Option<u64>) -> anyho
 
 /// Switch this gateway to the keys of `rot`: publish the statement first (so nodes
 /// learn the new key even if this replica stops right after), then the files (crash
-/// safe, [`crate::daemon::rotation::finish`]), then every flow at once.
-async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
+/// safe, [`crate::daemon::rotation::finish`]), then every flow at once. `by` names who
+/// asked in the audit entry: the local user who ran `outpost identity rotate`, or the
+/// gateway when it follows another replica's rotation.
+async fn apply_own(gw: &Gateway, rot: KeyRotation, by: &str) -> anyhow::Result<()> {
     let now = gw.now_ms();
     let until = match gw.state.gateway_rotation().await? {
         Some((r, until)) if r == rot => until,
@@ -150,7 +155,7 @@ async fn apply_own(gw: &Gateway, rot: KeyRotation) -> anyhow::Result<()> {
     };
     let new_pk = b64_encode(&rot.new_doc.sign_pk);
     let mut entry = AuditRecord::new(AuditEvent::Rotate, AuditOutcome::Ok)
-        .actor(&gw.cfg.node_id)
+        .actor(by)
         .detail(format!(
             "{} rotated {} -> {new_pk}",
             gw.cfg.node_id,
