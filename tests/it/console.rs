@@ -264,7 +264,7 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         1,
         "the page was reloaded"
     );
-    b.screenshot("fleet.png").await;
+    b.screenshot("console-fleet.png").await;
     // On a phone's width the page does not scroll sideways (only the table may, inside
     // its own box), and the less important columns fold away.
     c.set_window_size(390, 844).await.unwrap();
@@ -276,7 +276,7 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
         .js("return getComputedStyle(document.querySelector('td.wide')).display")
         .await;
     assert_eq!(since_shown, "none");
-    b.screenshot("fleet-phone.png").await;
+    b.screenshot("console-fleet-phone.png").await;
     c.set_window_size(1280, 900).await.unwrap();
     // Typing in the filter box narrows the rows shown, without asking the server.
     c.find(Css("#filter"))
@@ -390,7 +390,7 @@ async fn in_a_browser_an_admin_sees_the_fleet_live_and_queues_a_command() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    b.screenshot("node.png").await;
+    b.screenshot("console-node.png").await;
     b.close().await;
 }
 

@@ -23,9 +23,44 @@ async fn text_of(b: &Browser, css: &str) -> String {
     }
 }
 
+/// On a phone (390 × 844): the page is no wider than the screen, and everything `css`
+/// selects is shown within it (not scrolled sideways, not folded away); a screenshot
+/// as `shot` with the first of them in view; back to the desktop size after.
+async fn fits_a_phone(b: &Browser, css: &[&str], shot: &str) {
+    b.client.set_window_size(390, 844).await.unwrap();
+    let overflow = b
+        .js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .await;
+    assert_eq!(
+        overflow, 0,
+        "{shot}: the page is wider than a phone's screen"
+    );
+    for sel in css {
+        let script = format!(
+            "var all = Array.from(document.querySelectorAll({sel:?})); \
+             if (!all.length) {{ return 'none'; }} \
+             return all.filter(function (e) {{ var r = e.getBoundingClientRect(); \
+               return r.width === 0 || r.left < 0 || r.right > window.innerWidth; }}).length"
+        );
+        assert_eq!(
+            b.js(&script).await,
+            0,
+            "{shot}: `{sel}` is missing or off a 390 px screen"
+        );
+    }
+    // The picture shows the first of them.
+    b.js(&format!(
+        "document.querySelector({:?}).scrollIntoView({{block: 'center'}}); return 1",
+        css[0]
+    ))
+    .await;
+    b.screenshot(shot).await;
+    b.client.set_window_size(1280, 900).await.unwrap();
+}
+
 /// The number a totals cell shows (`stale` → `1`).
 async fn total(b: &Browser, which: &str) -> String {
-    text_of(b, &format!(".totals .{which} b")).await
+    text_of(b, &format!(".totals [data-total={which}] b")).await
 }
 
 /// The pending list is above the fleet table and readable on a phone (long ids do not
@@ -96,7 +131,7 @@ async fn in_a_browser_the_waiting_devices_come_first_and_are_approved_together()
             "{id}'s device cell: {cell:?}"
         );
     }
-    b.screenshot("fleet-approve.png").await;
+    b.screenshot("console-fleet-approve.png").await;
 
     // On a phone: no sideways page, and every row's liveness within the screen.
     c.set_window_size(390, 844).await.unwrap();
@@ -125,8 +160,18 @@ async fn in_a_browser_the_waiting_devices_come_first_and_are_approved_together()
         serde_json::json!([]),
         "a decision off a 390 px screen"
     );
-    b.screenshot("fleet-pending-phone.png").await;
     c.set_window_size(1280, 900).await.unwrap();
+    // Approving several at once works on a phone too: every box and the button shown.
+    fits_a_phone(
+        &b,
+        &[
+            "#pending-enrollments input[name=node]",
+            "#bulk-approve button[type=submit]",
+            "#pending-enrollments td.device",
+        ],
+        "console-fleet-pending-phone.png",
+    )
+    .await;
 
     // Both devices ticked, one click.
     for id in ["node:7d1e0c9b8a7f6e5d4c3b2a1908f7e6d5", "node:pump-8"] {
@@ -169,7 +214,9 @@ async fn in_a_browser_the_waiting_devices_come_first_and_are_approved_together()
 }
 
 /// A node falls silent while the fleet page is open: its row turns stale, and the
-/// totals above the table with it (the same fetch brings both), without a reload.
+/// totals above the table with it (the same fetch brings both), without a reload; a
+/// command queued meanwhile shows in the chart and the queued total. Totals and chart
+/// fit a phone's screen.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_a_browser_the_fleet_totals_follow_a_node_going_stale() {
     let Some(b) = browser::start("console: live totals").await else {
@@ -183,6 +230,28 @@ async fn in_a_browser_the_fleet_totals_follow_a_node_going_stale() {
     })
     .await;
     b.js("window.__outpostNoReload = 1; return 1").await;
+    let legend = || async { text_of(&b, ".chart .legend .key.queued").await };
+    assert_eq!(legend().await, "queued 0");
+    // node:b never connects: what is queued for it stays queued.
+    let r = http()
+        .post(gwd.url("/v1/commands"))
+        .bearer_auth(&admin)
+        .json(
+            &serde_json::json!({"target": {"node_id": "node:b"}, "command_type": "setpoint",
+                                  "body": {"v": 1}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    b.wait_for("the chart and the totals to count it", 10, || async {
+        (legend().await == "queued 1" && total(&b, "queued").await == "1").then_some(())
+    })
+    .await;
+    let bars = b
+        .js("return Array.from(document.querySelectorAll('.chart rect.queued')).filter(function (r) { return Number(r.getAttribute('height')) > 0; }).length")
+        .await;
+    assert_eq!(bars, 1, "one bucket's queued bar drawn");
     a.stop();
     b.wait_for("node:a's row stale", 70, || async {
         (b.attr(r#"tr[data-node-id="node:a"]"#, "data-liveness")
@@ -199,7 +268,14 @@ async fn in_a_browser_the_fleet_totals_follow_a_node_going_stale() {
     .await;
     assert_eq!(total(&b, "online").await, "0");
     assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
-    b.screenshot("fleet-stale.png").await;
+    b.screenshot("console-fleet-stale.png").await;
+    fits_a_phone(
+        &b,
+        &[".totals [data-total]", ".chart svg", ".chart .legend"],
+        "console-fleet-stale-phone.png",
+    )
+    .await;
+    assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
     b.close().await;
 }
 
@@ -286,13 +362,13 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
     assert_eq!(state, "ok", "{shown}");
     assert!(shown.contains("\"reading\": 7"), "{shown}");
     assert_eq!(b.js("return window.__outpostNoReload || 0").await, 1);
-    b.screenshot("node-call.png").await;
+    b.screenshot("console-node-call.png").await;
     c.set_window_size(390, 844).await.unwrap();
     let overflow = b
         .js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         .await;
     assert_eq!(overflow, 0, "the page is wider than a phone's screen");
-    b.screenshot("node-call-phone.png").await;
+    b.screenshot("console-node-call-phone.png").await;
     c.set_window_size(1280, 900).await.unwrap();
     // Recent results shows what the tool answered (not only `result ok job …`), live.
     b.wait_for("the result under Recent results", 10, || async {
@@ -318,7 +394,13 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
     let code = code.unwrap_or_default();
     assert!(!code.is_empty() && shown.contains(&code), "{shown}");
     assert!(shown.contains("expired"), "{shown}");
-    b.screenshot("node-call-expired.png").await;
+    b.screenshot("console-node-call-expired.png").await;
+    fits_a_phone(
+        &b,
+        &["#call-result [data-code]"],
+        "console-node-call-expired-phone.png",
+    )
+    .await;
 
     // Arguments that are not JSON: the page again, the form as typed, the reason above.
     call(&b, "node:a", "echo", "{\"reading\": ", "").await;
@@ -332,6 +414,12 @@ async fn in_a_browser_a_tool_calls_result_or_error_appears_on_the_page() {
         .await;
     assert_eq!(kept, serde_json::json!(["echo", "{\"reading\": "]));
     assert!(text_of(&b, "#form-error").await.contains("not JSON"));
+    fits_a_phone(
+        &b,
+        &["#form-error", "#tool_args"],
+        "console-node-call-refused-phone.png",
+    )
+    .await;
     // The same for a command's body.
     for (id, v) in [("#command_type", "setpoint"), ("#body", "{not json")] {
         let el = c.find(Css(id)).await.unwrap();
@@ -427,7 +515,15 @@ async fn in_a_browser_retiring_needs_the_node_id_typed_and_records_who() {
     assert_eq!(disabled().await, false);
     b.js("document.getElementById('retire').scrollIntoView(); return 1")
         .await;
-    b.screenshot("node-retire.png").await;
+    b.screenshot("console-node-retire.png").await;
+    fits_a_phone(
+        &b,
+        &["#retire-confirm", "#retire-button"],
+        "console-node-retire-phone.png",
+    )
+    .await;
+    b.js("document.getElementById('retire').scrollIntoView(); return 1")
+        .await;
     c.find(Css("#retire-button"))
         .await
         .unwrap()
@@ -484,7 +580,8 @@ async fn in_a_browser_a_revoked_session_is_told_why_it_ended() {
     b.wait_for_page("/ui/login").await;
     let why = text_of(&b, "#session-ended").await;
     assert!(why.contains("revoked"), "the reason: {why:?}");
-    b.screenshot("login-revoked.png").await;
+    b.screenshot("console-login-revoked.png").await;
+    fits_a_phone(&b, &["#session-ended"], "console-login-revoked-phone.png").await;
     b.close().await;
 }
 

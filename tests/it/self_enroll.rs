@@ -685,7 +685,7 @@ async fn in_a_browser_an_admin_approves_a_pending_enrollment() {
     b.sign_in(&gwd.url(""), &admin).await;
     let row = r#"tr[data-enrollment="node:pump-7"]"#;
     assert_eq!(b.attr(row, "data-kind").await.as_deref(), Some("new"));
-    b.screenshot("fleet-pending.png").await;
+    b.screenshot("console-fleet-pending.png").await;
     c.find(Css(&format!("{row} button[value=approve]")))
         .await
         .unwrap()
