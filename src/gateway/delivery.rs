@@ -208,12 +208,14 @@ impl Delivery<'_> {
             .into_iter()
             .map(|(id, code)| (id, code.chars().take(64).collect()))
             .collect();
-        // Replicas commit each event with the removal it describes (a replica killed after
-        // the commit must not lose them); one process publishes them from memory after it.
+        // The state commits each event with the removal it describes (a replica killed
+        // after the commit must not lose them); one per id, however often the ack names it.
+        let mut named = std::collections::HashSet::new();
         let events = ack
             .delivered
             .iter()
             .chain(rejected.iter().map(|(id, _)| id))
+            .filter(|id| named.insert(id.as_str()))
             .map(|id| {
                 (
                     id.clone(),
@@ -236,8 +238,7 @@ impl Delivery<'_> {
             )
             .await?;
         self.removed(node, &removed, &rejected);
-        gw.events
-            .committed(staged, |id| removed.iter().any(|r| r == id));
+        gw.events.committed(staged);
         Ok(removed)
     }
 

@@ -4,13 +4,14 @@
 //! Also the in-process signal that a result arrived, so a `POST /v1/tool_call` that
 //! waits needs no polling.
 //!
-//! Two modes:
-//! - **local** (the embedded store): ids are assigned here; the last [`REPLAY`] events
-//!   are kept in memory for resuming subscribers.
-//! - **shared** (PostgreSQL): [`EventLog::publish`] hands the event to a writer that
-//!   commits it to the database's `events` table (ids assigned there, in commit
-//!   order); subscribers of every replica are fed from that table as it grows
-//!   ([`EventLog::deliver`]), so each sees every replica's events, once, in one order.
+//! One body for every engine: an event goes into the state's event table
+//! ([`crate::gateway::storage::EventTable`]) — committed with the write it describes
+//! ([`EventLog::stage`], then [`EventLog::committed`]), or by the writer task
+//! ([`EventLog::publish`]) — where ids are given in commit order; subscribers are fed
+//! from that table as it announces more ([`EventLog::catch_up`]), so with replicas on a
+//! database each sees every replica's events, once, in one order. The newest [`REPLAY`]
+//! read are kept in memory for resuming subscribers; further back is read from the
+//! table ([`EventLog::missed`]).
 //!
 //! A slow subscriber that falls more than the channel capacity behind loses events
 //! (it gets a `lagged` event saying how many, and may reconnect with its last id);
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
-use super::storage::SharedState;
+use super::storage::{EventRow, EventTable, StateError};
 
 /// Capacity of the broadcast ring; see the module docs for what happens past it.
 pub const CAPACITY: usize = 1024;
@@ -196,51 +197,50 @@ impl Event {
     }
 }
 
-/// The gateway's events: ids, the in-memory replay ring, the fan-out to subscribers,
-/// and (shared mode) the hand-off to the database writer.
+/// The gateway's events in this process: the hand-off of new ones to the writer, the
+/// ring of those read back from the state's table, and the fan-out to subscribers.
 pub struct EventLog {
     tx: broadcast::Sender<Arc<Event>>,
-    ring: Mutex<VecDeque<Arc<Event>>>,
-    /// Shared mode: events go to the database writer, not straight to subscribers.
-    writer: Option<mpsc::UnboundedSender<ToWriter>>,
-    /// Shared mode: the replicas' state, where a resuming subscriber finds what memory
-    /// no longer holds.
-    replicas: Option<Arc<dyn SharedState>>,
+    ring: Mutex<Ring>,
+    /// Events go to the writer task, which commits them to the state's table.
+    writer: mpsc::UnboundedSender<ToWriter>,
+    /// One reader of the table at a time ([`Self::catch_up`]): each row is read once.
+    reading: tokio::sync::Mutex<()>,
 }
 
-/// The events of one write ([`EventLog::stage`]).
+/// The events read from the table, newest last.
+#[derive(Default)]
+struct Ring {
+    events: VecDeque<Arc<Event>>,
+    /// Memory holds every event the table still had with an id in `(from, last]`;
+    /// `None` until the table was first read.
+    from: Option<u64>,
+    /// The newest id read from the table (0 = none yet).
+    last: u64,
+}
+
+/// The events of one write ([`EventLog::stage`]): each event's JSON under the key of
+/// the row it describes, committed with the write (taken by it).
 #[derive(Debug)]
 pub struct Staged {
     ts_ms: u64,
-    kind: Kind,
-}
-
-#[derive(Debug)]
-enum Kind {
-    /// Published from memory after the write.
-    Local(Vec<(String, GatewayEvent)>),
-    /// Each event's JSON under its key, committed with the write (taken by it).
-    Shared(Vec<(String, String)>),
+    rows: Vec<(String, String)>,
 }
 
 impl Staged {
-    /// What the write commits with itself: `(ts_ms, [(key, event as JSON)])` in shared
-    /// mode; `None` where events live in memory (the embedded engine keeps none).
-    pub fn take_rows(&mut self) -> Option<(u64, Vec<(String, String)>)> {
-        match &mut self.kind {
-            Kind::Shared(rows) => Some((self.ts_ms, std::mem::take(rows))),
-            Kind::Local(_) => None,
-        }
+    /// What the write commits with itself: `(ts_ms, [(key, event as JSON)])`.
+    pub fn take_rows(&mut self) -> (u64, Vec<(String, String)>) {
+        (self.ts_ms, std::mem::take(&mut self.rows))
     }
 
     /// [`Self::take_rows`] of a write that causes one event.
     pub fn take_row(&mut self) -> Option<(u64, String)> {
-        let (ts, rows) = self.take_rows()?;
+        let (ts, rows) = self.take_rows();
         rows.into_iter().next().map(|(_, json)| (ts, json))
     }
 }
 
-/// What the shared-mode writer receives.
+/// What the writer receives.
 #[derive(Debug)]
 pub enum ToWriter {
     Event(u64, GatewayEvent),
@@ -250,188 +250,179 @@ pub enum ToWriter {
     Sequence,
 }
 
+/// Rows read from the table per query.
+const PAGE: usize = 1000;
+
 impl EventLog {
-    /// Local mode: ids assigned here, starting after `first_id - 1` (the start time in
-    /// microseconds, so ids keep growing across restarts while the clock does).
-    pub fn local(first_id: u64) -> Self {
-        let (tx, _) = broadcast::channel(CAPACITY);
-        let mut ring = VecDeque::new();
-        // A sentinel below every real id keeps "the newest id" in one place.
-        ring.push_back(Arc::new(Event {
-            id: first_id.saturating_sub(1),
-            ts_ms: 0,
-            event: GatewayEvent::NodeOffline {
-                node_id: String::new(),
-            },
-        }));
-        Self {
-            tx,
-            ring: Mutex::new(ring),
-            writer: None,
-            replicas: None,
-        }
-    }
-
-    /// The events one write causes, each under the key of the row it describes (a
-    /// message id), made before the write. The flow hands [`Staged::rows`] to the write
-    /// and [`Self::committed`] the result after it, whichever mode this log is in.
-    pub fn stage(
-        &self,
-        ts_ms: u64,
-        events: impl IntoIterator<Item = (String, GatewayEvent)>,
-    ) -> Result<Staged, serde_json::Error> {
-        let events = events.into_iter();
-        let kind = match &self.writer {
-            Some(_) => Kind::Shared(
-                events
-                    .map(|(key, e)| serde_json::to_string(&e).map(|json| (key, json)))
-                    .collect::<Result<_, _>>()?,
-            ),
-            None => Kind::Local(events.collect()),
-        };
-        Ok(Staged { ts_ms, kind })
-    }
-
-    /// After the write of `staged`: the events of the rows it wrote (`wrote(key)`) are
-    /// published. Locally that is here, from memory; in shared mode the write committed
-    /// them in its own transaction, and the writer gives them their ids.
-    pub fn committed(&self, staged: Staged, wrote: impl Fn(&str) -> bool) {
-        match staged.kind {
-            Kind::Shared(_) => self.sequence_soon(),
-            Kind::Local(events) => {
-                for (key, event) in events {
-                    if wrote(&key) {
-                        self.publish(staged.ts_ms, event);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Shared mode: `publish` sends to `writer`; [`Self::deliver`] feeds subscribers;
-    /// a resuming subscriber reads what memory lacks from `replicas`. Returns the
-    /// receiving end for the writer task.
-    pub fn shared(replicas: Arc<dyn SharedState>) -> (Self, mpsc::UnboundedReceiver<ToWriter>) {
+    /// A log whose [`Self::publish`] sends to the writer; returns the receiving end for
+    /// the writer task. Subscribers are fed what the table holds ([`Self::catch_up`]).
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<ToWriter>) {
         let (tx, _) = broadcast::channel(CAPACITY);
         let (wtx, wrx) = mpsc::unbounded_channel();
         (
             Self {
                 tx,
-                ring: Mutex::new(VecDeque::new()),
-                writer: Some(wtx),
-                replicas: Some(replicas),
+                ring: Mutex::new(Ring::default()),
+                writer: wtx,
+                reading: tokio::sync::Mutex::new(()),
             },
             wrx,
         )
     }
 
-    /// The events after `after` a resuming subscriber missed: from memory, and in
-    /// shared mode from the replicas' state when memory does not reach back that far.
-    pub async fn missed(&self, after: u64) -> Missed {
-        let (mut kept, complete) = self.replay(after);
-        let replicas = match &self.replicas {
-            Some(r) if !complete => r,
-            _ => {
-                return Missed {
-                    lagged: !complete,
-                    events: kept,
-                }
-            }
+    /// The events one write causes, each under the key of the row it describes (a
+    /// message id), made before the write. The flow hands [`Staged::take_rows`] to the
+    /// write and [`Self::committed`] the rest after it.
+    pub fn stage(
+        &self,
+        ts_ms: u64,
+        events: impl IntoIterator<Item = (String, GatewayEvent)>,
+    ) -> Result<Staged, serde_json::Error> {
+        let rows = events
+            .into_iter()
+            .map(|(key, e)| serde_json::to_string(&e).map(|json| (key, json)))
+            .collect::<Result<_, _>>()?;
+        Ok(Staged { ts_ms, rows })
+    }
+
+    /// After the write of `staged`: it committed the events of the rows it wrote with
+    /// itself; the writer gives them their ids (where the engine had none to give at
+    /// the commit) and subscribers get them as the table announces them.
+    pub fn committed(&self, _staged: Staged) {
+        self.sequence_soon();
+    }
+
+    /// An event no write carries: the writer commits it to the table.
+    pub fn publish(&self, ts_ms: u64, ev: GatewayEvent) {
+        tracing::debug!(event = "gateway_event", kind = ev.name());
+        let _ = self.writer.send(ToWriter::Event(ts_ms, ev));
+    }
+
+    /// Resolves once every event published before is committed (so an answer that
+    /// follows it never outruns its events); `None` once the writer is gone.
+    pub fn flushed(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.writer.send(ToWriter::Flush(tx)).ok()?;
+        Some(rx)
+    }
+
+    /// Events were committed with a write (without ids, on some engines): have the
+    /// writer sequence them.
+    pub fn sequence_soon(&self) {
+        let _ = self.writer.send(ToWriter::Sequence);
+    }
+
+    /// Feed subscribers what `table` holds past what memory has read, oldest first. The
+    /// first read starts at the newest [`REPLAY`] events, for subscribers that resume.
+    pub async fn catch_up(&self, table: &dyn EventTable) {
+        let _one = self.reading.lock().await;
+        let primed = self.ring().from.is_some();
+        let read = if primed {
+            self.read_from(table, self.last_id()).await.map(|_| ())
+        } else {
+            self.prime(table).await
         };
-        match replicas.events_after(after, REPLAY).await {
-            Ok(rows) => {
-                let mut events = Vec::with_capacity(rows.len() + kept.len());
-                let mut last = after;
-                for (id, ts_ms, json) in rows {
-                    match serde_json::from_str::<GatewayEvent>(&json) {
-                        Ok(event) => events.push(Arc::new(Event { id, ts_ms, event })),
-                        Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
-                    }
-                    last = last.max(id);
-                }
-                kept.retain(|e| e.id > last);
-                events.extend(kept);
-                Missed {
-                    lagged: false,
-                    events,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(event = "events_replay_failed", error = %e);
-                Missed {
-                    lagged: true,
-                    events: kept,
-                }
+        if let Err(e) = read {
+            tracing::warn!(event = "events_unreadable", error = %e);
+        }
+    }
+
+    /// The first read: the newest [`REPLAY`] events the table still has.
+    async fn prime(&self, table: &dyn EventTable) -> Result<(), StateError> {
+        let newest = table.newest_event().await?;
+        let first = self
+            .read_from(table, newest.saturating_sub(REPLAY as u64))
+            .await?;
+        let mut ring = self.ring();
+        // Ids follow each other: what came before the first row read is gone.
+        ring.from = Some(first.map_or(newest, |id| id - 1));
+        ring.last = ring.last.max(newest);
+        Ok(())
+    }
+
+    /// Deliver the table's events after `after`; returns the first id read.
+    async fn read_from(
+        &self,
+        table: &dyn EventTable,
+        mut after: u64,
+    ) -> Result<Option<u64>, StateError> {
+        let mut first = None;
+        loop {
+            let rows = table.events_after(after, PAGE).await?;
+            let n = rows.len();
+            first = first.or(rows.first().map(|r| r.0));
+            let events = parse(rows, &mut after);
+            self.deliver(events);
+            if n < PAGE {
+                return Ok(first);
             }
         }
     }
 
-    fn ring(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Event>>> {
+    /// The events after `after` a resuming subscriber missed: from memory, and from
+    /// `table` when memory does not reach back that far.
+    pub async fn missed(&self, table: &dyn EventTable, after: u64) -> Missed {
+        let (mut kept, covered) = self.replay(after);
+        if covered {
+            return Missed {
+                lagged: false,
+                events: kept,
+            };
+        }
+        let rows = match table.events_after(after, REPLAY).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(event = "events_replay_failed", error = %e);
+                return Missed {
+                    lagged: true,
+                    events: kept,
+                };
+            }
+        };
+        let first = rows.first().map(|r| r.0).or(kept.first().map(|e| e.id));
+        let mut last = after;
+        let mut events: Vec<Arc<Event>> =
+            parse(rows, &mut last).into_iter().map(Arc::new).collect();
+        kept.retain(|e| e.id > last);
+        events.extend(kept);
+        // Ids follow each other: a first id past `after + 1`, or none where newer ones
+        // were read, means some are gone.
+        let lagged = match first {
+            Some(id) => id > after.saturating_add(1),
+            None => after < self.last_id(),
+        };
+        Missed { lagged, events }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
         self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn publish(&self, ts_ms: u64, ev: GatewayEvent) {
-        tracing::debug!(event = "gateway_event", kind = ev.name());
-        if let Some(w) = &self.writer {
-            let _ = w.send(ToWriter::Event(ts_ms, ev));
-            return;
-        }
-        let e = {
-            let mut ring = self.ring();
-            let id = ring.back().map_or(1, |l| l.id + 1);
-            let e = Arc::new(Event {
-                id,
-                ts_ms,
-                event: ev,
-            });
-            ring.push_back(e.clone());
-            while ring.len() > REPLAY {
-                ring.pop_front();
-            }
-            e
-        };
-        let _ = self.tx.send(e);
-    }
-
-    /// Shared mode: events read back from the database, in id order; those not yet
-    /// delivered go to subscribers.
+    /// Events read back from the table, in id order; those not yet delivered go to
+    /// subscribers.
     pub fn deliver(&self, events: Vec<Event>) {
         for e in events {
             let e = Arc::new(e);
             {
                 let mut ring = self.ring();
-                if ring.back().is_some_and(|l| l.id >= e.id) {
+                if ring.last >= e.id {
                     continue;
                 }
-                ring.push_back(e.clone());
-                while ring.len() > REPLAY {
-                    ring.pop_front();
+                ring.last = e.id;
+                ring.events.push_back(e.clone());
+                while ring.events.len() > REPLAY {
+                    if let Some(gone) = ring.events.pop_front() {
+                        ring.from = Some(gone.id);
+                    }
                 }
             }
             let _ = self.tx.send(e);
         }
     }
 
-    /// Shared mode: resolves once every event published before is committed (so an
-    /// answer that follows it never outruns its events). `None` in local mode.
-    pub fn flushed(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        let w = self.writer.as_ref()?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        w.send(ToWriter::Flush(tx)).ok()?;
-        Some(rx)
-    }
-
-    /// Shared mode: events were committed with a write (without ids); have the writer
-    /// sequence them.
-    pub fn sequence_soon(&self) {
-        if let Some(w) = &self.writer {
-            let _ = w.send(ToWriter::Sequence);
-        }
-    }
-
-    /// The newest id delivered to subscribers (0 = none yet).
+    /// The newest id read from the table (0 = none yet).
     pub fn last_id(&self) -> u64 {
-        self.ring().back().map_or(0, |e| e.id)
+        self.ring().last
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
@@ -439,33 +430,34 @@ impl EventLog {
     }
 
     /// Events after `after` still in memory, oldest first, and whether the memory
-    /// reaches back that far (false: some were dropped from the ring).
+    /// reaches back that far (false: some were dropped from the ring, or the table was
+    /// not read yet).
     pub fn replay(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
         let ring = self.ring();
-        let complete = ring
-            .front()
-            .is_some_and(|f| f.id <= after.saturating_add(1))
-            || ring.is_empty();
-        (
-            ring.iter()
-                .filter(|e| e.id > after && !e.event.is_sentinel())
-                .cloned()
-                .collect(),
-            complete,
-        )
+        let covered = ring.from.is_some_and(|f| after >= f);
+        let start = ring.events.partition_point(|e| e.id <= after);
+        (ring.events.range(start..).cloned().collect(), covered)
     }
 }
 
-impl GatewayEvent {
-    fn is_sentinel(&self) -> bool {
-        matches!(self, GatewayEvent::NodeOffline { node_id } if node_id.is_empty())
+/// Rows of the table as events (one unreadable is skipped, and logged); `after` moves
+/// to the newest id read.
+fn parse(rows: Vec<EventRow>, after: &mut u64) -> Vec<Event> {
+    let mut events = Vec::with_capacity(rows.len());
+    for (id, ts_ms, json) in rows {
+        *after = (*after).max(id);
+        match serde_json::from_str::<GatewayEvent>(&json) {
+            Ok(event) => events.push(Event { id, ts_ms, event }),
+            Err(e) => tracing::warn!(event = "stored_event_unreadable", id, error = %e),
+        }
     }
+    events
 }
 
 /// What a subscriber resuming after an event id missed ([`EventLog::missed`]).
 pub struct Missed {
-    /// Some events are gone for good (memory does not reach back, and no shared state
-    /// could be read): the subscriber must be told it lagged.
+    /// Some events are gone for good (older than the table keeps, or the table could
+    /// not be read): the subscriber must be told it lagged.
     pub lagged: bool,
     /// The events it can still get, oldest first.
     pub events: Vec<Arc<Event>>,

@@ -21,145 +21,182 @@ mod frames {
 
 mod log {
     use super::super::*;
+    use crate::gateway::storage::Fut;
 
     fn online(n: &str) -> GatewayEvent {
         GatewayEvent::NodeOnline { node_id: n.into() }
     }
 
-    #[test]
-    fn local_ids_grow_and_a_resuming_subscriber_gets_what_it_missed() {
-        let log = EventLog::local(1_000);
-        let mut rx = log.subscribe();
-        for n in ["a", "b", "c"] {
-            log.publish(5, online(n));
+    fn at(id: u64) -> Event {
+        Event {
+            id,
+            ts_ms: 9,
+            event: online("a"),
         }
-        let ids: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().id).collect();
-        assert_eq!(ids, [1_000, 1_001, 1_002]);
+    }
+
+    fn ids(events: &[Arc<Event>]) -> Vec<u64> {
+        events.iter().map(|e| e.id).collect()
+    }
+
+    /// A state's event table as a list (`None` when it cannot be read), and the newest
+    /// id it gave (at least its last row's).
+    struct Table(Mutex<Option<Vec<EventRow>>>, u64);
+
+    fn rows(ids: impl IntoIterator<Item = u64>) -> Option<Vec<EventRow>> {
+        let json = serde_json::to_string(&online("a")).unwrap();
+        Some(ids.into_iter().map(|id| (id, 9, json.clone())).collect())
+    }
+
+    impl Table {
+        /// Rows with these ids.
+        fn of(ids: impl IntoIterator<Item = u64>) -> Self {
+            Self(Mutex::new(rows(ids)), 0)
+        }
+
+        fn rows(&self) -> Result<Vec<EventRow>, StateError> {
+            let rows = self.0.lock().unwrap().clone();
+            rows.ok_or_else(|| StateError::Unavailable("down".into()))
+        }
+    }
+
+    impl EventTable for Table {
+        fn append_events(&self, _: Vec<(u64, String)>) -> Fut<'_, ()> {
+            unreachable!("the event log only reads the table")
+        }
+        fn sequence_events(&self) -> Fut<'_, u64> {
+            unreachable!("the event log only reads the table")
+        }
+        fn events_after(&self, after: u64, limit: usize) -> Fut<'_, Vec<EventRow>> {
+            let rows = self.rows().map(|rows| {
+                rows.into_iter()
+                    .filter(|r| r.0 > after)
+                    .take(limit)
+                    .collect()
+            });
+            Box::pin(async move { rows })
+        }
+        fn newest_event(&self) -> Fut<'_, u64> {
+            let newest = self.rows().map(|r| r.last().map_or(0, |r| r.0).max(self.1));
+            Box::pin(async move { newest })
+        }
+        fn events_announced(&self) -> tokio::sync::watch::Receiver<u64> {
+            unreachable!("the reader task waits on it, not the log")
+        }
+    }
+
+    #[tokio::test]
+    async fn subscribers_get_the_tables_events_and_a_resuming_one_what_it_missed() {
+        let (log, _writer) = EventLog::new();
+        let mut rx = log.subscribe();
+        let table = Table::of(1_000..=1_002);
+        log.catch_up(&table).await;
+        let got: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().id).collect();
+        assert_eq!(got, [1_000, 1_001, 1_002]);
+        assert_eq!(log.last_id(), 1_002);
         let (missed, complete) = log.replay(1_000);
         assert!(complete);
-        assert_eq!(
-            missed.iter().map(|e| e.id).collect::<Vec<_>>(),
-            [1_001, 1_002]
-        );
+        assert_eq!(ids(&missed), [1_001, 1_002]);
         assert!(log.replay(1_002).0.is_empty());
         // From before the first event: everything, and nothing is known to be missing.
         let (all, complete) = log.replay(0);
         assert_eq!(all.len(), 3);
-        assert!(!complete, "ids below the first are unknown to this log");
+        assert!(!complete, "ids below the first are unknown to memory");
         let (all, complete) = log.replay(999);
         assert_eq!(all.len(), 3);
         assert!(complete);
+        // What the table gains later is read once, from where memory stopped.
+        *table.0.lock().unwrap() = rows(1_000..=1_003);
+        log.catch_up(&table).await;
+        assert_eq!(rx.try_recv().unwrap().id, 1_003);
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn the_first_read_keeps_the_newest_and_a_resume_further_back_reads_the_table() {
+        let (log, _writer) = EventLog::new();
+        let newest = (REPLAY + 100) as u64;
+        let table = Table::of(1..=newest);
+        log.catch_up(&table).await;
+        let (kept, complete) = log.replay(100);
+        assert!(complete);
+        assert_eq!(kept.len(), REPLAY);
+        assert!(!log.replay(99).1);
+        let m = log.missed(&table, 10).await;
+        assert!(!m.lagged);
+        // At most REPLAY from the table, then memory's newer ones.
+        assert_eq!(ids(&m.events), (11..=newest).collect::<Vec<_>>());
     }
 
     #[test]
     fn the_ring_forgets_the_oldest_and_says_so() {
-        let log = EventLog::local(1);
-        for _ in 0..REPLAY + 10 {
-            log.publish(1, online("a"));
-        }
+        let (log, _writer) = EventLog::new();
+        log.deliver((1..=(REPLAY + 10) as u64).map(at).collect());
         let (kept, complete) = log.replay(1);
         assert!(!complete);
         assert_eq!(kept.len(), REPLAY);
         assert_eq!(kept.last().unwrap().id, (REPLAY + 10) as u64);
+        assert!(log.replay(10).1);
     }
 
-    use crate::gateway::storage::{Fut, NodeSeen, Notice, SharedState};
-
-    /// The replicas' event table as a list; nothing else of the shared state is asked
-    /// by the event log.
-    struct Table(Vec<(u64, u64, String)>);
-
-    impl SharedState for Table {
-        fn events_after(&self, after: u64, limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
-            let rows: Vec<_> = self
-                .0
-                .iter()
-                .filter(|r| r.0 > after)
-                .take(limit)
-                .cloned()
-                .collect();
-            Box::pin(async move { Ok(rows) })
-        }
-        fn refresh_peer<'a>(&'a self, _: &'a str) -> Fut<'a, ()> {
-            unreachable!("the event log reads only events")
-        }
-        fn append_events(&self, _: Vec<(u64, String)>) -> Fut<'_, u64> {
-            unreachable!("the event log reads only events")
-        }
-        fn sequence_events(&self) -> Fut<'_, u64> {
-            unreachable!("the event log reads only events")
-        }
-        fn node_heard<'a>(&'a self, _: &'a str, _: u64) -> Fut<'a, bool> {
-            unreachable!("the event log reads only events")
-        }
-        fn nodes_polling(&self, _: Vec<String>, _: u64, _: u64) -> Fut<'_, ()> {
-            unreachable!("the event log reads only events")
-        }
-        fn poll_abandoned<'a>(&'a self, _: &'a str, _: u64, _: u64) -> Fut<'a, ()> {
-            unreachable!("the event log reads only events")
-        }
-        fn sweep_offline(&self, _: u64, _: u64) -> Fut<'_, Vec<String>> {
-            unreachable!("the event log reads only events")
-        }
-        fn nodes_seen<'a>(
-            &'a self,
-            _: &'a [String],
-        ) -> Fut<'a, std::collections::HashMap<String, NodeSeen>> {
-            unreachable!("the event log reads only events")
-        }
-        fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice> {
-            unreachable!("the event log reads only events")
-        }
-        fn first_use<'a>(&'a self, _: &'a [u8; 64], _: u64) -> Fut<'a, bool> {
-            unreachable!("the event log reads only events")
-        }
-    }
-
-    /// A subscriber resuming further back than memory holds: locally it lagged; with
-    /// replicas the table has the rest, memory's newer events follow without repeats.
+    /// A subscriber resuming further back than memory holds reads the table; where the
+    /// table does not reach back either (or cannot be read), it lagged. Memory's newer
+    /// events follow the table's without repeats.
     #[tokio::test]
-    async fn a_resume_past_memory_reads_the_replicas_table_or_says_it_lagged() {
-        let local = EventLog::local(1);
-        for _ in 0..REPLAY + 5 {
-            local.publish(1, online("a"));
-        }
-        let m = local.missed(2).await;
-        assert!(m.lagged);
-        assert_eq!(m.events.len(), REPLAY);
-
-        let json = serde_json::to_string(&online("b")).unwrap();
-        let table = Table((3..=5).map(|id| (id, 9, json.clone())).collect());
-        let (log, _writer) = EventLog::shared(std::sync::Arc::new(table));
-        let at = |id| Event {
-            id,
-            ts_ms: 9,
-            event: online("b"),
-        };
+    async fn a_resume_past_memory_reads_the_table_or_says_it_lagged() {
+        let (log, _writer) = EventLog::new();
+        let table = Table::of(3..=5);
         log.deliver(vec![at(5), at(6)]);
-        let m = log.missed(1).await;
+        let m = log.missed(&table, 2).await;
         assert!(!m.lagged);
-        let ids: Vec<u64> = m.events.iter().map(|e| e.id).collect();
-        assert_eq!(ids, [3, 4, 5, 6]);
+        assert_eq!(ids(&m.events), [3, 4, 5, 6]);
+        let m = log.missed(&table, 1).await;
+        assert!(m.lagged, "event 2 is gone");
+        assert_eq!(ids(&m.events), [3, 4, 5, 6]);
+        *table.0.lock().unwrap() = None;
+        let m = log.missed(&table, 2).await;
+        assert!(m.lagged);
+        assert_eq!(ids(&m.events), [5, 6]);
+    }
+
+    /// After a restart of the embedded engine its table is empty (ids start past the old
+    /// ones): a subscriber resuming from before lagged; one resuming from after did not.
+    #[tokio::test]
+    async fn a_resume_from_before_an_empty_table_lagged() {
+        let (log, _writer) = EventLog::new();
+        let fresh = Table(Mutex::new(Some(Vec::new())), 99);
+        log.catch_up(&fresh).await;
+        assert_eq!(log.last_id(), 99);
+        let m = log.missed(&fresh, 10).await;
+        assert!(m.lagged && m.events.is_empty());
+        let m = log.missed(&fresh, 99).await;
+        assert!(!m.lagged && m.events.is_empty());
     }
 
     #[test]
-    fn shared_mode_delivers_each_database_event_once_in_id_order() {
-        let (log, mut writer) = EventLog::shared(std::sync::Arc::new(Table(Vec::new())));
+    fn published_events_go_to_the_writer_and_subscribers_get_the_tables_once_in_order() {
+        let (log, mut writer) = EventLog::new();
         let mut rx = log.subscribe();
         log.publish(3, online("a"));
         // Published events go to the writer, not to subscribers…
         assert!(matches!(writer.try_recv().unwrap(), ToWriter::Event(3, e) if e == online("a")));
         assert!(rx.try_recv().is_err());
-        // …which get what the database returns, once, even if read twice.
-        let read = |id| Event {
-            id,
-            ts_ms: 3,
-            event: online("a"),
-        };
-        log.deliver(vec![read(7), read(8)]);
-        log.deliver(vec![read(8), read(9)]);
-        let ids: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok().map(|e| e.id)).collect();
-        assert_eq!(ids, [7, 8, 9]);
+        // …which get what the table returns, once, even if read twice.
+        log.deliver(vec![at(7), at(8)]);
+        log.deliver(vec![at(8), at(9)]);
+        let got: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok().map(|e| e.id)).collect();
+        assert_eq!(got, [7, 8, 9]);
         assert_eq!(log.last_id(), 9);
+    }
+
+    #[test]
+    fn a_writes_events_are_staged_as_json_and_sequenced_after_it() {
+        let (log, mut writer) = EventLog::new();
+        let mut staged = log.stage(4, [("m1".to_string(), online("a"))]).unwrap();
+        let json = serde_json::to_string(&online("a")).unwrap();
+        assert_eq!(staged.take_row(), Some((4, json)));
+        assert_eq!(staged.take_rows(), (4, Vec::new()), "taken by the write");
+        log.committed(staged);
+        assert!(matches!(writer.try_recv().unwrap(), ToWriter::Sequence));
     }
 }

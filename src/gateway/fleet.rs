@@ -178,9 +178,9 @@ impl Fleet<'_> {
     }
 
     /// The events after `after` a resuming dashboard or console page missed: from
-    /// memory, or from the replicas' shared state when memory does not reach back.
+    /// memory, or from the state's event table when memory does not reach back.
     pub async fn events_after(&self, after: u64) -> Missed {
-        self.0.events.missed(after).await
+        self.0.events.missed(self.0.state.events(), after).await
     }
 
     /// `GET /v1/status` of a gateway: the node's shape where it applies.

@@ -22,7 +22,8 @@
 //! its frontiers) · [`own_audit`] · [`enroll`] (enrollment, approvals, retiring; its
 //! admission) · [`rotation`] (key rotations, grace) · [`fleet`] (the read model of the
 //! node list, a message's state, the events a subscriber missed) · [`console`] (what
-//! the operator's web console shows, its sessions) · [`sweeper`] (background passes);
+//! the operator's web console shows, its sessions) · [`sweeper`] (background passes) ·
+//! [`event_tasks`] (the event log's writer and reader, over the state's event table);
 //! leaves: [`events`] · [`liveness`] · [`source_budget`] · [`error`]. The HTTP routes
 //! and handlers live beside the node's, in `api::gateway`.
 //!
@@ -37,6 +38,7 @@ pub mod console;
 pub mod delivery;
 pub mod enroll;
 pub mod error;
+pub mod event_tasks;
 pub mod events;
 pub mod fleet;
 pub mod inbox;

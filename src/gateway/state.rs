@@ -33,7 +33,7 @@ pub struct Gateway {
     trust: crate::daemon::trust::TrustCache,
     pub(super) metrics: Arc<Metrics>,
     pub(super) events: EventLog,
-    /// Shared state: the writer's end of the event log, taken by its task at start.
+    /// The writer's end of the event log, taken by its task at start.
     pub(super) event_writer:
         Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<super::events::ToWriter>>>,
     pub(super) shutdown: CancellationToken,
@@ -90,13 +90,7 @@ impl Gateway {
         let slots = enroll_slots(&cfg);
         let published = published_or_own(&cfg, &keys);
         let started_ms = state.now_ms();
-        let (events, event_writer) = if let Some(replicas) = &shared {
-            let (log, rx) = EventLog::shared(replicas.clone());
-            (log, Some(rx))
-        } else {
-            // Ids from the start time in microseconds: they keep growing across restarts.
-            (EventLog::local(started_ms.saturating_mul(1000)), None)
-        };
+        let (events, event_writer) = EventLog::new();
         Self {
             cfg: Arc::new(cfg),
             state,
@@ -106,7 +100,7 @@ impl Gateway {
             trust,
             metrics: Arc::new(Metrics::gateway()),
             events,
-            event_writer: Mutex::new(event_writer),
+            event_writer: Mutex::new(Some(event_writer)),
             shutdown,
             live: LiveTable::new(shared.clone()),
             replicas: shared.clone(),
@@ -219,9 +213,9 @@ impl Gateway {
 
     /// Peers plus the gateway itself as an issuer, so tokens it minted (or an operator
     /// issued with `outpost token issue` on the gateway) verify here.
-    /// Wait until the events published so far are committed (a database-backed state;
-    /// at once otherwise). Handlers call it before answering, so a replica killed right
-    /// after its answer has not lost the events of what it answered for.
+    /// Wait until the events published so far are committed to the state's event
+    /// table. Handlers call it before answering, so a replica killed right after its
+    /// answer has not lost the events of what it answered for.
     pub(super) async fn events_committed(&self) {
         if let Some(rx) = self.events.flushed() {
             if tokio::time::timeout(std::time::Duration::from_secs(5), rx)
@@ -262,9 +256,8 @@ impl Gateway {
         refreshed
     }
 
-    /// The shared state the replica-following tasks (`sweeper::follow`,
-    /// `sweeper::write_events`) run on; `None` for a gateway alone on its store, which
-    /// starts neither.
+    /// The shared state the replica-following task (`sweeper::follow`) runs on; `None`
+    /// for a gateway alone on its store, which does not start it.
     pub fn replicas_to_follow(&self) -> Option<Arc<dyn SharedState>> {
         self.replicas.clone()
     }

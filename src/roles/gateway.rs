@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::gateway::{open_any, sweeper, tls, StartError};
+use crate::gateway::{event_tasks, open_any, sweeper, tls, StartError};
 use crate::service::Notifier;
 
 /// Serve the gateway on `listener` until `shutdown` fires, then drain (long-polls and
@@ -55,9 +55,10 @@ pub async fn run(
     let tracker = TaskTracker::new();
     tracker.spawn(sweeper::run(gw.clone()));
     tracker.spawn(sweeper::watchdog(gw.clone()));
+    tracker.spawn(event_tasks::write_events(gw.clone()));
+    tracker.spawn(event_tasks::read_events(gw.clone()));
     if let Some(replicas) = gw.replicas_to_follow() {
-        tracker.spawn(sweeper::follow(gw.clone(), replicas.clone()));
-        tracker.spawn(sweeper::write_events(gw.clone(), replicas));
+        tracker.spawn(sweeper::follow(gw.clone(), replicas));
     }
     tracker.spawn(crate::gateway::rotation::watch(gw.clone()));
     tracker.spawn(crate::gateway::rollout::driver::run(gw.clone()));

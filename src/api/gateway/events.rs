@@ -88,18 +88,19 @@ mod tests {
     #[tokio::test]
     async fn stream_ends_on_shutdown() {
         use futures_util::StreamExt;
-        let log = EventLog::local(1);
+        let (log, _writer) = EventLog::new();
         let stop = CancellationToken::new();
         let resp = sse_response(log.subscribe(), (Vec::new(), 0), stop.clone());
         let mut body = resp.into_body().into_data_stream();
         let first = body.next().await.unwrap().unwrap();
         assert!(first.starts_with(b": outpost"));
-        log.publish(
-            1,
-            crate::gateway::events::GatewayEvent::NodeOnline {
+        log.deliver(vec![crate::gateway::events::Event {
+            id: 1,
+            ts_ms: 1,
+            event: crate::gateway::events::GatewayEvent::NodeOnline {
                 node_id: "node:a".into(),
             },
-        );
+        }]);
         let ev = body.next().await.unwrap().unwrap();
         assert!(std::str::from_utf8(&ev).unwrap().contains("node_online"));
         stop.cancel();

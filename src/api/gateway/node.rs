@@ -70,7 +70,7 @@ pub async fn ack(State(gw): State<Arc<Gateway>>, signed: SignedNode) -> ApiResul
     let ack = NodeAck {
         delivered: body.message_ids,
         rejected: body.rejected.into_iter().map(|r| (r.id, r.code)).collect(),
-        events: None,
+        events: (0, Vec::new()),
     };
     let acked = gw.delivery().ack(&signed.node_id, ack).await?;
     Ok(Json(AckAnswer { acked }))

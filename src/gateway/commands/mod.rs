@@ -92,7 +92,7 @@ pub(super) async fn seal_and_queue(
         payload_type: payload_type.to_string(),
         expires_at_ms: params.expires_at_ms,
     };
-    // A shared state commits the event with the message: one commit before the 202.
+    // The state commits the event with the message: one commit before the 202.
     let mut staged = gw
         .events
         .stage(now, [(message_id.to_string(), event)])
@@ -115,7 +115,7 @@ pub(super) async fn seal_and_queue(
     if live {
         gw.mark_live_sent(message_id);
     }
-    gw.events.committed(staged, |_| true);
+    gw.events.committed(staged);
     announce_queued(gw, message_id, &to.node_id);
     Ok(params.expires_at_ms)
 }

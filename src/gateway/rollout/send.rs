@@ -173,7 +173,7 @@ pub(super) async fn withdraw(
     let ack = NodeAck {
         delivered: Vec::new(),
         rejected: vec![(id.clone(), reason.to_string())],
-        events: None,
+        events: (0, Vec::new()),
     };
     gw.state.ack(&t.node_id, ack).await?;
     Ok(true)

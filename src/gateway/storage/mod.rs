@@ -2,14 +2,16 @@
 //! speak of commands, jobs, results, deliveries, the inbox, revocations and audit
 //! copies — never of queue, KV or dedup-scope names.
 //!
-//! One implementation today: [`embedded::Embedded`], the store every node runs too
-//! (a single file set on the gateway's disk). A database-backed implementation (for
-//! gateway replicas sharing one database) implements the same trait; everything above
-//! it — the handlers, the sweeper, liveness, events — stays as it is.
+//! Two implementations: [`embedded::Embedded`], the store every node runs too (a single
+//! file set on the gateway's disk, one process), and `postgres::Postgres` (gateway
+//! replicas sharing one database). Everything above them — the handlers, the sweeper,
+//! liveness, events — is the same on both; what only replicas share is its own trait
+//! ([`SharedState`]), and the events every engine keeps are [`EventTable`].
 //!
 //! Contract every implementation keeps (the handlers rely on it):
 //! - A future that resolves `Ok` has made its write durable (fsynced, or committed by
-//!   the database). Nothing is acknowledged to a caller before that.
+//!   the database). Nothing is acknowledged to a caller before that. (Events are kept
+//!   as long as the engine keeps them: [`EventTable`].)
 //! - Per node, [`GatewayState::take_batch`] hands out messages in the order they were
 //!   queued (priority first, then arrival), never one that expired. What is not
 //!   acknowledged is handed out again by the node's next pull (the node deduplicates).
@@ -27,6 +29,7 @@
 
 pub mod embedded;
 mod enrollments;
+mod events;
 pub mod fleet;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -48,6 +51,7 @@ pub use enrollments::{
     EnrollmentRecord, EnrollmentState, Facts, Kind, PendingAudit, RecordState, RetireAudit,
     SettleAudit, TokenRecord, NODE_RIGHTS,
 };
+pub use events::{EventRow, EventTable};
 pub use shared::SharedState;
 pub use trust_edit::TrustEdit;
 
@@ -96,9 +100,10 @@ pub struct ForNode {
     /// dead-letter by it (PROTOCOL §14: retries and dead letters are the node outbox's):
     /// a message a node never acknowledges is handed out again until it expires.
     pub max_attempts: u32,
-    /// A shared state ([`GatewayState::replicas`]) commits this event (`(ts_ms, event
-    /// as JSON)`) in the same transaction as the message, so the caller need not wait
-    /// for a second commit; the embedded state ignores it (its events live in memory).
+    /// The event the message's enqueue causes (`(ts_ms, event as JSON)`), committed to
+    /// the state's [`EventTable`] with the message (in the same transaction, where the
+    /// engine has them), so the caller need not wait for a second commit; none when the
+    /// enqueue writes nothing (a duplicate).
     pub event: Option<(u64, String)>,
 }
 
@@ -185,11 +190,11 @@ pub struct PullBatch {
 pub struct NodeAck {
     pub delivered: Vec<String>,
     pub rejected: Vec<(String, String)>,
-    /// A shared state ([`GatewayState::replicas`]) commits, for each id it removes, its
-    /// event (`(message id, event as JSON)`, at `ts_ms`) in the same transaction, so a
-    /// replica that dies after the commit cannot lose it; the embedded state ignores
-    /// them (its events live in memory).
-    pub events: Option<(u64, Vec<(String, String)>)>,
+    /// The events the ack may cause (`(ts_ms, [(message id, event as JSON)])`): for each
+    /// id it removes, that id's event is committed to the state's [`EventTable`] with
+    /// the removal (in the same transaction, where the engine has them, so a replica
+    /// that dies after the commit cannot lose it); none for an id it did not remove.
+    pub events: (u64, Vec<(String, String)>),
 }
 
 /// A message a node sent to the gateway itself (not a result): kept in the inbox
@@ -278,8 +283,6 @@ pub enum Notice {
     Queued(String),
     /// Pull number `.1` of node `.0` began: the node's older pulls end.
     Pulled(String, u64),
-    /// New events were committed, up to this id.
-    Events(u64),
     /// Notices may have been missed (the listener reconnected): re-check everything.
     Resync,
 }
@@ -301,9 +304,12 @@ pub trait GatewayState:
     fn now_ms(&self) -> u64;
 
     /// What replicas sharing this state share ([`SharedState`]); `None` for a state only
-    /// this process writes (the gateway then keeps events, liveness and the replay
-    /// window in its own memory).
+    /// this process writes (the gateway then keeps liveness and the replay window in its
+    /// own memory).
     fn replicas(&self) -> Option<&dyn SharedState>;
+
+    /// The events dashboards follow ([`EventTable`]), on every engine.
+    fn events(&self) -> &dyn EventTable;
 
     /// Queue a sealed envelope for its node, with the caller's job binding (tool calls)
     /// in the same transaction.

@@ -1,10 +1,11 @@
 //! The part of the gateway's state that replicas share (PROTOCOL §12, a database-backed
-//! state): events in commit order, liveness every replica sees, notices of what other
-//! replicas committed, the replay window of node requests, fresh peer rows. Only a
-//! state other processes share implements it ([`super::GatewayState::replicas`]); a
-//! state one process writes (the embedded store) has none of it, and the gateway keeps
-//! those things in its own memory — so no caller can ask a one-process state a
-//! replicas' question, and no implementation answers one with a made-up value.
+//! state): liveness every replica sees, notices of what other replicas committed, the
+//! replay window of node requests, fresh peer rows. Only a state other processes share
+//! implements it ([`super::GatewayState::replicas`]); a state one process writes (the
+//! embedded store) has none of it, and the gateway keeps those things in its own memory
+//! — so no caller can ask a one-process state a replicas' question, and no
+//! implementation answers one with a made-up value. (Events every engine keeps:
+//! [`super::EventTable`].)
 
 use super::{Fut, NodeSeen, Notice};
 
@@ -13,19 +14,6 @@ pub trait SharedState: Send + Sync {
     /// A lookup of `node_id` missed: this replica's copy of the trust store may lag the
     /// database other processes write; bring that peer's entry up to date.
     fn refresh_peer<'a>(&'a self, node_id: &'a str) -> Fut<'a, ()>;
-
-    /// Commit events (`(ts_ms, event as JSON)`) durably, still without ids
-    /// ([`Self::sequence_events`] gives them theirs). With no events, returns the newest
-    /// id given so far.
-    fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, u64>;
-
-    /// Give the committed events that have none their ids, in commit order across
-    /// replicas (whichever replica committed them, including events committed with a
-    /// message: [`super::ForNode::event`]), and announce them; returns how many.
-    fn sequence_events(&self) -> Fut<'_, u64>;
-
-    /// Committed events after `after`, oldest first: `(id, ts_ms, event as JSON)`.
-    fn events_after(&self, after: u64, limit: usize) -> Fut<'_, Vec<(u64, u64, String)>>;
 
     /// `node` was heard from at `now_ms`; true when it was not online
     /// before (exactly one replica gets true for one transition).

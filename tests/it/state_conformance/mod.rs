@@ -1,6 +1,6 @@
 //! The gateway's state contract (`gateway::storage`: [`GatewayState`] and its parts
-//! `EnrollmentState` and [`SharedState`]) checked by one suite on every engine: the `it`
-//! binary runs it on the embedded store, `gateway_pg` on PostgreSQL
+//! `EnrollmentState`, `EventTable` and [`SharedState`]) checked by one suite on every
+//! engine: the `it` binary runs it on the embedded store, `gateway_pg` on PostgreSQL
 //! (`crate::GATEWAY_ENGINE` picks), each test on a fresh state and a clock it moves.
 //! Every assertion is a promise of the trait's documentation or of the types it
 //! answers with, never what one engine happens to do.
@@ -9,14 +9,15 @@
 //! pipelining; unique ids (with or without a job or an idempotency key); expiry and the
 //! sweep; the gateway's inbox and uploads; message status and queue statistics; the
 //! trust store and its version, node and gateway key rotations; fleet state records
-//! (revisions, the token's labels at enrollment); enrollment tokens,
-//! enrollments, approvals and retirements; token revocations; nodes' audit copies; what
-//! survives a restart.
+//! (revisions, the token's labels at enrollment); enrollment tokens, enrollments,
+//! approvals and retirements; token revocations; nodes' audit copies; the event table
+//! (the rows a write carries, ids in commit order); what survives a restart.
 //!
-//! Left to other suites: what only replicas sharing one database show (events,
-//! liveness, notices, the shared replay window: `replicas`, `replicas_faults`), an
-//! outcome lost with the database (`replicas_faults`), enqueues that arrive together
-//! (`state_pg`) and enrollments that race for one token's uses (`self_enroll`).
+//! Left to other suites: what only replicas sharing one database show (every replica's
+//! events in one order, liveness, notices, the shared replay window: `replicas`,
+//! `replicas_faults`), an outcome lost with the database (`replicas_faults`), enqueues
+//! that arrive together (`state_pg`) and enrollments that race for one token's uses
+//! (`self_enroll`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -176,7 +177,7 @@ fn delivered(ids: &[&str]) -> NodeAck {
     NodeAck {
         delivered: ids.iter().map(|s| s.to_string()).collect(),
         rejected: Vec::new(),
-        events: None,
+        events: (0, Vec::new()),
     }
 }
 
@@ -190,6 +191,7 @@ async fn state_of(state: &dyn GatewayState, id: &str) -> Option<MessageState> {
     state.message_status(id).await.unwrap().map(|s| s.state)
 }
 
+mod events;
 mod expiry;
 mod fleet;
 mod history;

@@ -66,7 +66,7 @@ async fn a_pull_hands_out_a_nodes_messages_in_queue_order_and_an_ack_removes_the
     let refused = NodeAck {
         delivered: Vec::new(),
         rejected: vec![("a2".into(), "bad_payload".into())],
-        events: None,
+        events: (0, Vec::new()),
     };
     assert_eq!(state.ack("node:a", refused).await.unwrap(), ["a2"]);
     let status = state.message_status("a2").await.unwrap().unwrap();
@@ -208,7 +208,7 @@ async fn an_ack_changes_nothing_for_ids_never_queued_for_that_node() {
             ("m1".into(), "bad".into()),
             ("unknown".into(), "bad".into()),
         ],
-        events: None,
+        events: (0, Vec::new()),
     };
     assert_eq!(
         state.ack("node:b", stray).await.unwrap(),
@@ -306,45 +306,4 @@ async fn a_command_key_is_stored_with_its_command_only_and_kept_until_its_time()
     assert_eq!(state.command_key("k1").await.unwrap(), Some(key("k1")));
     e.clock.advance_ms(5 * MINUTE_MS);
     assert_eq!(state.command_key("k1").await.unwrap(), None);
-}
-
-/// A shared state commits the events an ack carries with the removal, only for the ids
-/// it removed (a replica killed right after the commit loses none of them); a state one
-/// process writes has no replicas to commit them for.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_acks_events_are_committed_with_it_for_what_it_removed() {
-    let Some(e) = Engine::open().await else {
-        return;
-    };
-    let state = &*e.state;
-    let q = state.queue_command(command("node:a", "m1"), None).await;
-    assert_eq!(q.unwrap(), Queued::Queued);
-    pull(state, "node:a").await;
-    let ack = NodeAck {
-        delivered: vec!["m1".into(), "never".into()],
-        rejected: Vec::new(),
-        events: Some((
-            T0,
-            vec![
-                ("m1".into(), r#"{"type":"delivered","m":"m1"}"#.into()),
-                ("never".into(), r#"{"type":"delivered","m":"never"}"#.into()),
-            ],
-        )),
-    };
-    assert_eq!(state.ack("node:a", ack).await.unwrap(), ["m1"]);
-    let Some(replicas) = state.replicas() else {
-        return;
-    };
-    replicas.sequence_events().await.unwrap();
-    let events: Vec<String> = replicas
-        .events_after(0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, ts, json)| {
-            assert_eq!(ts, T0);
-            json
-        })
-        .collect();
-    assert_eq!(events, [r#"{"type":"delivered","m":"m1"}"#]);
 }

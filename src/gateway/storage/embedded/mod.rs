@@ -1,6 +1,6 @@
 //! [`GatewayState`] on the embedded store (the default engine, the same store a node
 //! runs): per-node queues, KV records and dedup windows, each under the names below —
-//! which nothing outside this file uses.
+//! which nothing outside this file uses — and the events, in memory (`events.rs`).
 
 use super::TrustUpdate;
 use super::{
@@ -46,10 +46,13 @@ pub struct Embedded {
     enrolling: tokio::sync::Mutex<()>,
     fleet: fleet::FleetCache,
     rollout_leases: rollouts::Leases,
+    /// The events dashboards follow, in memory (one process writes them).
+    events: events::EventRows,
 }
 
 impl Embedded {
     pub fn new(store: Store) -> Self {
+        let first_event = store.now_ms().saturating_mul(1000);
         Self {
             store,
             revoking: tokio::sync::Mutex::new(()),
@@ -58,6 +61,7 @@ impl Embedded {
             enrolling: tokio::sync::Mutex::new(()),
             fleet: fleet::FleetCache::default(),
             rollout_leases: rollouts::Leases::default(),
+            events: events::EventRows::new(first_event),
         }
     }
 
@@ -95,6 +99,10 @@ impl GatewayState for Embedded {
         None
     }
 
+    fn events(&self) -> &dyn crate::gateway::storage::EventTable {
+        &self.events
+    }
+
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {
         Box::pin(async move {
             let mut extra = Batch::new();
@@ -110,8 +118,7 @@ impl GatewayState for Embedded {
                     msg.node_id.clone().into_bytes(),
                 );
             }
-            let msg = self.new_message(msg);
-            self.enqueue(msg, extra).await
+            self.enqueue_for_node(msg, extra).await
         })
     }
 
@@ -128,8 +135,7 @@ impl GatewayState for Embedded {
                 record,
                 key.keep_until_ms,
             );
-            let msg = self.new_message(msg);
-            self.enqueue(msg, extra).await
+            self.enqueue_for_node(msg, extra).await
         })
     }
 
@@ -146,10 +152,7 @@ impl GatewayState for Embedded {
     }
 
     fn forward(&self, msg: ForNode) -> Fut<'_, Queued> {
-        Box::pin(async move {
-            let msg = self.new_message(msg);
-            self.enqueue(msg, Batch::new()).await
-        })
+        Box::pin(async move { self.enqueue_for_node(msg, Batch::new()).await })
     }
 
     fn job<'a>(&'a self, key: &'a str) -> Fut<'a, Option<JobRecord>> {
@@ -237,6 +240,7 @@ impl GatewayState for Embedded {
                 batch.reject(Q_TO_NODE, node, id, code, now);
             }
             let done = self.store.commit(batch).await?;
+            self.acked_events(done.removed(), ack.events);
             Ok(done.removed().map(str::to_string).collect())
         })
     }
@@ -467,6 +471,7 @@ impl GatewayState for Embedded {
 }
 
 mod enroll;
+mod events;
 mod fleet;
 mod pull;
 mod records;

@@ -1,6 +1,7 @@
 //! The reads the trait asks of every engine in bulk, and trust writes through the seam
-//! (with their pending audit entries), on the embedded store. (It has no [`crate::gateway::storage::SharedState`]: one
-//! process writes it, so events, liveness and the replay window are the gateway's own.)
+//! (with their pending audit entries), on the embedded store. (It has no
+//! [`crate::gateway::storage::SharedState`]: one process writes it, so liveness and the
+//! replay window are the gateway's own.)
 
 use std::collections::{HashMap, HashSet};
 

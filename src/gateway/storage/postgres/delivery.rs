@@ -126,7 +126,7 @@ pub async fn ack(pg: &Postgres, node: &str, ack: NodeAck) -> Result<Vec<String>,
     let keep = i(pg.now_ms().saturating_add(STATUS_KEEP_MS));
     let mut ids: Vec<&str> = ack.delivered.iter().map(String::as_str).collect();
     let rejected_ids: Vec<&str> = ack.rejected.iter().map(|(id, _)| id.as_str()).collect();
-    let (events_ts, events) = ack.events.clone().unwrap_or_default();
+    let (events_ts, events) = ack.events;
     let (event_ids, event_json): (Vec<String>, Vec<String>) = events.into_iter().unzip();
     let codes: Vec<&str> = ack.rejected.iter().map(|(_, c)| c.as_str()).collect();
     ids.extend(&rejected_ids);

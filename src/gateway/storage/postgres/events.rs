@@ -1,7 +1,8 @@
-//! The events dashboards follow (`/v1/events`), shared by every replica: staged with
-//! the write they describe, given ids in commit order by a sequencer, read after an id.
+//! The events dashboards follow (`/v1/events`, [`EventTable`]), shared by every
+//! replica: staged with the write they describe (or by a replica's events writer), given
+//! ids in commit order by a sequencer, read after an id, announced with `NOTIFY`.
 
-use super::super::StateError;
+use super::super::{EventRow, EventTable, Fut, StateError};
 use super::{i, listen, u, unavailable, Postgres};
 
 /// Give staged events their ids, oldest staged first, in one statement: the
@@ -32,17 +33,12 @@ SELECT (SELECT count(*) FROM ins) + 0 * (SELECT count(*) FROM announced)";
 /// The most events one sequencing statement moves.
 const SEQUENCE_BATCH: i64 = 5_000;
 
-pub(super) async fn append(pg: &Postgres, events: Vec<(u64, String)>) -> Result<u64, StateError> {
-    let mut c = pg.pool.get().await?;
+async fn append(pg: &Postgres, events: Vec<(u64, String)>) -> Result<(), StateError> {
     if events.is_empty() {
-        let newest: i64 = c
-            .query_one("SELECT next_id - 1 FROM events_head", &[])
-            .await
-            .map_err(unavailable)?
-            .get(0);
-        return Ok(u(newest));
+        return Ok(());
     }
-    // Staged (durable, no lock); [`Self::sequence_events`] gives them ids.
+    let mut c = pg.pool.get().await?;
+    // Staged (durable, no lock); [`sequence`] gives them ids.
     let st = c
         .prep(
             "INSERT INTO events_staged (ts_ms, event)
@@ -53,10 +49,20 @@ pub(super) async fn append(pg: &Postgres, events: Vec<(u64, String)>) -> Result<
     let ts: Vec<i64> = events.iter().map(|(t, _)| i(*t)).collect();
     let json: Vec<&str> = events.iter().map(|(_, j)| j.as_str()).collect();
     c.execute(&st, &[&ts, &json]).await.map_err(unavailable)?;
-    Ok(0)
+    Ok(())
 }
 
-pub(super) async fn sequence(pg: &Postgres) -> Result<u64, StateError> {
+async fn newest(pg: &Postgres) -> Result<u64, StateError> {
+    let c = pg.pool.get().await?;
+    let newest: i64 = c
+        .query_one("SELECT next_id - 1 FROM events_head", &[])
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    Ok(u(newest))
+}
+
+async fn sequence(pg: &Postgres) -> Result<u64, StateError> {
     let mut c = pg.pool.get().await?;
     let st = c.prep(SEQUENCE_EVENTS).await?;
     let mut moved = 0u64;
@@ -73,11 +79,7 @@ pub(super) async fn sequence(pg: &Postgres) -> Result<u64, StateError> {
     }
 }
 
-pub(super) async fn after(
-    pg: &Postgres,
-    after: u64,
-    limit: usize,
-) -> Result<Vec<(u64, u64, String)>, StateError> {
+async fn after(pg: &Postgres, after: u64, limit: usize) -> Result<Vec<EventRow>, StateError> {
     let c = pg.pool.get().await?;
     let rows = c
         .query(
@@ -90,4 +92,26 @@ pub(super) async fn after(
         .into_iter()
         .map(|r| (u(r.get(0)), u(r.get(1)), r.get(2)))
         .collect())
+}
+
+impl EventTable for Postgres {
+    fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, ()> {
+        Box::pin(append(self, events))
+    }
+
+    fn sequence_events(&self) -> Fut<'_, u64> {
+        Box::pin(sequence(self))
+    }
+
+    fn events_after(&self, after_id: u64, limit: usize) -> Fut<'_, Vec<EventRow>> {
+        Box::pin(after(self, after_id, limit))
+    }
+
+    fn newest_event(&self) -> Fut<'_, u64> {
+        Box::pin(newest(self))
+    }
+
+    fn events_announced(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.events_announced.subscribe()
+    }
 }

@@ -1,8 +1,9 @@
 //! One connection per replica that `LISTEN`s for what other replicas commit, and turns
-//! each `NOTIFY` into a [`Notice`] for the gateway (wake a node's long-poll, read new
-//! events, refresh the revocation list or the trust store). It reconnects by itself;
-//! after a reconnect it announces [`Notice::Resync`] so that everyone re-reads what
-//! they might have missed while it was away.
+//! each `NOTIFY` into a [`Notice`] for the gateway (wake a node's long-poll), an
+//! announcement of new events (`EventTable::events_announced`), or a refresh of the
+//! revocation list or the trust store. It reconnects by itself; after a reconnect it
+//! announces [`Notice::Resync`] (and events again) so that everyone re-reads what they
+//! might have missed while it was away.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,39 +114,13 @@ async fn listen_once(
     shutdown: &CancellationToken,
     resync: bool,
 ) -> Result<(), String> {
-    let tx = pg.notices.clone();
-    let revoked = Arc::clone(pg);
     let (trust_tx, mut trust_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let me = Arc::clone(pg);
     let client = pg
         .pool
         .connect_with(move |m| {
-            let AsyncMessage::Notification(n) = m else {
-                return;
-            };
-            match n.channel() {
-                CH_QUEUED => {
-                    let _ = tx.send(Notice::Queued(n.payload().to_string()));
-                }
-                CH_PULLED => {
-                    if let Some(notice) = pulled(n.payload()) {
-                        let _ = tx.send(notice);
-                    }
-                }
-                CH_EVENTS => {
-                    let _ = tx.send(Notice::Events(n.payload().parse().unwrap_or(0)));
-                }
-                CH_REVOKED => {
-                    revoked
-                        .revoked
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .jtis
-                        .insert(n.payload().to_string());
-                }
-                CH_TRUST => {
-                    let _ = trust_tx.send(());
-                }
-                _ => {}
+            if let AsyncMessage::Notification(n) = m {
+                notified(&me, &trust_tx, n.channel(), n.payload());
             }
         })
         .await
@@ -159,6 +134,8 @@ async fn listen_once(
     tracing::info!(event = "postgres_listening");
     if resync {
         let _ = pg.notices.send(Notice::Resync);
+        // Events may have been announced meanwhile: readers look again.
+        pg.events_announced.send_modify(|_| {});
         let _ = pg.refresh_trust().await;
     }
     let mut tick = tokio::time::interval(REFRESH_EVERY);
@@ -185,6 +162,45 @@ async fn listen_once(
                 }
             }
         }
+    }
+}
+
+/// One `NOTIFY` received: a notice for the gateway, an announcement of events, a token
+/// id for the revocation list, or a nudge to re-read the trust store (`trust`).
+fn notified(
+    pg: &Postgres,
+    trust: &tokio::sync::mpsc::UnboundedSender<()>,
+    channel: &str,
+    payload: &str,
+) {
+    match channel {
+        CH_QUEUED => {
+            let _ = pg.notices.send(Notice::Queued(payload.to_string()));
+        }
+        CH_PULLED => {
+            if let Some(notice) = pulled(payload) {
+                let _ = pg.notices.send(notice);
+            }
+        }
+        CH_EVENTS => {
+            let id: u64 = payload.parse().unwrap_or(0);
+            pg.events_announced.send_if_modified(|newest| {
+                let newer = id > *newest;
+                *newest = (*newest).max(id);
+                newer
+            });
+        }
+        CH_REVOKED => {
+            pg.revoked
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .jtis
+                .insert(payload.to_string());
+        }
+        CH_TRUST => {
+            let _ = trust.send(());
+        }
+        _ => {}
     }
 }
 

@@ -87,6 +87,8 @@ pub struct Postgres {
     /// Bounds [`Postgres::refresh_peer_now`].
     peer_lookups: tokio::sync::Semaphore,
     notices: broadcast::Sender<Notice>,
+    /// The newest event id the sequencers announced (`NOTIFY`, through the listener).
+    events_announced: tokio::sync::watch::Sender<u64>,
     /// Enqueues waiting for a group commit ([`group`]).
     enqueues: group::Enqueues,
     /// This state itself, for the tasks that commit groups of enqueues.
@@ -200,6 +202,7 @@ impl Postgres {
             trust: RwLock::new(None),
             peer_lookups: tokio::sync::Semaphore::new(peers::PEER_LOOKUPS),
             notices,
+            events_announced: tokio::sync::watch::Sender::new(0),
             enqueues: group::Enqueues::default(),
             me: me.clone(),
             outbox,
@@ -238,6 +241,10 @@ impl GatewayState for Postgres {
 
     fn replicas(&self) -> Option<&dyn crate::gateway::storage::SharedState> {
         Some(self)
+    }
+
+    fn events(&self) -> &dyn crate::gateway::storage::EventTable {
+        self
     }
 
     fn queue_command(&self, msg: ForNode, job: Option<NewJob>) -> Fut<'_, Queued> {

@@ -1,9 +1,9 @@
 //! What replicas sharing the database share beyond the queues ([`SharedState`]):
-//! events in commit order, liveness, notices, the replay window, fresh peer rows.
+//! liveness, notices, the replay window, fresh peer rows.
 
 use tokio::sync::broadcast;
 
-use super::{events, live, Postgres};
+use super::{live, Postgres};
 use crate::gateway::storage::{Fut, NodeSeen, Notice, SharedState};
 
 impl SharedState for Postgres {
@@ -36,18 +36,6 @@ impl SharedState for Postgres {
         nodes: &'a [String],
     ) -> Fut<'a, std::collections::HashMap<String, NodeSeen>> {
         Box::pin(async move { live::seen(self, nodes).await })
-    }
-
-    fn append_events(&self, events: Vec<(u64, String)>) -> Fut<'_, u64> {
-        Box::pin(events::append(self, events))
-    }
-
-    fn sequence_events(&self) -> Fut<'_, u64> {
-        Box::pin(events::sequence(self))
-    }
-
-    fn events_after(&self, after: u64, limit: usize) -> Fut<'_, Vec<(u64, u64, String)>> {
-        Box::pin(events::after(self, after, limit))
     }
 
     fn notices(&self) -> broadcast::Receiver<Notice> {
