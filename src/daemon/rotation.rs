@@ -62,7 +62,8 @@ pub struct Request {
     pub statement: KeyRotation,
     /// `--compromised`: no grace for the retired key.
     pub no_grace: bool,
-    /// Who asked (absent in a file from before it was kept).
+    /// Who asked (absent in a file from before it was kept); read by a gateway only.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     pub requested_by: Option<String>,
 }
 
