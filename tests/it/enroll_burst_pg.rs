@@ -44,7 +44,7 @@ async fn a_burst_of_enrollments_leaves_the_pool_to_the_console() {
                 .enroll_request(&doc, &token)
         })
         .collect();
-    // A device behaves as a real one: it retries 429 and 503 with backoff (1 s, 2 s…,
+    // A device behaves as a real one: it retries 429 (and a 503) with backoff (1 s, 2 s…,
     // here capped at 8 s, for at most 4 minutes).
     let burst = bodies.into_iter().enumerate().map(|(i, body)| {
         let gw = &gws[i % 2];
@@ -105,7 +105,8 @@ async fn a_burst_of_enrollments_leaves_the_pool_to_the_console() {
     assert_eq!(storage_refusals, 0, "{answers:?}");
     for (i, codes) in answers.iter().enumerate() {
         assert!(
-            codes.iter().all(|st| [200, 429, 503].contains(st)),
+            // No 5xx: a full decision queue is load shed by policy (429 `busy`).
+            codes.iter().all(|st| [200, 429].contains(st)),
             "device {i}: {codes:?}"
         );
     }

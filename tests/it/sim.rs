@@ -115,9 +115,9 @@ impl SimNode {
                 .send(gw, "POST", "/v1/enroll", &[], &body)
                 .await
                 .expect("the gateway answers");
-            // As a device does: a throttle (429) or busy decision slots (503 `busy`) are
-            // tried again.
-            if st != 429 && !(st == 503 && v["error"]["code"] == "busy") {
+            // As a device does: a throttle (429 `rate_limited`) or busy decision slots
+            // (429 `busy`) are tried again.
+            if st != 429 {
                 return (st, v);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -76,8 +76,10 @@ impl From<GatewayError> for ApiError {
             }
             GatewayError::Throttled(t) => {
                 let e = match t {
+                    // Load shed by policy, not a failure: a 4xx with when to come back,
+                    // so a burst of honest devices raises no 5xx alarm.
                     crate::gateway::enroll::Throttle::Busy => {
-                        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", msg)
+                        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "busy", msg)
                     }
                     _ => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", msg),
                 };
@@ -162,7 +164,7 @@ mod tests {
             api(GatewayError::Throttled(Throttle::Token)),
             (429, "rate_limited")
         );
-        assert_eq!(api(GatewayError::Throttled(Throttle::Busy)), (503, "busy"));
+        assert_eq!(api(GatewayError::Throttled(Throttle::Busy)), (429, "busy"));
         assert_eq!(
             api(StateError::Unavailable("down".into()).into()),
             (503, "storage_unavailable")
