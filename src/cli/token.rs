@@ -58,7 +58,12 @@ pub fn token_cmd(cfg: &ConfigArg, cmd: TokenCmd) -> anyhow::Result<()> {
             ttl,
             sub,
             force,
+            tenant,
         } => {
+            if let Some(t) = &tenant {
+                crate::fleet::tenant::validate_tenant(t)
+                    .map_err(|e| Exit::usage(format!("--tenant: {e}")))?;
+            }
             if aud != "*" && !is_valid_node_id(&aud) {
                 return Err(Exit::usage(format!("--aud {aud:?} must be a node id or *")).into());
             }
@@ -70,7 +75,7 @@ pub fn token_cmd(cfg: &ConfigArg, cmd: TokenCmd) -> anyhow::Result<()> {
             let keys = load_keys(&cfg)?;
             let now = crate::clock::system().now_ms();
             let jti = uuid::Uuid::now_v7().to_string();
-            let claims = Claims::new(
+            let mut claims = Claims::new(
                 &cfg.node_id,
                 &sub.unwrap_or_else(super::actor::local_actor),
                 &aud,
@@ -80,6 +85,7 @@ pub fn token_cmd(cfg: &ConfigArg, cmd: TokenCmd) -> anyhow::Result<()> {
                 &jti,
             )
             .map_err(|e| Exit::usage(e.to_string()))?;
+            claims.tenant = tenant;
             println!("{}", token::issue(&keys, &claims)?);
         }
         TokenCmd::Inspect { token: t } => {

@@ -9,6 +9,7 @@ pub mod inventory;
 pub mod labels;
 pub mod selector;
 pub mod state;
+pub mod tenant;
 
 pub use inventory::Inventory;
 pub use labels::{LabelChange, LabelError, Labels};

@@ -52,6 +52,7 @@ impl ClientAuth<'_> {
         let req = Request {
             node_id: &self.gw.cfg.node_id,
             need,
+            tenants: true,
         };
         let book = GatewayBook {
             gw: self.gw,

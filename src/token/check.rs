@@ -31,6 +31,9 @@ pub struct Request<'a> {
     /// This node's id (the audience the token must name, or `*`).
     pub node_id: &'a str,
     pub need: Need<'a>,
+    /// Whether the verifier knows tenants (a gateway, PROTOCOL §18): a node does not,
+    /// and refuses a token naming one rather than ignore what it restricts.
+    pub tenants: bool,
 }
 
 impl<'a> Request<'a> {
@@ -38,12 +41,14 @@ impl<'a> Request<'a> {
         Self {
             node_id,
             need: Need::Tool(tool_name),
+            tenants: false,
         }
     }
     pub fn scope(node_id: &'a str, scope: &'a str) -> Self {
         Self {
             node_id,
             need: Need::Scope(scope),
+            tenants: false,
         }
     }
 }
@@ -79,6 +84,8 @@ pub enum DenyReason {
     WrongAudience,
     MissingScope,
     Revoked,
+    /// The token names a tenant and the verifier knows none (a node).
+    TenantToken,
 }
 
 impl DenyReason {
@@ -94,6 +101,7 @@ impl DenyReason {
             Self::WrongAudience => "wrong_audience",
             Self::MissingScope => "missing_scope",
             Self::Revoked => "revoked",
+            Self::TenantToken => "tenant_token",
         }
     }
 
@@ -105,9 +113,11 @@ impl DenyReason {
             | Self::BadSignature
             | Self::Expired
             | Self::NotYetValid => DenyCode::Unauthorized,
-            Self::IssuerNotAllowed | Self::WrongAudience | Self::MissingScope | Self::Revoked => {
-                DenyCode::Forbidden
-            }
+            Self::IssuerNotAllowed
+            | Self::WrongAudience
+            | Self::MissingScope
+            | Self::Revoked
+            | Self::TenantToken => DenyCode::Forbidden,
         }
     }
 }
@@ -160,6 +170,11 @@ pub fn explain(reason: DenyReason, req: &Request<'_>) -> String {
             req.covered_by()
         ),
         DenyReason::Revoked => "it was revoked".to_string(),
+        DenyReason::TenantToken => {
+            "it names a tenant: tenant tokens are for a gateway; a node takes tokens without \
+             one (`outpost token issue` without --tenant)"
+                .to_string()
+        }
     };
     format!("token refused: {}: {why}", reason.as_str())
 }
@@ -237,6 +252,9 @@ pub fn check_cached(
     }
     if claims.aud != "*" && claims.aud != req.node_id {
         return Decision::deny(R::WrongAudience);
+    }
+    if claims.tenant.is_some() && !req.tenants {
+        return Decision::deny(R::TenantToken);
     }
     if !scopes_cover(&claims.scopes, req.need) {
         return Decision::deny(R::MissingScope);

@@ -25,6 +25,12 @@ pub struct Claims {
     pub jti: String,
     /// e.g. `tool:pii_redact`, `tool:*`, `admin`.
     pub scopes: Vec<String>,
+    /// The tenant the holder acts in, on a gateway (PROTOCOL §18); none = the gateway
+    /// operator's token. A node refuses a token that names one (it knows no tenants).
+    /// Absent from the claims when none, so a token without it is byte-for-byte what it
+    /// was before tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Token footer: names the issuer so the verifier knows which key to use.
@@ -69,6 +75,7 @@ impl Claims {
                 .ok_or(ClaimsError("time out of range"))?,
             jti: jti.to_owned(),
             scopes,
+            tenant: None,
         };
         claims.validate()?;
         Ok(claims)
@@ -92,6 +99,13 @@ impl Claims {
             return Err(ClaimsError(
                 "scopes must be a non-empty list of non-empty strings",
             ));
+        }
+        if self
+            .tenant
+            .as_deref()
+            .is_some_and(|t| !crate::fleet::tenant::is_valid_tenant(t))
+        {
+            return Err(ClaimsError("tenant must match [a-z0-9][a-z0-9-]{0,31}"));
         }
         let t = ClaimTimes {
             iat_ms: parse_rfc3339_ms(&self.iat).ok_or(ClaimsError("iat is not RFC 3339"))?,
@@ -166,6 +180,11 @@ mod tests {
         let mut x = c.clone();
         x.exp = x.nbf.clone();
         assert!(x.validate().is_err());
+        let mut x = c.clone();
+        x.tenant = Some("Acme".into());
+        assert!(x.validate().is_err());
+        x.tenant = Some("acme".into());
+        assert!(x.validate().is_ok());
         assert!(Claims::new("gateway:main", "ops", "*", vec!["admin".into()], 0, 1, "j").is_ok());
     }
 }

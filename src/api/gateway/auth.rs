@@ -18,19 +18,28 @@ use crate::token::Need;
 
 pub use crate::api::bearer;
 
-/// Check the caller's bearer token for `need`; returns the token subject.
+/// Check the caller's bearer token for `need`; returns the token subject. A token that
+/// names a tenant is answered as if what it asks for did not exist (404 `not_found`):
+/// the routes that call this do not yet confine a caller to its tenant (DECISIONS D17,
+/// "fail closed while it is built"), so a tenant token reaches nothing through them.
 pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<String, ApiError> {
     authorize(gw, bearer(headers).unwrap_or(""), need).map(|c| c.sub)
 }
 
 /// Check `token` for `need` as [`require`] does (the console's sign-in form hands it
-/// over instead of a header); returns its claims.
+/// over instead of a header); returns its claims. A tenant token is refused as
+/// [`require`] says.
 pub fn authorize(
     gw: &Gateway,
     token: &str,
     need: Need<'_>,
 ) -> Result<crate::token::Claims, ApiError> {
-    Ok(gw.client_auth().authorize(token, need)?)
+    let claims = gw.client_auth().authorize(token, need)?;
+    if let Some(tenant) = &claims.tenant {
+        tracing::warn!(event = "tenant_token_refused", tenant = %tenant, subject = %claims.sub, reason = "route not confined to a tenant");
+        return Err(ApiError::not_found("not_found", "no such resource"));
+    }
+    Ok(claims)
 }
 
 /// A node-side request that passed authentication. `body` is exactly the bytes that

@@ -18,6 +18,7 @@ fn vectors() -> serde_json::Value {
         exp: "2025-11-22T09:00:00Z".into(),
         jti: "0193f6a2-7c4d-7e5f-8a9b-0c1d2e3f4a5c".into(),
         scopes: vec!["tool:pii_redact".into(), "tool:echo".into()],
+        tenant: None,
     };
     let payload = serde_json::to_string(&claims).unwrap();
     let footer = r#"{"kid":"gateway:main"}"#;

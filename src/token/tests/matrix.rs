@@ -355,3 +355,27 @@ fn issue_refuses_bad_claims_and_inspect_reads_unverified() {
     assert!(crate::token::inspect("v4.public.AAAA").is_err());
     let _ = Keys::generate();
 }
+
+#[test]
+fn a_tenant_token_is_refused_where_tenants_are_unknown_and_decided_where_known() {
+    let w = world();
+    let mut c = claims("gateway:main", ME, &["tool:echo"]);
+    c.tenant = Some("acme".into());
+    let t = issue(&w.gw, &c).unwrap();
+    // A node (tool/scope requests) knows no tenants: forbidden, whatever the scopes.
+    assert_eq!(
+        reason(decide(&w, &t, Request::tool(ME, "echo"), T0 + 1)),
+        Some(DenyReason::TenantToken)
+    );
+    assert_eq!(DenyReason::TenantToken.code(), DenyCode::Forbidden);
+    // A gateway takes it, and the claim reaches the caller.
+    let mut gw = Request::tool(ME, "echo");
+    gw.tenants = true;
+    match decide(&w, &t, gw, T0 + 1) {
+        Decision::Allow { claims } => assert_eq!(claims.tenant.as_deref(), Some("acme")),
+        other => panic!("{other:?}"),
+    }
+    // A token without the claim is the same bytes as before tenants: no "tenant" key.
+    let plain = claims("gateway:main", ME, &["tool:echo"]);
+    assert!(!serde_json::to_string(&plain).unwrap().contains("tenant"));
+}
