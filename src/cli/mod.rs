@@ -298,8 +298,7 @@ pub enum TokenCmd {
         /// Issue even with a scope of unknown shape or a TTL above 31 days.
         #[arg(long)]
         force: bool,
-        /// The tenant the holder acts in, on a gateway (PROTOCOL §18). Nodes refuse such
-        /// a token; the gateway answers 404 on every route not yet confined to a tenant.
+        /// The tenant the holder acts in, on a gateway (PROTOCOL §18; nodes refuse it).
         #[arg(long)]
         tenant: Option<String>,
     },
