@@ -63,6 +63,8 @@ pub enum AuditEvent {
     Labels,
     /// An operator wrote a node's desired state (PROTOCOL §16.4).
     Desired,
+    /// An operator created a tenant, set its quotas or deleted it (PROTOCOL §18).
+    Tenant,
 }
 
 impl AuditEvent {
@@ -89,6 +91,7 @@ impl AuditEvent {
             Self::TokenRevoke => "token_revoke",
             Self::Labels => "labels",
             Self::Desired => "desired",
+            Self::Tenant => "tenant",
         }
     }
 }

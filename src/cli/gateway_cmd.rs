@@ -70,14 +70,15 @@ fn migrate(arg: &ConfigArg, to: &str) -> anyhow::Result<()> {
     let report =
         report.map_err(|e| Exit::failed(format!("migration to {} failed: {e}", redact_url(to))))?;
     println!(
-        "copied and verified: {} message(s), {} job(s), {} result(s), {} revocation(s), {} peer(s), {} audit entr(ies) of {} node(s); audit roots match",
+        "copied and verified: {} message(s), {} job(s), {} result(s), {} revocation(s), {} peer(s), {} audit entr(ies) of {} node(s), {} tenant(s); audit roots match",
         report.messages,
         report.jobs,
         report.results,
         report.revocations,
         report.peers,
         report.audit_entries,
-        report.audit_nodes
+        report.audit_nodes,
+        report.tenants
     );
     // The URL as given, password included: a masked one pasted into the config could
     // never connect. It is the operator's own command line, shown on their terminal.

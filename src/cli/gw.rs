@@ -87,6 +87,13 @@ pub enum GwCommand {
         #[command(subcommand)]
         cmd: rollout::RolloutCmd,
     },
+    /// On the gateway host: tenants, each a fleet of its own (create, list, set, delete).
+    Tenant {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[command(subcommand)]
+        cmd: tenant::TenantCmd,
+    },
 }
 
 /// Run one of the gateway's client commands.
@@ -135,6 +142,7 @@ pub fn run(c: GwCommand) -> anyhow::Result<()> {
         ),
         GwCommand::Message { cfg, id } => message(&cfg, &id),
         GwCommand::Rollout { cfg, cmd } => rollout::run(&Client::open(&cfg)?, cmd),
+        GwCommand::Tenant { cfg, cmd } => tenant::tenant(&cfg, cmd),
     }
 }
 
@@ -406,6 +414,8 @@ mod fleet;
 mod nodes_cmds;
 #[path = "gw_rollout.rs"]
 mod rollout;
+#[path = "gw_tenant.rs"]
+mod tenant;
 use nodes_cmds::nodes_cmd;
 pub use nodes_cmds::NodesCmd;
 #[path = "gw_table.rs"]

@@ -53,6 +53,7 @@ pub mod source_budget;
 pub mod state;
 pub mod storage;
 pub mod sweeper;
+pub mod tenants;
 pub mod tls;
 pub mod uploads;
 

@@ -165,6 +165,31 @@ pub fn enroll_token_revoked(actor: &str, id: &str) -> AuditRecord {
         .detail(format!("{id} revoked"))
 }
 
+/// The gateway audit entry of a tenant created, its quotas set or the tenant deleted
+/// (`outpost tenant`, PROTOCOL §18) by `actor`: `event` `tenant`, `detail` `"<name>
+/// created|set <quotas>"` (each quota `name=N` or `name=-` for none) or `"<name>
+/// deleted"`.
+pub fn tenant_changed(
+    actor: &str,
+    name: &str,
+    what: &str,
+    quotas: Option<&crate::fleet::tenant::Quotas>,
+) -> AuditRecord {
+    let q = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |n| n.to_string());
+    let detail = match quotas {
+        Some(x) => format!(
+            "{name} {what} max_nodes={} max_queued_messages={} max_queued_bytes={}",
+            q(x.max_nodes),
+            q(x.max_queued_messages),
+            q(x.max_queued_bytes)
+        ),
+        None => format!("{name} {what}"),
+    };
+    AuditRecord::new(AuditEvent::Tenant, AuditOutcome::Ok)
+        .actor(actor)
+        .detail(detail)
+}
+
 /// The gateway audit entry of a capability token revoked (`POST /v1/revocations`, the
 /// console's form) by token subject `by`: `event` `token_revoke`, `detail` `"<jti>
 /// revoked"`.

@@ -78,6 +78,8 @@ pub const KV_GW_FLEET_DOCS: &str = "gw_fleet_docs";
 pub const KV_GW_ROLLOUTS: &str = "gw_rollouts";
 pub const KV_GW_ROLLOUT_KEYS: &str = "gw_rollout_keys";
 pub const KV_GW_ROLLOUT_TARGETS_PREFIX: &str = "gw_rollout:";
+/// KV: tenants by name (PROTOCOL §18), written by `outpost tenant`.
+pub const KV_GW_TENANTS: &str = "gw_tenants";
 /// KV prefixes of a node's audit copy and its checkpoints (`<prefix><node id>`).
 pub const KV_GW_AUDIT_PREFIX: &str = "gw_audit:";
 pub const KV_GW_AUDIT_CHECKPOINTS_PREFIX: &str = "gw_auditcp:";

@@ -27,6 +27,17 @@ async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and
     std::fs::remove_file(home.dir.path().join("outpost.d/40-store.toml")).unwrap();
     let n = SimNode::new(5);
     n.enroll(&home);
+    // The tenant registry moves too (PROTOCOL §18); its audit entries are appended by
+    // the gateway at start.
+    for args in [
+        &["tenant", "create", "acme", "--max-nodes", "3"][..],
+        &["tenant", "set", "default", "--max-queued-messages", "900"],
+    ] {
+        let o = home.cli(args);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let tenants_before = home.cli(&["tenant", "list", "--json"]);
+    assert!(tenants_before.status.success(), "{}", text(&tenants_before));
     let admin = home.token("gateway:main", &["admin"], "1h");
     let gw = home.start();
     let mut ids = Vec::new();
@@ -97,7 +108,9 @@ async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("7 message(s)") && out.contains("audit roots match"),
+        out.contains("7 message(s)")
+            && out.contains("2 tenant(s)")
+            && out.contains("audit roots match"),
         "{out}"
     );
     let err = String::from_utf8_lossy(&o.stderr);
@@ -117,6 +130,24 @@ async fn an_embedded_gateway_moves_into_postgres_with_its_queues_revocations_and
     // The same gateway on the database: what was queued, in order, the revocation and
     // the audit copy.
     Home::use_database(home.dir.path(), &url);
+    // The records as they were (what they use is not compared: commands were queued
+    // since the first listing).
+    let records = |o: &std::process::Output| -> Vec<serde_json::Value> {
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("usage");
+                v
+            })
+            .collect()
+    };
+    let tenants_after = home.cli(&["tenant", "list", "--json"]);
+    assert_eq!(records(&tenants_after), records(&tenants_before));
+    assert_eq!(
+        records(&tenants_after)[1]["quotas"],
+        json!({"max_nodes": 3})
+    );
     let gw = home.start();
     let (rest, pending) = n.pull(&gw, 0, 100).await;
     assert_eq!((rest.as_slice(), pending), (&ids[3..], 7));

@@ -171,3 +171,80 @@ fn token_issue_refuses_a_bad_tenant_name() {
     assert!(!o.status.success());
     assert!(text(&o).contains("invalid tenant"), "{}", text(&o));
 }
+
+/// `outpost tenant create|list|set|delete` on the gateway host (PROTOCOL §18): exit 0
+/// for what it did, 64 for what can never work (a bad name, `default`), 1 for what
+/// cannot work now (a name taken, a tenant missing); `list` shows `default` first with
+/// what each tenant uses against its quotas.
+#[test]
+fn the_tenant_commands_create_list_set_and_delete() {
+    let home = Home::init("gateway", "gateway:main", "");
+    let run = |args: &[&str]| {
+        let mut all = vec!["tenant"];
+        all.extend_from_slice(args);
+        let o = home.cli(&all);
+        (
+            o.status.code().unwrap_or(-1),
+            text(&o),
+            String::from_utf8(o.stdout).unwrap(),
+        )
+    };
+    let (rc, out, _) = run(&[
+        "create",
+        "acme",
+        "--max-nodes",
+        "10",
+        "--max-queued-bytes",
+        "1MiB",
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("created tenant acme (max nodes 10, max queued messages none, max queued bytes 1048576)"),
+        "{out}"
+    );
+    for (args, want) in [
+        (&["create", "acme"][..], 1),
+        (&["create", "Acme"], 64),
+        (&["create", "default"], 64),
+        (&["delete", "default"], 64),
+        (&["create", "x", "--max-nodes", "lots"], 64),
+        (&["set", "globex", "--max-nodes", "1"], 1),
+        (&["delete", "globex"], 1),
+    ] {
+        let (rc, out, _) = run(args);
+        assert_eq!(rc, want, "{args:?}: {out}");
+    }
+    let (rc, out, _) = run(&[
+        "set",
+        "acme",
+        "--max-nodes",
+        "none",
+        "--max-queued-messages",
+        "50",
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    let (rc, out, table) = run(&["list"]);
+    assert_eq!(rc, 0, "{out}");
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["default", "0", "0", "0"]), "{out}");
+    assert!(
+        rows.contains(&vec!["acme", "0", "0/50", "0/1048576"]),
+        "{out}"
+    );
+    let (rc, out, json) = run(&["list", "--json"]);
+    assert_eq!(rc, 0, "{out}");
+    let first: Value = serde_json::from_str(json.lines().next().unwrap_or("")).unwrap();
+    assert_eq!(first["tenant"], "default", "{out}");
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        out.contains(r#""quotas":{"max_queued_bytes":1048576,"max_queued_messages":50}"#),
+        "{out}"
+    );
+    assert_eq!(run(&["delete", "acme"]).0, 0);
+    let (_, _, table) = run(&["list"]);
+    assert!(!table.contains("acme"), "{table}");
+}

@@ -37,6 +37,7 @@ pub mod rollouts;
 mod shared;
 #[cfg(feature = "postgres")]
 pub mod snapshot;
+pub mod tenants;
 mod trust_edit;
 
 use std::future::Future;
@@ -297,7 +298,7 @@ pub struct NodeSeen {
 
 /// The gateway's durable state. See the module documentation for the contract.
 pub trait GatewayState:
-    EnrollmentState + fleet::FleetState + rollouts::RolloutState + Send + Sync
+    EnrollmentState + fleet::FleetState + rollouts::RolloutState + tenants::TenantState + Send + Sync
 {
     /// Wall-clock milliseconds as the state sees them (the store's monotonic-floored
     /// clock for the embedded engine).

@@ -15,6 +15,8 @@ pub struct Snapshot {
     pub revocations: Vec<(u64, String)>,
     pub trust: TrustStore,
     pub audit: Vec<AuditCopy>,
+    /// The tenant registry (PROTOCOL §18).
+    pub tenants: Vec<crate::fleet::tenant::TenantRecord>,
 }
 
 /// One node's audit copy: its id, entries in index order, checkpoints `(size, note)`.

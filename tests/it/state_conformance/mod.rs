@@ -198,6 +198,7 @@ mod history;
 mod inbox;
 mod queues;
 mod records;
+mod tenants;
 pub(crate) mod trust;
 
 /// Store `trust` as the enrolled peers, as `outpost trust add|rm` does: the edit from

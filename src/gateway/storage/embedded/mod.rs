@@ -480,6 +480,7 @@ mod rollouts;
 mod shared;
 #[cfg(feature = "postgres")]
 pub mod snapshot;
+mod tenants;
 
 #[cfg(test)]
 mod tests;

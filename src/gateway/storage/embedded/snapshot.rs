@@ -7,7 +7,7 @@ use super::super::snapshot::{AuditCopy, Snapshot};
 use super::super::StateError;
 use crate::store::names::{
     KV_GW_AUDIT_CHECKPOINTS_PREFIX, KV_GW_AUDIT_PREFIX, KV_GW_JOBS, KV_GW_REQUESTS, KV_GW_RESULTS,
-    KV_GW_REVOCATIONS, Q_GATEWAY_INBOX, Q_TO_NODE,
+    KV_GW_REVOCATIONS, KV_GW_TENANTS, Q_GATEWAY_INBOX, Q_TO_NODE,
 };
 use crate::store::{Store, StoredMessage};
 
@@ -53,6 +53,11 @@ pub fn read(store: &Store) -> Result<Snapshot, StateError> {
         .chain(messages.iter().map(|m| m.peer.clone()))
         .collect();
     let audit = audit_copies(store, nodes)?;
+    let tenants = store
+        .kv_list(KV_GW_TENANTS)?
+        .into_iter()
+        .map(|(_, v)| serde_json::from_slice(&v).map_err(|e| corrupt("tenant", e)))
+        .collect::<Result<_, StateError>>()?;
     Ok(Snapshot {
         messages,
         jobs,
@@ -61,6 +66,7 @@ pub fn read(store: &Store) -> Result<Snapshot, StateError> {
         revocations,
         trust,
         audit,
+        tenants,
     })
 }
 

@@ -4,7 +4,8 @@
 //!
 //! What is copied: queued messages of both queues (per recipient in queue order, with
 //! their TTLs and attempts), job bindings, task requests and results, the trust store,
-//! revocations (with their versions), every node's audit copy and checkpoints. What is
+//! revocations (with their versions), every node's audit copy and checkpoints, the
+//! tenant registry. What is
 //! not: the finished-message history (`/v1/messages/{id}` of messages delivered or
 //! expired before the move answers `not_found`) and the windows that refuse replayed
 //! uploads (a node re-sending an upload the old gateway already took is deduplicated by
@@ -31,6 +32,23 @@ pub struct Report {
     pub peers: u64,
     pub audit_nodes: u64,
     pub audit_entries: u64,
+    pub tenants: u64,
+}
+
+impl Report {
+    /// The counts the copy of `snap` must show.
+    fn of(snap: &Snapshot) -> Self {
+        Report {
+            messages: snap.messages.len() as u64,
+            jobs: snap.jobs.len() as u64,
+            results: snap.results.len() as u64,
+            revocations: snap.revocations.len() as u64,
+            peers: snap.trust.len() as u64,
+            audit_nodes: snap.audit.iter().filter(|(_, e, _)| !e.is_empty()).count() as u64,
+            audit_entries: snap.audit.iter().map(|(_, e, _)| e.len() as u64).sum(),
+            tenants: snap.tenants.len() as u64,
+        }
+    }
 }
 
 fn root(entries: &[Vec<u8>]) -> [u8; 32] {
@@ -52,7 +70,7 @@ impl Postgres {
                 "SELECT EXISTS (SELECT 1 FROM messages) OR EXISTS (SELECT 1 FROM message_status)
                      OR EXISTS (SELECT 1 FROM jobs) OR EXISTS (SELECT 1 FROM task_results)
                      OR EXISTS (SELECT 1 FROM revocations) OR EXISTS (SELECT 1 FROM peers)
-                     OR EXISTS (SELECT 1 FROM audit_entries)",
+                     OR EXISTS (SELECT 1 FROM audit_entries) OR EXISTS (SELECT 1 FROM tenants)",
                 &[],
             )
             .await
@@ -90,16 +108,9 @@ impl Postgres {
             peers: count("SELECT count(*) FROM peers").await?,
             audit_nodes: count("SELECT count(DISTINCT node_id) FROM audit_entries").await?,
             audit_entries: count("SELECT count(*) FROM audit_entries").await?,
+            tenants: count("SELECT count(*) FROM tenants").await?,
         };
-        let want = Report {
-            messages: snap.messages.len() as u64,
-            jobs: snap.jobs.len() as u64,
-            results: snap.results.len() as u64,
-            revocations: snap.revocations.len() as u64,
-            peers: snap.trust.len() as u64,
-            audit_nodes: snap.audit.iter().filter(|(_, e, _)| !e.is_empty()).count() as u64,
-            audit_entries: snap.audit.iter().map(|(_, e, _)| e.len() as u64).sum(),
-        };
+        let want = Report::of(snap);
         if report != want {
             return Err(StateError::Corrupt(format!(
                 "copied counts differ: source {want:?}, database {report:?}"
@@ -229,6 +240,15 @@ async fn copy_the_rest(
         tx.execute(
             "INSERT INTO task_results (request_id, result, filed_at_ms) VALUES ($1, $2, $3)",
             &[request, result, &now],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    for t in &snap.tenants {
+        let record = serde_json::to_string(t).map_err(|e| corrupt("tenant", e))?;
+        tx.execute(
+            "INSERT INTO tenants (name, record) VALUES ($1, $2)",
+            &[&t.name, &record],
         )
         .await
         .map_err(unavailable)?;

@@ -46,6 +46,7 @@ mod rotation;
 pub mod schema;
 mod settle;
 mod status;
+mod tenants;
 mod tls;
 
 use std::sync::{Arc, RwLock};

@@ -245,6 +245,14 @@ CREATE TABLE rollout_targets (
     PRIMARY KEY (rollout_id, node_id)
 );
 "#,
+    // 9: tenants (PROTOCOL §18): one row per tenant, its record as JSON (quotas, who
+    // made it). `default` has a row only once its quotas were set.
+    r#"
+CREATE TABLE tenants (
+    name   text PRIMARY KEY,
+    record text NOT NULL
+);
+"#,
 ];
 
 /// The newest schema this binary knows.
