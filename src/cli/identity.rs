@@ -1,10 +1,38 @@
 //! `outpost identity` (and `identity rotate`) and `outpost trust add|ls|rm`.
 
 use super::common::{load_config, load_identity, open_store, read_input};
-use super::{ConfigArg, Exit, TrustCmd};
+use super::{ConfigArg, Exit};
 use crate::daemon::trust;
 use crate::envelope::{IdentityDocument, Rights};
 use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum TrustCmd {
+    /// Add a peer from its identity document (FILE or - for stdin).
+    Add {
+        /// The peer's identity document (`outpost identity --json` on the peer): a FILE,
+        /// or `-` for stdin. Several documents, one per line, or a JSON array enrol a
+        /// fleet in one write (all or nothing).
+        file: String,
+        /// The peer may send envelopes and signed requests to this node.
+        #[arg(long)]
+        send: bool,
+        /// The peer may issue capability tokens this node accepts.
+        #[arg(long)]
+        issue: bool,
+        /// On a gateway: the tenant the nodes join (PROTOCOL §18; `outpost tenant
+        /// create` first). Default: the tenant `default`.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// List trusted peers and their rights.
+    Ls,
+    /// Remove a peer.
+    Rm {
+        /// The peer's node id (a tenant's node: `<node id>@<tenant>`).
+        id: String,
+    },
+}
 
 #[derive(Debug, Subcommand)]
 pub enum IdentityCmd {
@@ -171,6 +199,25 @@ impl Book {
         }
     }
 
+    /// The tenant `--tenant` names, which must exist (PROTOCOL §18): its record, `None`
+    /// for `default`. A node knows no tenants.
+    fn tenant(&self, name: &str) -> anyhow::Result<Option<crate::fleet::tenant::TenantRecord>> {
+        crate::fleet::tenant::validate_tenant(name).map_err(|e| Exit::usage(e.to_string()))?;
+        match self {
+            Book::Store(_) => Err(Exit::usage("--tenant is for a gateway: a node knows no tenants").into()),
+            #[cfg(feature = "gateway")]
+            Book::Gateway(_) if name == crate::fleet::tenant::DEFAULT_TENANT => Ok(None),
+            #[cfg(feature = "gateway")]
+            Book::Gateway(g) => match g.rt.block_on(g.state.tenant(name))? {
+                Some(r) => Ok(Some(r)),
+                None => Err(Exit::failed(format!(
+                    "no tenant {name} (make it with `outpost tenant create {name}`); nothing was added"
+                ))
+                .into()),
+            },
+        }
+    }
+
     /// The gateway's enrollment records (what it retired); none on a node.
     #[cfg(feature = "gateway")]
     fn retirements(&self) -> anyhow::Result<Vec<crate::gateway::enroll::EnrollmentRecord>> {
@@ -187,6 +234,27 @@ impl Book {
             Book::Gateway(g) => g.close(),
         }
     }
+}
+
+/// Refuses an edit that leaves tenant `r` more nodes than its `max_nodes` allows.
+fn within_node_quota(
+    r: &crate::fleet::tenant::TenantRecord,
+    t: &crate::envelope::TrustStore,
+) -> Result<(), Exit> {
+    let Some(max) = r.quotas.max_nodes else {
+        return Ok(());
+    };
+    let nodes = t
+        .list()
+        .filter(|p| p.doc.role == "node" && p.tenant.as_deref() == Some(r.name.as_str()))
+        .count() as u64;
+    if nodes > max {
+        return Err(Exit::failed(format!(
+            "tenant_quota: tenant {} would have {nodes} nodes, above its max_nodes {max}              (`outpost tenant set {} --max-nodes N`); nothing was added",
+            r.name, r.name
+        )));
+    }
+    Ok(())
 }
 
 /// One identity document, several one after another (`outpost identity --json` of each
@@ -217,7 +285,17 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
     let before = store.load()?;
     let mut t = before.clone();
     match cmd {
-        TrustCmd::Add { file, send, issue } => {
+        TrustCmd::Add {
+            file,
+            send,
+            issue,
+            tenant,
+        } => {
+            let record = tenant
+                .as_deref()
+                .map(|n| store.tenant(n))
+                .transpose()?
+                .flatten();
             let bytes = read_input(&file)?;
             let docs = identity_documents(&bytes)?;
             #[cfg(feature = "gateway")]
@@ -250,8 +328,12 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
                     ""
                 };
                 let replaced = t
-                    .add(doc, Rights { send, issue })
+                    .add_in(doc, Rights { send, issue }, tenant.as_deref())
                     .map_err(|e| Exit::failed(format!("refused {id}: {e}")))?;
+                let id = match tenant.as_deref() {
+                    Some(tn) => crate::fleet::tenant::address(&id, tn),
+                    None => id,
+                };
                 lines.push(format!(
                     "{} {id} (send: {send}, issue: {issue}{pinned})",
                     if replaced.is_some() {
@@ -260,6 +342,9 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
                         "trusted"
                     }
                 ));
+            }
+            if let Some(r) = &record {
+                within_node_quota(r, &t)?;
             }
             store.save(&before, &t)?;
             for l in lines {
@@ -273,7 +358,11 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
             for p in t.list() {
                 println!(
                     "{}\t{}\tsend={}\tissue={}\tcreated_at={}",
-                    p.doc.node_id, p.doc.role, p.rights.send, p.rights.issue, p.doc.created_at
+                    p.address(),
+                    p.doc.role,
+                    p.rights.send,
+                    p.rights.issue,
+                    p.doc.created_at
                 );
             }
         }

@@ -9,7 +9,7 @@ pub mod actor;
 pub mod audit;
 pub mod common;
 pub use common::error_line;
-pub use identity::IdentityCmd;
+pub use identity::{IdentityCmd, TrustCmd};
 pub mod config_cmd;
 #[cfg(feature = "gateway")]
 pub mod demo;
@@ -252,30 +252,6 @@ pub enum GatewayCmd {
         /// The target database: postgres://user[:password]@host[:port]/db[?sslmode=require]
         #[arg(long)]
         to: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TrustCmd {
-    /// Add a peer from its identity document (FILE or - for stdin).
-    Add {
-        /// The peer's identity document (`outpost identity --json` on the peer): a FILE,
-        /// or `-` for stdin. Several documents, one per line, or a JSON array enrol a
-        /// fleet in one write (all or nothing).
-        file: String,
-        /// The peer may send envelopes and signed requests to this node.
-        #[arg(long)]
-        send: bool,
-        /// The peer may issue capability tokens this node accepts.
-        #[arg(long)]
-        issue: bool,
-    },
-    /// List trusted peers and their rights.
-    Ls,
-    /// Remove a peer.
-    Rm {
-        /// The peer's node id.
-        id: String,
     },
 }
 

@@ -86,12 +86,15 @@ impl RequestSigError {
 }
 
 /// A request that passed [`verify_request`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedRequest {
     pub timestamp_ms: u64,
     pub signature: [u8; 64],
     /// The peer's rights, for the caller's authorization decision.
     pub rights: Rights,
+    /// Where the trust store keeps the signer ([`crate::envelope::Peer::address`]): its
+    /// node id, or `<node id>@<tenant>` on a gateway with tenants.
+    pub address: String,
 }
 
 /// Verify header values against the body. Does not consult the seen-cache: call
@@ -111,14 +114,23 @@ pub fn verify_request(
 ) -> Result<VerifiedRequest, RequestSigError> {
     let ts: u64 = parse_canonical_u64(timestamp).ok_or(RequestSigError::Malformed)?;
     let sig = b64_decode_array::<64>(signature_b64).ok_or(RequestSigError::Malformed)?;
-    let peer = trust.get(node_id).ok_or(RequestSigError::UnknownNode)?;
     let msg = request_signed_bytes(node_id, method, path_and_query, timestamp, body);
     // The retired key of a rotation still signs while its grace lasts: a node retrying
     // the rotation request whose answer it lost, or one that has not switched yet.
     let signature = Signature::from_bytes(&sig);
-    peer.sign_keys(now_ms)
-        .find(|k| k.verify_strict(&msg, &signature).is_ok())
-        .ok_or(RequestSigError::BadSignature)?;
+    // On a gateway with tenants one node id may be trusted in several tenants, each
+    // with its own key (PROTOCOL §18): the peer is the one whose key verifies.
+    let mut known = false;
+    let found = trust.with_node_id(node_id).find(|p| {
+        known = true;
+        p.sign_keys(now_ms)
+            .any(|k| k.verify_strict(&msg, &signature).is_ok())
+    });
+    let peer = match found {
+        Some(p) => p,
+        None if known => return Err(RequestSigError::BadSignature),
+        None => return Err(RequestSigError::UnknownNode),
+    };
     // After the signature: `Stale` says the node is who it claims and only its clock is
     // off, so the gateway may answer it with its own signed time (PROTOCOL §5). It costs
     // a stale request one verification more than checking the time first did.
@@ -129,6 +141,7 @@ pub fn verify_request(
         timestamp_ms: ts,
         signature: sig,
         rights: peer.rights,
+        address: peer.address(),
     })
 }
 

@@ -35,6 +35,9 @@ pub struct Peer {
     /// Every signing key this peer has retired by rotation, oldest first: its audit
     /// log's older checkpoints were signed with them.
     pub retired: Vec<ed25519_dalek::VerifyingKey>,
+    /// The tenant the peer is a node of, on a gateway (PROTOCOL §18); `None` = the
+    /// tenant `default` (and always on a node, which knows no tenants).
+    pub tenant: Option<String>,
 }
 
 /// A retired key inside its grace period.
@@ -47,6 +50,12 @@ pub struct Retired {
 }
 
 impl Peer {
+    /// Where the trust store keeps the peer: its node id in the tenant `default`,
+    /// `<node id>@<tenant>` otherwise (`fleet::tenant::address`).
+    pub fn address(&self) -> String {
+        address_of(&self.doc.node_id, self.tenant.as_deref())
+    }
+
     /// The signing keys that may have signed something dated `now_ms`: the current one,
     /// then the retired one while its grace lasts.
     pub fn sign_keys(&self, now_ms: u64) -> impl Iterator<Item = &ed25519_dalek::VerifyingKey> {
@@ -76,11 +85,21 @@ pub enum Rotated {
     AlreadyApplied,
 }
 
+/// [`crate::fleet::tenant::address`], with `None` for the tenant `default`.
+fn address_of(node_id: &str, tenant: Option<&str>) -> String {
+    crate::fleet::tenant::address(
+        node_id,
+        tenant.unwrap_or(crate::fleet::tenant::DEFAULT_TENANT),
+    )
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PeerRow {
     doc: IdentityDocument,
     rights: Rights,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     previous: Option<RetiredRow>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -193,8 +212,24 @@ impl TrustStore {
         doc: IdentityDocument,
         rights: Rights,
     ) -> Result<Option<Peer>, TrustError> {
+        self.add_in(doc, rights, None)
+    }
+
+    /// [`Self::add`] into `tenant` (`None` or `default`: the tenant `default`), under
+    /// the address the two make.
+    pub fn add_in(
+        &mut self,
+        doc: IdentityDocument,
+        rights: Rights,
+        tenant: Option<&str>,
+    ) -> Result<Option<Peer>, TrustError> {
+        if let Some(t) = tenant {
+            crate::fleet::tenant::validate_tenant(t)
+                .map_err(|e| TrustError::Malformed(e.to_string()))?;
+        }
         let keys = doc.verify()?;
-        let id = doc.node_id.clone();
+        let tenant = tenant.filter(|t| *t != "default").map(str::to_string);
+        let id = address_of(&doc.node_id, tenant.as_deref());
         // The same key again (new rights): its rotation history stays.
         let (previous, retired) = match self.peers.get(&id) {
             Some(p) if p.keys.sign == keys.sign => (p.previous.clone(), p.retired.clone()),
@@ -206,13 +241,39 @@ impl TrustStore {
             keys,
             previous,
             retired,
+            tenant,
         };
         Ok(self.peers.insert(id, peer))
     }
 
     /// Insert (or replace) a peer whole, its rotation history included (a database row).
     pub fn insert(&mut self, peer: Peer) {
-        self.peers.insert(peer.doc.node_id.clone(), peer);
+        self.peers.insert(peer.address(), peer);
+    }
+
+    /// The peer at `address` as its own device names it (at its node id, in no
+    /// tenant), alone: what checks an envelope it signed, whose sender is its node id
+    /// (PROTOCOL §18). Empty when no peer is at `address`.
+    pub fn as_sender(&self, address: &str) -> TrustStore {
+        let mut one = TrustStore::new();
+        if let Some(p) = self.peers.get(address) {
+            let mut p = p.clone();
+            p.tenant = None;
+            one.insert(p);
+        }
+        one
+    }
+
+    /// The peers with node id `node_id`, one per tenant at most: the one at the plain
+    /// id (the tenant `default`), then those at `<node id>@<tenant>`, by tenant.
+    pub fn with_node_id<'a>(&'a self, node_id: &'a str) -> impl Iterator<Item = &'a Peer> + 'a {
+        let prefix = format!("{node_id}@");
+        let tenants = self
+            .peers
+            .range(prefix.clone()..)
+            .take_while(move |(k, _)| k.starts_with(&prefix))
+            .map(|(_, p)| p);
+        self.peers.get(node_id).into_iter().chain(tenants)
     }
 
     /// Apply a key rotation of a trusted peer: after it, `rot.new_doc` is the peer's
@@ -225,11 +286,25 @@ impl TrustStore {
         now_ms: u64,
         grace_ms: u64,
     ) -> Result<Rotated, RotationError> {
+        let id = rot.new_doc.node_id.clone();
+        self.rotate_at(&id, rot, now_ms, grace_ms)
+    }
+
+    /// [`Self::rotate`] of the peer at `address` (a gateway's tenant node), which must
+    /// have the statement's node id.
+    pub fn rotate_at(
+        &mut self,
+        address: &str,
+        rot: &KeyRotation,
+        now_ms: u64,
+        grace_ms: u64,
+    ) -> Result<Rotated, RotationError> {
         let (old, keys) = rot.verify()?;
         let id = &rot.new_doc.node_id;
         let peer = self
             .peers
-            .get_mut(id)
+            .get_mut(address)
+            .filter(|p| p.doc.node_id == *id)
             .ok_or_else(|| RotationError::UnknownPeer(id.clone()))?;
         if peer.doc.role != rot.new_doc.role {
             return Err(RotationError::OtherPeer);
@@ -273,7 +348,7 @@ impl TrustStore {
         self.peers.get(node_id)
     }
 
-    /// Peers in node-id order.
+    /// Peers in address order (`default`'s by node id, each tenant's after its id).
     pub fn list(&self) -> impl Iterator<Item = &Peer> {
         self.peers.values()
     }
@@ -331,6 +406,7 @@ impl PeerRow {
         PeerRow {
             doc: p.doc.clone(),
             rights: p.rights,
+            tenant: p.tenant.clone(),
             previous: p.previous.as_ref().map(|r| RetiredRow {
                 doc: r.doc.clone(),
                 until_ms: r.until_ms,
@@ -344,6 +420,10 @@ impl PeerRow {
     }
 
     fn into_peer(self) -> Result<Peer, TrustError> {
+        if let Some(t) = self.tenant.as_deref() {
+            crate::fleet::tenant::validate_tenant(t)
+                .map_err(|e| TrustError::Malformed(e.to_string()))?;
+        }
         let keys = self.doc.verify()?;
         Ok(Peer {
             doc: self.doc,
@@ -351,6 +431,7 @@ impl PeerRow {
             keys,
             previous: self.previous.map(retired_from_row).transpose()?,
             retired: retired_keys(&self.retired)?,
+            tenant: self.tenant.filter(|t| t != "default"),
         })
     }
 }

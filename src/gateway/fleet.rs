@@ -145,7 +145,7 @@ impl Fleet<'_> {
         let ids: Vec<String> = trust
             .list()
             .filter(|p| p.doc.role == "node")
-            .map(|p| p.doc.node_id.clone())
+            .map(|p| p.address())
             .filter(|id| keep(id, summary(id)))
             .collect();
         let live = gw.liveness_of(&ids).await;

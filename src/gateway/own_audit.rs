@@ -102,12 +102,13 @@ pub(super) async fn append_all(gw: &Gateway) -> Result<u64, GatewayError> {
 /// `args_sha256` binds the peer's signing key as an enrollment's does.
 pub fn trust_entries(actor: &str, before: &TrustStore, after: &TrustStore) -> Vec<AuditRecord> {
     let mut out = Vec::new();
-    let ids: BTreeSet<&str> = before
+    let ids: BTreeSet<String> = before
         .list()
         .chain(after.list())
-        .map(|p| p.doc.node_id.as_str())
+        .map(|p| p.address())
         .collect();
-    for id in ids {
+    for id in &ids {
+        let id = id.as_str();
         let entry = match (before.get(id), after.get(id)) {
             (None, Some(new)) => trust_added("trusted", new),
             (Some(old), Some(new)) if (&old.doc, old.rights) != (&new.doc, new.rights) => {
@@ -128,7 +129,10 @@ pub fn trust_entries(actor: &str, before: &TrustStore, after: &TrustStore) -> Ve
 fn trust_added(what: &str, p: &Peer) -> AuditRecord {
     let detail = format!(
         "{} {what} {} send={} issue={}",
-        p.doc.node_id, p.doc.role, p.rights.send, p.rights.issue
+        p.address(),
+        p.doc.role,
+        p.rights.send,
+        p.rights.issue
     );
     entry(AuditEvent::TrustAdd, detail, &p.doc)
 }

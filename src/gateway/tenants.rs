@@ -134,7 +134,7 @@ pub async fn list(state: &dyn GatewayState) -> Result<Vec<TenantView>, StateErro
     let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
     for p in trust.list().filter(|p| p.doc.role == "node") {
         usage
-            .entry(tenant_of(&p.doc.node_id).to_string())
+            .entry(tenant_of(&p.address()).to_string())
             .or_default()
             .nodes += 1;
     }

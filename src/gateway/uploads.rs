@@ -13,6 +13,8 @@
 
 use std::sync::Arc;
 
+use crate::envelope::TrustStore;
+
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -82,7 +84,7 @@ impl Uploads<'_> {
             mine.push(ForMe { slot, env, seen });
         }
         // 2. Open (signature, expiry, replay, decrypt) on all cores.
-        let opened = open_all(gw, mine).await;
+        let opened = open_all(gw, sender_trust(gw, uploader), mine).await;
         // 3. What to keep.
         let keep = choose(gw, uploader, opened, &mut verdicts).await?;
         // 4. Store it: one transaction, or one by one if that fails.
@@ -117,10 +119,10 @@ async fn triage(
                 continue;
             }
         };
-        if env.sender_node_id != uploader {
+        if env.sender_node_id != crate::fleet::tenant::node_of(uploader) {
             verdicts[slot] = Some(Verdict::Rejected("forbidden".into()));
         } else if env.recipient_node_id != gw.cfg.node_id {
-            verdicts[slot] = Some(forward(gw, env, bytes).await?);
+            verdicts[slot] = Some(forward(gw, uploader, env, bytes).await?);
         } else {
             parsed.push((slot, env));
         }
@@ -248,8 +250,19 @@ fn answer(
 /// Below this many envelopes an upload is opened on the calling thread.
 const PARALLEL_FROM: usize = 8;
 
-fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
+/// What checks the envelopes `uploader` signed: the trust store, or for a node of a
+/// tenant its peer alone at its node id (its envelopes name that id as the sender;
+/// PROTOCOL §18).
+fn sender_trust(gw: &Gateway, uploader: &str) -> Arc<TrustStore> {
     let trust = gw.trust();
+    if crate::fleet::tenant::tenant_of(uploader) == crate::fleet::tenant::DEFAULT_TENANT {
+        trust
+    } else {
+        Arc::new(trust.as_sender(uploader))
+    }
+}
+
+fn open_one(gw: &Gateway, trust: &TrustStore, m: &ForMe) -> Result<Opened, OpenError> {
     let now_ms = gw.now_ms();
     // What a node sealed to this gateway's retired key (before its rotation) opens
     // while that key's grace lasts.
@@ -258,7 +271,7 @@ fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
         me: &gw.cfg.node_id,
         keys: &keys,
         previous_keys: previous.as_deref(),
-        trust: &trust,
+        trust,
         now_ms,
         skew_ms: gw.skew_ms(),
         max_bytes: gw.cfg.queue.max_message_bytes as usize,
@@ -273,11 +286,17 @@ fn open_one(gw: &Gateway, m: &ForMe) -> Result<Opened, OpenError> {
 /// Open each envelope on all cores ([`crate::daemon::spread`]); `(slot, outcome)` in
 /// input order. One whose worker failed is refused as `internal` (the node gets a
 /// verdict for every envelope).
-async fn open_all(gw: &Arc<Gateway>, mine: Vec<ForMe>) -> Vec<(usize, Result<Opened, OpenError>)> {
+async fn open_all(
+    gw: &Arc<Gateway>,
+    trust: Arc<TrustStore>,
+    mine: Vec<ForMe>,
+) -> Vec<(usize, Result<Opened, OpenError>)> {
     let g = gw.clone();
     let (mine, opened) =
-        crate::daemon::spread::on_all_cores(mine, PARALLEL_FROM, move |m: &ForMe| open_one(&g, m))
-            .await;
+        crate::daemon::spread::on_all_cores(mine, PARALLEL_FROM, move |m: &ForMe| {
+            open_one(&g, &trust, m)
+        })
+        .await;
     mine.iter()
         .zip(opened)
         .map(|(m, r)| {
@@ -364,15 +383,22 @@ async fn store_one(gw: &Gateway, item: Upload) -> Result<Result<Queued, String>,
     }
 }
 
-/// Node → node: queue the sealed envelope for its recipient, unopened.
-async fn forward(gw: &Gateway, env: Envelope, bytes: Vec<u8>) -> Result<Verdict, GatewayError> {
-    let to = env.recipient_node_id.clone();
+/// Node → node: queue the sealed envelope for its recipient, unopened. The recipient is
+/// the node of that id in the sender's tenant (PROTOCOL §18): never another tenant's.
+async fn forward(
+    gw: &Gateway,
+    uploader: &str,
+    env: Envelope,
+    bytes: Vec<u8>,
+) -> Result<Verdict, GatewayError> {
+    use crate::fleet::tenant::{address, tenant_of};
+    let to = address(&env.recipient_node_id, tenant_of(uploader));
     if gw.enrolled(&to).await?.is_none() {
         return Ok(Verdict::Rejected("unknown_recipient".into()));
     }
     // What a hop that cannot decrypt can check: time window, sender trusted with `send`,
     // strict signature; the recipient still runs the whole pipeline.
-    let trust = gw.trust();
+    let trust = sender_trust(gw, uploader);
     let max_ttl_ms = gw.cfg.queue.max_ttl_s * 1000;
     if let Err(e) = check_relay(&env, &trust, gw.now_ms(), gw.skew_ms(), max_ttl_ms) {
         return Ok(Verdict::Rejected(e.code().into()));

@@ -118,3 +118,5 @@ mod state_pg;
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]
 mod sync_wire;
+#[path = "../it/tenants.rs"]
+mod tenants;

@@ -248,3 +248,222 @@ fn the_tenant_commands_create_list_set_and_delete() {
     let (_, _, table) = run(&["list"]);
     assert!(!table.contains("acme"), "{table}");
 }
+
+/// A TASK_RESULT for `request` sealed by `n` to the gateway, as its upload's body.
+fn result_upload(
+    n: &SimNode,
+    gw_doc: &outpost::envelope::IdentityDocument,
+    request: &str,
+    tag: &str,
+) -> Value {
+    use outpost::clock::Clock;
+    let now = outpost::clock::SystemClock.now_ms();
+    let params = outpost::envelope::SealParams {
+        message_id: uuid::Uuid::now_v7().to_string(),
+        created_at_ms: now,
+        expires_at_ms: now + 3_600_000,
+        payload_type: "TASK_RESULT".into(),
+        priority: 0,
+    };
+    let pt = json!({"job_id": "j", "request_id": request, "ok": true, "result": {"by": tag}, "evidence": null});
+    let env = outpost::envelope::seal(
+        n.keys(),
+        &n.id,
+        gw_doc,
+        &params,
+        &serde_json::to_vec(&pt).unwrap(),
+        &mut rand::rngs::OsRng,
+    )
+    .unwrap();
+    json!({"envelopes": [serde_json::from_slice::<Value>(&env.to_json()).unwrap()]})
+}
+
+/// One node id in two tenants (PROTOCOL §18): `node:pump-17` of `default` and
+/// `node:pump-17` of `acme`, each its own device with its own key. Commands, tool calls,
+/// results and audit copies addressed to one never reach the other; each signs as the
+/// same node id and the gateway tells them apart by the key that verifies.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_node_id_in_two_tenants_keeps_two_fleets_apart() {
+    let home = Home::init("gateway", "gateway:main", "");
+    let o = home.cli(&["tenant", "create", "acme", "--max-nodes", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let plain = SimNode::with_keys("node:pump-17", 81);
+    let acme = SimNode::with_keys("node:pump-17", 82);
+    plain.enroll(&home);
+    let add = |n: &SimNode, tenant: &str| {
+        home.cli_stdin(
+            &["trust", "add", "-", "--send", "--tenant", tenant],
+            n.identity_json().as_bytes(),
+        )
+    };
+    let o = add(&acme, "acme");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("trusted node:pump-17@acme"),
+        "{}",
+        text(&o)
+    );
+    // Into a tenant that does not exist, or beyond its max_nodes: refused, nothing added.
+    let third = SimNode::with_keys("node:pump-18", 83);
+    let o = add(&third, "globex");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = add(&third, "acme");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("tenant_quota"),
+        "{}",
+        text(&o)
+    );
+    let ls = home.cli(&["trust", "ls"]);
+    let ls = String::from_utf8_lossy(&ls.stdout).into_owned();
+    assert!(
+        ls.contains("node:pump-17\t") && ls.contains("node:pump-17@acme\t"),
+        "{ls}"
+    );
+    assert!(!ls.contains("pump-18"), "{ls}");
+    // A tenant with a node cannot be deleted.
+    let o = home.cli(&["tenant", "delete", "acme"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("still has 1 node"),
+        "{}",
+        text(&o)
+    );
+
+    let operator = home.token("gateway:main", &["admin"], "1h");
+    let gw = home.start();
+    let to_plain: Vec<String> = futures_join(&gw, &operator, "node:pump-17", 2).await;
+    let to_acme: Vec<String> = futures_join(&gw, &operator, "node:pump-17@acme", 3).await;
+    let (got, pending) = plain.pull(&gw, 0, 100).await;
+    assert_eq!((got.clone(), pending), (to_plain.clone(), 2));
+    plain.ack(&gw, &got).await;
+    let (got, pending) = acme.pull(&gw, 0, 100).await;
+    assert_eq!((got.clone(), pending), (to_acme.clone(), 3));
+    acme.ack(&gw, &got).await;
+    // A device with that node id and a key trusted in neither tenant gets nothing.
+    let stranger = SimNode::with_keys("node:pump-17", 84);
+    let (st, _) = stranger
+        .signed(&gw, "GET", "/v1/nodes/node:pump-17/pull?wait_s=0", None)
+        .await;
+    assert_eq!(st, 401);
+
+    // Tool calls: each result is filed under its own node's request.
+    let call = |node: &'static str| {
+        let (gw, op) = (&gw, &operator);
+        async move {
+            let r = http()
+                .post(gw.url("/v1/tool_call"))
+                .bearer_auth(op)
+                .json(&json!({"target": {"node_id": node}, "tool_name": "echo",
+                              "tool_args": {}, "job_id": "same-job", "wait_s": 0}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 202);
+            let v: Value = r.json().await.unwrap();
+            v["message_id"].as_str().unwrap().to_string()
+        }
+    };
+    let (req_plain, req_acme) = (call("node:pump-17").await, call("node:pump-17@acme").await);
+    assert_ne!(req_plain, req_acme, "one job id, two nodes: two jobs");
+    let gw_doc = crate::sim::gateway_document(&gw).await;
+    // acme's node cannot answer the default node's request (nor the reverse)…
+    let up = result_upload(&acme, &gw_doc, &req_plain, "acme");
+    let (st, v) = acme
+        .signed(&gw, "POST", "/v1/nodes/node:pump-17/upload", Some(&up))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, m) = get(&gw, &operator, &format!("/v1/messages/{req_plain}")).await;
+    assert_eq!(st, 200);
+    assert!(
+        m["result"].is_null(),
+        "acme's node filed a result for another tenant's request: {m}"
+    );
+    // …and each answers its own.
+    for (n, req, tag) in [(&plain, &req_plain, "plain"), (&acme, &req_acme, "acme")] {
+        let up = result_upload(n, &gw_doc, req, tag);
+        let (st, v) = n
+            .signed(&gw, "POST", "/v1/nodes/node:pump-17/upload", Some(&up))
+            .await;
+        assert_eq!(
+            (st, v["accepted"].as_array().map(Vec::len)),
+            (200, Some(1)),
+            "{v}"
+        );
+        let (_, m) = get(&gw, &operator, &format!("/v1/messages/{req}")).await;
+        assert_eq!(m["result"]["result"]["by"], tag, "{m}");
+    }
+
+    // Audit copies: one per address, checked against that device's key.
+    for (n, size) in [(&plain, 3u64), (&acme, 5)] {
+        let body = audit_upload(n, size);
+        let (st, v) = n
+            .signed(&gw, "POST", "/v1/nodes/node:pump-17/audit", Some(&body))
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    for (n, size) in [(&plain, 3u64), (&acme, 5)] {
+        let (st, v) = n
+            .signed(&gw, "GET", "/v1/nodes/node:pump-17/audit", None)
+            .await;
+        assert_eq!((st, v["size"].as_u64()), (200, Some(size)), "{v}");
+    }
+    // The operator sees both nodes, each by its address.
+    let (st, nodes) = get(&gw, &operator, "/v1/nodes").await;
+    assert_eq!(st, 200);
+    let ids: Vec<&str> = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["node_id"].as_str())
+        .collect();
+    assert!(
+        ids.contains(&"node:pump-17") && ids.contains(&"node:pump-17@acme"),
+        "{nodes}"
+    );
+}
+
+async fn futures_join(gw: &Daemon, token: &str, node: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(command(gw, token, node, i, 3600).await);
+    }
+    ids
+}
+
+async fn get(gw: &Daemon, token: &str, path: &str) -> (u16, Value) {
+    send(gw, "GET", path, token, None).await
+}
+
+/// An audit upload of `size` entries with a checkpoint signed by `n`'s key.
+fn audit_upload(n: &SimNode, size: u64) -> Value {
+    use outpost::audit::{
+        leaf_hash, origin_for, sign_checkpoint, AuditEntry, AuditEvent, AuditOutcome, AuditRecord,
+        Frontier,
+    };
+    let entries: Vec<Vec<u8>> = (0..size)
+        .map(|i| {
+            AuditEntry::from_record(
+                i,
+                1_000 + i,
+                AuditRecord::new(AuditEvent::ToolCall, AuditOutcome::Ok),
+            )
+            .canonical_bytes()
+        })
+        .collect();
+    let mut fr = Frontier::new();
+    for e in &entries {
+        fr.push(leaf_hash(e));
+    }
+    let note = sign_checkpoint(
+        n.keys().signing_key(),
+        &origin_for(&n.id),
+        fr.size(),
+        &fr.root(),
+    );
+    let texts: Vec<String> = entries
+        .into_iter()
+        .map(|b| String::from_utf8(b).unwrap())
+        .collect();
+    json!({"entries": texts, "checkpoint": note})
+}

@@ -45,6 +45,8 @@ pub fn authorize(
 /// A node-side request that passed authentication. `body` is exactly the bytes that
 /// were signed.
 pub struct SignedNode {
+    /// The signer's address (PROTOCOL §18): its node id in the tenant `default`,
+    /// `<node id>@<tenant>` otherwise. Every flow keys the node by it.
     pub node_id: String,
     pub body: Bytes,
 }
@@ -112,9 +114,12 @@ impl FromRequest<Arc<Gateway>> for SignedNode {
             path_node: parts.uri.path().split('/').nth(3).unwrap_or(""),
             body: &body,
         };
-        gw.node_auth().authenticate(&signed).await?;
+        let address = gw.node_auth().authenticate(&signed).await?;
         // Then the liveness bookkeeping: the node was heard from.
-        gw.seen(&node_id).await;
-        Ok(SignedNode { node_id, body })
+        gw.seen(&address).await;
+        Ok(SignedNode {
+            node_id: address,
+            body,
+        })
     }
 }

@@ -16,7 +16,7 @@ pub struct Change {
 impl Change {
     pub fn put(peer: Peer) -> Self {
         Self {
-            id: peer.doc.node_id.clone(),
+            id: peer.address(),
             peer: Some(peer),
         }
     }

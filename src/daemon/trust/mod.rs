@@ -41,13 +41,13 @@ pub fn save(store: &Store, t: &TrustStore) -> anyhow::Result<()> {
     let now = load(store)?;
     let mut changes: Vec<Change> = t
         .list()
-        .filter(|p| now.get(&p.doc.node_id) != Some(*p))
+        .filter(|p| now.get(&p.address()) != Some(*p))
         .map(|p| Change::put(p.clone()))
         .collect();
     changes.extend(
         now.list()
-            .filter(|p| t.get(&p.doc.node_id).is_none())
-            .map(|p| Change::remove(&p.doc.node_id)),
+            .filter(|p| t.get(&p.address()).is_none())
+            .map(|p| Change::remove(&p.address())),
     );
     let mut batch = crate::store::Batch::new();
     stage(store, &mut batch, &changes)?;

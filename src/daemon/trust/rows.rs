@@ -51,7 +51,7 @@ pub fn stage(store: &Store, batch: &mut Batch, changes: &[Change]) -> anyhow::Re
 }
 
 fn put_row(batch: &mut Batch, p: &Peer) {
-    batch.kv_put(KV_TRUST_PEERS, &p.doc.node_id, p.to_bytes());
+    batch.kv_put(KV_TRUST_PEERS, &p.address(), p.to_bytes());
 }
 
 /// One peer's row (an older build's record is read whole while it is there).

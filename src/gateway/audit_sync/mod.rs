@@ -114,8 +114,10 @@ impl AuditSync<'_> {
         let old = self.frontier(&mut frontiers, node).await?;
         let resent = resent_prefix(gw, node, old.size(), &entries).await?;
         let stored = |i: u64| resent.get(&i).cloned();
+        // The checkpoint names the device's own id, never its address (PROTOCOL §18).
+        let device = crate::fleet::tenant::node_of(node);
         let (new, size, fresh) =
-            match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_keys, node) {
+            match verify_upload(&old, &stored, entries, &body.checkpoint, &peer_keys, device) {
                 Ok(x) => x,
                 Err(r) => {
                     tracing::error!(

@@ -52,9 +52,17 @@ pub(super) enum Binding {
     },
 }
 
-/// The enrolled node `node_id`, or `UnknownNode`; `NodeWithoutSend` when it could never
-/// pull what would be queued for it (trusted without `send`).
-pub(super) async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocument, GatewayError> {
+/// A node something is sealed to and queued for: its address (the queue's key:
+/// `<node id>@<tenant>` for a tenant's node, PROTOCOL §18) and its document (whose node
+/// id the envelope names).
+pub(super) struct Target {
+    pub address: String,
+    pub doc: IdentityDocument,
+}
+
+/// The enrolled node at address `node_id`, or `UnknownNode`; `NodeWithoutSend` when it
+/// could never pull what would be queued for it (trusted without `send`).
+pub(super) async fn target(gw: &Gateway, node_id: &str) -> Result<Target, GatewayError> {
     let doc = gw
         .enrolled(node_id)
         .await?
@@ -62,14 +70,17 @@ pub(super) async fn target(gw: &Gateway, node_id: &str) -> Result<IdentityDocume
     if !gw.trust().get(node_id).is_some_and(|p| p.rights.send) {
         return Err(GatewayError::NodeWithoutSend(node_id.to_string()));
     }
-    Ok(doc)
+    Ok(Target {
+        address: node_id.to_string(),
+        doc,
+    })
 }
 
 /// Seal `plaintext` to `to` and queue it durably (with the job binding in the same
 /// transaction). Returns after the write is durable, with the expiry.
 pub(super) async fn seal_and_queue(
     gw: &Gateway,
-    to: &IdentityDocument,
+    target: &Target,
     payload_type: &str,
     ttl_s: u64,
     plaintext: &impl serde::Serialize,
@@ -84,11 +95,12 @@ pub(super) async fn seal_and_queue(
         payload_type: payload_type.to_string(),
         priority: 0,
     };
-    let env = seal_to(gw, to, &params, plaintext)?;
-    let live = gw.polling(&to.node_id);
+    let env = seal_to(gw, &target.doc, &params, plaintext)?;
+    let to = &target.address;
+    let live = gw.polling(to);
     let event = GatewayEvent::Queued {
         message_id: message_id.to_string(),
-        node_id: to.node_id.clone(),
+        node_id: to.clone(),
         payload_type: payload_type.to_string(),
         expires_at_ms: params.expires_at_ms,
     };
@@ -98,7 +110,7 @@ pub(super) async fn seal_and_queue(
         .stage(now, [(message_id.to_string(), event)])
         .map_err(|e| GatewayError::Internal(format!("event: {e}")))?;
     let msg = ForNode {
-        node_id: to.node_id.clone(),
+        node_id: to.clone(),
         message_id: message_id.to_string(),
         payload_type: payload_type.to_string(),
         priority: 0,
@@ -116,7 +128,7 @@ pub(super) async fn seal_and_queue(
         gw.mark_live_sent(message_id);
     }
     gw.events.committed(staged);
-    announce_queued(gw, message_id, &to.node_id);
+    announce_queued(gw, message_id, to);
     Ok(params.expires_at_ms)
 }
 
@@ -225,7 +237,7 @@ impl Commands<'_> {
     /// nothing; another request is [`GatewayError::IdempotencyConflict`].
     pub async fn command(&self, subject: &str, c: Command) -> Result<(String, u64), GatewayError> {
         let gw = self.gw;
-        let doc = target(gw, &c.node_id).await?;
+        let to = target(gw, &c.node_id).await?;
         if c.command_type.is_empty() || c.command_type.len() > 64 {
             return Err(GatewayError::BadRequest(
                 "command_type must be 1..=64 characters".into(),
@@ -234,7 +246,7 @@ impl Commands<'_> {
         let queueable = gw.cfg.queue.is_queueable(&c.command_type);
         let mut ttl_s = gw.cfg.queue.checked_ttl(&c.command_type, c.ttl_s)?;
         let request_sha256 = crate::audit::sha256_hex(
-            &serde_json::to_vec(&json!([doc.node_id, c.command_type, c.body, c.ttl_s]))
+            &serde_json::to_vec(&json!([to.address, c.command_type, c.body, c.ttl_s]))
                 .map_err(|e| GatewayError::Internal(format!("request: {e}")))?,
         );
         // Concurrent repeats on this replica queue one command (other replicas race at the
@@ -249,10 +261,10 @@ impl Commands<'_> {
             }
             None => (uuid::Uuid::now_v7().to_string(), None),
         };
-        if !queueable && !gw.reachable(&doc.node_id).await {
+        if !queueable && !gw.reachable(&to.address).await {
             return Err(GatewayError::RecipientOffline(format!(
                 "{} holds no long-poll now and {:?} commands are not queued",
-                doc.node_id, c.command_type
+                to.address, c.command_type
             )));
         }
         if !queueable {
@@ -273,7 +285,7 @@ impl Commands<'_> {
             None => Binding::None,
         };
         let keyed = !matches!(binding, Binding::None);
-        match seal_and_queue(gw, &doc, "COMMAND", ttl_s, &payload, &message_id, binding).await {
+        match seal_and_queue(gw, &to, "COMMAND", ttl_s, &payload, &message_id, binding).await {
             Ok(expires) => Ok((message_id, expires)),
             // Another replica bound the key first, or the first attempt of a commit that was
             // lost landed: answer from the key.

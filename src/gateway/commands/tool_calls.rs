@@ -7,8 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{result_of, seal_and_queue, target, Binding, Commands};
-use crate::envelope::IdentityDocument;
+use super::{result_of, seal_and_queue, target, Binding, Commands, Target};
 use crate::gateway::error::GatewayError;
 use crate::gateway::events::GatewayEvent;
 use crate::gateway::state::Gateway;
@@ -99,23 +98,24 @@ impl Commands<'_> {
                 "tool_name must match [a-z][a-z0-9_]{0,63}".into(),
             ));
         }
-        let doc = target(gw, &call.node_id).await?;
+        let to = target(gw, &call.node_id).await?;
         let ttl_s = gw.cfg.queue.checked_ttl("TASK_REQUEST", call.ttl_s)?;
         let job_id = job_id(&call)?;
         // A caller's job id is bound to this node, tool and arguments (held under a lock so
         // that concurrent repeats queue one request).
-        let key = job_key(&doc.node_id, subject, &job_id);
+        let key = job_key(&to.address, subject, &job_id);
         let args = serde_json::to_vec(&call.tool_args)
             .map_err(|e| GatewayError::Internal(format!("tool_args: {e}")))?;
         let args_sha = crate::audit::sha256_hex(&args);
         let held = self.lock_job(&key).await;
         if let Some(rec) = gw.state.job(&key).await? {
-            return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &doc.node_id).await;
+            return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &to.address).await;
         }
         let message_id = uuid::Uuid::now_v7().to_string();
         let token = match call.token {
             Some(t) => t,
-            None => node_token(gw, subject, &doc.node_id, &call.tool_name, ttl_s)?,
+            // The node checks the audience against its own id, never an address.
+            None => node_token(gw, subject, &to.doc.node_id, &call.tool_name, ttl_s)?,
         };
         let request = TaskRequest {
             job_id: Some(job_id.clone()),
@@ -133,11 +133,11 @@ impl Commands<'_> {
                 args_sha256: args_sha,
             },
         };
-        if let Some(bound) = queue_task(gw, &doc, ttl_s, &request, job, &job_id).await? {
+        if let Some(bound) = queue_task(gw, &to, ttl_s, &request, job, &job_id).await? {
             return Ok(bound);
         }
         drop(held);
-        if !call.wait.is_zero() && gw.online(&doc.node_id).await {
+        if !call.wait.is_zero() && gw.online(&to.address).await {
             if let Some(result) = wait_for_result(gw, &message_id, call.wait, &mut events).await? {
                 return Ok(ToolCallOutcome::Answered {
                     message_id,
@@ -170,7 +170,7 @@ fn job_id(call: &ToolCall) -> Result<String, GatewayError> {
 /// answered from that binding, as a repeat here would be.
 async fn queue_task(
     gw: &Gateway,
-    doc: &IdentityDocument,
+    to: &Target,
     ttl_s: u64,
     request: &TaskRequest,
     job: NewJob,
@@ -184,7 +184,7 @@ async fn queue_task(
     } = job.record.clone();
     match seal_and_queue(
         gw,
-        doc,
+        to,
         "TASK_REQUEST",
         ttl_s,
         request,
@@ -201,7 +201,7 @@ async fn queue_task(
                     &tool_name,
                     &args_sha,
                     job_id.to_string(),
-                    &doc.node_id,
+                    &to.address,
                 );
                 return bound.await.map(Some);
             }

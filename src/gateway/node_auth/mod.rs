@@ -60,8 +60,10 @@ pub fn refuse(node: &str, why: &str, fix: &str) -> NodeAuthError {
 }
 
 impl NodeAuth<'_> {
-    /// Authenticate `r` and record its signature (a replay is refused).
-    pub async fn authenticate(&self, r: &SignedRequest<'_>) -> Result<(), NodeAuthError> {
+    /// Authenticate `r` and record its signature (a replay is refused); returns the
+    /// signer's address (its node id, or `<node id>@<tenant>`: PROTOCOL §18), which
+    /// names the node everywhere in the gateway from here on.
+    pub async fn authenticate(&self, r: &SignedRequest<'_>) -> Result<String, NodeAuthError> {
         let gw = self.gw;
         let verify = |trust: &TrustStore| {
             verify_request(
@@ -108,7 +110,7 @@ impl NodeAuth<'_> {
         if !self.replays.first_use(&v, gw.now_ms(), keep_until).await? {
             return Err(refuse(r.node_id, "request replayed", "a replayed request"));
         }
-        Ok(())
+        Ok(v.address)
     }
 
     /// Forget the signatures whose timestamps can no longer pass the check (the

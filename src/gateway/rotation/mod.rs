@@ -25,6 +25,14 @@ impl Rotations<'_> {
         no_grace: bool,
     ) -> Result<bool, GatewayError> {
         let gw = self.0;
+        if crate::fleet::tenant::tenant_of(node_id) != crate::fleet::tenant::DEFAULT_TENANT {
+            // DECISIONS D17: not built yet for a tenant's node (its address is not its id).
+            return Err(GatewayError::BadRequest(
+                "key rotation of a tenant's node is not supported yet (PROTOCOL §18): \
+                 the node keeps its key"
+                    .into(),
+            ));
+        }
         if rot.new_doc.node_id != node_id || rot.new_doc.role != "node" {
             return Err(RotationError::OtherPeer.into());
         }

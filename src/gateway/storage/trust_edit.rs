@@ -18,13 +18,13 @@ impl TrustEdit {
     pub fn between(before: &TrustStore, after: &TrustStore) -> Self {
         let put = after
             .list()
-            .filter(|p| before.get(&p.doc.node_id) != Some(*p))
+            .filter(|p| before.get(&p.address()) != Some(*p))
             .cloned()
             .collect();
         let remove = before
             .list()
-            .filter(|p| after.get(&p.doc.node_id).is_none())
-            .map(|p| p.doc.node_id.clone())
+            .filter(|p| after.get(&p.address()).is_none())
+            .map(|p| p.address())
             .collect();
         Self { put, remove }
     }

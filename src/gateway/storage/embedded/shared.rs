@@ -48,7 +48,7 @@ impl Embedded {
         let corrupt = super::trust_corrupt;
         let mut changes = Vec::new();
         for p in &edit.put {
-            if trust::peer(&self.store, &p.doc.node_id)
+            if trust::peer(&self.store, &p.address())
                 .map_err(corrupt)?
                 .as_ref()
                 != Some(p)

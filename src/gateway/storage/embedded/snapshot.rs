@@ -49,7 +49,7 @@ pub fn read(store: &Store) -> Result<Snapshot, StateError> {
     // Audit copies exist for enrolled nodes (and any node with messages).
     let nodes: BTreeSet<String> = trust
         .list()
-        .map(|p| p.doc.node_id.clone())
+        .map(|p| p.address())
         .chain(messages.iter().map(|m| m.peer.clone()))
         .collect();
     let audit = audit_copies(store, nodes)?;

@@ -12,7 +12,7 @@
 
 use super::Embedded;
 use crate::audit::AuditRecord;
-use crate::fleet::tenant::{tenant_of, TenantRecord};
+use crate::fleet::tenant::TenantRecord;
 use crate::gateway::storage::tenants::{TenantDeleted, TenantPut, TenantState};
 use crate::gateway::storage::{Fut, StateError};
 use crate::store::names::KV_GW_TENANTS;
@@ -63,7 +63,7 @@ impl Embedded {
         let trust = crate::daemon::trust::load(&self.store).map_err(super::trust_corrupt)?;
         let nodes = trust
             .list()
-            .filter(|p| tenant_of(&p.doc.node_id) == name)
+            .filter(|p| p.tenant.as_deref() == Some(name))
             .count() as u64;
         if nodes > 0 {
             return Ok(TenantDeleted::HasNodes(nodes));

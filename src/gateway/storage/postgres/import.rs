@@ -267,7 +267,7 @@ async fn copy_the_rest(
             "INSERT INTO peers (node_id, role, document, may_send, may_issue, added_at_ms)
              VALUES ($1, $2, $3, $4, $5, $6)",
             &[
-                &p.doc.node_id,
+                &p.address(),
                 &p.doc.role,
                 &doc,
                 &p.rights.send,

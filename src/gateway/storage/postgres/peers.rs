@@ -43,7 +43,7 @@ impl Postgres {
         let c = self.pool.get().await?;
         let rows = c
             .query(
-                "SELECT document, may_send, may_issue, rotation FROM peers ORDER BY node_id",
+                "SELECT document, may_send, may_issue, rotation, node_id FROM peers ORDER BY node_id",
                 &[],
             )
             .await
@@ -71,6 +71,8 @@ impl Postgres {
     /// that missed may be ahead of this replica's `NOTIFY` (`trust add` on another host,
     /// or a moment ago). One indexed read; at most [`PEER_LOOKUPS`] at once, so a flood
     /// of requests naming unknown nodes cannot load the database.
+    /// `node_id` is an address (one peer) or a node id: then the peers of that id in
+    /// every tenant (PROTOCOL §18), each by its primary key.
     pub(super) async fn refresh_peer_now(&self, node_id: &str) -> Result<(), StateError> {
         let _permit = self
             .peer_lookups
@@ -78,22 +80,38 @@ impl Postgres {
             .await
             .map_err(|_| StateError::Unavailable("shutting down".into()))?;
         let c = self.pool.get().await?;
-        let row = c
-            .query_opt(
-                "SELECT document, may_send, may_issue, rotation FROM peers WHERE node_id = $1",
+        let rows = if node_id.contains('@') {
+            c.query(
+                "SELECT document, may_send, may_issue, rotation, node_id FROM peers
+                 WHERE node_id = $1",
                 &[&node_id],
             )
             .await
-            .map_err(unavailable)?;
-        let found = row.as_ref().map(peer_row).transpose()?;
-        self.replace_trust(|copy| match found {
-            Some(peer) => {
-                if copy.get(node_id) != Some(&peer) {
-                    copy.insert(peer);
+        } else {
+            c.query(
+                "SELECT document, may_send, may_issue, rotation, node_id FROM peers
+                 WHERE node_id = $1 OR node_id IN (SELECT $1 || '@' || name FROM tenants)",
+                &[&node_id],
+            )
+            .await
+        }
+        .map_err(unavailable)?;
+        let found = rows.iter().map(peer_row).collect::<Result<Vec<_>, _>>()?;
+        self.replace_trust(|copy| {
+            let held: Vec<String> = if node_id.contains('@') {
+                copy.get(node_id).map(|p| p.address()).into_iter().collect()
+            } else {
+                copy.with_node_id(node_id).map(|p| p.address()).collect()
+            };
+            for a in held {
+                if !found.iter().any(|p| p.address() == a) {
+                    copy.remove(&a);
                 }
             }
-            None => {
-                copy.remove(node_id);
+            for peer in found {
+                if copy.get(&peer.address()) != Some(&peer) {
+                    copy.insert(peer);
+                }
             }
         });
         Ok(())
@@ -112,7 +130,7 @@ impl Postgres {
         let mut rotations: Vec<Option<String>> = Vec::new();
         for p in &edit.put {
             rotations.push(p.rotation_row());
-            ids.push(p.doc.node_id.clone());
+            ids.push(p.address());
             roles.push(p.doc.role.clone());
             docs.push(
                 serde_json::to_string(&p.doc)
@@ -251,9 +269,9 @@ pub(super) async fn revocations(pg: &Postgres, since: u64) -> Result<RevocationL
     })
 }
 
-/// A `peers` row read as `SELECT document, may_send, may_issue`.
-/// A `peers` row (`document, may_send, may_issue, rotation`), verified as
-/// [`TrustStore::add`] and [`Peer::with_rotation_row`] verify.
+/// A `peers` row (`document, may_send, may_issue, rotation, node_id`), verified as
+/// [`TrustStore::add`] and [`Peer::with_rotation_row`] verify; `node_id` is the peer's
+/// address, which names its tenant (PROTOCOL §18) and must name its document's id.
 pub(super) fn peer_row(r: &tokio_postgres::Row) -> Result<Peer, StateError> {
     let corrupt = |e: &dyn std::fmt::Display| StateError::Corrupt(format!("peers: {e}"));
     let doc: crate::envelope::IdentityDocument =
@@ -262,10 +280,18 @@ pub(super) fn peer_row(r: &tokio_postgres::Row) -> Result<Peer, StateError> {
         send: r.get(1),
         issue: r.get(2),
     };
-    let id = doc.node_id.clone();
+    let address: &str = r.get(4);
+    let (id, tenant) = crate::fleet::tenant::split_address(address);
+    if id != doc.node_id {
+        return Err(corrupt(&format!(
+            "row {address} holds the document of {}",
+            doc.node_id
+        )));
+    }
     let mut one = TrustStore::new();
-    one.add(doc, rights).map_err(|e| corrupt(&e))?;
-    let peer = one.remove(&id).ok_or_else(|| corrupt(&"vanished"))?;
+    one.add_in(doc, rights, Some(tenant))
+        .map_err(|e| corrupt(&e))?;
+    let peer = one.remove(address).ok_or_else(|| corrupt(&"vanished"))?;
     peer.with_rotation_row(r.get::<_, Option<&str>>(3))
         .map_err(|e| corrupt(&e))
 }

@@ -23,7 +23,7 @@ impl Postgres {
         lock_node(&tx, node_id).await?;
         let row = tx
             .query_opt(
-                "SELECT document, may_send, may_issue, rotation FROM peers
+                "SELECT document, may_send, may_issue, rotation, node_id FROM peers
                  WHERE node_id = $1 FOR UPDATE",
                 &[node_id],
             )
@@ -72,7 +72,7 @@ impl Postgres {
         let tx = c.transaction().await.map_err(unavailable)?;
         let row = tx
             .query_opt(
-                "SELECT document, may_send, may_issue, rotation FROM peers
+                "SELECT document, may_send, may_issue, rotation, node_id FROM peers
                  WHERE node_id = $1 AND role = 'node' FOR UPDATE",
                 &[&node_id],
             )
