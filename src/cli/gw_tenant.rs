@@ -28,12 +28,16 @@ pub enum TenantCmd {
     },
     /// Change a tenant's quotas (`none` lifts one); the others stay.
     Set {
+        /// The tenant (`default` too).
         name: String,
         #[command(flatten)]
         quotas: QuotaArgs,
     },
     /// Delete a tenant (refused while it has nodes).
-    Delete { name: String },
+    Delete {
+        /// The tenant.
+        name: String,
+    },
 }
 
 /// The quota flags: a number (bytes may end in KiB, MiB or GiB), or `none`.

@@ -236,6 +236,79 @@ impl Book {
     }
 }
 
+/// `outpost trust add`: every document checked before the one write (all or nothing).
+fn trust_add(
+    cfg: &crate::config::Config,
+    store: &Book,
+    before: &crate::envelope::TrustStore,
+    t: &mut crate::envelope::TrustStore,
+    file: &str,
+    rights: Rights,
+    tenant: Option<String>,
+) -> anyhow::Result<()> {
+    let Rights { send, issue } = rights;
+    let record = tenant
+        .as_deref()
+        .map(|n| store.tenant(n))
+        .transpose()?
+        .flatten();
+    let bytes = read_input(file)?;
+    let docs = identity_documents(&bytes)?;
+    #[cfg(feature = "gateway")]
+    let retired = store.retirements()?;
+    let mut lines = Vec::with_capacity(docs.len());
+    // All or nothing: every document is checked before the one write.
+    for doc in docs {
+        if doc.node_id == cfg.node_id {
+            return Err(Exit::failed("refusing to add our own identity as a peer").into());
+        }
+        let id = doc.node_id.clone();
+        #[cfg(feature = "gateway")]
+        if let Some(r) = super::retired::retired_key(&retired, &doc) {
+            return Err(Exit::failed(format!(
+                "refused {id}: {}; nothing was added",
+                super::retired::explain(r)
+            ))
+            .into());
+        }
+        if !send && doc.role == "node" && cfg.role == crate::config::Role::Gateway {
+            eprintln!(
+                "warning: {id} is trusted without --send: it can never fetch what is \
+                 queued for it (the gateway refuses to queue for it, 409 \
+                 node_without_send); add it again with --send"
+            );
+        }
+        let pinned = if doc.tls_pin().is_some() {
+            ", tls pinned"
+        } else {
+            ""
+        };
+        let replaced = t
+            .add_in(doc, Rights { send, issue }, tenant.as_deref())
+            .map_err(|e| Exit::failed(format!("refused {id}: {e}")))?;
+        let id = match tenant.as_deref() {
+            Some(tn) => crate::fleet::tenant::address(&id, tn),
+            None => id,
+        };
+        lines.push(format!(
+            "{} {id} (send: {send}, issue: {issue}{pinned})",
+            if replaced.is_some() {
+                "updated"
+            } else {
+                "trusted"
+            }
+        ));
+    }
+    if let Some(r) = &record {
+        within_node_quota(r, t)?;
+    }
+    store.save(before, t)?;
+    for l in lines {
+        println!("{l}");
+    }
+    Ok(())
+}
+
 /// Refuses an edit that leaves tenant `r` more nodes than its `max_nodes` allows.
 fn within_node_quota(
     r: &crate::fleet::tenant::TenantRecord,
@@ -290,67 +363,15 @@ pub fn trust_cmd(cfg: &ConfigArg, cmd: TrustCmd) -> anyhow::Result<()> {
             send,
             issue,
             tenant,
-        } => {
-            let record = tenant
-                .as_deref()
-                .map(|n| store.tenant(n))
-                .transpose()?
-                .flatten();
-            let bytes = read_input(&file)?;
-            let docs = identity_documents(&bytes)?;
-            #[cfg(feature = "gateway")]
-            let retired = store.retirements()?;
-            let mut lines = Vec::with_capacity(docs.len());
-            // All or nothing: every document is checked before the one write.
-            for doc in docs {
-                if doc.node_id == cfg.node_id {
-                    return Err(Exit::failed("refusing to add our own identity as a peer").into());
-                }
-                let id = doc.node_id.clone();
-                #[cfg(feature = "gateway")]
-                if let Some(r) = super::retired::retired_key(&retired, &doc) {
-                    return Err(Exit::failed(format!(
-                        "refused {id}: {}; nothing was added",
-                        super::retired::explain(r)
-                    ))
-                    .into());
-                }
-                if !send && doc.role == "node" && cfg.role == crate::config::Role::Gateway {
-                    eprintln!(
-                        "warning: {id} is trusted without --send: it can never fetch what is \
-                         queued for it (the gateway refuses to queue for it, 409 \
-                         node_without_send); add it again with --send"
-                    );
-                }
-                let pinned = if doc.tls_pin().is_some() {
-                    ", tls pinned"
-                } else {
-                    ""
-                };
-                let replaced = t
-                    .add_in(doc, Rights { send, issue }, tenant.as_deref())
-                    .map_err(|e| Exit::failed(format!("refused {id}: {e}")))?;
-                let id = match tenant.as_deref() {
-                    Some(tn) => crate::fleet::tenant::address(&id, tn),
-                    None => id,
-                };
-                lines.push(format!(
-                    "{} {id} (send: {send}, issue: {issue}{pinned})",
-                    if replaced.is_some() {
-                        "updated"
-                    } else {
-                        "trusted"
-                    }
-                ));
-            }
-            if let Some(r) = &record {
-                within_node_quota(r, &t)?;
-            }
-            store.save(&before, &t)?;
-            for l in lines {
-                println!("{l}");
-            }
-        }
+        } => trust_add(
+            &cfg,
+            &store,
+            &before,
+            &mut t,
+            &file,
+            Rights { send, issue },
+            tenant,
+        )?,
         TrustCmd::Ls => {
             if t.is_empty() {
                 println!("no trusted peers");

@@ -32,6 +32,7 @@
 //! `trust/peers` that `outpost trust add` writes.
 
 pub mod audit_sync;
+pub mod caller;
 pub mod client_auth;
 pub mod commands;
 pub mod console;
@@ -41,6 +42,7 @@ pub mod error;
 pub mod event_tasks;
 pub mod events;
 pub mod fleet;
+pub mod fleet_confined;
 pub mod inbox;
 pub mod live;
 pub mod liveness;

@@ -1,7 +1,7 @@
-//! Tenant tokens while tenants are being built (DECISIONS D17, PROTOCOL §18): a gateway
-//! token naming a tenant reaches nothing through a route not yet confined to a tenant —
-//! every such route answers it exactly as a request for something that does not exist
-//! (404 `not_found`) and changes nothing — and a node refuses it outright.
+//! Tenants (PROTOCOL §18, DECISIONS D17): the registry (`outpost tenant`), nodes of one
+//! id in several tenants kept apart, a tenant token confined to its own fleet on the
+//! routes built for it (anything of another tenant answers as nothing that exists) and
+//! refused as not found on the routes not confined yet; a node refuses a tenant token.
 
 use serde_json::{json, Value};
 
@@ -43,34 +43,159 @@ async fn send(
     (st, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// Three fleets on one gateway, each with a `node:pump-17` of its own: `default`,
+/// `acme` and `globex`. Tenant acme's read and admin tokens against globex's objects
+/// (its node, its message ids, its events) get exactly what they get for objects that
+/// do not exist, and change nothing; on routes not confined to a tenant yet (DECISIONS
+/// D17) every request of a tenant token answers 404 `not_found`. The operator reaches
+/// every tenant's node by its address.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tenant_token_reaches_nothing_on_unconfined_routes_and_changes_nothing() {
+async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
     let home = Home::init("gateway", "gateway:main", "");
-    let n = SimNode::with_keys("node:pump-17", 71);
-    n.enroll(&home);
+    for t in ["acme", "globex"] {
+        let o = home.cli(&["tenant", "create", t]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let plain = SimNode::with_keys("node:pump-17", 71);
+    let acme = SimNode::with_keys("node:pump-17", 72);
+    let globex = SimNode::with_keys("node:pump-17", 73);
+    plain.enroll(&home);
+    for (n, t) in [(&acme, "acme"), (&globex, "globex")] {
+        let o = home.cli_stdin(
+            &["trust", "add", "-", "--send", "--tenant", t],
+            n.identity_json().as_bytes(),
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
     let operator = home.token("gateway:main", &["admin"], "1h");
     let gw = home.start();
-    let msg = command(&gw, &operator, &n.id, 0, 3600).await;
-    let node = n.id.as_str();
-    let routes: Vec<(&str, String, Option<Value>)> = vec![
-        ("GET", "/v1/nodes".into(), None),
-        ("GET", format!("/v1/nodes/{node}"), None),
+    let globex_msg = command(&gw, &operator, "node:pump-17@globex", 0, 3600).await;
+    let plain_msg = command(&gw, &operator, "node:pump-17", 1, 3600).await;
+    let ghost_msg = uuid::Uuid::now_v7().to_string();
+    let node = "node:pump-17";
+
+    for scopes in [&["read"][..], &["admin"][..]] {
+        let t = tenant_token(&home, "acme", scopes);
+        // Its own node, by its node id, and only it.
+        let (st, v) = send(&gw, "GET", "/v1/nodes", &t, None).await;
+        assert_eq!(st, 200, "{v}");
+        let ids: Vec<&str> = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["node_id"].as_str())
+            .collect();
+        assert_eq!(ids, [node], "{v}");
+        let (st, v) = send(&gw, "GET", &format!("/v1/nodes/{node}"), &t, None).await;
+        assert_eq!((st, v["node_id"].as_str()), (200, Some(node)), "{v}");
+        // Another tenant's node and message answer as ones that do not exist.
+        let same = |a: &(u16, Value), b: &(u16, Value), what: &str| {
+            assert_eq!(a.0, b.0, "{what}: {} vs {}", a.1, b.1);
+            assert_eq!(a.1["error"]["code"], b.1["error"]["code"], "{what}");
+            assert!(a.0 >= 400, "{what} answered {}", a.1);
+        };
+        for other in ["node:pump-17@globex", "node:pump-17@default"] {
+            let ghost = other.replace("pump-17", "ghost-9");
+            let a = send(&gw, "GET", &format!("/v1/nodes/{other}"), &t, None).await;
+            let b = send(&gw, "GET", &format!("/v1/nodes/{ghost}"), &t, None).await;
+            same(&a, &b, other);
+            assert_eq!(
+                a.1["error"]["message"]
+                    .as_str()
+                    .map(|m| m.replace(other, "X")),
+                b.1["error"]["message"]
+                    .as_str()
+                    .map(|m| m.replace(&ghost, "X")),
+            );
+        }
+        for m in [&globex_msg, &plain_msg] {
+            let a = send(&gw, "GET", &format!("/v1/messages/{m}"), &t, None).await;
+            let b = send(&gw, "GET", &format!("/v1/messages/{ghost_msg}"), &t, None).await;
+            same(&a, &b, "another tenant's message");
+            assert_eq!(a.1, b.1);
+        }
+        // Not yet confined routes: refused as not found (fail closed).
+        for (method, path, body) in unconfined(node) {
+            // What needs `admin` refuses a `read` token for its scope first, as anywhere.
+            if scopes == ["read"] && (method != "GET" || path == "/v1/inbox") {
+                continue;
+            }
+            let (st, v) = send(&gw, method, &path, &t, body).await;
+            assert_eq!(
+                (st, v["error"]["code"].as_str()),
+                (404, Some("not_found")),
+                "{method} {path} with a tenant {scopes:?} token: {v}"
+            );
+        }
+    }
+    // With admin, acme commands its own node: it reaches acme's device, no other.
+    let t = tenant_token(&home, "acme", &["admin"]);
+    for target in ["node:pump-17@globex", "node:ghost-9"] {
+        let body = json!({"target": {"node_id": target}, "command_type": "note", "body": {}});
+        let (st, v) = send(&gw, "POST", "/v1/commands", &t, Some(body)).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (404, Some("unknown_node")),
+            "{v}"
+        );
+        let body = json!({"target": {"node_id": target}, "tool_name": "echo", "tool_args": {}, "wait_s": 0});
+        let (st, v) = send(&gw, "POST", "/v1/tool_call", &t, Some(body)).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (404, Some("unknown_node")),
+            "{v}"
+        );
+    }
+    let body = json!({"target": {"node_id": node}, "command_type": "note", "body": {}});
+    let (st, v) = send(&gw, "POST", "/v1/commands", &t, Some(body)).await;
+    assert_eq!(st, 202, "{v}");
+    let mine = v["message_id"].as_str().unwrap().to_string();
+    let (st, v) = send(&gw, "GET", &format!("/v1/messages/{mine}"), &t, None).await;
+    assert_eq!((st, v["node_id"].as_str()), (200, Some(node)), "{v}");
+    let (got, _) = acme.pull(&gw, 0, 100).await;
+    assert_eq!(got, std::slice::from_ref(&mine));
+    let (got, _) = globex.pull(&gw, 0, 100).await;
+    assert_eq!(got, std::slice::from_ref(&globex_msg), "globex's queue changed");
+    let (got, _) = plain.pull(&gw, 0, 100).await;
+    assert_eq!(got, std::slice::from_ref(&plain_msg), "default's queue changed");
+    // Its event stream: its own node's events only, by node id.
+    let frames = events_of(&gw, &t).await;
+    assert!(frames.contains(&mine), "{frames}");
+    assert!(
+        !frames.contains(&globex_msg) && !frames.contains(&plain_msg),
+        "{frames}"
+    );
+    assert!(!frames.contains("@"), "an address leaked: {frames}");
+    // The operator's stream has every tenant's, each by its address.
+    let frames = events_of(&gw, &operator).await;
+    for m in [&mine, &globex_msg, &plain_msg] {
+        assert!(frames.contains(m.as_str()), "{frames}");
+    }
+    assert!(frames.contains("node:pump-17@acme") && frames.contains("node:pump-17@globex"));
+    // The operator reaches each tenant's node by its address; nothing else changed.
+    for (addr, depth) in [("node:pump-17@globex", 1), ("node:pump-17", 1)] {
+        let (st, v) = send(&gw, "GET", &format!("/v1/nodes/{addr}"), &operator, None).await;
+        assert_eq!((st, v["queue_depth"].as_u64()), (200, Some(depth)), "{v}");
+        assert_eq!(v["labels"], json!({}), "{v}");
+    }
+    let (st, v) = send(&gw, "GET", "/v1/rollouts", &operator, None).await;
+    assert_eq!(
+        (st, v["rollouts"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{v}"
+    );
+    // The console takes no tenant session.
+    let (_, session) = crate::console::sign_in(&gw, &t).await;
+    assert!(session.is_none(), "a tenant token signed in to the console");
+}
+
+/// Routes not confined to a tenant yet: a tenant's token gets 404 on each.
+fn unconfined(node: &str) -> Vec<(&'static str, String, Option<Value>)> {
+    vec![
         ("GET", format!("/v1/nodes/{node}/state"), None),
-        ("GET", format!("/v1/messages/{msg}"), None),
-        ("GET", "/v1/events?limit=5".into(), None),
         ("GET", "/v1/enrollments".into(), None),
         ("GET", "/v1/rollouts".into(), None),
         ("GET", "/v1/inbox".into(), None),
-        (
-            "POST",
-            "/v1/commands".into(),
-            Some(json!({"target": {"node_id": node}, "command_type": "note", "body": {}})),
-        ),
-        (
-            "POST",
-            "/v1/tool_call".into(),
-            Some(json!({"target": {"node_id": node}, "tool_name": "echo", "tool_args": {}})),
-        ),
         (
             "PATCH",
             format!("/v1/nodes/{node}/labels"),
@@ -92,41 +217,25 @@ async fn a_tenant_token_reaches_nothing_on_unconfined_routes_and_changes_nothing
             "/v1/node_revocations".into(),
             Some(json!({"node_id": node})),
         ),
-    ];
-    const READS: usize = 7;
-    assert_eq!(routes[READS].1, "/v1/inbox");
-    for scopes in [&["read"][..], &["admin"][..]] {
-        let t = tenant_token(&home, "acme", scopes);
-        for (i, (method, path, body)) in routes.iter().enumerate() {
-            // The first seven need `read`; the rest `admin` (or the tool's scope): a
-            // `read` token without it is refused for its scope first, as anywhere.
-            if scopes == ["read"] && i >= READS {
-                continue;
-            }
-            let (st, v) = send(&gw, method, path, &t, body.clone()).await;
-            assert_eq!(
-                (st, v["error"]["code"].as_str()),
-                (404, Some("not_found")),
-                "{method} {path} with a tenant {scopes:?} token: {v}"
-            );
-        }
+    ]
+}
+
+/// What `GET /v1/events` replays from the first event on, read for a second.
+async fn events_of(gw: &Daemon, token: &str) -> String {
+    let mut r = http()
+        .get(gw.url("/v1/events"))
+        .bearer_auth(token)
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut seen = String::new();
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(until, r.chunk()).await {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
     }
-    // Nothing changed: the operator still sees one command queued, the node enrolled
-    // and unlabelled, no rollout.
-    let (st, v) = send(&gw, "GET", &format!("/v1/nodes/{node}"), &operator, None).await;
-    assert_eq!(st, 200, "{v}");
-    assert_eq!(v["queue_depth"], 1, "{v}");
-    assert_eq!(v["labels"], json!({}), "{v}");
-    assert_eq!(v["state"]["desired_version"], 0, "{v}");
-    let (st, v) = send(&gw, "GET", "/v1/rollouts", &operator, None).await;
-    assert_eq!(st, 200, "{v}");
-    assert_eq!(v["rollouts"].as_array().map(Vec::len), Some(0), "{v}");
-    let (st, v) = send(&gw, "GET", &format!("/v1/messages/{msg}"), &operator, None).await;
-    assert_eq!(st, 200, "{v}");
-    // The console takes no tenant session.
-    let t = tenant_token(&home, "acme", &["admin"]);
-    let (_, session) = crate::console::sign_in(&gw, &t).await;
-    assert!(session.is_none(), "a tenant token signed in to the console");
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread")]

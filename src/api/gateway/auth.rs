@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 
 use crate::api::ApiError;
 use crate::envelope::{HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use crate::gateway::caller::Caller;
 use crate::gateway::node_auth::{refuse, NodeAuthError, SignedRequest};
 use crate::gateway::Gateway;
 use crate::token::Need;
@@ -21,9 +22,27 @@ pub use crate::api::bearer;
 /// Check the caller's bearer token for `need`; returns the token subject. A token that
 /// names a tenant is answered as if what it asks for did not exist (404 `not_found`):
 /// the routes that call this do not yet confine a caller to its tenant (DECISIONS D17,
-/// "fail closed while it is built"), so a tenant token reaches nothing through them.
+/// "fail closed while it is built"), so a tenant token reaches nothing through them;
+/// a route that does calls [`require_caller`].
 pub fn require(gw: &Gateway, headers: &HeaderMap, need: Need<'_>) -> Result<String, ApiError> {
     authorize(gw, bearer(headers).unwrap_or(""), need).map(|c| c.sub)
+}
+
+/// Check the caller's bearer token for `need` on a route confined to the caller's
+/// tenant (PROTOCOL §18): a tenant's token is admitted, as the [`Caller`] every flow of
+/// the route is given.
+pub fn require_caller(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    need: Need<'_>,
+) -> Result<Caller, ApiError> {
+    let claims = gw
+        .client_auth()
+        .authorize(bearer(headers).unwrap_or(""), need)?;
+    Ok(Caller {
+        subject: claims.sub,
+        tenant: claims.tenant,
+    })
 }
 
 /// Check `token` for `need` as [`require`] does (the console's sign-in form hands it

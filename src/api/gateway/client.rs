@@ -13,14 +13,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::auth::require;
+use super::auth::require_caller;
 use super::wire::{
     CommandBody, CommandQueued, MessageAnswer, ToolCallAnswer, ToolCallBody, ToolCallQueued,
 };
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
+use crate::gateway::caller::Caller;
 use crate::gateway::commands::{self, Command};
 use crate::gateway::commands::{ToolCall, ToolCallOutcome};
+use crate::gateway::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::token::Need;
 
@@ -38,9 +40,9 @@ pub async fn tool_call(
     headers: HeaderMap,
     JsonBody(b): JsonBody<ToolCallBody>,
 ) -> ApiResult<Response> {
-    let sub = require(&gw, &headers, Need::Tool(&b.tool_name))?;
+    let caller = require_caller(&gw, &headers, Need::Tool(&b.tool_name))?;
     let call = ToolCall {
-        node_id: b.target.node_id,
+        node_id: confined_node(&caller, b.target.node_id)?,
         tool_name: b.tool_name,
         tool_args: b.tool_args,
         job_id: b.job_id,
@@ -48,19 +50,21 @@ pub async fn tool_call(
         wait: Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S)),
         token: b.token,
     };
-    Ok(match gw.commands().tool_call(&sub, call).await? {
-        ToolCallOutcome::Answered {
-            message_id,
-            tool_name,
-            result,
-        } => Json(ToolCallAnswer::new(message_id, tool_name, result)).into_response(),
-        ToolCallOutcome::Queued { message_id, job_id } => accepted(ToolCallQueued {
-            job_id,
-            message_id,
-            ok: false,
-            queued: true,
-        }),
-    })
+    Ok(
+        match gw.commands().tool_call(&caller.principal(), call).await? {
+            ToolCallOutcome::Answered {
+                message_id,
+                tool_name,
+                result,
+            } => Json(ToolCallAnswer::new(message_id, tool_name, result)).into_response(),
+            ToolCallOutcome::Queued { message_id, job_id } => accepted(ToolCallQueued {
+                job_id,
+                message_id,
+                ok: false,
+                queued: true,
+            }),
+        },
+    )
 }
 
 /// `POST /v1/commands`.
@@ -70,10 +74,11 @@ pub async fn commands(
     JsonBody(b): JsonBody<CommandBody>,
 ) -> ApiResult<Response> {
     let scope = format!("command:{}", b.command_type);
-    let sub = require(&gw, &headers, Need::Scope(&scope))?;
+    let caller = require_caller(&gw, &headers, Need::Scope(&scope))?;
+    let sub = caller.principal();
     let message_id = client_message_id(&headers, &sub, b.message_id)?;
     let c = Command {
-        node_id: b.target.node_id,
+        node_id: confined_node(&caller, b.target.node_id)?,
         command_type: b.command_type,
         body: b.body,
         ttl_s: b.ttl_s,
@@ -86,6 +91,14 @@ pub async fn commands(
         ok: false,
         queued: true,
     }))
+}
+
+/// The address of the node `caller` names `node_id`: a tenant's caller naming an
+/// address (or another tenant's node) gets what naming an unknown node gets.
+fn confined_node(caller: &Caller, node_id: String) -> ApiResult<String> {
+    caller
+        .address(&node_id)
+        .ok_or_else(|| GatewayError::UnknownNode(node_id).into())
 }
 
 /// The caller's own message id: from `Idempotency-Key` (any 1..255 visible ASCII
@@ -125,14 +138,14 @@ pub async fn message(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<MessageAnswer>> {
-    require(&gw, &headers, Need::Scope("read"))?;
-    let view = gw.fleet().message(&id).await?;
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
+    let view = gw.fleet().message_for(&caller, &id).await?;
     Ok(Json(MessageAnswer::new(id, view)))
 }
 
 /// `GET /v1/events` (SSE).
 pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Response> {
-    require(&gw, &headers, Need::Scope("read"))?;
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
     // A reconnecting EventSource sends the id of the last event it saw.
     let after = headers
         .get("last-event-id")
@@ -140,12 +153,13 @@ pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiRe
         .and_then(|v| v.trim().parse::<u64>().ok());
     let rx = gw.events().subscribe();
     let backlog = match after {
-        Some(after) => super::events::backlog(&gw, after).await,
+        Some(after) => super::events::backlog(&gw, &caller, after).await,
         None => (Vec::new(), gw.events().last_id()),
     };
     Ok(super::events::sse_response(
         rx,
         backlog,
+        caller,
         gw.shutdown().clone(),
     ))
 }

@@ -8,12 +8,16 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::caller::Caller;
 use crate::gateway::events::Event;
+use crate::gateway::fleet_confined::event_for;
 use crate::gateway::Gateway;
 
 /// The frames a subscriber resuming after `after` missed (a `lagged` frame first when
 /// some are gone for good), then the id of the newest one.
-pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
+/// Only the events `caller` may see are framed (`fleet_confined::event_for`); the newest
+/// id covers the others too, so a resuming caller is not replayed them again.
+pub async fn backlog(gw: &Gateway, caller: &Caller, after: u64) -> (Vec<String>, u64) {
     let missed = gw.fleet().events_after(after).await;
     let mut frames = Vec::with_capacity(missed.events.len() + 1);
     if missed.lagged {
@@ -22,7 +26,7 @@ pub async fn backlog(gw: &Gateway, after: u64) -> (Vec<String>, u64) {
     let mut last = after;
     for e in missed.events {
         last = last.max(e.id);
-        frames.push(e.sse_frame());
+        frames.extend(event_for(caller, &e).map(|e| e.sse_frame()));
     }
     (frames, last)
 }
@@ -42,16 +46,17 @@ fn lagged_frame(missed: Option<u64>) -> String {
 pub fn sse_response(
     rx: broadcast::Receiver<std::sync::Arc<Event>>,
     backlog: (Vec<String>, u64),
+    caller: Caller,
     shutdown: CancellationToken,
 ) -> Response {
     let (frames, last) = backlog;
     let mut first = vec![": outpost gateway events\n\n".to_string()];
     first.extend(frames);
     let stream = futures_util::stream::unfold(
-        (rx, shutdown, first.into_iter(), last),
-        |(mut rx, shutdown, mut first, mut last)| async move {
+        (rx, shutdown, first.into_iter(), last, caller),
+        |(mut rx, shutdown, mut first, mut last, caller)| async move {
             if let Some(f) = first.next() {
-                return Some((Ok::<_, Infallible>(f), (rx, shutdown, first, last)));
+                return Some((Ok::<_, Infallible>(f), (rx, shutdown, first, last, caller)));
             }
             let frame = loop {
                 tokio::select! {
@@ -60,14 +65,17 @@ pub fn sse_response(
                         Ok(e) if e.id <= last => continue,
                         Ok(e) => {
                             last = e.id;
-                            break e.sse_frame();
+                            match event_for(&caller, &e) {
+                                Some(e) => break e.sse_frame(),
+                                None => continue,
+                            }
                         }
                         Err(broadcast::error::RecvError::Lagged(n)) => break lagged_frame(Some(n)),
                         Err(broadcast::error::RecvError::Closed) => return None,
                     },
                 }
             };
-            Some((Ok(frame), (rx, shutdown, first, last)))
+            Some((Ok(frame), (rx, shutdown, first, last, caller)))
         },
     );
     let mut resp = Body::from_stream(stream).into_response();
@@ -90,7 +98,12 @@ mod tests {
         use futures_util::StreamExt;
         let (log, _writer) = EventLog::new();
         let stop = CancellationToken::new();
-        let resp = sse_response(log.subscribe(), (Vec::new(), 0), stop.clone());
+        let resp = sse_response(
+            log.subscribe(),
+            (Vec::new(), 0),
+            Caller::operator("t"),
+            stop.clone(),
+        );
         let mut body = resp.into_body().into_data_stream();
         let first = body.next().await.unwrap().unwrap();
         assert!(first.starts_with(b": outpost"));

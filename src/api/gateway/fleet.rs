@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::auth::require;
+use super::auth::{require, require_caller};
 use super::wire::{DesiredWritten, LabelsAnswer, NodeList};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
@@ -32,14 +32,14 @@ pub async fn nodes(
     headers: HeaderMap,
     QueryParams(q): QueryParams<NodesQuery>,
 ) -> ApiResult<Json<NodeList>> {
-    require(&gw, &headers, Need::Scope("read"))?;
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
     let selector = q
         .selector
         .as_deref()
         .map(Selector::parse)
         .transpose()
         .map_err(crate::gateway::error::GatewayError::from)?;
-    let nodes = gw.fleet().nodes(selector.as_ref()).await?;
+    let nodes = gw.fleet().nodes_for(&caller, selector.as_ref()).await?;
     Ok(Json(NodeList { nodes }))
 }
 
@@ -49,8 +49,8 @@ pub async fn node(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<NodeDetail>> {
-    require(&gw, &headers, Need::Scope("read"))?;
-    Ok(Json(gw.fleet().node(&id).await?))
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
+    Ok(Json(gw.fleet().node_for(&caller, &id).await?))
 }
 
 /// `PATCH /v1/nodes/{id}/labels` (admin).

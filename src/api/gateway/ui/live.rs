@@ -46,11 +46,14 @@ pub async fn events(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .or(q.after);
     let rx = gw.events().subscribe();
+    // A console session is the operator's (a tenant's token gets none yet: PROTOCOL §18).
+    let caller = crate::gateway::caller::Caller::operator(s.session.subject.clone());
     let backlog = match after {
-        Some(after) => crate::api::gateway::events::backlog(gw, after).await,
+        Some(after) => crate::api::gateway::events::backlog(gw, &caller, after).await,
         None => (Vec::new(), gw.events().last_id()),
     };
-    let resp = crate::api::gateway::events::sse_response(rx, backlog, gw.shutdown().clone());
+    let resp =
+        crate::api::gateway::events::sse_response(rx, backlog, caller, gw.shutdown().clone());
     let left = s
         .session
         .expires_ms
