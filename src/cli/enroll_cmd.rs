@@ -38,6 +38,9 @@ pub enum EnrollTokenCmd {
         /// A label every device it enrolls starts with, `key=value` (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE")]
         labels: Vec<String>,
+        /// The tenant every device it enrolls joins (`outpost tenant create` first).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Every token: id, uses, limit, expiry, state.
     List {
@@ -120,23 +123,44 @@ pub fn enroll_token(arg: &ConfigArg, cmd: EnrollTokenCmd) -> anyhow::Result<()> 
             approve,
             out,
             labels,
-        } => token_labels(&labels).and_then(|labels| {
-            create(
-                &cfg,
-                &st,
-                &ttl,
-                max_uses,
-                node_prefix,
-                &approve,
-                out.as_deref(),
-                labels,
-            )
-        }),
+            tenant,
+        } => token_labels(&labels)
+            .and_then(|labels| Ok((labels, token_tenant(&st, tenant)?)))
+            .and_then(|(labels, tenant)| {
+                create(
+                    &cfg,
+                    &st,
+                    &ttl,
+                    max_uses,
+                    node_prefix,
+                    &approve,
+                    out.as_deref(),
+                    (labels, tenant),
+                )
+            }),
         EnrollTokenCmd::List { json } => list(&st, json),
         EnrollTokenCmd::Revoke { id } => revoke(&st, &id),
     };
     st.close();
     out
+}
+
+/// `--tenant`, which must exist (PROTOCOL §18); `None` for `default`.
+fn token_tenant(st: &Opened, tenant: Option<String>) -> anyhow::Result<Option<String>> {
+    let Some(t) = tenant else {
+        return Ok(None);
+    };
+    crate::fleet::tenant::validate_tenant(&t).map_err(|e| Exit::usage(format!("--tenant: {e}")))?;
+    if t == crate::fleet::tenant::DEFAULT_TENANT {
+        return Ok(None);
+    }
+    if st.rt.block_on(st.state.tenant(&t))?.is_none() {
+        return Err(Exit::failed(format!(
+            "no tenant {t} (make it with `outpost tenant create {t}`); no token was made"
+        ))
+        .into());
+    }
+    Ok(Some(t))
 }
 
 /// `--label key=value`s, checked (PROTOCOL §16.1).
@@ -161,7 +185,7 @@ fn create(
     node_prefix: Option<String>,
     approve: &str,
     out: Option<&std::path::Path>,
-    labels: crate::fleet::Labels,
+    (labels, tenant): (crate::fleet::Labels, Option<String>),
 ) -> anyhow::Result<()> {
     let approve = match approve {
         "auto" => Approve::Auto,
@@ -199,14 +223,18 @@ fn create(
         approve,
     };
     let token = Token::sign(&keys, claims.clone());
-    let audit =
-        crate::gateway::own_audit::enroll_token_created(&super::actor::local_actor(), &claims);
+    let audit = crate::gateway::own_audit::enroll_token_created(
+        &super::actor::local_actor(),
+        &claims,
+        tenant.as_deref(),
+    );
     let record = TokenRecord {
         claims: claims.clone(),
         created_at_ms: now,
         revoked: false,
         uses: 0,
         labels,
+        tenant,
     };
     st.rt.block_on(st.state.enroll_token_add(record, &audit))?;
     eprintln!(
@@ -261,6 +289,7 @@ fn list(st: &Opened, json: bool) -> anyhow::Result<()> {
                     "state": t.state(now),
                     "approve": t.claims.approve.as_str(),
                     "node_prefix": t.claims.node_prefix,
+                    "tenant": t.tenant.as_deref().unwrap_or(crate::fleet::tenant::DEFAULT_TENANT),
                 })
             );
         }

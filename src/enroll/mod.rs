@@ -332,6 +332,9 @@ pub mod codes {
     pub const DUPLICATE_NODE_ID: &str = "duplicate_node_id";
     pub const NODE_REVOKED: &str = "node_revoked";
     pub const NODE_ID_NOT_ALLOWED: &str = "node_id_not_allowed";
+    /// The token's tenant has its `max_nodes` nodes (PROTOCOL §18): not final, the
+    /// operator may raise the quota or retire a node.
+    pub const TENANT_QUOTA: &str = "tenant_quota";
 
     /// Refusals a node cannot fix by retrying with the same token: it retries rarely
     /// (the token file may be replaced meanwhile).

@@ -148,16 +148,17 @@ fn entry(event: AuditEvent, detail: String, doc: &IdentityDocument) -> AuditReco
 /// The gateway audit entry of an enrollment token made on the gateway host (`outpost
 /// enroll-token create`), by `actor`: `event` `enroll_token_create`, `detail` `"<token
 /// id> created max_uses=<n> approve=<auto|manual> prefix=<prefix|-> expires_at_ms=<ms>"`.
-pub fn enroll_token_created(actor: &str, t: &TokenClaims) -> AuditRecord {
+pub fn enroll_token_created(actor: &str, t: &TokenClaims, tenant: Option<&str>) -> AuditRecord {
     AuditRecord::new(AuditEvent::EnrollTokenCreate, AuditOutcome::Ok)
         .actor(actor)
         .detail(format!(
-            "{} created max_uses={} approve={} prefix={} expires_at_ms={}",
+            "{} created max_uses={} approve={} prefix={} expires_at_ms={}{}",
             t.id,
             t.max_uses,
             t.approve.as_str(),
             t.node_prefix.as_deref().unwrap_or("-"),
-            t.expires_at_ms
+            t.expires_at_ms,
+            tenant.map(|t| format!(" tenant={t}")).unwrap_or_default()
         ))
 }
 

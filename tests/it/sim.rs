@@ -116,8 +116,9 @@ impl SimNode {
                 .await
                 .expect("the gateway answers");
             // As a device does: a throttle (429 `rate_limited`) or busy decision slots
-            // (429 `busy`) are tried again.
-            if st != 429 {
+            // (429 `busy`) are tried again; another 429 (`tenant_quota`) is answered.
+            let code = v["error"]["code"].as_str().unwrap_or("");
+            if st != 429 || !matches!(code, "rate_limited" | "busy") {
                 return (st, v);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -155,9 +155,17 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
     let (got, _) = acme.pull(&gw, 0, 100).await;
     assert_eq!(got, std::slice::from_ref(&mine));
     let (got, _) = globex.pull(&gw, 0, 100).await;
-    assert_eq!(got, std::slice::from_ref(&globex_msg), "globex's queue changed");
+    assert_eq!(
+        got,
+        std::slice::from_ref(&globex_msg),
+        "globex's queue changed"
+    );
     let (got, _) = plain.pull(&gw, 0, 100).await;
-    assert_eq!(got, std::slice::from_ref(&plain_msg), "default's queue changed");
+    assert_eq!(
+        got,
+        std::slice::from_ref(&plain_msg),
+        "default's queue changed"
+    );
     // Its event stream: its own node's events only, by node id.
     let frames = events_of(&gw, &t).await;
     assert!(frames.contains(&mine), "{frames}");
@@ -575,4 +583,77 @@ fn audit_upload(n: &SimNode, size: u64) -> Value {
         .map(|b| String::from_utf8(b).unwrap())
         .collect();
     json!({"entries": texts, "checkpoint": note})
+}
+
+/// Devices enroll themselves into a tenant with a token that names it (PROTOCOL §18):
+/// each joins at its address there, the same node id as a `default` node is another
+/// node (no `duplicate_node_id`), the tenant's `max_nodes` refuses one more with 429
+/// `tenant_quota` (not final: the device may come back), and a token for a tenant that
+/// does not exist is never made.
+#[tokio::test(flavor = "multi_thread")]
+async fn devices_enroll_into_the_tenant_their_token_names_within_its_quota() {
+    let home = Home::init("gateway", "gateway:main", "");
+    let o = home.cli(&["tenant", "create", "acme", "--max-nodes", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = home.cli(&[
+        "enroll-token",
+        "create",
+        "--max-uses",
+        "5",
+        "--tenant",
+        "globex",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let token = crate::self_enroll::make_token(&home, &["--max-uses", "5", "--tenant", "acme"]);
+    let list = home.cli(&["enroll-token", "list", "--json"]);
+    assert!(String::from_utf8_lossy(&list.stdout).contains(r#""tenant":"acme""#));
+    // A `default` node:pump-17, online, trusted by hand.
+    let plain = SimNode::with_keys("node:pump-17", 91);
+    plain.enroll(&home);
+    let operator = home.token("gateway:main", &["admin"], "1h");
+    let gw = home.start();
+    let _ = plain.pull(&gw, 0, 1).await;
+    let gw_doc = crate::sim::gateway_document(&gw).await;
+    let twin = SimNode::with_keys("node:pump-17", 92);
+    let (st, v) = twin.self_enroll(&gw, &gw_doc, &token).await;
+    assert_eq!(st, 200, "{v}");
+    let other = SimNode::with_keys("node:pump-18", 93);
+    let (st, v) = other.self_enroll(&gw, &gw_doc, &token).await;
+    assert_eq!(st, 200, "{v}");
+    // acme has its two nodes now.
+    let third = SimNode::with_keys("node:pump-19", 94);
+    let (st, v) = third.self_enroll(&gw, &gw_doc, &token).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (429, Some("tenant_quota")),
+        "{v}"
+    );
+    // The twin is acme's node:pump-17: its commands reach it, not the default node.
+    let to_twin = command(&gw, &operator, "node:pump-17@acme", 0, 3600).await;
+    let (got, _) = twin.pull(&gw, 0, 10).await;
+    assert_eq!(got, std::slice::from_ref(&to_twin));
+    let (got, _) = plain.pull(&gw, 0, 10).await;
+    assert!(got.is_empty(), "{got:?}");
+    let t = tenant_token(&home, "acme", &["read"]);
+    let (st, v) = send(&gw, "GET", "/v1/nodes", &t, None).await;
+    assert_eq!(st, 200);
+    let mut ids: Vec<&str> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["node_id"].as_str())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["node:pump-17", "node:pump-18"], "{v}");
+    let o = home.cli(&["tenant", "list", "--json"]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        out.contains(r#""tenant":"acme","usage":{"nodes":2"#),
+        "{out}"
+    );
+    // Raised, the quota takes the third device when it comes back.
+    let o = home.cli(&["tenant", "set", "acme", "--max-nodes", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (st, v) = third.self_enroll(&gw, &gw_doc, &token).await;
+    assert_eq!(st, 200, "{v}");
 }

@@ -62,7 +62,7 @@ async fn one_enrollment_with_1000_nodes_trusted_writes_two_trust_rows() {
     let node = doc("node:n0500a");
     let decide_as_gateway =
         |f: &outpost::gateway::enroll::Facts<'_>| decide(f, "auto", &Default::default());
-    let decision = state.enroll(&node, "auto", false, &decide_as_gateway).await;
+    let decision = state.enroll(&node, "auto", &[], &decide_as_gateway).await;
     let Decision::Record { record, .. } = decision.unwrap() else {
         panic!("not recorded");
     };

@@ -70,6 +70,7 @@ impl From<GatewayError> for ApiError {
             GatewayError::Enroll(code, _) => {
                 let status = match code {
                     crate::enroll::codes::DUPLICATE_NODE_ID => StatusCode::CONFLICT,
+                    crate::enroll::codes::TENANT_QUOTA => StatusCode::TOO_MANY_REQUESTS,
                     _ => StatusCode::FORBIDDEN,
                 };
                 ApiError::new(status, code, msg)

@@ -19,7 +19,7 @@ use super::events::GatewayEvent;
 use super::state::Gateway;
 pub use super::storage::{
     retired_records, rotated_records, settleable, trust_node, Decision, EnrollmentRecord, Facts,
-    Kind, RecordState, TokenRecord, NODE_RIGHTS,
+    Kind, RecordState, TenantRoom, TokenRecord, NODE_RIGHTS,
 };
 use crate::audit::{AuditEvent, AuditOutcome};
 use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
@@ -80,9 +80,15 @@ pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
             );
         }
     }
+    if f.tenant == TenantRoom::Missing {
+        return Decision::Refuse(
+            codes::TOKEN_REVOKED,
+            "the enrollment token's tenant was deleted".into(),
+        );
+    }
     let trusted_same = f.trusted.is_some_and(|d| d.sign_pk == f.node.sign_pk);
     let record = |state, kind| EnrollmentRecord {
-        node_id: f.node.node_id.clone(),
+        node_id: t.address_of(&f.node.node_id),
         node_sign_pk: b64_encode(&f.node.sign_pk),
         token_id: token_id.to_string(),
         document: f.node.clone(),
@@ -112,6 +118,15 @@ pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
         }
         // Enrolled, silent, and now a new key: a reflashed device. An operator decides.
         return recorded_decision(record(RecordState::Pending, Kind::Rekey), true);
+    }
+    // A new node of a tenant at its quota (a re-keyed one replaces its old key).
+    if let TenantRoom::Full { max_nodes } = f.tenant {
+        return Decision::Refuse(
+            codes::TENANT_QUOTA,
+            format!(
+                "the token's tenant has its max_nodes ({max_nodes}) nodes, enrolled or waiting"
+            ),
+        );
     }
     let state = match t.claims.approve {
         Approve::Auto => RecordState::Enrolled,
@@ -215,7 +230,8 @@ fn answer(gw: &Gateway, record: &EnrollmentRecord) -> Answered {
     let claims = AnswerClaims {
         v: 1,
         status: standing,
-        node_id: record.node_id.clone(),
+        // The device's own id: it never knows its address (PROTOCOL §18).
+        node_id: record.document.node_id.clone(),
         node_sign_pk: record.node_sign_pk.clone(),
         token_id: record.token_id.clone(),
         kind: record.kind.as_str().into(),
@@ -319,12 +335,23 @@ impl Enrollment<'_> {
             .slot()
             .await
             .map_err(|t| throttled(gw, "enroll", t))?;
-        let online = gw.trust().get(&node.node_id).is_some() && gw.reachable(&node.node_id).await;
+        // The addresses of this node id (one per tenant at most) heard from recently.
+        let addresses: Vec<String> = gw
+            .trust()
+            .with_node_id(&node.node_id)
+            .map(|p| p.address())
+            .collect();
+        let mut online = Vec::new();
+        for a in addresses {
+            if gw.reachable(&a).await {
+                online.push(a);
+            }
+        }
         let token_id = token.claims.id.clone();
         let decide = move |f: &Facts<'_>| decide(f, &token_id, &seen);
         let decision = gw
             .state
-            .enroll(&node, &token.claims.id, online, &decide)
+            .enroll(&node, &token.claims.id, &online, &decide)
             .await?;
         let record = match decision {
             Decision::Refuse(code, msg) => {

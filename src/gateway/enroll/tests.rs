@@ -24,6 +24,7 @@ fn token(max_uses: u64, approve: Approve) -> TokenRecord {
         revoked: false,
         uses: 0,
         labels: Default::default(),
+        tenant: None,
     }
 }
 
@@ -36,7 +37,58 @@ fn facts<'a>(node: &'a IdentityDocument, token: Option<&'a TokenRecord>) -> Fact
         trusted: None,
         pending_other: false,
         online: false,
+        tenant: TenantRoom::Open,
     }
+}
+
+/// A token of a tenant enrolls the device at its address there; a tenant at its
+/// `max_nodes` takes no new device (a known one is answered as before); a tenant that was
+/// deleted takes none.
+#[test]
+fn a_tenant_token_enrolls_into_its_tenant_within_its_quota() {
+    let k = Keys::generate();
+    let d = doc("node:pump-1", &k);
+    let mut t = token(5, Approve::Auto);
+    t.tenant = Some("acme".into());
+    match decide(&facts(&d, Some(&t)), "et-1", &Default::default()) {
+        Decision::Record { record, .. } => {
+            assert_eq!(record.node_id, "node:pump-1@acme");
+            assert_eq!(record.document.node_id, "node:pump-1");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut full = facts(&d, Some(&t));
+    full.tenant = TenantRoom::Full { max_nodes: 3 };
+    assert!(matches!(
+        decide(&full, "et-1", &Default::default()),
+        Decision::Refuse(codes::TENANT_QUOTA, _)
+    ));
+    let known = EnrollmentRecord {
+        node_id: "node:pump-1@acme".into(),
+        node_sign_pk: b64_encode(&d.sign_pk),
+        token_id: "et-1".into(),
+        document: d.clone(),
+        state: RecordState::Enrolled,
+        kind: Kind::New,
+        created_at_ms: 1,
+        decided_at_ms: Some(1),
+        labels: Default::default(),
+        device: None,
+        source: None,
+        decided_by: None,
+    };
+    full.same = Some(&known);
+    assert!(matches!(
+        decide(&full, "et-1", &Default::default()),
+        Decision::Answer(_)
+    ));
+    let mut gone = facts(&d, Some(&t));
+    gone.tenant = TenantRoom::Missing;
+    assert!(matches!(
+        decide(&gone, "et-1", &Default::default()),
+        Decision::Refuse(codes::TOKEN_REVOKED, _)
+    ));
+    assert!(!codes::is_final(codes::TENANT_QUOTA));
 }
 
 #[test]

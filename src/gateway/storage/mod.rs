@@ -50,7 +50,7 @@ pub use crate::store::{ExpiredMessage, MessageStatus, QueueStat};
 pub use enrollments::{
     pending_json, retired_records, rotated_records, settleable, trust_node, Decision,
     EnrollmentRecord, EnrollmentState, Facts, Kind, PendingAudit, RecordState, RetireAudit,
-    SettleAudit, TokenRecord, NODE_RIGHTS,
+    SettleAudit, TenantRoom, TokenRecord, NODE_RIGHTS,
 };
 pub use events::{EventRow, EventTable};
 pub use shared::SharedState;

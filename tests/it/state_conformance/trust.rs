@@ -218,6 +218,7 @@ pub(crate) fn token(id: &str, approve: Approve) -> TokenRecord {
         revoked: false,
         uses: 0,
         labels: Default::default(),
+        tenant: None,
     }
 }
 
@@ -280,7 +281,7 @@ pub(super) async fn enroll(
     let token = token_id.to_string();
     let decide =
         move |f: &outpost::gateway::enroll::Facts<'_>| decide(f, &token, &Default::default());
-    state.enroll(doc, token_id, false, &decide).await.unwrap()
+    state.enroll(doc, token_id, &[], &decide).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

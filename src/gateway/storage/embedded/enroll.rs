@@ -10,7 +10,7 @@ use super::Embedded;
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::storage::{
-    trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
+    trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TenantRoom, TokenRecord,
 };
 use crate::gateway::storage::{
     AuditExtension, EnrollmentState, Fut, PendingAudit, RetireAudit, SettleAudit, StateError,
@@ -126,6 +126,40 @@ impl Embedded {
         Ok(Some(true))
     }
 
+    /// Whether `tenant` can take one more node (PROTOCOL §18): its nodes trusted or
+    /// waiting for approval against its `max_nodes`, counted only when it has one (a read
+    /// of every peer and record: a quota costs its tenant's enrollments that much).
+    fn tenant_room(&self, tenant: &str) -> Result<TenantRoom, StateError> {
+        use crate::fleet::tenant::{tenant_of, TenantRecord, DEFAULT_TENANT};
+        let record: Option<TenantRecord> =
+            self.kv_json(crate::store::names::KV_GW_TENANTS, tenant)?;
+        let max_nodes = match record {
+            None if tenant != DEFAULT_TENANT => return Ok(TenantRoom::Missing),
+            None => return Ok(TenantRoom::Open),
+            Some(r) => match r.quotas.max_nodes {
+                None => return Ok(TenantRoom::Open),
+                Some(m) => m,
+            },
+        };
+        let trust = crate::daemon::trust::load(&self.store).map_err(super::trust_corrupt)?;
+        let trusted = trust
+            .list()
+            .filter(|p| {
+                p.doc.role == "node" && p.tenant.as_deref().unwrap_or(DEFAULT_TENANT) == tenant
+            })
+            .count() as u64;
+        let waiting = self
+            .records_now()?
+            .iter()
+            .filter(|r| r.state == RecordState::Pending && tenant_of(&r.node_id) == tenant)
+            .count() as u64;
+        Ok(if trusted + waiting >= max_nodes {
+            TenantRoom::Full { max_nodes }
+        } else {
+            TenantRoom::Open
+        })
+    }
+
     pub(super) fn records_now(&self) -> Result<Vec<EnrollmentRecord>, StateError> {
         self.store
             .kv_list(KV_GW_ENROLLMENTS)?
@@ -160,20 +194,24 @@ impl Embedded {
         &self,
         node: &IdentityDocument,
         token_id: &str,
-        online: bool,
+        online: &[String],
         decide: &(dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
     ) -> Result<Decision, StateError> {
         let _one = self.enrolling.lock().await;
         let token = self.token_now(token_id)?;
+        let address = match &token {
+            Some(t) => t.address_of(&node.node_id),
+            None => node.node_id.clone(),
+        };
         let key = b64_encode(&node.sign_pk);
-        let records = self.records_of(&node.node_id)?;
+        let records = self.records_of(&address)?;
         let same = records.iter().find(|r| r.node_sign_pk == key);
         let pending_other = records
             .iter()
             .any(|r| r.node_sign_pk != key && r.state == RecordState::Pending);
-        let mut trust = self.trust_of(&node.node_id)?;
+        let mut trust = self.trust_of(&address)?;
         let trusted = trust
-            .get(&node.node_id)
+            .get(&address)
             .filter(|p| p.doc.role == "node")
             .map(|p| p.doc.clone());
         let facts = Facts {
@@ -183,7 +221,8 @@ impl Embedded {
             same,
             trusted: trusted.as_ref(),
             pending_other,
-            online,
+            online: online.contains(&address),
+            tenant: self.tenant_room(crate::fleet::tenant::tenant_of(&address))?,
         };
         let decision = decide(&facts);
         if let Decision::Record {
@@ -205,7 +244,8 @@ impl Embedded {
             );
             let mut _labels = None;
             if record.state == RecordState::Enrolled {
-                trust_node(&mut trust, &record.document).map_err(StateError::Corrupt)?;
+                trust_node(&mut trust, &record.node_id, &record.document)
+                    .map_err(StateError::Corrupt)?;
                 self.stage_trust(&mut batch, &trust, &record.node_id)?;
                 _labels = self
                     .stage_token_labels(&mut batch, &record.node_id, &record.labels)
@@ -256,7 +296,7 @@ impl Embedded {
                     );
                 }
             }
-            trust_node(&mut trust, &r.document).map_err(StateError::Corrupt)?;
+            trust_node(&mut trust, &r.node_id, &r.document).map_err(StateError::Corrupt)?;
             self.stage_trust(&mut batch, &trust, node_id)?;
             _labels = self
                 .stage_token_labels(&mut batch, node_id, &r.labels)
@@ -292,9 +332,13 @@ impl Embedded {
         };
         trust.remove(node_id);
         let mut batch = Batch::new();
-        for r in
-            crate::gateway::storage::retired_records(self.records_of(node_id)?, &doc, now_ms, by)
-        {
+        for r in crate::gateway::storage::retired_records(
+            self.records_of(node_id)?,
+            node_id,
+            &doc,
+            now_ms,
+            by,
+        ) {
             batch.kv_put(
                 KV_GW_ENROLLMENTS,
                 &record_key(node_id, &r.node_sign_pk),
@@ -355,7 +399,7 @@ impl EnrollmentState for Embedded {
         &'a self,
         node: &'a IdentityDocument,
         token_id: &'a str,
-        online: bool,
+        online: &'a [String],
         decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
     ) -> Fut<'a, Decision> {
         Box::pin(self.enroll_now(node, token_id, online, decide))

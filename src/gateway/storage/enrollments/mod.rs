@@ -17,7 +17,7 @@ use crate::audit::{AuditEntry, AuditRecord};
 use crate::envelope::{IdentityDocument, KeyRotation, Rotated, RotationError};
 pub use records::{
     retired_records, rotated_records, settleable, trust_node, Decision, EnrollmentRecord, Facts,
-    Kind, RecordState, TokenRecord, NODE_RIGHTS,
+    Kind, RecordState, TenantRoom, TokenRecord, NODE_RIGHTS,
 };
 
 /// The audit entry of an approval or rejection, made from the settled record.
@@ -61,12 +61,16 @@ pub trait EnrollmentState: Send + Sync {
     /// and apply a [`Decision::Record`]: the record, a use of the token when it says so,
     /// and the node in the trust store (with [`NODE_RIGHTS`]) when the
     /// record is enrolled, and the decision's audit entry as pending. Concurrent enrollments under one token are serialised, so
-    /// its limit holds across replicas. Returns the decision.
+    /// its limit holds across replicas. The node's address is its node id in the token's
+    /// tenant (PROTOCOL §18): the facts are those of that address, and the tenant's
+    /// room ([`super::TenantRoom`]: its nodes, trusted or waiting, against its
+    /// `max_nodes`) is read in the same transaction. `online` holds the addresses of
+    /// this node id heard from recently. Returns the decision.
     fn enroll<'a>(
         &'a self,
         node: &'a IdentityDocument,
         token_id: &'a str,
-        online: bool,
+        online: &'a [String],
         decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
     ) -> Fut<'a, Decision>;
     /// Every enrollment record.

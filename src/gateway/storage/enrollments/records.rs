@@ -22,9 +22,23 @@ pub struct TokenRecord {
     /// never in the token the devices carry.
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// The tenant every node it enrolls joins (PROTOCOL §18); `None` = `default`. The
+    /// gateway's own, like the labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 impl TokenRecord {
+    /// The address a node of id `node_id` enrolled with this token has.
+    pub fn address_of(&self, node_id: &str) -> String {
+        crate::fleet::tenant::address(
+            node_id,
+            self.tenant
+                .as_deref()
+                .unwrap_or(crate::fleet::tenant::DEFAULT_TENANT),
+        )
+    }
+
     /// `active`, `expired`, `exhausted` or `revoked`.
     pub fn state(&self, now_ms: u64) -> &'static str {
         if self.revoked {
@@ -74,6 +88,8 @@ impl Kind {
 /// One device key's enrollment under a node id (keyed by both).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnrollmentRecord {
+    /// The node's address (PROTOCOL §18): its node id, or `<node id>@<tenant>` for a node
+    /// enrolled into a tenant; `document` names the node id alone.
     pub node_id: String,
     /// b64url of the device's signing key.
     pub node_sign_pk: String,
@@ -146,6 +162,19 @@ pub struct Facts<'a> {
     /// The node now trusted under this id (another key) was heard from recently: a
     /// second device, not a reflashed one.
     pub online: bool,
+    /// Where the token's tenant stands (PROTOCOL §18).
+    pub tenant: TenantRoom,
+}
+
+/// Whether the tenant an enrollment token names can take one more node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantRoom {
+    /// It can (the tenant `default`, or one below its `max_nodes`).
+    Open,
+    /// It has its `max_nodes` nodes already.
+    Full { max_nodes: u64 },
+    /// The tenant was deleted after the token was made.
+    Missing,
 }
 
 /// What to answer, and what to write.
@@ -171,9 +200,11 @@ pub const NODE_RIGHTS: Rights = Rights {
     issue: false,
 };
 
-/// Put `doc` into `t` as an enrolled node (replacing a retired key).
-pub fn trust_node(t: &mut TrustStore, doc: &IdentityDocument) -> Result<(), String> {
-    t.add(doc.clone(), NODE_RIGHTS)
+/// Put `doc` into `t` as an enrolled node at `address` (its node id, or `<node
+/// id>@<tenant>`: PROTOCOL §18), replacing a retired key.
+pub fn trust_node(t: &mut TrustStore, address: &str, doc: &IdentityDocument) -> Result<(), String> {
+    let tenant = crate::fleet::tenant::tenant_of(address);
+    t.add_in(doc.clone(), NODE_RIGHTS, Some(tenant))
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -214,6 +245,7 @@ pub fn settleable(
 /// their time), so the newest retired key is the one last trusted.
 pub fn retired_records(
     records: Vec<EnrollmentRecord>,
+    address: &str,
     doc: &IdentityDocument,
     now_ms: u64,
     by: &str,
@@ -237,7 +269,7 @@ pub fn retired_records(
             r.decided_by = Some(by.to_string());
         }
         None => out.push(EnrollmentRecord {
-            node_id: doc.node_id.clone(),
+            node_id: address.to_string(),
             node_sign_pk: key,
             token_id: String::new(),
             document: doc.clone(),
@@ -271,7 +303,7 @@ pub fn rotated_records(
         return Vec::new();
     };
     let new = EnrollmentRecord {
-        node_id: rot.new_doc.node_id.clone(),
+        node_id: was.node_id.clone(),
         node_sign_pk: b64_encode(&rot.new_doc.sign_pk),
         token_id: was.token_id.clone(),
         document: rot.new_doc.clone(),

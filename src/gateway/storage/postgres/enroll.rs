@@ -13,7 +13,7 @@ use crate::gateway::storage::{
     StateError,
 };
 use crate::gateway::storage::{
-    Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
+    Decision, EnrollmentRecord, Facts, Kind, RecordState, TenantRoom, TokenRecord, NODE_RIGHTS,
 };
 use crate::store::names::Q_TO_NODE;
 
@@ -80,9 +80,11 @@ async fn trusted_node(
         .transpose()
 }
 
-/// Trust `doc` as an enrolled node (replacing the row of its id) and tell every replica.
+/// Trust `doc` as an enrolled node at `address` (replacing the row there) and tell every
+/// replica.
 async fn trust_node(
     tx: &Transaction<'_>,
+    address: &str,
     doc: &IdentityDocument,
     now_ms: u64,
 ) -> Result<(), StateError> {
@@ -95,7 +97,7 @@ async fn trust_node(
                  rotation = CASE WHEN peers.document = excluded.document
                                  THEN peers.rotation END",
         &[
-            &doc.node_id,
+            &address,
             &to_json(doc)?,
             &NODE_RIGHTS.send,
             &NODE_RIGHTS.issue,
@@ -105,6 +107,57 @@ async fn trust_node(
     .await
     .map_err(unavailable)?;
     notify_trust(tx).await
+}
+
+/// Whether `tenant` can take one more node (PROTOCOL §18), read in the enrollment's
+/// transaction: its row `FOR SHARE` (a delete of the tenant waits for the enrollment, or
+/// the enrollment sees it gone), and with a `max_nodes` its nodes trusted or waiting,
+/// counted under a lock of the tenant's, so two replicas never both take its last place.
+async fn tenant_room(tx: &Transaction<'_>, tenant: &str) -> Result<TenantRoom, StateError> {
+    use crate::fleet::tenant::{TenantRecord, DEFAULT_TENANT};
+    let row = tx
+        .query_opt(
+            "SELECT record FROM tenants WHERE name = $1 FOR SHARE",
+            &[&tenant],
+        )
+        .await
+        .map_err(unavailable)?;
+    let max_nodes = match row {
+        None if tenant != DEFAULT_TENANT => return Ok(TenantRoom::Missing),
+        None => return Ok(TenantRoom::Open),
+        Some(r) => {
+            let rec: TenantRecord =
+                serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("tenants", e))?;
+            match rec.quotas.max_nodes {
+                None => return Ok(TenantRoom::Open),
+                Some(m) => m,
+            }
+        }
+    };
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('outpost-tenant:' || $1))",
+        &[&tenant],
+    )
+    .await
+    .map_err(unavailable)?;
+    // The part of an address after `@`: '' in `default` (indexed: `peers_tenant`).
+    let part = if tenant == DEFAULT_TENANT { "" } else { tenant };
+    let n: i64 = tx
+        .query_one(
+            "SELECT (SELECT count(*) FROM peers WHERE split_part(node_id, '@', 2) = $1
+                        AND role = 'node')
+                  + (SELECT count(*) FROM enrollments WHERE state = 'pending'
+                        AND split_part(node_id, '@', 2) = $1)",
+            &[&part],
+        )
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    Ok(if n as u64 >= max_nodes {
+        TenantRoom::Full { max_nodes }
+    } else {
+        TenantRoom::Open
+    })
 }
 
 pub(super) async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError> {
@@ -139,12 +192,11 @@ impl Postgres {
         &self,
         node: &IdentityDocument,
         token_id: &str,
-        online: bool,
+        online: &[String],
         decide: &(dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
     ) -> Result<Decision, StateError> {
         let mut c = self.pool.get().await?;
         let tx = c.transaction().await.map_err(unavailable)?;
-        lock_node(&tx, &node.node_id).await?;
         let token = tx
             .query_opt(
                 "SELECT record, revoked, uses FROM enroll_tokens WHERE id = $1 FOR UPDATE",
@@ -155,9 +207,14 @@ impl Postgres {
             .as_ref()
             .map(token_row)
             .transpose()?;
+        let address = match &token {
+            Some(t) => t.address_of(&node.node_id),
+            None => node.node_id.clone(),
+        };
+        lock_node(&tx, &address).await?;
         let key = b64_encode(&node.sign_pk);
-        let records = records_of(&tx, &node.node_id).await?;
-        let trusted = trusted_node(&tx, &node.node_id).await?;
+        let records = records_of(&tx, &address).await?;
+        let trusted = trusted_node(&tx, &address).await?;
         let now_ms = self.now_ms();
         let facts = Facts {
             now_ms,
@@ -168,7 +225,8 @@ impl Postgres {
             pending_other: records
                 .iter()
                 .any(|r| r.node_sign_pk != key && r.state == RecordState::Pending),
-            online,
+            online: online.contains(&address),
+            tenant: tenant_room(&tx, crate::fleet::tenant::tenant_of(&address)).await?,
         };
         let decision = decide(&facts);
         let Decision::Record {
@@ -190,14 +248,14 @@ impl Postgres {
         }
         put_record(&tx, record).await?;
         if record.state == RecordState::Enrolled {
-            trust_node(&tx, &record.document, now_ms).await?;
+            trust_node(&tx, &record.node_id, &record.document, now_ms).await?;
             super::fleet::stage_token_labels(&tx, &record.node_id, &record.labels).await?;
         }
         tx.commit().await.map_err(unavailable)?;
         // The refresh takes a connection of its own: holding this one while it waits
         // would let a burst of enrollments take the whole pool and wait for itself.
         drop(c);
-        self.refresh_peer_now(&node.node_id).await?;
+        self.refresh_peer_now(&address).await?;
         Ok(decision)
     }
 
@@ -248,7 +306,7 @@ impl Postgres {
                     put_record(&tx, &o).await?;
                 }
             }
-            trust_node(&tx, &r.document, now_ms).await?;
+            trust_node(&tx, &r.node_id, &r.document, now_ms).await?;
             super::fleet::stage_token_labels(&tx, node_id, &r.labels).await?;
         } else {
             r.state = RecordState::Rejected;
@@ -278,7 +336,7 @@ impl Postgres {
             return Ok(None);
         };
         let records = records_of(&tx, node_id).await?;
-        for r in crate::gateway::storage::retired_records(records, &doc, now_ms, by) {
+        for r in crate::gateway::storage::retired_records(records, node_id, &doc, now_ms, by) {
             put_record(&tx, &r).await?;
         }
         tx.execute("DELETE FROM peers WHERE node_id = $1", &[&node_id])
@@ -369,7 +427,7 @@ impl EnrollmentState for Postgres {
         &'a self,
         node: &'a IdentityDocument,
         token_id: &'a str,
-        online: bool,
+        online: &'a [String],
         decide: &'a (dyn Fn(&Facts<'_>) -> Decision + Send + Sync),
     ) -> Fut<'a, Decision> {
         Box::pin(self.enroll_now(node, token_id, online, decide))

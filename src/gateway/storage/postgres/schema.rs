@@ -246,12 +246,15 @@ CREATE TABLE rollout_targets (
 );
 "#,
     // 9: tenants (PROTOCOL §18): one row per tenant, its record as JSON (quotas, who
-    // made it). `default` has a row only once its quotas were set.
+    // made it). `default` has a row only once its quotas were set. A peer's tenant is
+    // the part of its address after `@` ('' for `default`): indexed, so counting a
+    // tenant's nodes (its `max_nodes`) reads that tenant's rows only.
     r#"
 CREATE TABLE tenants (
     name   text PRIMARY KEY,
     record text NOT NULL
 );
+CREATE INDEX peers_tenant ON peers ((split_part(node_id, '@', 2)));
 "#,
 ];
 
