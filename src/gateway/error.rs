@@ -53,6 +53,10 @@ pub enum GatewayError {
     /// A command that is not queued for an offline node.
     #[error("{0}")]
     RecipientOffline(String),
+    /// The node's tenant has reached a quota (PROTOCOL §18; the quota's name): nothing
+    /// was queued.
+    #[error("{1}")]
+    TenantQuota(&'static str, String),
     /// No such message (or inbox message).
     #[error("{1}")]
     NotFound(&'static str, String),

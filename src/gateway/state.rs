@@ -59,6 +59,8 @@ pub struct Gateway {
     pub(super) job_locks: crate::keyed_lock::KeyedLocks,
     /// Enrollment: who gets an answer while strangers flood (budgets, decision slots).
     pub(super) admission: Admission,
+    /// Commands, tool calls and forwards: the tenants' quotas on what they queue.
+    pub(super) quota_gate: super::tenant_quota::QuotaGate,
 }
 
 /// The stored identity with the current TLS pin; a data dir without its stored
@@ -112,6 +114,7 @@ impl Gateway {
             job_locks: crate::keyed_lock::KeyedLocks::new(),
             token_gate: crate::token::Gate::new(1024),
             admission: Admission::new(slots, started_ms),
+            quota_gate: Default::default(),
         }
     }
 

@@ -403,6 +403,10 @@ async fn forward(
     if let Err(e) = check_relay(&env, &trust, gw.now_ms(), gw.skew_ms(), max_ttl_ms) {
         return Ok(Verdict::Rejected(e.code().into()));
     }
+    match gw.admit_queued(&to, bytes.len() as u64).await {
+        Err(GatewayError::TenantQuota(..)) => return Ok(Verdict::Rejected("tenant_quota".into())),
+        other => other?,
+    }
     let msg = ForNode {
         node_id: to.clone(),
         message_id: env.message_id.clone(),

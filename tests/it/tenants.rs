@@ -657,3 +657,72 @@ async fn devices_enroll_into_the_tenant_their_token_names_within_its_quota() {
     let (st, v) = third.self_enroll(&gw, &gw_doc, &token).await;
     assert_eq!(st, 200, "{v}");
 }
+
+/// A tenant at its `max_queued_messages` gets 429 `tenant_quota` naming the quota and
+/// nothing is queued; another tenant (and `default`) queue on; once its node took its
+/// messages the tenant is admitted again (PROTOCOL §18).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_over_its_queue_quota_gets_429_and_others_queue_on() {
+    let home = Home::init("gateway", "gateway:main", "");
+    let o = home.cli(&["tenant", "create", "acme", "--max-queued-messages", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let acme = SimNode::with_keys("node:pump-17", 101);
+    let plain = SimNode::with_keys("node:pump-17", 102);
+    plain.enroll(&home);
+    let o = home.cli_stdin(
+        &["trust", "add", "-", "--send", "--tenant", "acme"],
+        acme.identity_json().as_bytes(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let t = tenant_token(&home, "acme", &["admin"]);
+    let operator = home.token("gateway:main", &["admin"], "1h");
+    let gw = home.start();
+    let body =
+        || json!({"target": {"node_id": "node:pump-17"}, "command_type": "note", "body": {}});
+    for _ in 0..3 {
+        let (st, v) = send(&gw, "POST", "/v1/commands", &t, Some(body())).await;
+        assert_eq!(st, 202, "{v}");
+    }
+    let (st, v) = send(&gw, "POST", "/v1/commands", &t, Some(body())).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (429, Some("tenant_quota")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_queued_messages"),
+        "{v}"
+    );
+    // The operator is held to the tenant's quota too; `default` is not.
+    let (st, _) = send(
+        &gw,
+        "POST",
+        "/v1/commands",
+        &operator,
+        Some(
+            json!({"target": {"node_id": "node:pump-17@acme"}, "command_type": "note", "body": {}}),
+        ),
+    )
+    .await;
+    assert_eq!(st, 429);
+    for i in 0..5 {
+        command(&gw, &operator, "node:pump-17", i, 3600).await;
+    }
+    let (got, pending) = acme.pull(&gw, 0, 100).await;
+    assert_eq!((got.len(), pending), (3, 3), "nothing more was queued");
+    acme.ack(&gw, &got).await;
+    // Admitted again once the gateway's view of the queues is read again (≤ 1 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (st, v) = send(&gw, "POST", "/v1/commands", &t, Some(body())).await;
+        if st == 202 {
+            break;
+        }
+        assert_eq!(st, 429, "{v}");
+        assert!(std::time::Instant::now() < deadline, "still refused: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

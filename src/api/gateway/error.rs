@@ -62,6 +62,9 @@ impl From<GatewayError> for ApiError {
             GatewayError::OutcomeUnknown(_) => outcome_unknown(msg),
             GatewayError::Duplicate => ApiError::new(StatusCode::CONFLICT, "duplicate", msg),
             GatewayError::Conflict(c, _) => ApiError::new(StatusCode::CONFLICT, c.code(), msg),
+            GatewayError::TenantQuota(..) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "tenant_quota", msg)
+            }
             GatewayError::RecipientOffline(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "recipient_offline", msg)
             }
@@ -135,6 +138,10 @@ mod tests {
             (409, "job_id_conflict")
         );
         assert_eq!(api(GatewayError::Duplicate), (409, "duplicate"));
+        assert_eq!(
+            api(GatewayError::TenantQuota("max_queued_messages", "x".into())),
+            (429, "tenant_quota")
+        );
         assert_eq!(
             api(GatewayError::NodeWithoutSend("n".into())),
             (409, "node_without_send")

@@ -2,6 +2,7 @@
 //! its node and queued durably; a tool call waits (a bounded time) for the node's
 //! result. The job locks are this service's own.
 
+mod quota;
 mod tool_calls;
 
 pub use tool_calls::{ToolCall, ToolCallOutcome};
@@ -95,8 +96,9 @@ pub(super) async fn seal_and_queue(
         payload_type: payload_type.to_string(),
         priority: 0,
     };
-    let env = seal_to(gw, &target.doc, &params, plaintext)?;
+    let envelope = seal_to(gw, &target.doc, &params, plaintext)?.to_json();
     let to = &target.address;
+    gw.admit_queued(to, envelope.len() as u64).await?;
     let live = gw.polling(to);
     let event = GatewayEvent::Queued {
         message_id: message_id.to_string(),
@@ -116,7 +118,7 @@ pub(super) async fn seal_and_queue(
         priority: 0,
         created_at_ms: now,
         expires_at_ms: params.expires_at_ms,
-        envelope: env.to_json(),
+        envelope,
         max_attempts: gw.cfg.queue.max_attempts,
         event: staged.take_row(),
     };

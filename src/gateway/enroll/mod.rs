@@ -38,24 +38,55 @@ fn decided_by_token(state: RecordState, token_id: &str) -> Option<String> {
     (state == RecordState::Enrolled).then(|| format!("enroll-token:{token_id}"))
 }
 
+/// The decision for a device key the gateway has a record of: its answer again, or why
+/// it is refused for good.
+fn answer_known(r: &EnrollmentRecord) -> Decision {
+    match r.state {
+        RecordState::Enrolled | RecordState::Pending => Decision::Answer(r.clone()),
+        RecordState::Rejected => Decision::Refuse(
+            codes::REJECTED,
+            "an operator rejected this device's enrollment".into(),
+        ),
+        RecordState::Revoked => Decision::Refuse(
+            codes::NODE_REVOKED,
+            "this device key was retired (`outpost nodes revoke`); a reflashed device enrolls with a new key".into(),
+        ),
+        RecordState::Rotated => Decision::Refuse(
+            codes::NODE_REVOKED,
+            "this device key was retired by a key rotation: the node signs with its newer key".into(),
+        ),
+    }
+}
+
+/// Why token `t` enrolls no device now: expired, used up, or not for this node id.
+fn token_refusal(f: &Facts<'_>, t: &TokenRecord) -> Option<Decision> {
+    if f.now_ms >= t.claims.expires_at_ms {
+        return Some(Decision::Refuse(
+            codes::TOKEN_EXPIRED,
+            "the enrollment token expired".into(),
+        ));
+    }
+    if t.uses >= t.claims.max_uses {
+        return Some(Decision::Refuse(
+            codes::TOKEN_EXHAUSTED,
+            format!("the enrollment token was used {} times, its limit", t.uses),
+        ));
+    }
+    if let Some(p) = &t.claims.node_prefix {
+        if !f.node.node_id.starts_with(p.as_str()) {
+            return Some(Decision::Refuse(
+                codes::NODE_ID_NOT_ALLOWED,
+                format!("this token enrolls node ids starting with {p:?} only"),
+            ));
+        }
+    }
+    None
+}
+
 /// The pure core of an enrollment.
 pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
     if let Some(r) = f.same {
-        return match r.state {
-            RecordState::Enrolled | RecordState::Pending => Decision::Answer(r.clone()),
-            RecordState::Rejected => Decision::Refuse(
-                codes::REJECTED,
-                "an operator rejected this device's enrollment".into(),
-            ),
-            RecordState::Revoked => Decision::Refuse(
-                codes::NODE_REVOKED,
-                "this device key was retired (`outpost nodes revoke`); a reflashed device enrolls with a new key".into(),
-            ),
-            RecordState::Rotated => Decision::Refuse(
-                codes::NODE_REVOKED,
-                "this device key was retired by a key rotation: the node signs with its newer key".into(),
-            ),
-        };
+        return answer_known(r);
     }
     let Some(t) = f.token.filter(|t| !t.revoked) else {
         return Decision::Refuse(
@@ -63,22 +94,8 @@ pub fn decide(f: &Facts<'_>, token_id: &str, seen: &Seen) -> Decision {
             "the enrollment token was revoked".into(),
         );
     };
-    if f.now_ms >= t.claims.expires_at_ms {
-        return Decision::Refuse(codes::TOKEN_EXPIRED, "the enrollment token expired".into());
-    }
-    if t.uses >= t.claims.max_uses {
-        return Decision::Refuse(
-            codes::TOKEN_EXHAUSTED,
-            format!("the enrollment token was used {} times, its limit", t.uses),
-        );
-    }
-    if let Some(p) = &t.claims.node_prefix {
-        if !f.node.node_id.starts_with(p.as_str()) {
-            return Decision::Refuse(
-                codes::NODE_ID_NOT_ALLOWED,
-                format!("this token enrolls node ids starting with {p:?} only"),
-            );
-        }
+    if let Some(refused) = token_refusal(f, t) {
+        return refused;
     }
     if f.tenant == TenantRoom::Missing {
         return Decision::Refuse(

@@ -10,7 +10,7 @@ use super::Embedded;
 use crate::audit::AuditRecord;
 use crate::envelope::{b64_encode, IdentityDocument, KeyRotation, Rotated, RotationError};
 use crate::gateway::storage::{
-    trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TenantRoom, TokenRecord,
+    trust_node, Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord,
 };
 use crate::gateway::storage::{
     AuditExtension, EnrollmentState, Fut, PendingAudit, RetireAudit, SettleAudit, StateError,
@@ -124,40 +124,6 @@ impl Embedded {
         self.pend(&mut batch, self.store.now_ms(), audit);
         self.store.commit(batch).await?;
         Ok(Some(true))
-    }
-
-    /// Whether `tenant` can take one more node (PROTOCOL §18): its nodes trusted or
-    /// waiting for approval against its `max_nodes`, counted only when it has one (a read
-    /// of every peer and record: a quota costs its tenant's enrollments that much).
-    fn tenant_room(&self, tenant: &str) -> Result<TenantRoom, StateError> {
-        use crate::fleet::tenant::{tenant_of, TenantRecord, DEFAULT_TENANT};
-        let record: Option<TenantRecord> =
-            self.kv_json(crate::store::names::KV_GW_TENANTS, tenant)?;
-        let max_nodes = match record {
-            None if tenant != DEFAULT_TENANT => return Ok(TenantRoom::Missing),
-            None => return Ok(TenantRoom::Open),
-            Some(r) => match r.quotas.max_nodes {
-                None => return Ok(TenantRoom::Open),
-                Some(m) => m,
-            },
-        };
-        let trust = crate::daemon::trust::load(&self.store).map_err(super::trust_corrupt)?;
-        let trusted = trust
-            .list()
-            .filter(|p| {
-                p.doc.role == "node" && p.tenant.as_deref().unwrap_or(DEFAULT_TENANT) == tenant
-            })
-            .count() as u64;
-        let waiting = self
-            .records_now()?
-            .iter()
-            .filter(|r| r.state == RecordState::Pending && tenant_of(&r.node_id) == tenant)
-            .count() as u64;
-        Ok(if trusted + waiting >= max_nodes {
-            TenantRoom::Full { max_nodes }
-        } else {
-            TenantRoom::Open
-        })
     }
 
     pub(super) fn records_now(&self) -> Result<Vec<EnrollmentRecord>, StateError> {

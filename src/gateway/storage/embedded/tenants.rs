@@ -14,11 +14,45 @@ use super::Embedded;
 use crate::audit::AuditRecord;
 use crate::fleet::tenant::TenantRecord;
 use crate::gateway::storage::tenants::{TenantDeleted, TenantPut, TenantState};
-use crate::gateway::storage::{Fut, StateError};
+use crate::gateway::storage::{Fut, RecordState, StateError, TenantRoom};
 use crate::store::names::KV_GW_TENANTS;
 use crate::store::Batch;
 
 impl Embedded {
+    /// Whether `tenant` can take one more node (PROTOCOL §18): its nodes trusted or
+    /// waiting for approval against its `max_nodes`, counted only when it has one (a read
+    /// of every peer and record: a quota costs its tenant's enrollments that much).
+    pub(super) fn tenant_room(&self, tenant: &str) -> Result<TenantRoom, StateError> {
+        use crate::fleet::tenant::{tenant_of, TenantRecord, DEFAULT_TENANT};
+        let record: Option<TenantRecord> =
+            self.kv_json(crate::store::names::KV_GW_TENANTS, tenant)?;
+        let max_nodes = match record {
+            None if tenant != DEFAULT_TENANT => return Ok(TenantRoom::Missing),
+            None => return Ok(TenantRoom::Open),
+            Some(r) => match r.quotas.max_nodes {
+                None => return Ok(TenantRoom::Open),
+                Some(m) => m,
+            },
+        };
+        let trust = crate::daemon::trust::load(&self.store).map_err(super::trust_corrupt)?;
+        let trusted = trust
+            .list()
+            .filter(|p| {
+                p.doc.role == "node" && p.tenant.as_deref().unwrap_or(DEFAULT_TENANT) == tenant
+            })
+            .count() as u64;
+        let waiting = self
+            .records_now()?
+            .iter()
+            .filter(|r| r.state == RecordState::Pending && tenant_of(&r.node_id) == tenant)
+            .count() as u64;
+        Ok(if trusted + waiting >= max_nodes {
+            TenantRoom::Full { max_nodes }
+        } else {
+            TenantRoom::Open
+        })
+    }
+
     fn tenants_now(&self) -> Result<Vec<TenantRecord>, StateError> {
         let mut all = self
             .store

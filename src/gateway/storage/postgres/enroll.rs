@@ -13,7 +13,7 @@ use crate::gateway::storage::{
     StateError,
 };
 use crate::gateway::storage::{
-    Decision, EnrollmentRecord, Facts, Kind, RecordState, TenantRoom, TokenRecord, NODE_RIGHTS,
+    Decision, EnrollmentRecord, Facts, Kind, RecordState, TokenRecord, NODE_RIGHTS,
 };
 use crate::store::names::Q_TO_NODE;
 
@@ -109,57 +109,6 @@ async fn trust_node(
     notify_trust(tx).await
 }
 
-/// Whether `tenant` can take one more node (PROTOCOL §18), read in the enrollment's
-/// transaction: its row `FOR SHARE` (a delete of the tenant waits for the enrollment, or
-/// the enrollment sees it gone), and with a `max_nodes` its nodes trusted or waiting,
-/// counted under a lock of the tenant's, so two replicas never both take its last place.
-async fn tenant_room(tx: &Transaction<'_>, tenant: &str) -> Result<TenantRoom, StateError> {
-    use crate::fleet::tenant::{TenantRecord, DEFAULT_TENANT};
-    let row = tx
-        .query_opt(
-            "SELECT record FROM tenants WHERE name = $1 FOR SHARE",
-            &[&tenant],
-        )
-        .await
-        .map_err(unavailable)?;
-    let max_nodes = match row {
-        None if tenant != DEFAULT_TENANT => return Ok(TenantRoom::Missing),
-        None => return Ok(TenantRoom::Open),
-        Some(r) => {
-            let rec: TenantRecord =
-                serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("tenants", e))?;
-            match rec.quotas.max_nodes {
-                None => return Ok(TenantRoom::Open),
-                Some(m) => m,
-            }
-        }
-    };
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtext('outpost-tenant:' || $1))",
-        &[&tenant],
-    )
-    .await
-    .map_err(unavailable)?;
-    // The part of an address after `@`: '' in `default` (indexed: `peers_tenant`).
-    let part = if tenant == DEFAULT_TENANT { "" } else { tenant };
-    let n: i64 = tx
-        .query_one(
-            "SELECT (SELECT count(*) FROM peers WHERE split_part(node_id, '@', 2) = $1
-                        AND role = 'node')
-                  + (SELECT count(*) FROM enrollments WHERE state = 'pending'
-                        AND split_part(node_id, '@', 2) = $1)",
-            &[&part],
-        )
-        .await
-        .map_err(unavailable)?
-        .get(0);
-    Ok(if n as u64 >= max_nodes {
-        TenantRoom::Full { max_nodes }
-    } else {
-        TenantRoom::Open
-    })
-}
-
 pub(super) async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError> {
     tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
         .await
@@ -226,7 +175,8 @@ impl Postgres {
                 .iter()
                 .any(|r| r.node_sign_pk != key && r.state == RecordState::Pending),
             online: online.contains(&address),
-            tenant: tenant_room(&tx, crate::fleet::tenant::tenant_of(&address)).await?,
+            tenant: super::tenants::tenant_room(&tx, crate::fleet::tenant::tenant_of(&address))
+                .await?,
         };
         let decision = decide(&facts);
         let Decision::Record {

@@ -8,7 +8,8 @@ use super::{own_audit, unavailable, Postgres};
 use crate::audit::AuditRecord;
 use crate::fleet::tenant::TenantRecord;
 use crate::gateway::storage::tenants::{TenantDeleted, TenantPut, TenantState};
-use crate::gateway::storage::{Fut, GatewayState, StateError};
+use crate::gateway::storage::{Fut, GatewayState, StateError, TenantRoom};
+use tokio_postgres::Transaction;
 
 fn parse(name: &str, record: &str) -> Result<TenantRecord, StateError> {
     serde_json::from_str(record).map_err(|e| StateError::Corrupt(format!("tenant {name}: {e}")))
@@ -122,4 +123,58 @@ impl TenantState for Postgres {
     ) -> Fut<'a, TenantDeleted> {
         Box::pin(self.tenant_delete_now(name, audit))
     }
+}
+
+/// Whether `tenant` can take one more node (PROTOCOL §18), read in the enrollment's
+/// transaction: its row `FOR SHARE` (a delete of the tenant waits for the enrollment, or
+/// the enrollment sees it gone), and with a `max_nodes` its nodes trusted or waiting,
+/// counted under a lock of the tenant's, so two replicas never both take its last place.
+pub(super) async fn tenant_room(
+    tx: &Transaction<'_>,
+    tenant: &str,
+) -> Result<TenantRoom, StateError> {
+    use crate::fleet::tenant::{TenantRecord, DEFAULT_TENANT};
+    let row = tx
+        .query_opt(
+            "SELECT record FROM tenants WHERE name = $1 FOR SHARE",
+            &[&tenant],
+        )
+        .await
+        .map_err(unavailable)?;
+    let max_nodes = match row {
+        None if tenant != DEFAULT_TENANT => return Ok(TenantRoom::Missing),
+        None => return Ok(TenantRoom::Open),
+        Some(r) => {
+            let rec: TenantRecord = serde_json::from_str(r.get::<_, &str>(0))
+                .map_err(|e| StateError::Corrupt(format!("tenants: {e}")))?;
+            match rec.quotas.max_nodes {
+                None => return Ok(TenantRoom::Open),
+                Some(m) => m,
+            }
+        }
+    };
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('outpost-tenant:' || $1))",
+        &[&tenant],
+    )
+    .await
+    .map_err(unavailable)?;
+    // The part of an address after `@`: '' in `default` (indexed: `peers_tenant`).
+    let part = if tenant == DEFAULT_TENANT { "" } else { tenant };
+    let n: i64 = tx
+        .query_one(
+            "SELECT (SELECT count(*) FROM peers WHERE split_part(node_id, '@', 2) = $1
+                        AND role = 'node')
+                  + (SELECT count(*) FROM enrollments WHERE state = 'pending'
+                        AND split_part(node_id, '@', 2) = $1)",
+            &[&part],
+        )
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    Ok(if n as u64 >= max_nodes {
+        TenantRoom::Full { max_nodes }
+    } else {
+        TenantRoom::Open
+    })
 }
