@@ -96,18 +96,50 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
         };
         for other in ["node:pump-17@globex", "node:pump-17@default"] {
             let ghost = other.replace("pump-17", "ghost-9");
-            let a = send(&gw, "GET", &format!("/v1/nodes/{other}"), &t, None).await;
-            let b = send(&gw, "GET", &format!("/v1/nodes/{ghost}"), &t, None).await;
-            same(&a, &b, other);
-            assert_eq!(
-                a.1["error"]["message"]
-                    .as_str()
-                    .map(|m| m.replace(other, "X")),
-                b.1["error"]["message"]
-                    .as_str()
-                    .map(|m| m.replace(&ghost, "X")),
-            );
+            let mut routes = vec![
+                ("GET", "".to_string(), None),
+                ("GET", "/state".to_string(), None),
+            ];
+            if scopes == ["admin"] {
+                routes.push((
+                    "PATCH",
+                    "/labels".into(),
+                    Some(json!({"set": {"site": "x"}})),
+                ));
+                routes.push(("PUT", "/desired".into(), Some(json!({"a": 1}))));
+            }
+            for (method, tail, body) in routes {
+                let a = send(
+                    &gw,
+                    method,
+                    &format!("/v1/nodes/{other}{tail}"),
+                    &t,
+                    body.clone(),
+                )
+                .await;
+                let b = send(&gw, method, &format!("/v1/nodes/{ghost}{tail}"), &t, body).await;
+                same(&a, &b, &format!("{method} {other}{tail}"));
+                assert_eq!(
+                    a.1["error"]["message"]
+                        .as_str()
+                        .map(|m| m.replace(other, "X")),
+                    b.1["error"]["message"]
+                        .as_str()
+                        .map(|m| m.replace(&ghost, "X")),
+                );
+            }
         }
+        // A node of its own that does not exist answers the same way, by the id given.
+        let (st, v) = send(&gw, "GET", "/v1/nodes/node:ghost-9/state", &t, None).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (404, Some("unknown_node")),
+            "{v}"
+        );
+        assert!(
+            !v["error"]["message"].as_str().unwrap().contains('@'),
+            "{v}"
+        );
         for m in [&globex_msg, &plain_msg] {
             let a = send(&gw, "GET", &format!("/v1/messages/{m}"), &t, None).await;
             let b = send(&gw, "GET", &format!("/v1/messages/{ghost_msg}"), &t, None).await;
@@ -152,6 +184,31 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
     let mine = v["message_id"].as_str().unwrap().to_string();
     let (st, v) = send(&gw, "GET", &format!("/v1/messages/{mine}"), &t, None).await;
     assert_eq!((st, v["node_id"].as_str()), (200, Some(node)), "{v}");
+    // Its own node's labels and desired state, by node id.
+    let (st, v) = send(
+        &gw,
+        "PATCH",
+        &format!("/v1/nodes/{node}/labels"),
+        &t,
+        Some(json!({"set": {"site": "north"}})),
+    )
+    .await;
+    assert_eq!((st, v["node_id"].as_str()), (200, Some(node)), "{v}");
+    let (st, v) = send(
+        &gw,
+        "PUT",
+        &format!("/v1/nodes/{node}/desired"),
+        &t,
+        Some(json!({"fan": 2})),
+    )
+    .await;
+    assert_eq!((st, v["node_id"].as_str()), (200, Some(node)), "{v}");
+    let (st, v) = send(&gw, "GET", &format!("/v1/nodes/{node}/state"), &t, None).await;
+    assert_eq!(
+        (st, v["node_id"].as_str(), v["desired"].clone()),
+        (200, Some(node), json!({"fan": 2})),
+        "{v}"
+    );
     let (got, _) = acme.pull(&gw, 0, 100).await;
     assert_eq!(got, std::slice::from_ref(&mine));
     let (got, _) = globex.pull(&gw, 0, 100).await;
@@ -173,7 +230,10 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
         !frames.contains(&globex_msg) && !frames.contains(&plain_msg),
         "{frames}"
     );
-    assert!(!frames.contains("@"), "an address leaked: {frames}");
+    assert!(
+        !frames.contains(r#""node_id":"node:pump-17@"#),
+        "an address leaked: {frames}"
+    );
     // The operator's stream has every tenant's, each by its address.
     let frames = events_of(&gw, &operator).await;
     for m in [&mine, &globex_msg, &plain_msg] {
@@ -200,20 +260,9 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
 /// Routes not confined to a tenant yet: a tenant's token gets 404 on each.
 fn unconfined(node: &str) -> Vec<(&'static str, String, Option<Value>)> {
     vec![
-        ("GET", format!("/v1/nodes/{node}/state"), None),
         ("GET", "/v1/enrollments".into(), None),
         ("GET", "/v1/rollouts".into(), None),
         ("GET", "/v1/inbox".into(), None),
-        (
-            "PATCH",
-            format!("/v1/nodes/{node}/labels"),
-            Some(json!({"set": {"site": "x"}})),
-        ),
-        (
-            "PUT",
-            format!("/v1/nodes/{node}/desired"),
-            Some(json!({"version": 1, "desired": {"a": 1}})),
-        ),
         (
             "POST",
             "/v1/rollouts".into(),

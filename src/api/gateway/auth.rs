@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use crate::api::ApiError;
 use crate::envelope::{HEADER_NODE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use crate::gateway::caller::Caller;
+use crate::gateway::error::GatewayError;
 use crate::gateway::node_auth::{refuse, NodeAuthError, SignedRequest};
 use crate::gateway::Gateway;
 use crate::token::Need;
@@ -42,6 +43,25 @@ pub fn require_caller(
     Ok(Caller {
         subject: claims.sub,
         tenant: claims.tenant,
+    })
+}
+
+/// The address of the node `caller` names `node_id`: a tenant's caller naming an
+/// address (or another tenant's node) gets what naming an unknown node gets.
+pub fn node_address(caller: &Caller, node_id: &str) -> Result<String, GatewayError> {
+    caller
+        .address(node_id)
+        .ok_or_else(|| GatewayError::UnknownNode(node_id.to_string()))
+}
+
+/// A flow's outcome for the node a caller named `named`: a refusal that names the node
+/// names it as the caller did, never by its address (so a tenant's caller gets the
+/// same answer for a node of its own that does not exist as for another tenant's).
+pub fn as_named<T>(named: &str, r: Result<T, GatewayError>) -> Result<T, GatewayError> {
+    r.map_err(|e| match e {
+        GatewayError::UnknownNode(_) => GatewayError::UnknownNode(named.to_string()),
+        GatewayError::NodeWithoutSend(_) => GatewayError::NodeWithoutSend(named.to_string()),
+        e => e,
     })
 }
 

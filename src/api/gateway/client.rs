@@ -13,16 +13,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::auth::require_caller;
+use super::auth::{as_named, node_address, require_caller};
 use super::wire::{
     CommandBody, CommandQueued, MessageAnswer, ToolCallAnswer, ToolCallBody, ToolCallQueued,
 };
 use crate::api::json::JsonBody;
 use crate::api::{ApiError, ApiResult};
-use crate::gateway::caller::Caller;
 use crate::gateway::commands::{self, Command};
 use crate::gateway::commands::{ToolCall, ToolCallOutcome};
-use crate::gateway::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::token::Need;
 
@@ -41,8 +39,9 @@ pub async fn tool_call(
     JsonBody(b): JsonBody<ToolCallBody>,
 ) -> ApiResult<Response> {
     let caller = require_caller(&gw, &headers, Need::Tool(&b.tool_name))?;
+    let named = b.target.node_id.clone();
     let call = ToolCall {
-        node_id: confined_node(&caller, b.target.node_id)?,
+        node_id: node_address(&caller, &b.target.node_id)?,
         tool_name: b.tool_name,
         tool_args: b.tool_args,
         job_id: b.job_id,
@@ -50,21 +49,20 @@ pub async fn tool_call(
         wait: Duration::from_secs(b.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S)),
         token: b.token,
     };
-    Ok(
-        match gw.commands().tool_call(&caller.principal(), call).await? {
-            ToolCallOutcome::Answered {
-                message_id,
-                tool_name,
-                result,
-            } => Json(ToolCallAnswer::new(message_id, tool_name, result)).into_response(),
-            ToolCallOutcome::Queued { message_id, job_id } => accepted(ToolCallQueued {
-                job_id,
-                message_id,
-                ok: false,
-                queued: true,
-            }),
-        },
-    )
+    let outcome = gw.commands().tool_call(&caller.principal(), call).await;
+    Ok(match as_named(&named, outcome)? {
+        ToolCallOutcome::Answered {
+            message_id,
+            tool_name,
+            result,
+        } => Json(ToolCallAnswer::new(message_id, tool_name, result)).into_response(),
+        ToolCallOutcome::Queued { message_id, job_id } => accepted(ToolCallQueued {
+            job_id,
+            message_id,
+            ok: false,
+            queued: true,
+        }),
+    })
 }
 
 /// `POST /v1/commands`.
@@ -77,28 +75,21 @@ pub async fn commands(
     let caller = require_caller(&gw, &headers, Need::Scope(&scope))?;
     let sub = caller.principal();
     let message_id = client_message_id(&headers, &sub, b.message_id)?;
+    let named = b.target.node_id.clone();
     let c = Command {
-        node_id: confined_node(&caller, b.target.node_id)?,
+        node_id: node_address(&caller, &b.target.node_id)?,
         command_type: b.command_type,
         body: b.body,
         ttl_s: b.ttl_s,
         message_id,
     };
-    let (message_id, expires) = gw.commands().command(&sub, c).await?;
+    let (message_id, expires) = as_named(&named, gw.commands().command(&sub, c).await)?;
     Ok(accepted(CommandQueued {
         expires_at_ms: expires,
         message_id,
         ok: false,
         queued: true,
     }))
-}
-
-/// The address of the node `caller` names `node_id`: a tenant's caller naming an
-/// address (or another tenant's node) gets what naming an unknown node gets.
-fn confined_node(caller: &Caller, node_id: String) -> ApiResult<String> {
-    caller
-        .address(&node_id)
-        .ok_or_else(|| GatewayError::UnknownNode(node_id).into())
 }
 
 /// The caller's own message id: from `Idempotency-Key` (any 1..255 visible ASCII

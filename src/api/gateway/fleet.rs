@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::auth::{require, require_caller};
+use super::auth::{as_named, node_address, require_caller};
 use super::wire::{DesiredWritten, LabelsAnswer, NodeList};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
@@ -60,8 +60,14 @@ pub async fn labels(
     Path(id): Path<String>,
     JsonBody(change): JsonBody<LabelChange>,
 ) -> ApiResult<Json<LabelsAnswer>> {
-    let by = require(&gw, &headers, Need::Scope("admin"))?;
-    let labels = gw.node_states().change_labels(&id, &change, &by).await?;
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    let address = node_address(&caller, &id)?;
+    let labels = as_named(
+        &id,
+        gw.node_states()
+            .change_labels(&address, &change, &caller.principal())
+            .await,
+    )?;
     Ok(Json(LabelsAnswer {
         labels,
         node_id: id,
@@ -92,12 +98,15 @@ async fn write_desired(
     id: String,
     write: Write,
 ) -> ApiResult<Json<DesiredWritten>> {
-    let by = require(gw, headers, Need::Scope("admin"))?;
+    let caller = require_caller(gw, headers, Need::Scope("admin"))?;
     let expected = if_match(headers)?;
-    let version = gw
-        .node_states()
-        .write_desired(&id, &write, expected, &by)
-        .await?;
+    let address = node_address(&caller, &id)?;
+    let version = as_named(
+        &id,
+        gw.node_states()
+            .write_desired(&address, &write, expected, &caller.principal())
+            .await,
+    )?;
     Ok(Json(DesiredWritten {
         node_id: id,
         version,
@@ -130,6 +139,6 @@ pub async fn state(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<StateView>> {
-    require(&gw, &headers, Need::Scope("read"))?;
-    Ok(Json(gw.fleet().node(&id).await?.state))
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
+    Ok(Json(gw.fleet().node_for(&caller, &id).await?.state))
 }
