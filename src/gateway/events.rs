@@ -183,6 +183,22 @@ impl GatewayEvent {
     }
 }
 
+/// `(tenant, event)` of a message event (one that follows a message of a node); `None`
+/// for the others.
+fn message_event(e: &GatewayEvent) -> Option<(String, &'static str)> {
+    use GatewayEvent as G;
+    let node = match e {
+        G::Queued { node_id, .. }
+        | G::Delivered { node_id, .. }
+        | G::Expired { node_id, .. }
+        | G::Rejected { node_id, .. }
+        | G::Dead { node_id, .. }
+        | G::Result { node_id, .. } => node_id,
+        _ => return None,
+    };
+    Some((crate::fleet::tenant::tenant_of(node).to_string(), e.name()))
+}
+
 /// An event with its id and time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
@@ -206,6 +222,9 @@ pub struct EventLog {
     writer: mpsc::UnboundedSender<ToWriter>,
     /// One reader of the table at a time ([`Self::catch_up`]): each row is read once.
     reading: tokio::sync::Mutex<()>,
+    /// Message events this process committed, by tenant and event
+    /// (`outpost_tenant_messages_total`).
+    tenant_counts: Mutex<std::collections::BTreeMap<(String, &'static str), u64>>,
 }
 
 /// The events read from the table, newest last.
@@ -225,6 +244,8 @@ struct Ring {
 pub struct Staged {
     ts_ms: u64,
     rows: Vec<(String, String)>,
+    /// The message events among them, as `(tenant, event)`, counted once committed.
+    counted: Vec<(String, &'static str)>,
 }
 
 impl Staged {
@@ -265,6 +286,7 @@ impl EventLog {
                 ring: Mutex::new(Ring::default()),
                 writer: wtx,
                 reading: tokio::sync::Mutex::new(()),
+                tenant_counts: Mutex::default(),
             },
             wrx,
         )
@@ -278,23 +300,46 @@ impl EventLog {
         ts_ms: u64,
         events: impl IntoIterator<Item = (String, GatewayEvent)>,
     ) -> Result<Staged, serde_json::Error> {
+        let mut counted = Vec::new();
         let rows = events
             .into_iter()
-            .map(|(key, e)| serde_json::to_string(&e).map(|json| (key, json)))
+            .map(|(key, e)| {
+                counted.extend(message_event(&e));
+                serde_json::to_string(&e).map(|json| (key, json))
+            })
             .collect::<Result<_, _>>()?;
-        Ok(Staged { ts_ms, rows })
+        Ok(Staged {
+            ts_ms,
+            rows,
+            counted,
+        })
+    }
+
+    fn count(&self, events: impl IntoIterator<Item = (String, &'static str)>) {
+        let mut c = self.tenant_counts.lock().unwrap_or_else(|p| p.into_inner());
+        for k in events {
+            *c.entry(k).or_default() += 1;
+        }
+    }
+
+    /// How many message events of each `(tenant, event)` this process committed.
+    pub fn tenant_counts(&self) -> Vec<((String, &'static str), u64)> {
+        let c = self.tenant_counts.lock().unwrap_or_else(|p| p.into_inner());
+        c.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// After the write of `staged`: it committed the events of the rows it wrote with
     /// itself; the writer gives them their ids (where the engine had none to give at
     /// the commit) and subscribers get them as the table announces them.
-    pub fn committed(&self, _staged: Staged) {
+    pub fn committed(&self, staged: Staged) {
+        self.count(staged.counted);
         self.sequence_soon();
     }
 
     /// An event no write carries: the writer commits it to the table.
     pub fn publish(&self, ts_ms: u64, ev: GatewayEvent) {
         tracing::debug!(event = "gateway_event", kind = ev.name());
+        self.count(message_event(&ev));
         let _ = self.writer.send(ToWriter::Event(ts_ms, ev));
     }
 

@@ -55,6 +55,7 @@ pub mod source_budget;
 pub mod state;
 pub mod storage;
 pub mod sweeper;
+pub mod tenant_gauges;
 pub mod tenant_quota;
 pub mod tenants;
 pub mod tls;

@@ -261,6 +261,14 @@ families! {
         "Bytes of stored tool results, against queue.max_result_store_bytes.";
     store_quarantined_records: "gauge" "outpost_store_quarantined_records" [] both
         "Corrupt records moved to quarantine since the store was created.";
+    tenant_queue_depth: "gauge" "outpost_tenant_queue_depth" ["tenant"] gateway
+        "Messages waiting for the nodes of a tenant (PROTOCOL §18).";
+    tenant_queued_bytes: "gauge" "outpost_tenant_queued_bytes" ["tenant"] gateway
+        "Bytes of the messages waiting for the nodes of a tenant.";
+    tenant_nodes: "gauge" "outpost_tenant_nodes" ["tenant", "liveness"] gateway
+        "Enrolled nodes of a tenant by liveness.";
+    tenant_messages_total: "counter" "outpost_tenant_messages_total" ["tenant", "event"] gateway
+        "Message events (queued, delivered, expired, rejected, dead, result) this gateway committed, by tenant.";
     throttled_total: "counter" "outpost_throttled_total" ["route", "reason"] gateway
         "Unauthenticated requests (enrollment, console sign-in) refused or held back before any work, by route and reason.";
 }

@@ -760,6 +760,24 @@ async fn a_tenant_over_its_queue_quota_gets_429_and_others_queue_on() {
     for i in 0..5 {
         command(&gw, &operator, "node:pump-17", i, 3600).await;
     }
+    // Per-tenant metrics: one series per tenant, whatever the number of nodes.
+    let metrics = http()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "outpost_tenant_queue_depth{tenant=\"acme\"} 3\n",
+        "outpost_tenant_queue_depth{tenant=\"default\"} 5\n",
+        "outpost_tenant_nodes{tenant=\"acme\",liveness=\"offline\"} 1\n",
+        "outpost_tenant_messages_total{tenant=\"acme\",event=\"queued\"} 3\n",
+        "outpost_tenant_messages_total{tenant=\"default\",event=\"queued\"} 5\n",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in:\n{metrics}");
+    }
     let (got, pending) = acme.pull(&gw, 0, 100).await;
     assert_eq!((got.len(), pending), (3, 3), "nothing more was queued");
     acme.ack(&gw, &got).await;

@@ -37,9 +37,12 @@ impl Observed for Gateway {
         Ok(())
     }
 
-    /// One state query per scrape.
+    /// The queues once per scrape (and the fleet listing for the tenant gauges).
     async fn scrape(&self) -> &Metrics {
         self.refresh_gauges().await;
+        if let Err(e) = self.fleet().refresh_tenant_gauges().await {
+            tracing::warn!(event = "tenant_gauges_failed", error = %e);
+        }
         self.metrics()
     }
 
