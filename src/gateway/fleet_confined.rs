@@ -64,11 +64,14 @@ impl Fleet<'_> {
 }
 
 /// The event as `caller` may see it: one of its nodes' events with the node as it names
-/// it; `None` for another tenant's, and for a tenant's caller the events that name no
-/// node (token revocations, rollouts: not confined to a tenant yet).
+/// it, and its tenant's rollouts'; `None` for another tenant's, and for a tenant's caller
+/// the events of no tenant (token revocations, the operator's rollouts).
 pub fn event_for(caller: &Caller, e: &Event) -> Option<Event> {
     if caller.tenant.is_none() {
         return Some(e.clone());
+    }
+    if let Some(tenant) = rollout_tenant(&e.event) {
+        return (tenant == caller.tenant.as_deref()).then(|| e.clone());
     }
     let mut e = e.clone();
     let node = node_of_event(&mut e.event)?;
@@ -77,6 +80,18 @@ pub fn event_for(caller: &Caller, e: &Event) -> Option<Event> {
     }
     *node = caller.shown(node).to_string();
     Some(e)
+}
+
+/// A rollout event's tenant (`Some(None)`: the operator's rollout); `None`: not a
+/// rollout event.
+fn rollout_tenant(e: &GatewayEvent) -> Option<Option<&str>> {
+    use GatewayEvent as G;
+    match e {
+        G::RolloutProgress { tenant, .. }
+        | G::RolloutHalted { tenant, .. }
+        | G::RolloutCompleted { tenant, .. } => Some(tenant.as_deref()),
+        _ => None,
+    }
 }
 
 /// The node an event is about.
@@ -139,5 +154,28 @@ mod tests {
         };
         assert_eq!(event_for(&acme, &revoked), None);
         assert!(event_for(&op, &revoked).is_some());
+    }
+
+    #[test]
+    fn a_tenant_sees_its_own_rollouts_events_only() {
+        let done = |tenant: Option<&str>| Event {
+            id: 9,
+            ts_ms: 1,
+            event: GatewayEvent::RolloutCompleted {
+                rollout_id: "r".into(),
+                tenant: tenant.map(Into::into),
+                state: crate::gateway::storage::rollouts::State::Completed,
+            },
+        };
+        let acme = Caller::of_tenant("t", "acme");
+        let op = Caller::operator("o");
+        assert_eq!(
+            event_for(&acme, &done(Some("acme"))),
+            Some(done(Some("acme")))
+        );
+        assert_eq!(event_for(&acme, &done(Some("globex"))), None);
+        assert_eq!(event_for(&acme, &done(None)), None);
+        assert!(event_for(&op, &done(Some("globex"))).is_some());
+        assert!(event_for(&op, &done(None)).is_some());
     }
 }

@@ -39,6 +39,7 @@ pub mod console;
 pub mod delivery;
 pub mod enroll;
 pub mod error;
+pub mod event_kinds;
 pub mod event_tasks;
 pub mod events;
 pub mod fleet;

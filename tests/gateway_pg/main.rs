@@ -118,5 +118,7 @@ mod state_pg;
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]
 mod sync_wire;
+#[path = "../it/tenant_rollouts.rs"]
+mod tenant_rollouts;
 #[path = "../it/tenants.rs"]
 mod tenants;

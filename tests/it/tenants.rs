@@ -1,14 +1,14 @@
 //! Tenants (PROTOCOL §18, DECISIONS D17): the registry (`outpost tenant`), nodes of one
 //! id in several tenants kept apart, a tenant token confined to its own fleet on the
 //! routes built for it (anything of another tenant answers as nothing that exists) and
-//! refused as not found on the routes not confined yet; a node refuses a tenant token.
+//! refused as not found on the operator's own routes; a node refuses a tenant token.
 
 use serde_json::{json, Value};
 
 use crate::harness::{http, text, Daemon, Home};
 use crate::sim::{command, SimNode};
 
-fn tenant_token(home: &Home, tenant: &str, scopes: &[&str]) -> String {
+pub(crate) fn tenant_token(home: &Home, tenant: &str, scopes: &[&str]) -> String {
     let mut args = vec![
         "token", "issue", "--aud", "*", "--ttl", "1h", "--tenant", tenant, "--scope",
     ];
@@ -18,7 +18,7 @@ fn tenant_token(home: &Home, tenant: &str, scopes: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }
 
-async fn send(
+pub(crate) async fn send(
     gw: &Daemon,
     method: &str,
     path: &str,
@@ -46,8 +46,8 @@ async fn send(
 /// Three fleets on one gateway, each with a `node:pump-17` of its own: `default`,
 /// `acme` and `globex`. Tenant acme's read and admin tokens against globex's objects
 /// (its node, its message ids, its events) get exactly what they get for objects that
-/// do not exist, and change nothing; on routes not confined to a tenant yet (DECISIONS
-/// D17) every request of a tenant token answers 404 `not_found`. The operator reaches
+/// do not exist, and change nothing; on the operator's own routes (the inbox, token
+/// revocations) every request of a tenant token answers 404 `not_found`. The operator reaches
 /// every tenant's node by its address.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
@@ -146,8 +146,8 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
             same(&a, &b, "another tenant's message");
             assert_eq!(a.1, b.1);
         }
-        // Not yet confined routes: refused as not found (fail closed).
-        for (method, path, body) in unconfined(node) {
+        // The operator's own routes: refused as not found.
+        for (method, path, body) in unconfined() {
             // What needs `admin` refuses a `read` token for its scope first, as anywhere.
             if scopes == ["read"] && (method != "GET" || path == "/v1/inbox") {
                 continue;
@@ -257,28 +257,17 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
     assert!(session.is_none(), "a tenant token signed in to the console");
 }
 
-/// Routes not confined to a tenant yet: a tenant's token gets 404 on each.
-fn unconfined(node: &str) -> Vec<(&'static str, String, Option<Value>)> {
+/// Routes that are the operator's (PROTOCOL §18.2): a tenant's token gets 404 on each.
+fn unconfined() -> Vec<(&'static str, String, Option<Value>)> {
     vec![
-        ("GET", "/v1/enrollments".into(), None),
-        ("GET", "/v1/rollouts".into(), None),
         ("GET", "/v1/inbox".into(), None),
-        (
-            "POST",
-            "/v1/rollouts".into(),
-            Some(json!({"selector": "", "action": {"command_type": "note", "body": {}}})),
-        ),
+        ("POST", "/v1/inbox/0190-none/ack".into(), None),
         ("POST", "/v1/revocations".into(), Some(json!({"jti": "x"}))),
-        (
-            "POST",
-            "/v1/node_revocations".into(),
-            Some(json!({"node_id": node})),
-        ),
     ]
 }
 
 /// What `GET /v1/events` replays from the first event on, read for a second.
-async fn events_of(gw: &Daemon, token: &str) -> String {
+pub(crate) async fn events_of(gw: &Daemon, token: &str) -> String {
     let mut r = http()
         .get(gw.url("/v1/events"))
         .bearer_auth(token)

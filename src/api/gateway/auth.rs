@@ -65,6 +65,24 @@ pub fn as_named<T>(named: &str, r: Result<T, GatewayError>) -> Result<T, Gateway
     })
 }
 
+/// [`as_named`], and a refusal whose message names the node's address (`not_found` of
+/// an enrollment, a conflict) names it as the caller did.
+pub fn as_named_at<T>(
+    named: &str,
+    address: &str,
+    r: Result<T, GatewayError>,
+) -> Result<T, GatewayError> {
+    as_named(named, r).map_err(|e| match e {
+        GatewayError::NotFound(code, m) if named != address => {
+            GatewayError::NotFound(code, m.replace(address, named))
+        }
+        GatewayError::Conflict(c, m) if named != address => {
+            GatewayError::Conflict(c, m.replace(address, named))
+        }
+        e => e,
+    })
+}
+
 /// Check `token` for `need` as [`require`] does (the console's sign-in form hands it
 /// over instead of a header); returns its claims. A tenant token is refused as
 /// [`require`] says.

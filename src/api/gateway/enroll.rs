@@ -11,11 +11,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use super::auth::require;
+use super::auth::{as_named_at, node_address, require_caller};
 use super::wire::{EndGraceBody, EnrollmentList, EnrollmentView, GraceEnded, RetireBody, Retired};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
 use crate::enroll::{Hello, Standing};
+use crate::gateway::caller::Caller;
 use crate::gateway::Gateway;
 use crate::token::Need;
 
@@ -66,7 +67,7 @@ pub async fn list(
     headers: HeaderMap,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> ApiResult<Json<EnrollmentList>> {
-    require(&gw, &headers, Need::Scope("read"))?;
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
     let records = match q.state.as_deref() {
         None | Some("pending") => gw.enrollment().pending().await?,
         Some("all") => gw.enrollment().records().await?,
@@ -77,8 +78,46 @@ pub async fn list(
         }
     };
     Ok(Json(EnrollmentList {
-        enrollments: records.into_iter().map(Into::into).collect(),
+        enrollments: records
+            .into_iter()
+            .filter(|r| caller.sees(&r.node_id))
+            .map(|mut r| {
+                r.node_id = caller.shown(&r.node_id).to_string();
+                r.into()
+            })
+            .collect(),
     }))
+}
+
+/// Approve (or reject) the enrollment of the node `caller` names `node_id`; another
+/// tenant's answers as one that does not exist.
+async fn settle(
+    gw: &Gateway,
+    caller: &Caller,
+    node_id: &str,
+    approve: bool,
+) -> ApiResult<Json<EnrollmentView>> {
+    let unknown = || {
+        let what = if approve {
+            "pending or rejected"
+        } else {
+            "pending"
+        };
+        ApiError::from(crate::gateway::error::GatewayError::NotFound(
+            "not_found",
+            format!("no enrollment of {node_id} is {what}"),
+        ))
+    };
+    let address = caller.address(node_id).ok_or_else(unknown)?;
+    let mut r = as_named_at(
+        node_id,
+        &address,
+        gw.enrollment()
+            .settle(&caller.principal(), &address, approve)
+            .await,
+    )?;
+    r.node_id = node_id.to_string();
+    Ok(Json(r.into()))
 }
 
 /// `POST /v1/enrollments/{node_id}/approve` (`admin`).
@@ -87,13 +126,8 @@ pub async fn approve(
     headers: HeaderMap,
     Path(node_id): Path<String>,
 ) -> ApiResult<Json<EnrollmentView>> {
-    let operator = require(&gw, &headers, Need::Scope("admin"))?;
-    Ok(Json(
-        gw.enrollment()
-            .settle(&operator, &node_id, true)
-            .await?
-            .into(),
-    ))
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    settle(&gw, &caller, &node_id, true).await
 }
 
 /// `POST /v1/enrollments/{node_id}/reject` (`admin`).
@@ -102,13 +136,8 @@ pub async fn reject(
     headers: HeaderMap,
     Path(node_id): Path<String>,
 ) -> ApiResult<Json<EnrollmentView>> {
-    let operator = require(&gw, &headers, Need::Scope("admin"))?;
-    Ok(Json(
-        gw.enrollment()
-            .settle(&operator, &node_id, false)
-            .await?
-            .into(),
-    ))
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    settle(&gw, &caller, &node_id, false).await
 }
 
 /// `POST /v1/node_revocations` (`admin`): retire a node.
@@ -117,8 +146,15 @@ pub async fn revoke_node(
     headers: HeaderMap,
     JsonBody(b): JsonBody<RetireBody>,
 ) -> ApiResult<Json<Retired>> {
-    let operator = require(&gw, &headers, Need::Scope("admin"))?;
-    let ids = gw.enrollment().revoke_node(&operator, &b.node_id).await?;
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    let address = node_address(&caller, &b.node_id)?;
+    let ids = as_named_at(
+        &b.node_id,
+        &address,
+        gw.enrollment()
+            .revoke_node(&caller.principal(), &address)
+            .await,
+    )?;
     Ok(Json(Retired {
         ok: true,
         node_id: b.node_id,
@@ -133,8 +169,15 @@ pub async fn end_grace(
     headers: HeaderMap,
     JsonBody(b): JsonBody<EndGraceBody>,
 ) -> ApiResult<Json<GraceEnded>> {
-    let operator = require(&gw, &headers, Need::Scope("admin"))?;
-    let ended = gw.rotations().end_grace(&operator, &b.node_id).await?;
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    let address = node_address(&caller, &b.node_id)?;
+    let ended = as_named_at(
+        &b.node_id,
+        &address,
+        gw.rotations()
+            .end_grace(&caller.principal(), &address)
+            .await,
+    )?;
     Ok(Json(GraceEnded {
         ok: true,
         node_id: b.node_id,

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use super::auth::require;
+use super::auth::require_caller;
 use super::wire::{RolloutList, RolloutNodes};
 use crate::api::json::{JsonBody, QueryParams};
 use crate::api::{ApiError, ApiResult};
@@ -27,10 +27,10 @@ pub async fn create(
     JsonBody(body): JsonBody<Box<serde_json::value::RawValue>>,
 ) -> ApiResult<Response> {
     // The token first: a stranger learns nothing of what a spec must look like.
-    let by = require(&gw, &headers, Need::Scope("admin"))?;
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
     let spec: Spec = crate::api::json::parse(body.get().as_bytes())?;
     let key = crate::api::idempotency_key(&headers)?;
-    let c = gw.rollouts().create(&by, spec, key).await?;
+    let c = gw.rollouts().create(&caller, spec, key).await?;
     let status = if c.repeat {
         StatusCode::OK
     } else {
@@ -44,9 +44,9 @@ pub async fn list(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<RolloutList>> {
-    require(&gw, &headers, Need::Scope("read"))?;
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
     Ok(Json(RolloutList {
-        rollouts: gw.rollouts().list().await?,
+        rollouts: gw.rollouts().list(&caller).await?,
     }))
 }
 
@@ -56,8 +56,8 @@ pub async fn get(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RolloutView>> {
-    require(&gw, &headers, Need::Scope("read"))?;
-    Ok(Json(gw.rollouts().get(&id).await?))
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
+    Ok(Json(gw.rollouts().get(&caller, &id).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,7 +73,7 @@ pub async fn nodes(
     Path(id): Path<String>,
     QueryParams(q): QueryParams<NodesQuery>,
 ) -> ApiResult<Json<RolloutNodes>> {
-    require(&gw, &headers, Need::Scope("read"))?;
+    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
     let state = match q.state.as_deref() {
         None => None,
         Some(s) => Some(NodeState::parse(s).ok_or_else(|| {
@@ -83,7 +83,7 @@ pub async fn nodes(
         })?),
     };
     Ok(Json(RolloutNodes {
-        nodes: gw.rollouts().nodes(&id, state).await?,
+        nodes: gw.rollouts().nodes(&caller, &id, state).await?,
         rollout_id: id,
     }))
 }
@@ -94,8 +94,8 @@ pub async fn cancel(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RolloutView>> {
-    let by = require(&gw, &headers, Need::Scope("admin"))?;
-    Ok(Json(gw.rollouts().cancel(&id, &by).await?))
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    Ok(Json(gw.rollouts().cancel(&caller, &id).await?))
 }
 
 /// `POST /v1/rollouts/{id}/resume` (admin).
@@ -104,6 +104,6 @@ pub async fn resume(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RolloutView>> {
-    let by = require(&gw, &headers, Need::Scope("admin"))?;
-    Ok(Json(gw.rollouts().resume(&id, &by).await?))
+    let caller = require_caller(&gw, &headers, Need::Scope("admin"))?;
+    Ok(Json(gw.rollouts().resume(&caller, &id).await?))
 }

@@ -49,10 +49,23 @@ pub struct Session {
     pub jti: String,
     /// The token has `admin`: the session may act, not only look.
     pub admin: bool,
+    /// The token's tenant: the session sees only that tenant's fleet. `None`: the
+    /// gateway operator's, over every tenant.
+    pub tenant: Option<String>,
     pub created_ms: u64,
     pub expires_ms: u64,
     /// What every form of this session must carry (hex, 256 bits).
     pub csrf: String,
+}
+
+impl Session {
+    /// Who the session acts as, for what it may see.
+    pub fn caller(&self) -> crate::gateway::caller::Caller {
+        crate::gateway::caller::Caller {
+            subject: self.subject.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
 }
 
 /// The claims a checked token gave the sign-in.
@@ -61,6 +74,7 @@ pub struct SignIn {
     pub subject: String,
     pub jti: String,
     pub admin: bool,
+    pub tenant: Option<String>,
     pub token_expires_ms: u64,
 }
 
@@ -140,6 +154,7 @@ impl Sessions {
             subject: who.subject,
             jti: who.jti,
             admin: who.admin,
+            tenant: who.tenant,
             created_ms: now_ms,
             expires_ms: now_ms.saturating_add(SESSION_MS).min(who.token_expires_ms),
             csrf: random_hex(),

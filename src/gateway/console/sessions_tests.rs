@@ -2,6 +2,7 @@ use super::*;
 
 fn who(exp: u64) -> SignIn {
     SignIn {
+        tenant: None,
         subject: "alice".into(),
         jti: "j1".into(),
         admin: true,
@@ -65,6 +66,7 @@ fn a_session_is_found_by_its_cookie_only_and_ends_at_the_earlier_expiry() {
 
 fn token(subject: &str, jti: &str) -> SignIn {
     SignIn {
+        tenant: None,
         subject: subject.into(),
         jti: jti.into(),
         admin: false,

@@ -62,6 +62,7 @@ async fn pass(
             if last.get(&r.id) != Some(&c) {
                 gw.publish(GatewayEvent::RolloutProgress {
                     rollout_id: r.id.clone(),
+                    tenant: r.tenant.clone(),
                     state: r.state,
                     phase: r.phase,
                     counts: c,
@@ -199,7 +200,11 @@ async fn joined(
         .nodes(Some(&selector))
         .await?
         .into_iter()
-        .filter(|n| n.can_connect && !known.contains(&n.node_id))
+        .filter(|n| {
+            n.can_connect
+                && !known.contains(&n.node_id)
+                && in_tenant(r.tenant.as_deref(), &n.node_id)
+        })
         .map(|n| TargetRecord {
             node_id: n.node_id,
             phase: r.phases.saturating_sub(1),
@@ -215,6 +220,11 @@ async fn joined(
         targets.extend(new);
     }
     Ok(())
+}
+
+/// May a rollout of `tenant` (`None`: the operator's) target the node at `address`?
+pub(super) fn in_tenant(tenant: Option<&str>, address: &str) -> bool {
+    tenant.is_none_or(|t| crate::fleet::tenant::tenant_of(address) == t)
 }
 
 /// Take `step`: the rollout written over the revision read (the lease makes this pass
@@ -269,11 +279,13 @@ async fn apply(
     match step {
         Step::Halt { failed, of } => gw.publish(GatewayEvent::RolloutHalted {
             rollout_id: r.id.clone(),
+            tenant: r.tenant.clone(),
             failed,
             of,
         }),
         Step::Expire | Step::Complete => gw.publish(GatewayEvent::RolloutCompleted {
             rollout_id: r.id.clone(),
+            tenant: r.tenant.clone(),
             state: r.state,
         }),
         _ => {}

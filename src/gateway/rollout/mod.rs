@@ -14,6 +14,7 @@ mod send;
 use serde::Serialize;
 
 use self::plan::{phase_ends, phase_of, Counts, NodeState, Spec, State};
+use super::caller::Caller;
 use super::error::{Conflict, GatewayError};
 use super::events::GatewayEvent;
 use super::state::Gateway;
@@ -46,6 +47,8 @@ pub struct RolloutView {
     pub rollout_id: String,
     pub selector: String,
     pub state: State,
+    /// The tenant whose token created it; `null`: the operator's, over every tenant.
+    pub tenant: Option<String>,
 }
 
 /// One node's part, as `GET /v1/rollouts/{id}/nodes` shows it.
@@ -60,13 +63,14 @@ pub struct TargetView {
     pub state: NodeState,
 }
 
-impl From<TargetRecord> for TargetView {
-    fn from(t: TargetRecord) -> Self {
+impl TargetView {
+    /// The target as `caller` sees it: its node as the caller names it.
+    fn for_caller(caller: &Caller, t: TargetRecord) -> Self {
         Self {
             at_ms: t.at_ms,
             detail: t.detail,
             message_id: t.message_id,
-            node_id: t.node_id,
+            node_id: caller.shown(&t.node_id).to_string(),
             phase: t.phase,
             state: t.state,
         }
@@ -107,7 +111,14 @@ pub fn view(r: &RolloutRecord) -> RolloutView {
         rollout_id: r.id.clone(),
         selector: r.spec.selector.clone(),
         state: r.state,
+        tenant: r.tenant.clone(),
     }
+}
+
+/// May `caller` see (and act on) rollout `r`: the operator every one, a tenant's caller
+/// its tenant's.
+fn sees(caller: &Caller, r: &RolloutRecord) -> bool {
+    caller.tenant.is_none() || caller.tenant == r.tenant
 }
 
 /// The gateway audit entry of an operator's act on a rollout.
@@ -164,10 +175,11 @@ impl Gateway {
 
 impl Rollouts<'_> {
     /// Check the spec, select the targets (enrolled nodes trusted with `send`; never a
-    /// retired or pending one), split them into phases and store it all at once.
+    /// retired or pending one; for a tenant's caller, only its tenant's), split them
+    /// into phases and store it all at once.
     pub async fn create(
         &self,
-        by: &str,
+        caller: &Caller,
         spec: Spec,
         key: Option<&str>,
     ) -> Result<Created, GatewayError> {
@@ -179,8 +191,9 @@ impl Rollouts<'_> {
         let request_sha256 = crate::audit::sha256_hex(
             &serde_json::to_vec(&spec).map_err(|e| GatewayError::Internal(e.to_string()))?,
         );
+        let by = caller.principal();
         let scoped = key.map(|k| crate::audit::sha256_hex(format!("{by}\n{k}").as_bytes()));
-        let nodes = self.selected(&selector).await?;
+        let nodes = self.selected(caller, &selector).await?;
         let now = gw.now_ms();
         let ends = phase_ends(&spec.phases, nodes.len());
         let targets = targets(nodes, &ends, now);
@@ -188,7 +201,8 @@ impl Rollouts<'_> {
             id: uuid::Uuid::now_v7().to_string(),
             deadline_ms: now + spec.deadline_s * 1000,
             spec,
-            created_by: by.to_string(),
+            created_by: caller.subject.clone(),
+            tenant: caller.tenant.clone(),
             created_at_ms: now,
             state: State::Running,
             phase: 0,
@@ -201,17 +215,18 @@ impl Rollouts<'_> {
             counts: count(ends.len(), &targets).0,
             request_sha256: scoped.as_ref().map(|_| request_sha256.clone()),
         };
-        let entry = audit("created", &r, by);
+        let entry = audit("created", &r, &by);
         let taken = gw
             .state
             .rollout_create(&r, &targets, scoped.as_deref(), &entry)
             .await?;
         if let Some(id) = taken {
-            return self.repeat(&id, &request_sha256).await;
+            return self.repeat(caller, &id, &request_sha256).await;
         }
         super::own_audit::append_pending(gw).await;
         gw.publish(GatewayEvent::RolloutProgress {
             rollout_id: r.id.clone(),
+            tenant: r.tenant.clone(),
             state: r.state,
             phase: r.phase,
             counts: count(r.phases, &targets).1,
@@ -223,16 +238,20 @@ impl Rollouts<'_> {
         })
     }
 
-    /// The nodes `selector` names that a rollout may target (enrolled, trusted with
-    /// `send`: able to connect), in id order.
-    async fn selected(&self, selector: &Selector) -> Result<Vec<String>, GatewayError> {
+    /// The nodes `selector` names that a rollout of `caller` may target (enrolled,
+    /// trusted with `send`: able to connect; of the caller's tenant), in id order.
+    async fn selected(
+        &self,
+        caller: &Caller,
+        selector: &Selector,
+    ) -> Result<Vec<String>, GatewayError> {
         let mut nodes: Vec<String> = self
             .0
             .fleet()
             .nodes(Some(selector))
             .await?
             .into_iter()
-            .filter(|n| n.can_connect)
+            .filter(|n| n.can_connect && driver::in_tenant(caller.tenant.as_deref(), &n.node_id))
             .map(|n| n.node_id)
             .collect();
         nodes.sort();
@@ -241,44 +260,56 @@ impl Rollouts<'_> {
 
     /// The caller's key names rollout `id` already: the same request (`request_sha256`)
     /// is answered by it, another one is a conflict.
-    async fn repeat(&self, id: &str, request_sha256: &str) -> Result<Created, GatewayError> {
-        let first = self.record(id).await?;
+    async fn repeat(
+        &self,
+        caller: &Caller,
+        id: &str,
+        request_sha256: &str,
+    ) -> Result<Created, GatewayError> {
+        let first = self.record(caller, id).await?;
         if first.request_sha256.as_deref() != Some(request_sha256) {
             return Err(GatewayError::IdempotencyConflict(format!(
                 "rollout {id} was created for another request with this key; nothing was created"
             )));
         }
         Ok(Created {
-            rollout: self.get(id).await?,
+            rollout: self.get(caller, id).await?,
             repeat: true,
         })
     }
 
-    pub async fn list(&self) -> Result<Vec<RolloutView>, GatewayError> {
+    /// The rollouts `caller` sees: a tenant's caller its tenant's, the operator all.
+    pub async fn list(&self, caller: &Caller) -> Result<Vec<RolloutView>, GatewayError> {
         let gw = self.0;
         let mut out = Vec::new();
         for r in gw.state.rollouts().await? {
-            out.push(view(&r));
+            if sees(caller, &r) {
+                out.push(view(&r));
+            }
         }
         Ok(out)
     }
 
-    async fn record(&self, id: &str) -> Result<RolloutRecord, GatewayError> {
+    /// Rollout `id` when `caller` sees it; another tenant's answers as one that does
+    /// not exist.
+    async fn record(&self, caller: &Caller, id: &str) -> Result<RolloutRecord, GatewayError> {
         self.0
             .state
             .rollout(id)
             .await?
+            .filter(|r| sees(caller, r))
             .ok_or_else(|| GatewayError::NotFound("not_found", format!("no rollout {id}")))
     }
 
-    pub async fn get(&self, id: &str) -> Result<RolloutView, GatewayError> {
-        Ok(view(&self.record(id).await?))
+    pub async fn get(&self, caller: &Caller, id: &str) -> Result<RolloutView, GatewayError> {
+        Ok(view(&self.record(caller, id).await?))
     }
 
     /// Cancel: nothing more is sent, and every message of it not yet delivered is taken
     /// back (its nodes read `cancelled`, and it never reaches them).
-    pub async fn cancel(&self, id: &str, by: &str) -> Result<RolloutView, GatewayError> {
-        self.operator_act(id, by, |r| match r.state {
+    pub async fn cancel(&self, caller: &Caller, id: &str) -> Result<RolloutView, GatewayError> {
+        let by = caller.principal();
+        self.operator_act(caller, id, |r| match r.state {
             State::Running | State::Halted => {
                 r.state = State::Cancelled;
                 r.detail = Some(format!("cancelled by {by}"));
@@ -291,8 +322,8 @@ impl Rollouts<'_> {
 
     /// Resume a halted rollout: it goes on, and the error threshold counts only the
     /// failures after now.
-    pub async fn resume(&self, id: &str, by: &str) -> Result<RolloutView, GatewayError> {
-        self.operator_act(id, by, |r| match r.state {
+    pub async fn resume(&self, caller: &Caller, id: &str) -> Result<RolloutView, GatewayError> {
+        self.operator_act(caller, id, |r| match r.state {
             State::Halted => Ok("resumed"),
             State::Running => Err(GatewayError::Conflict(
                 Conflict::RolloutRunning,
@@ -307,27 +338,28 @@ impl Rollouts<'_> {
     /// its audit entry; for a cancel, the queued messages taken back.
     async fn operator_act(
         &self,
+        caller: &Caller,
         id: &str,
-        by: &str,
         change: impl Fn(&mut RolloutRecord) -> Result<&'static str, GatewayError>,
     ) -> Result<RolloutView, GatewayError> {
         let gw = self.0;
-        self.record(id).await?;
+        self.record(caller, id).await?;
         let holder = format!("operator:{}", uuid::Uuid::now_v7());
         driver::lease_for(gw, id, &holder).await?;
-        let out = self.act_leased(id, by, change).await;
+        let out = self.act_leased(caller, id, change).await;
         gw.state.rollout_release(id, &holder).await?;
         out
     }
 
     async fn act_leased(
         &self,
+        caller: &Caller,
         id: &str,
-        by: &str,
         change: impl Fn(&mut RolloutRecord) -> Result<&'static str, GatewayError>,
     ) -> Result<RolloutView, GatewayError> {
         let gw = self.0;
-        let mut r = self.record(id).await?;
+        let by = caller.principal();
+        let mut r = self.record(caller, id).await?;
         let mut targets = gw.state.rollout_targets(id).await?;
         let before = r.state;
         let what = change(&mut r)?;
@@ -354,7 +386,7 @@ impl Rollouts<'_> {
         r.counts = count(r.phases, &targets).0;
         let expected = r.revision;
         r.revision += 1;
-        let entry = audit(what, &r, by);
+        let entry = audit(what, &r, &by);
         if !gw.state.put_rollout(&r, expected, Some(&entry)).await? {
             return Err(GatewayError::Internal(format!(
                 "rollout {id} changed; retry"
@@ -363,6 +395,7 @@ impl Rollouts<'_> {
         if cancelled {
             gw.publish(GatewayEvent::RolloutCompleted {
                 rollout_id: r.id.clone(),
+                tenant: r.tenant.clone(),
                 state: r.state,
             });
         }
@@ -374,10 +407,11 @@ impl Rollouts<'_> {
     /// Its nodes, those in `state` when given.
     pub async fn nodes(
         &self,
+        caller: &Caller,
         id: &str,
         state: Option<NodeState>,
     ) -> Result<Vec<TargetView>, GatewayError> {
-        self.record(id).await?;
+        self.record(caller, id).await?;
         Ok(self
             .0
             .state
@@ -385,7 +419,7 @@ impl Rollouts<'_> {
             .await?
             .into_iter()
             .filter(|t| state.is_none_or(|s| t.state == s))
-            .map(TargetView::from)
+            .map(|t| TargetView::for_caller(caller, t))
             .collect())
     }
 }

@@ -164,6 +164,7 @@ pub async fn sign_in(
             subject: claims.sub,
             jti: claims.jti,
             admin,
+            tenant: claims.tenant,
             token_expires_ms,
         },
         now,

@@ -44,7 +44,7 @@ pub async fn cancel(
         let why = "Not cancelled: tick the box to confirm.";
         return render(&c, &s, &id, StatusCode::BAD_REQUEST, None, Some(why)).await;
     }
-    let out = c.gw.rollouts().cancel(&id, &s.session.subject).await;
+    let out = c.gw.rollouts().cancel(&s.session.caller(), &id).await;
     answer(&c, &s, &id, out.map(|_| ()), "cancelled").await
 }
 
@@ -58,7 +58,7 @@ pub async fn resume(
     if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
         return r;
     }
-    let out = c.gw.rollouts().resume(&id, &s.session.subject).await;
+    let out = c.gw.rollouts().resume(&s.session.caller(), &id).await;
     answer(&c, &s, &id, out.map(|_| ()), "resumed").await
 }
 

@@ -79,7 +79,7 @@ pub async fn create(
     let key = f.key.trim();
     let key = (!key.is_empty() && key.len() <= 255).then_some(key);
     let by = &s.session.subject;
-    match c.gw.rollouts().create(by, spec, key).await {
+    match c.gw.rollouts().create(&s.session.caller(), spec, key).await {
         Ok(created) => {
             let id = &created.rollout.rollout_id;
             tracing::info!(event = "console_rollout_started", subject = %by, rollout = %id, repeat = created.repeat);

@@ -31,7 +31,7 @@ use crate::gateway::rollout::{RolloutView, TargetView};
 /// `GET /ui/rollouts`.
 pub async fn list_page(State(c): State<Arc<Console>>, s: PageSession) -> Response {
     let last_event = c.gw.events().last_id();
-    let list = match c.gw.rollouts().list().await {
+    let list = match c.gw.rollouts().list(&s.session.caller()).await {
         Ok(l) => l,
         Err(e) => {
             let e = ApiError::from(e);
@@ -59,9 +59,9 @@ pub async fn list_page(State(c): State<Arc<Console>>, s: PageSession) -> Respons
 /// `GET /ui/rollouts/rows`: the list's body.
 pub async fn rows_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
 ) -> Result<Response, ApiError> {
-    let list = c.gw.rollouts().list().await?;
+    let list = c.gw.rollouts().list(&s.session.caller()).await?;
     Ok(layout::html_response(
         StatusCode::OK,
         rows(&list, c.gw.now_ms()),
@@ -186,7 +186,7 @@ pub(super) async fn render(
     error: Option<&str>,
 ) -> Response {
     let last_event = c.gw.events().last_id();
-    let (v, nodes) = match read(c, id).await {
+    let (v, nodes) = match read(c, &s.session, id).await {
         Ok(r) => r,
         Err(e) => return layout::error_page(e.status, "No such rollout", &e.message),
     };
@@ -201,11 +201,16 @@ pub(super) async fn render(
     r
 }
 
-async fn read(c: &Console, id: &str) -> Result<(RolloutView, Vec<TargetView>), ApiError> {
-    let v = c.gw.rollouts().get(id).await?;
+async fn read(
+    c: &Console,
+    session: &Session,
+    id: &str,
+) -> Result<(RolloutView, Vec<TargetView>), ApiError> {
+    let caller = session.caller();
+    let v = c.gw.rollouts().get(&caller, id).await?;
     let nodes =
         c.gw.rollouts()
-            .nodes(id, None)
+            .nodes(&caller, id, None)
             .await?
             .into_iter()
             .filter(|t| matches!(t.state, NodeState::Failed | NodeState::Expired))
@@ -219,7 +224,7 @@ pub async fn body_fragment(
     s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (v, nodes) = read(&c, &id).await?;
+    let (v, nodes) = read(&c, &s.session, &id).await?;
     Ok(layout::html_response(
         StatusCode::OK,
         inner(&v, &nodes, &s.session, c.gw.now_ms()),
@@ -348,6 +353,7 @@ mod tests {
             rollout_id: "r\"<1>".into(),
             selector: "site=<script>".into(),
             state: Rs::Halted,
+            tenant: None,
         }
     }
 
@@ -375,6 +381,7 @@ mod tests {
             subject: "ops".into(),
             jti: "j".into(),
             admin: true,
+            tenant: None,
             created_ms: 0,
             expires_ms: 1,
             csrf: "c".into(),

@@ -287,6 +287,11 @@ pub struct RolloutRecord {
     pub spec: Spec,
     /// The token subject that created it.
     pub created_by: String,
+    /// The tenant whose token created it: it targets only that tenant's nodes and only
+    /// that tenant's tokens (and the operator's) see it. `None`: the operator's, over
+    /// every tenant (PROTOCOL §18).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     pub created_at_ms: u64,
     pub deadline_ms: u64,
     pub state: State,
