@@ -45,7 +45,24 @@ impl Fleet<'_> {
         caller: &Caller,
         id: &str,
     ) -> Result<MessageView, GatewayError> {
-        let mut view = self.message(id).await?;
+        let mut view = self.message_seen(caller, id).await?;
+        if let Some(s) = &mut view.status {
+            s.peer = caller.shown(&s.peer).to_string();
+        }
+        Ok(view)
+    }
+}
+
+impl Fleet<'_> {
+    /// [`Fleet::message`] when `caller` sees the node it is for (or from), its node named
+    /// by its address (the console's view); else the answer for a message that does not
+    /// exist.
+    pub async fn message_seen(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<MessageView, GatewayError> {
+        let view = self.message(id).await?;
         let node = match &view.status {
             Some(s) => Some(s.peer.clone()),
             None => self.0.state.request_node(id).await?,
@@ -56,11 +73,20 @@ impl Fleet<'_> {
                 "no such message".into(),
             ));
         }
-        if let Some(s) = &mut view.status {
-            s.peer = caller.shown(&s.peer).to_string();
-        }
         Ok(view)
     }
+}
+
+/// Whether `caller` sees event `e` at all (as [`event_for`] decides, without renaming).
+pub fn event_seen(caller: &Caller, e: &GatewayEvent) -> bool {
+    if caller.tenant.is_none() {
+        return true;
+    }
+    if let Some(tenant) = rollout_tenant(e) {
+        return tenant == caller.tenant.as_deref();
+    }
+    let mut e = e.clone();
+    node_of_event(&mut e).is_some_and(|n| caller.sees(n))
 }
 
 /// The event as `caller` may see it: one of its nodes' events with the node as it names

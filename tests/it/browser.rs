@@ -159,6 +159,29 @@ impl Browser {
         }
     }
 
+    /// Click `css` and wait for the page it loads at `path`, also when that is the page
+    /// already shown (a form that posts back to its own page): the old document is
+    /// marked first, and only an unmarked, loaded document at `path` ends the wait.
+    pub async fn click_to(&self, css: &str, path: &str) {
+        self.js("window.__outpostOld = true; return null").await;
+        let el = self
+            .client
+            .find(fantoccini::Locator::Css(css))
+            .await
+            .unwrap();
+        el.click().await.unwrap();
+        self.wait_for(&format!("a new document at {path}"), 20, || async {
+            let fresh = self
+                .client
+                .execute("return window.__outpostOld !== true", vec![])
+                .await
+                .ok()?;
+            (fresh == Value::Bool(true)).then_some(())
+        })
+        .await;
+        self.wait_for_page(path).await;
+    }
+
     /// Run `script` in the page and return its value.
     pub async fn js(&self, script: &str) -> Value {
         self.client.execute(script, vec![]).await.unwrap()

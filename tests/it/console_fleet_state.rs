@@ -68,16 +68,6 @@ async fn type_into(b: &Browser, css: &str, text: &str) {
     el.send_keys(text).await.unwrap();
 }
 
-async fn click(b: &Browser, css: &str) {
-    b.client
-        .find(Css(css))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-}
-
 /// The page follows the event stream.
 async fn live(b: &Browser) {
     b.wait_for("the live stream", 10, || async {
@@ -107,8 +97,7 @@ async fn chips(b: &Browser) -> Vec<String> {
 async fn label_form(b: &Browser, key: &str, value: &str, op: &str, to: &str) {
     type_into(b, "#label-key", key).await;
     type_into(b, "#label-value", value).await;
-    click(b, &format!("#label-{op}")).await;
-    b.wait_for_page(to).await;
+    b.click_to(&format!("#label-{op}"), to).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -150,8 +139,8 @@ async fn in_a_browser_an_admin_edits_labels_and_the_state_panel_follows_desired_
         "8"
     );
     assert_eq!(chips(&b).await, ["rack=7", "site=north"], "nothing applied");
-    click(&b, r#"li[data-label="rack"] button.chip-remove"#).await;
-    b.wait_for_page(page).await;
+    b.click_to(r#"li[data-label="rack"] button.chip-remove"#, page)
+        .await;
     assert_eq!(chips(&b).await, ["site=north"]);
     live(&b).await;
 
@@ -267,8 +256,7 @@ async fn rows_shown(b: &Browser) -> Vec<String> {
 
 async fn filter_by(b: &Browser, selector: &str) {
     type_into(b, "#selector", selector).await;
-    click(b, "form.filter button[type=submit]").await;
-    b.wait_for_page("/ui").await;
+    b.click_to("form.filter button[type=submit]", "/ui").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -75,6 +75,7 @@ mod sync_batches;
 mod sync_wire;
 mod systemd;
 mod tasks;
+mod tenant_console;
 mod tenant_rollouts;
 mod tenants;
 #[cfg(feature = "gateway")]

@@ -252,9 +252,7 @@ async fn a_tenant_token_reaches_its_own_fleet_and_nothing_of_another() {
         (200, Some(0)),
         "{v}"
     );
-    // The console takes no tenant session.
-    let (_, session) = crate::console::sign_in(&gw, &t).await;
-    assert!(session.is_none(), "a tenant token signed in to the console");
+    // The console's tenant sessions: tenant_console.rs.
 }
 
 /// Routes that are the operator's (PROTOCOL §18.2): a tenant's token gets 404 on each.

@@ -136,7 +136,7 @@ pub async fn message(
 
 /// `GET /v1/events` (SSE).
 pub async fn events(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> ApiResult<Response> {
-    let caller = require_caller(&gw, &headers, Need::Scope("read"))?;
+    let caller = super::events::Viewer::Client(require_caller(&gw, &headers, Need::Scope("read"))?);
     // A reconnecting EventSource sends the id of the last event it saw.
     let after = headers
         .get("last-event-id")

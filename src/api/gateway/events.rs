@@ -10,14 +10,32 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gateway::caller::Caller;
 use crate::gateway::events::Event;
-use crate::gateway::fleet_confined::event_for;
+use crate::gateway::fleet_confined::{event_for, event_seen};
 use crate::gateway::Gateway;
+
+/// Whose stream it is: an API client's (its nodes named as it names them, PROTOCOL
+/// §18) or a console session's (every node named by its address, as the console's
+/// links are); either gets only the events its caller may see.
+#[derive(Debug, Clone)]
+pub enum Viewer {
+    Client(Caller),
+    Console(Caller),
+}
+
+impl Viewer {
+    fn frame(&self, e: &Event) -> Option<String> {
+        match self {
+            Viewer::Client(c) => event_for(c, e).map(|e| e.sse_frame()),
+            Viewer::Console(c) => event_seen(c, &e.event).then(|| e.sse_frame()),
+        }
+    }
+}
 
 /// The frames a subscriber resuming after `after` missed (a `lagged` frame first when
 /// some are gone for good), then the id of the newest one.
 /// Only the events `caller` may see are framed (`fleet_confined::event_for`); the newest
 /// id covers the others too, so a resuming caller is not replayed them again.
-pub async fn backlog(gw: &Gateway, caller: &Caller, after: u64) -> (Vec<String>, u64) {
+pub async fn backlog(gw: &Gateway, viewer: &Viewer, after: u64) -> (Vec<String>, u64) {
     let missed = gw.fleet().events_after(after).await;
     let mut frames = Vec::with_capacity(missed.events.len() + 1);
     if missed.lagged {
@@ -26,7 +44,7 @@ pub async fn backlog(gw: &Gateway, caller: &Caller, after: u64) -> (Vec<String>,
     let mut last = after;
     for e in missed.events {
         last = last.max(e.id);
-        frames.extend(event_for(caller, &e).map(|e| e.sse_frame()));
+        frames.extend(viewer.frame(&e));
     }
     (frames, last)
 }
@@ -46,7 +64,7 @@ fn lagged_frame(missed: Option<u64>) -> String {
 pub fn sse_response(
     rx: broadcast::Receiver<std::sync::Arc<Event>>,
     backlog: (Vec<String>, u64),
-    caller: Caller,
+    caller: Viewer,
     shutdown: CancellationToken,
 ) -> Response {
     let (frames, last) = backlog;
@@ -65,8 +83,8 @@ pub fn sse_response(
                         Ok(e) if e.id <= last => continue,
                         Ok(e) => {
                             last = e.id;
-                            match event_for(&caller, &e) {
-                                Some(e) => break e.sse_frame(),
+                            match caller.frame(&e) {
+                                Some(f) => break f,
                                 None => continue,
                             }
                         }
@@ -101,7 +119,7 @@ mod tests {
         let resp = sse_response(
             log.subscribe(),
             (Vec::new(), 0),
-            Caller::operator("t"),
+            Viewer::Client(Caller::operator("t")),
             stop.clone(),
         );
         let mut body = resp.into_body().into_data_stream();

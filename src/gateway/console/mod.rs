@@ -8,21 +8,25 @@
 //! [`sessions`] (sign-in sessions, bounded per token, per subject and in all) ·
 //! [`sign_in`] (failed sign-ins per address, sign-ins per token) · [`fleet_state`]
 //! (the selector filter, the label and desired-state forms, inventory lines) ·
-//! [`rollouts`] (the "start a rollout" form as a spec, progress bars).
+//! [`rollouts`] (the "start a rollout" form as a spec, progress bars) · [`tenants`]
+//! (which tenant's fleet a session looks at).
 
 pub mod chart;
 pub mod fleet_state;
 pub mod rollouts;
 pub mod sessions;
 pub mod sign_in;
+pub mod tenants;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::caller::Caller;
 use super::error::GatewayError;
 use super::events::{Event, GatewayEvent};
 use super::fleet::Fleet;
 use super::fleet::NodeView;
+use super::fleet_confined::event_seen;
 use super::liveness::{DEAD_MS, ONLINE_MS, STALE_MS};
 use super::storage::QueuedMessage;
 use crate::sync::wire::TaskResult;
@@ -119,6 +123,8 @@ pub struct FleetQuery {
     pub descending: bool,
     /// 1-based.
     pub page: usize,
+    /// The operator's tenant switcher: only this tenant's fleet ("" = every tenant).
+    pub tenant: String,
 }
 
 impl Default for FleetQuery {
@@ -129,6 +135,7 @@ impl Default for FleetQuery {
             sort: SortKey::Node,
             descending: false,
             page: 1,
+            tenant: String::new(),
         }
     }
 }
@@ -308,23 +315,29 @@ pub fn page(mut rows: Vec<FleetRow>, q: &FleetQuery) -> (Vec<FleetRow>, usize, u
 }
 
 impl Fleet<'_> {
-    /// The fleet page for `q`.
+    /// The fleet page for `q`, of the nodes `viewer` sees (and the events of them).
     /// The totals count the whole fleet; the table shows the nodes the selector selects
     /// (none when it is malformed: the page says why).
-    pub async fn fleet_page(&self, q: &FleetQuery) -> Result<FleetPage, GatewayError> {
+    pub async fn fleet_page(
+        &self,
+        viewer: &Caller,
+        q: &FleetQuery,
+    ) -> Result<FleetPage, GatewayError> {
         let gw = self.0;
         let (selector, selector_error) = match fleet_state::parse_selector(&q.selector) {
             Ok(s) => (s, None),
             Err(e) => (None, Some(e)),
         };
-        let marked = gw.fleet().nodes_marked(selector.as_ref()).await?;
+        let mut marked = gw.fleet().nodes_marked(selector.as_ref()).await?;
+        marked.retain(|(v, _)| viewer.sees(&v.node_id));
         let selected: HashSet<String> = marked
             .iter()
             .filter(|(_, sel)| *sel && selector_error.is_none())
             .map(|(v, _)| v.node_id.clone())
             .collect();
         let nodes = marked.into_iter().map(|(v, _)| v).collect();
-        let (events, _) = gw.events.replay(0);
+        let (mut events, _) = gw.events.replay(0);
+        events.retain(|e| event_seen(viewer, &e.event));
         let now_ms = gw.now_ms();
         let all = rows(nodes, &events, gw.started_ms);
         let totals = totals(&all);
@@ -384,10 +397,15 @@ pub fn event_node(e: &GatewayEvent) -> Option<&str> {
 }
 
 impl Fleet<'_> {
-    /// The page of enrolled node `node_id`; `UnknownNode` otherwise.
-    pub async fn node_page(&self, node_id: &str) -> Result<NodePage, GatewayError> {
+    /// The page of enrolled node `node_id` (its address) when `caller` sees it;
+    /// `UnknownNode` otherwise.
+    pub async fn node_page(
+        &self,
+        caller: &Caller,
+        node_id: &str,
+    ) -> Result<NodePage, GatewayError> {
         let gw = self.0;
-        if gw.enrolled(node_id).await?.is_none() {
+        if !caller.sees(node_id) || gw.enrolled(node_id).await?.is_none() {
             return Err(GatewayError::UnknownNode(node_id.to_string()));
         }
         let view = gw

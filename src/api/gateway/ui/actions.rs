@@ -113,7 +113,13 @@ pub async fn command(
         ttl_s,
         message_id: None,
     };
-    match c.gw.commands().command(&s.session.subject, cmd).await {
+    let caller = s.session.caller();
+    let queued = if caller.sees(&node_id) {
+        c.gw.commands().command(&caller.principal(), cmd).await
+    } else {
+        Err(GatewayError::UnknownNode(node_id.clone()))
+    };
+    match queued {
         Err(GatewayError::BadRequest(m)) => again(format!("Not queued: {m}")).await,
         Ok((message_id, _expires)) => {
             tracing::info!(event = "console_command_queued", subject = %s.session.subject, node = %node_id, message_id = %message_id);
@@ -144,6 +150,13 @@ pub async fn revoke(
 ) -> Response {
     if let Some(r) = csrf_refusal(&s.session, &f.csrf).or_else(|| admin_refusal(&s.session)) {
         return r;
+    }
+    if s.session.tenant.is_some() {
+        // The revocation list is the gateway operator's (PROTOCOL §18.2).
+        return refused(
+            ApiError::not_found("not_found", "no such resource"),
+            "Token not revoked",
+        );
     }
     let jti = f.jti.trim();
     match c.gw.delivery().revoke(&s.session.subject, jti).await {
@@ -179,12 +192,7 @@ pub async fn settle(
             )
         }
     };
-    match c
-        .gw
-        .enrollment()
-        .settle(&s.session.subject, &node_id, approve)
-        .await
-    {
+    match settle_seen(&c, &s, &node_id, approve).await {
         Ok(_) => Redirect::to(&format!(
             "/ui?decided={}&node={}",
             if approve { "approved" } else { "rejected" },
@@ -193,6 +201,31 @@ pub async fn settle(
         .into_response(),
         Err(e) => refused(e, "Enrollment not decided"),
     }
+}
+
+/// The decision on `node_id`'s enrollment when the session sees it; another tenant's
+/// answers as one that is not pending.
+async fn settle_seen(
+    c: &Console,
+    s: &PageSession,
+    node_id: &str,
+    approve: bool,
+) -> Result<crate::gateway::enroll::EnrollmentRecord, GatewayError> {
+    let caller = s.session.caller();
+    if !caller.sees(node_id) {
+        let what = if approve {
+            "pending or rejected"
+        } else {
+            "pending"
+        };
+        return Err(GatewayError::NotFound(
+            "not_found",
+            format!("no enrollment of {node_id} is {what}"),
+        ));
+    }
+    c.gw.enrollment()
+        .settle(&caller.principal(), node_id, approve)
+        .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -235,7 +268,7 @@ pub async fn approve_many(
     let mut approved = 0usize;
     let mut not = Vec::new();
     for n in &nodes {
-        match c.gw.enrollment().settle(&s.session.subject, n, true).await {
+        match settle_seen(&c, &s, n, true).await {
             Ok(_) => approved += 1,
             Err(e) => {
                 tracing::info!(event = "console_approval_refused", subject = %s.session.subject, node = %n, error = %e);
@@ -270,12 +303,15 @@ pub async fn retire(
         let values = vec![("confirm", f.confirm.clone())];
         return sent_back(&c, &s, &node_id, FormKind::Retire, error, values).await;
     }
-    match c
-        .gw
-        .enrollment()
-        .revoke_node(&s.session.subject, &node_id)
-        .await
-    {
+    let caller = s.session.caller();
+    let retired = if caller.sees(&node_id) {
+        c.gw.enrollment()
+            .revoke_node(&caller.principal(), &node_id)
+            .await
+    } else {
+        Err(GatewayError::UnknownNode(node_id.clone()))
+    };
+    match retired {
         Ok(_) => {
             Redirect::to(&format!("/ui?decided=retired&node={}", encode(&node_id))).into_response()
         }
@@ -334,7 +370,13 @@ pub async fn tool_call(
         wait: std::time::Duration::ZERO,
         token: None,
     };
-    match c.gw.commands().tool_call(&s.session.subject, call).await {
+    let caller = s.session.caller();
+    let called = if caller.sees(&node_id) {
+        c.gw.commands().tool_call(&caller.principal(), call).await
+    } else {
+        Err(GatewayError::UnknownNode(node_id.clone()))
+    };
+    match called {
         Ok(outcome) => {
             let id = match outcome {
                 ToolCallOutcome::Answered { message_id, .. }

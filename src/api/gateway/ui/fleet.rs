@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::layout::{self, ago, at, dur, Frame};
 use super::session::{ApiSession, PageSession};
+use super::tenant_switch;
 use super::Console;
 use crate::api::ApiError;
 use crate::fleet::BadSelector;
@@ -52,6 +53,9 @@ pub struct FleetParams {
     pub approved: String,
     #[serde(default)]
     pub refused: String,
+    /// The operator's tenant switcher (a tenant's session ignores it).
+    #[serde(default)]
+    pub tenant: String,
 }
 
 impl FleetParams {
@@ -62,6 +66,7 @@ impl FleetParams {
             sort: SortKey::parse(&self.sort).unwrap_or(SortKey::Node),
             descending: self.dir == "desc",
             page: self.page.parse().unwrap_or(1),
+            tenant: self.tenant.chars().take(32).collect(),
         }
     }
 }
@@ -80,6 +85,10 @@ fn href(q: &FleetQuery, sort: SortKey, descending: bool, page: usize) -> String 
     if !q.selector.is_empty() {
         s.push_str("&sel=");
         s.push_str(&encode(&q.selector));
+    }
+    if !q.tenant.is_empty() {
+        s.push_str("&tenant=");
+        s.push_str(&encode(&q.tenant));
     }
     s
 }
@@ -114,8 +123,9 @@ pub async fn page(
     Query(p): Query<FleetParams>,
 ) -> Response {
     let q = p.query();
+    let viewer = tenant_switch::viewer(&s.session, &q);
     let last_event = c.gw.events().last_id();
-    let fleet = match c.gw.fleet().fleet_page(&q).await {
+    let fleet = match c.gw.fleet().fleet_page(&viewer, &q).await {
         Ok(f) => f,
         Err(e) => {
             let e = ApiError::from(e);
@@ -123,16 +133,19 @@ pub async fn page(
         }
     };
     // Enrollments waiting for an operator: shown to every session, decided by admins.
-    let pending = c.gw.enrollment().pending().await.unwrap_or_else(|e| {
+    let mut pending = c.gw.enrollment().pending().await.unwrap_or_else(|e| {
         tracing::warn!(event = "enrollments_unreadable", error = %e);
         Vec::new()
     });
+    pending.retain(|r| viewer.sees(&r.node_id));
+    let tenants = c.gw.fleet().tenant_names().await.unwrap_or_default();
     let notices = notices(&p, &s.session.subject);
     let main = html! {
         @for n in &notices { p.notice role="status" { (n) } }
         div #pending-slot { (super::pending::pending_enrollments(&pending, &s.session, c.gw.now_ms())) }
         div #fleet-summary { (summary(&fleet)) }
         section.fleet {
+            (tenant_switch::switcher(&s.session, &tenants, &q))
             (filter_form(&q, fleet.selector_error.as_ref()))
             @if s.session.admin && fleet.selector_error.is_none() {
                 p.start-rollout { a #start-rollout href={ "/ui/rollouts/new?sel=" (encode(&q.selector)) } { "Start a rollout for these nodes" } }
@@ -156,7 +169,7 @@ pub async fn page(
             }
             (pager(&q, &fleet))
         }
-        @if s.session.admin {
+        @if s.session.admin && s.session.tenant.is_none() {
             section.actions {
                 h2 { "Revoke a token" }
                 form method="post" action="/ui/revocations" {
@@ -193,6 +206,7 @@ fn filter_form(q: &FleetQuery, selector_error: Option<&BadSelector>) -> Markup {
             input #selector type="search" name="sel" value=(q.selector) placeholder="Selector, e.g. site=north,inventory.arch=aarch64" aria-label="Selector" spellcheck="false" autocomplete="off";
             input type="hidden" name="sort" value=(q.sort.as_str());
             input type="hidden" name="dir" value=(if q.descending { "desc" } else { "asc" });
+            @if !q.tenant.is_empty() { input type="hidden" name="tenant" value=(q.tenant); }
             button type="submit" { "Filter" }
         }
         @if let Some(e) = selector_error {
@@ -255,10 +269,14 @@ fn notices(p: &FleetParams, subject: &str) -> Vec<String> {
 /// `GET /ui/fleet/rows?…`: the table body for the same query.
 pub async fn rows_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
     Query(p): Query<FleetParams>,
 ) -> Result<Response, ApiError> {
-    let fleet = c.gw.fleet().fleet_page(&p.query()).await?;
+    let q = p.query();
+    let fleet =
+        c.gw.fleet()
+            .fleet_page(&tenant_switch::viewer(&s.session, &q), &q)
+            .await?;
     Ok(layout::html_response(StatusCode::OK, rows(&fleet)))
 }
 
@@ -267,10 +285,14 @@ pub async fn rows_fragment(
 /// with silence, and the totals follow it).
 pub async fn summary_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
     Query(p): Query<FleetParams>,
 ) -> Result<Response, ApiError> {
-    let fleet = c.gw.fleet().fleet_page(&p.query()).await?;
+    let q = p.query();
+    let fleet =
+        c.gw.fleet()
+            .fleet_page(&tenant_switch::viewer(&s.session, &q), &q)
+            .await?;
     Ok(layout::html_response(StatusCode::OK, summary(&fleet)))
 }
 
@@ -429,10 +451,11 @@ mod tests {
             sort: SortKey::Queue,
             descending: true,
             page: 2,
+            tenant: "acme".into(),
         };
         assert_eq!(
             href(&q, q.sort, q.descending, 3),
-            "/ui?sort=queue&dir=desc&page=3&q=a%26b%20c&sel=site%20in%20%28a%2Cb%29"
+            "/ui?sort=queue&dir=desc&page=3&q=a%26b%20c&sel=site%20in%20%28a%2Cb%29&tenant=acme"
         );
         let p = FleetParams {
             q: "x".into(),

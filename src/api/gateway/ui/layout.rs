@@ -44,6 +44,7 @@ pub fn page(f: Frame<'_>, main: Markup) -> Markup {
                         span #live .live title="live updates" { "…" }
                         span.who {
                             (s.subject)
+                            @if let Some(t) = &s.tenant { " · tenant " span #session-tenant { (t) } }
                             @if s.admin { " · admin" } @else { " · read-only" }
                         }
                         form.inline method="post" action="/ui/logout" {

@@ -46,8 +46,8 @@ pub async fn events(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .or(q.after);
     let rx = gw.events().subscribe();
-    // A console session is the operator's (a tenant's token gets none yet: PROTOCOL §18).
-    let caller = crate::gateway::caller::Caller::operator(s.session.subject.clone());
+    // A tenant's session gets its tenant's events only (PROTOCOL §18.2).
+    let caller = crate::api::gateway::events::Viewer::Console(s.session.caller());
     let backlog = match after {
         Some(after) => crate::api::gateway::events::backlog(gw, &caller, after).await,
         None => (Vec::new(), gw.events().last_id()),

@@ -20,10 +20,9 @@ use serde::Deserialize;
 use super::layout::{self, Frame};
 use super::session::{cookie, set_cookie, PageSession, LOGIN_COOKIE, SESSION_COOKIE};
 use super::Console;
-use crate::api::gateway::auth::authorize;
 use crate::gateway::console::sessions::{random_hex, same, Ended, SignIn};
 use crate::gateway::source_budget::Source;
-use crate::token::Need;
+use crate::token::{Claims, Need};
 
 /// How long the sign-in form's nonce lives.
 const LOGIN_NONCE_S: u64 = 3_600;
@@ -125,13 +124,8 @@ pub async fn sign_in(
         );
     }
     let token = f.token.trim();
-    let claims = if token.len() > MAX_TOKEN_LEN {
-        Err(crate::api::ApiError::unauthorized("that is not a token"))
-    } else {
-        authorize(&c.gw, token, Need::Scope("read"))
-    };
-    let claims = match claims {
-        Ok(claims) => claims,
+    let (claims, admin) = match accepted(&c, token) {
+        Ok(accepted) => accepted,
         Err(e) if !c.sign_ins.failed(peer.ip(), now) => {
             // Said without the reason: a guesser learns nothing once over budget.
             return held_back(
@@ -157,7 +151,6 @@ pub async fn sign_in(
             "signed in too often",
         );
     }
-    let admin = authorize(&c.gw, token, Need::Scope("admin")).is_ok();
     let token_expires_ms = crate::token::parse_rfc3339_ms(&claims.exp).unwrap_or(now);
     let (value, s) = c.sessions.create(
         SignIn {
@@ -169,7 +162,7 @@ pub async fn sign_in(
         },
         now,
     );
-    tracing::info!(event = "console_signed_in", subject = %s.subject, admin, expires_ms = s.expires_ms);
+    tracing::info!(event = "console_signed_in", subject = %s.subject, tenant = s.tenant.as_deref().unwrap_or("-"), admin, expires_ms = s.expires_ms);
     let mut r = Redirect::to("/ui").into_response();
     let h = r.headers_mut();
     h.append(
@@ -183,6 +176,18 @@ pub async fn sign_in(
     );
     h.append(header::SET_COOKIE, set_cookie(&c, LOGIN_COOKIE, "", 0));
     r
+}
+
+/// The claims of a token that may sign in (scope `read`), and whether it is also
+/// `admin`. A tenant's token signs in too: its session sees only its tenant (§18.2).
+fn accepted(c: &Console, token: &str) -> Result<(Claims, bool), crate::api::ApiError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(crate::api::ApiError::unauthorized("that is not a token"));
+    }
+    let auth = c.gw.client_auth();
+    let claims = auth.authorize(token, Need::Scope("read"))?;
+    let admin = auth.authorize(token, Need::Scope("admin")).is_ok();
+    Ok((claims, admin))
 }
 
 /// A sign-in held back by a budget (429): logged and counted, the form shown again.

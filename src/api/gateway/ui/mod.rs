@@ -35,6 +35,7 @@ pub mod rollout_form;
 pub mod rollouts;
 pub mod session;
 pub mod state_actions;
+pub mod tenant_switch;
 
 use std::sync::Arc;
 

@@ -91,7 +91,7 @@ pub async fn render(
     refused: Option<Refused>,
 ) -> Response {
     let last_event = c.gw.events().last_id();
-    let n = match c.gw.fleet().node_page(id).await {
+    let n = match c.gw.fleet().node_page(&s.session.caller(), id).await {
         Ok(n) => n,
         Err(e) => {
             let e = ApiError::from(e);
@@ -254,10 +254,11 @@ impl CallState {
 /// (the script fetches it when an event names the call).
 pub async fn call_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
     Path((_id, message_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let view = match c.gw.fleet().message(&message_id).await {
+    let caller = s.session.caller();
+    let view = match c.gw.fleet().message_seen(&caller, &message_id).await {
         Ok(v) => Some(v),
         Err(crate::gateway::error::GatewayError::NotFound(..)) => None,
         Err(e) => return Err(e.into()),
@@ -327,10 +328,10 @@ fn results(n: &NodePage) -> Markup {
 /// arrives).
 pub async fn results_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let n = c.gw.fleet().node_page(&id).await?;
+    let n = c.gw.fleet().node_page(&s.session.caller(), &id).await?;
     Ok(layout::html_response(StatusCode::OK, results(&n)))
 }
 
@@ -355,10 +356,10 @@ fn result_item(e: &Event, r: Option<&TaskResult>) -> Markup {
 /// liveness follows silence, the queue depth follows deliveries and expiries).
 pub async fn facts_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let n = c.gw.fleet().node_page(&id).await?;
+    let n = c.gw.fleet().node_page(&s.session.caller(), &id).await?;
     Ok(layout::html_response(StatusCode::OK, facts(&n)))
 }
 
@@ -380,10 +381,10 @@ fn facts(n: &NodePage) -> Markup {
 /// `GET /ui/nodes/{id}/queue`.
 pub async fn queue_fragment(
     State(c): State<Arc<Console>>,
-    _s: ApiSession,
+    s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let n = c.gw.fleet().node_page(&id).await?;
+    let n = c.gw.fleet().node_page(&s.session.caller(), &id).await?;
     Ok(layout::html_response(StatusCode::OK, queue(&n)))
 }
 

@@ -33,6 +33,9 @@ pub async fn fragment(
     s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    if !s.session.caller().sees(&id) {
+        return Err(crate::gateway::error::GatewayError::UnknownNode(id).into());
+    }
     let d = c.gw.fleet().node(&id).await?;
     Ok(layout::html_response(
         StatusCode::OK,

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
 
-use super::fleet::encode_segment;
+use super::fleet::{encode_segment, FleetParams};
 use super::layout;
 use super::session::ApiSession;
 use super::Console;
@@ -19,8 +19,11 @@ use crate::api::ApiError;
 pub async fn pending_fragment(
     State(c): State<Arc<Console>>,
     s: ApiSession,
+    Query(p): Query<FleetParams>,
 ) -> Result<Response, ApiError> {
-    let pending = c.gw.enrollment().pending().await?;
+    let viewer = super::tenant_switch::viewer(&s.session, &p.query());
+    let mut pending = c.gw.enrollment().pending().await?;
+    pending.retain(|r| viewer.sees(&r.node_id));
     Ok(layout::html_response(
         StatusCode::OK,
         pending_enrollments(&pending, &s.session, c.gw.now_ms()),

@@ -214,6 +214,11 @@ async fn read(
             .await?
             .into_iter()
             .filter(|t| matches!(t.state, NodeState::Failed | NodeState::Expired))
+            // The console names every node by its address (its page's link).
+            .map(|mut t: TargetView| {
+                t.node_id = caller.address(&t.node_id).unwrap_or(t.node_id);
+                t
+            })
             .collect();
     Ok((v, nodes))
 }

@@ -61,13 +61,16 @@ pub async fn labels(
         Ok(change) => change,
         Err(e) => return again(format!("Labels not changed: {e}.")).await,
     };
-    let by = &s.session.subject;
-    match c
-        .gw
-        .node_states()
-        .change_labels(&node_id, &change, by)
-        .await
-    {
+    let caller = s.session.caller();
+    let by = &caller.principal();
+    let changed = if caller.sees(&node_id) {
+        c.gw.node_states()
+            .change_labels(&node_id, &change, by)
+            .await
+    } else {
+        Err(GatewayError::UnknownNode(node_id.clone()))
+    };
+    match changed {
         Ok(labels) => {
             tracing::info!(event = "console_labels_changed", subject = %by, node = %node_id, labels = labels.len());
             Redirect::to(&format!(
@@ -121,13 +124,16 @@ pub async fn desired(
         Ok(w) => w,
         Err(e) => return again(StatusCode::BAD_REQUEST, format!("Not written: {e}.")).await,
     };
-    let by = &s.session.subject;
-    match c
-        .gw
-        .node_states()
-        .write_desired(&node_id, &write, if_match, by)
-        .await
-    {
+    let caller = s.session.caller();
+    let by = &caller.principal();
+    let written = if caller.sees(&node_id) {
+        c.gw.node_states()
+            .write_desired(&node_id, &write, if_match, by)
+            .await
+    } else {
+        Err(GatewayError::UnknownNode(node_id.clone()))
+    };
+    match written {
         Ok(version) => {
             tracing::info!(event = "console_desired_written", subject = %by, node = %node_id, version);
             Redirect::to(&format!(

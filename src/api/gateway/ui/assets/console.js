@@ -108,7 +108,7 @@
   }
   function refreshPending() {
     if (!pendingSlot) { return; }
-    fetchInto('/ui/fleet/pending', pendingSlot, keepTicked);
+    fetchInto('/ui/fleet/pending' + window.location.search, pendingSlot, keepTicked);
   }
   document.addEventListener('change', function (e) {
     if (e.target && e.target.id === 'cancel-confirm') { checkCancel(); }
