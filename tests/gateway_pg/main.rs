@@ -118,7 +118,11 @@ mod state_pg;
 mod sync_batches;
 #[path = "../it/sync_wire.rs"]
 mod sync_wire;
+#[path = "../it/tenant_console.rs"]
+mod tenant_console;
 #[path = "../it/tenant_rollouts.rs"]
 mod tenant_rollouts;
+#[path = "../it/tenant_upgrade.rs"]
+mod tenant_upgrade;
 #[path = "../it/tenants.rs"]
 mod tenants;

@@ -127,6 +127,29 @@ impl PgCluster {
         }
     }
 
+    /// Runs the SQL file `path` (a dump, say) in `db`; panics on any error.
+    pub fn psql_file(&self, db: &str, path: &Path) {
+        let mut cmd = Command::new(self.bin.join("psql"));
+        clean_env(&mut cmd)
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(db)
+            .arg("-f")
+            .arg(path);
+        let o = cmd.output().expect("spawn psql");
+        assert!(o.status.success(), "psql -f {path:?}: {}", text(&o));
+    }
+
+    /// `pg_dump` of `db` (a `postgres://` URL) as plain SQL, without owners or grants.
+    pub fn dump(&self, db: &str) -> String {
+        let mut cmd = Command::new(self.bin.join("pg_dump"));
+        clean_env(&mut cmd)
+            .args(["--no-owner", "--no-privileges", "-d"])
+            .arg(db);
+        let o = cmd.output().expect("spawn pg_dump");
+        assert!(o.status.success(), "pg_dump: {}", text(&o));
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// `pg_ctl stop -m fast`: clients are disconnected, everything committed is on disk.
     pub fn stop_fast(&self) {
         let o = self.pg_ctl(&["stop", "-m", "fast", "-w", "-t", "60"]);

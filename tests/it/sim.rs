@@ -17,6 +17,9 @@ use crate::harness::{http, text, Daemon, Home};
 pub struct SimNode {
     pub id: String,
     keys: Keys,
+    /// Added to this machine's clock for the timestamps it signs (a gateway that runs
+    /// at another time, under libfaketime).
+    skew_ms: i64,
 }
 
 impl SimNode {
@@ -29,6 +32,7 @@ impl SimNode {
         SimNode {
             id: id.to_string(),
             keys: Keys::from_secret_bytes(&[seed; 32], &[seed.wrapping_add(40); 32]),
+            skew_ms: 0,
         }
     }
 
@@ -37,7 +41,13 @@ impl SimNode {
         SimNode {
             id: id.to_string(),
             keys: Keys::generate(),
+            skew_ms: 0,
         }
+    }
+
+    /// The same node, signing with its clock `skew_ms` off this machine's.
+    pub fn skewed(self, skew_ms: i64) -> SimNode {
+        SimNode { skew_ms, ..self }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -59,6 +69,7 @@ impl SimNode {
         SimNode {
             id: id.to_string(),
             keys: Keys::from_secret_bytes(&sign, &kem),
+            skew_ms: 0,
         }
     }
 
@@ -140,7 +151,7 @@ impl SimNode {
 
     /// The three signature headers for one request.
     pub fn sign(&self, method: &str, pq: &str, body: &[u8]) -> [(&'static str, String); 3] {
-        let ts = SystemClock.now_ms();
+        let ts = SystemClock.now_ms().saturating_add_signed(self.skew_ms);
         let sig = sign_request(&self.keys, &self.id, method, pq, ts, body);
         [
             ("Outpost-Node", self.id.clone()),

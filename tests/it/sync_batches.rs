@@ -244,7 +244,7 @@ async fn a_backlog_beyond_the_inbox_cap_arrives_in_order_as_room_frees() {
 /// libfaketime (Debian's `faketime`, installed by `scripts/setup-ci.sh`); `None` (the
 /// test skips, saying so) where it is missing, unless `OUTPOST_TEST_FAKETIME_REQUIRE` is
 /// set, as `.ci/run` does: there a missing library fails the test instead of hiding it.
-fn faketime_lib() -> Option<String> {
+pub(crate) fn faketime_lib() -> Option<String> {
     let found = std::fs::read_dir("/usr/lib")
         .into_iter()
         .flatten()
