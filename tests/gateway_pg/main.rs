@@ -122,6 +122,8 @@ mod sync_wire;
 mod tenant_console;
 #[path = "../it/tenant_rollouts.rs"]
 mod tenant_rollouts;
+#[path = "../it/tenant_rotation.rs"]
+mod tenant_rotation;
 #[path = "../it/tenant_upgrade.rs"]
 mod tenant_upgrade;
 #[path = "../it/tenants.rs"]

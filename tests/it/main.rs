@@ -77,6 +77,7 @@ mod systemd;
 mod tasks;
 mod tenant_console;
 mod tenant_rollouts;
+mod tenant_rotation;
 mod tenant_upgrade;
 mod tenants;
 #[cfg(feature = "gateway")]

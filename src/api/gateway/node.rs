@@ -143,7 +143,8 @@ pub async fn rotate(
         .rotate_node(&signed.node_id, &body, no_grace)
         .await?;
     Ok(Json(RotateAnswer {
-        node_id: signed.node_id,
+        // The device's own id, never its address (PROTOCOL §18.1).
+        node_id: crate::fleet::tenant::node_of(&signed.node_id).to_string(),
         applied,
         grace_ended: no_grace,
     }))

@@ -25,15 +25,10 @@ impl Rotations<'_> {
         no_grace: bool,
     ) -> Result<bool, GatewayError> {
         let gw = self.0;
-        if crate::fleet::tenant::tenant_of(node_id) != crate::fleet::tenant::DEFAULT_TENANT {
-            // DECISIONS D17: not built yet for a tenant's node (its address is not its id).
-            return Err(GatewayError::BadRequest(
-                "key rotation of a tenant's node is not supported yet (PROTOCOL §18): \
-                 the node keeps its key"
-                    .into(),
-            ));
-        }
-        if rot.new_doc.node_id != node_id || rot.new_doc.role != "node" {
+        // `node_id` is the node's address (PROTOCOL §18.1); the statement names its id.
+        if rot.new_doc.node_id != crate::fleet::tenant::node_of(node_id)
+            || rot.new_doc.role != "node"
+        {
             return Err(RotationError::OtherPeer.into());
         }
         let new_pk = b64_encode(&rot.new_doc.sign_pk);
@@ -47,6 +42,7 @@ impl Rotations<'_> {
         let outcome = gw
             .state
             .rotate_node(
+                node_id,
                 rot,
                 gw.now_ms(),
                 if no_grace { 0 } else { ROTATION_GRACE_MS },

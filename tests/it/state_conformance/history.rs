@@ -85,7 +85,13 @@ async fn each_decision_commits_its_audit_entry_pending_and_an_append_moves_it_on
     let rot = KeyRotation::new(&f_keys, &f2_keys, f2.clone());
     for _ in 0..2 {
         state
-            .rotate_node(&rot, T0 + 6, 3_600_000, &entry("rotated node:f"))
+            .rotate_node(
+                &rot.new_doc.node_id,
+                &rot,
+                T0 + 6,
+                3_600_000,
+                &entry("rotated node:f"),
+            )
             .await
             .unwrap()
             .unwrap();
@@ -194,7 +200,13 @@ async fn a_key_rotation_and_a_retirement_rewrite_every_record_of_the_node_id() {
     {
         let rot = KeyRotation::new(old, new, doc.clone());
         let audit = entry("rotated node:r");
-        let applied = state.rotate_node(&rot, T0 + 1 + at as u64, 3_600_000, &audit);
+        let applied = state.rotate_node(
+            &rot.new_doc.node_id,
+            &rot,
+            T0 + 1 + at as u64,
+            3_600_000,
+            &audit,
+        );
         assert_eq!(applied.await.unwrap(), Ok(Rotated::Applied));
     }
     let docs = [a.clone(), b.clone(), c.clone()];

@@ -106,7 +106,13 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let rotation = KeyRotation::new(&old, &new, new_doc.clone());
     let applied = e
         .state
-        .rotate_node(&rotation, T0, GRACE_MS, &entry("rotate"))
+        .rotate_node(
+            &rotation.new_doc.node_id,
+            &rotation,
+            T0,
+            GRACE_MS,
+            &entry("rotate"),
+        )
         .await
         .unwrap();
     assert_eq!(applied, Ok(Rotated::Applied));
@@ -129,7 +135,13 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     // A retry (its answer was lost) changes nothing, not even the grace.
     let again = e
         .state
-        .rotate_node(&rotation, T0 + 1_000, GRACE_MS, &entry("rotate"))
+        .rotate_node(
+            &rotation.new_doc.node_id,
+            &rotation,
+            T0 + 1_000,
+            GRACE_MS,
+            &entry("rotate"),
+        )
         .await;
     assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
     let peer_now = e.state.load_trust().unwrap().get("node:r").cloned();
@@ -141,7 +153,13 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let stale = KeyRotation::new(&old, &other, other_doc);
     let refused = e
         .state
-        .rotate_node(&stale, T0, GRACE_MS, &entry("rotate"))
+        .rotate_node(
+            &stale.new_doc.node_id,
+            &stale,
+            T0,
+            GRACE_MS,
+            &entry("rotate"),
+        )
         .await
         .unwrap();
     assert_eq!(refused, Err(RotationError::Stale("node:r".into())));
@@ -150,7 +168,13 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     let unknown = KeyRotation::new(&stranger, &other, stranger_doc);
     let refused = e
         .state
-        .rotate_node(&unknown, T0, GRACE_MS, &entry("rotate"))
+        .rotate_node(
+            &unknown.new_doc.node_id,
+            &unknown,
+            T0,
+            GRACE_MS,
+            &entry("rotate"),
+        )
         .await
         .unwrap();
     assert_eq!(refused, Err(RotationError::UnknownPeer("node:x".into())));
@@ -162,7 +186,13 @@ async fn a_node_key_rotation_is_applied_once_and_survives_a_restart() {
     assert_eq!(reloaded.as_ref(), Some(&rotated));
     let again = e
         .state
-        .rotate_node(&rotation, T0 + 2_000, GRACE_MS, &entry("rotate"))
+        .rotate_node(
+            &rotation.new_doc.node_id,
+            &rotation,
+            T0 + 2_000,
+            GRACE_MS,
+            &entry("rotate"),
+        )
         .await;
     assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
 }
@@ -528,4 +558,58 @@ async fn a_hand_edit_keeps_what_another_writer_did_meanwhile() {
     assert_eq!(ids, ["node:m", "node:x"], "node:m stays, node:a goes");
     let e = e.reopen().await;
     assert_eq!(e.state.load_trust().unwrap(), now);
+}
+
+/// PROTOCOL §18.1: a tenant's node rotates at its address; the node of the same id in
+/// `default` keeps its key, and a statement applied at the other's address is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_nodes_rotation_changes_only_the_node_at_its_address() {
+    let Some(e) = Engine::open().await else {
+        return;
+    };
+    const GRACE_MS: u64 = 3_600_000;
+    let (plain_keys, plain) = peer("node:r", "node", "2026-11-20T06:00:00Z");
+    let (old, doc) = peer("node:r", "node", "2026-11-20T06:00:00Z");
+    let mut trust = TrustStore::new();
+    trust.add(plain, SEND).unwrap();
+    trust.add_in(doc, SEND, Some("acme")).unwrap();
+    save_trust(&*e.state, &trust, &[]).await;
+    let before = e
+        .state
+        .load_trust()
+        .unwrap()
+        .get("node:r")
+        .cloned()
+        .unwrap();
+
+    let new = Keys::generate();
+    let new_doc = IdentityDocument::new("node:r", "node", &new, "2026-11-27T06:00:00Z");
+    let rotation = KeyRotation::new(&old, &new, new_doc.clone());
+    // At the plain node's address the statement is stale: its retired key is not that
+    // node's.
+    let refused = e
+        .state
+        .rotate_node("node:r", &rotation, T0, GRACE_MS, &entry("rotate"))
+        .await
+        .unwrap();
+    assert_eq!(refused, Err(RotationError::Stale("node:r".into())));
+    let applied = e
+        .state
+        .rotate_node("node:r@acme", &rotation, T0, GRACE_MS, &entry("rotate"))
+        .await
+        .unwrap();
+    assert_eq!(applied, Ok(Rotated::Applied));
+    let e = e.reopen().await;
+    let now = e.state.load_trust().unwrap();
+    let acme = now.get("node:r@acme").unwrap();
+    assert_eq!(acme.doc, new_doc);
+    assert_eq!(acme.tenant.as_deref(), Some("acme"));
+    assert_eq!(acme.key_history(), [old.sign_pk(), new.sign_pk()]);
+    assert_eq!(now.get("node:r"), Some(&before), "the plain node changed");
+    assert_eq!(before.keys.sign, plain_keys.sign_pk());
+    let again = e
+        .state
+        .rotate_node("node:r@acme", &rotation, T0 + 1, GRACE_MS, &entry("rotate"))
+        .await;
+    assert_eq!(again.unwrap(), Ok(Rotated::AlreadyApplied));
 }

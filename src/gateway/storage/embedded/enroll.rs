@@ -455,6 +455,7 @@ impl EnrollmentState for Embedded {
 
     fn rotate_node<'a>(
         &'a self,
+        address: &'a str,
         rotation: &'a KeyRotation,
         now_ms: u64,
         grace_ms: u64,
@@ -462,9 +463,9 @@ impl EnrollmentState for Embedded {
     ) -> Fut<'a, Result<Rotated, RotationError>> {
         Box::pin(async move {
             let _one = self.enrolling.lock().await;
-            let node_id = &rotation.new_doc.node_id;
+            let node_id = address;
             let mut trust = self.trust_of(node_id)?;
-            match trust.rotate(rotation, now_ms, grace_ms) {
+            match trust.rotate_at(address, rotation, now_ms, grace_ms) {
                 Ok(Rotated::Applied) => {}
                 other => return Ok(other),
             }

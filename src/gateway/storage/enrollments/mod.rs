@@ -107,8 +107,10 @@ pub trait EnrollmentState: Send + Sync {
     /// node the trust store does not know is checked against its document:
     /// `node_revoked`, with when and by whom).
     fn revoked_node<'a>(&'a self, node_id: &'a str) -> Fut<'a, Option<EnrollmentRecord>>;
-    /// Apply a node's key rotation (PROTOCOL §15.7) in one transaction, with
-    /// [`crate::envelope::TrustStore::rotate`] on the node's row: afterwards its
+    /// Apply the key rotation of the node at `address` (PROTOCOL §15.7, §18.1: its node
+    /// id, or `<node id>@<tenant>`, which must be the statement's node id in that
+    /// tenant) in one transaction, with [`crate::envelope::TrustStore::rotate_at`] on
+    /// the node's row: afterwards its
     /// document is the statement's and its retired key is accepted for `grace_ms`. An
     /// enrollment record of the retired key reads [`RecordState::Rotated`] and the new
     /// key gets an enrolled record (same token and kind); `audit` is a pending
@@ -117,6 +119,7 @@ pub trait EnrollmentState: Send + Sync {
     /// [`RecordState::Rotated`]: RecordState::Rotated
     fn rotate_node<'a>(
         &'a self,
+        address: &'a str,
         rotation: &'a KeyRotation,
         now_ms: u64,
         grace_ms: u64,

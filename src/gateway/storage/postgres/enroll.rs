@@ -414,12 +414,13 @@ impl EnrollmentState for Postgres {
 
     fn rotate_node<'a>(
         &'a self,
+        address: &'a str,
         rotation: &'a KeyRotation,
         now_ms: u64,
         grace_ms: u64,
         audit: &'a AuditRecord,
     ) -> Fut<'a, Result<Rotated, RotationError>> {
-        Box::pin(self.rotate_node_now(rotation, now_ms, grace_ms, audit))
+        Box::pin(self.rotate_node_now(address, rotation, now_ms, grace_ms, audit))
     }
 
     fn end_node_grace<'a>(

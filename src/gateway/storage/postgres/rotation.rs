@@ -9,15 +9,17 @@ use crate::envelope::{KeyRotation, Rotated, RotationError, TrustStore};
 use crate::gateway::storage::{GatewayState, StateError};
 
 impl Postgres {
-    /// The node's row under its lock, [`TrustStore::rotate`] on it, the row written back.
+    /// The row of the node at `address` under its lock, [`TrustStore::rotate_at`] on
+    /// it, the row written back.
     pub(super) async fn rotate_node_now(
         &self,
+        address: &str,
         rot: &KeyRotation,
         now_ms: u64,
         grace_ms: u64,
         audit: &AuditRecord,
     ) -> Result<Result<Rotated, RotationError>, StateError> {
-        let node_id = &rot.new_doc.node_id;
+        let node_id = &address.to_string();
         let mut c = self.pool.get().await?;
         let tx = c.transaction().await.map_err(unavailable)?;
         lock_node(&tx, node_id).await?;
@@ -33,7 +35,7 @@ impl Postgres {
         if let Some(r) = &row {
             one.insert(super::peers::peer_row(r)?);
         }
-        match one.rotate(rot, now_ms, grace_ms) {
+        match one.rotate_at(address, rot, now_ms, grace_ms) {
             Ok(Rotated::Applied) => {}
             other => return Ok(other),
         }
