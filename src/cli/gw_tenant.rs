@@ -52,6 +52,10 @@ pub struct QuotaArgs {
     /// Most bytes queued for the tenant's nodes at once, e.g. 256MiB.
     #[arg(long, value_name = "B|none")]
     max_queued_bytes: Option<String>,
+    /// Most commands and tool calls a second for the tenant's nodes (each gateway
+    /// process; a burst of this many, then this many a second).
+    #[arg(long, value_name = "N|none")]
+    max_commands_per_s: Option<String>,
 }
 
 impl QuotaArgs {
@@ -61,6 +65,7 @@ impl QuotaArgs {
             max_nodes: one("--max-nodes", &self.max_nodes)?,
             max_queued_messages: one("--max-queued-messages", &self.max_queued_messages)?,
             max_queued_bytes: one("--max-queued-bytes", &self.max_queued_bytes)?,
+            max_commands_per_s: one("--max-commands-per-s", &self.max_commands_per_s)?,
         })
     }
 }
@@ -151,10 +156,11 @@ fn refusal(e: TenantError) -> anyhow::Error {
 fn quota_text(q: &Quotas) -> String {
     let v = |x: Option<u64>| x.map_or_else(|| "none".to_string(), |n| n.to_string());
     format!(
-        "max nodes {}, max queued messages {}, max queued bytes {}",
+        "max nodes {}, max queued messages {}, max queued bytes {}, max commands/s {}",
         v(q.max_nodes),
         v(q.max_queued_messages),
-        v(q.max_queued_bytes)
+        v(q.max_queued_bytes),
+        v(q.max_commands_per_s)
     )
 }
 
@@ -178,15 +184,19 @@ fn print_list(all: &[TenantView], json: bool) {
         Some(l) => format!("{n}/{l}"),
         None => n.to_string(),
     };
-    println!("TENANT                            NODES          QUEUED         QUEUED BYTES");
+    println!(
+        "TENANT                            NODES          QUEUED         QUEUED BYTES         COMMANDS/S"
+    );
     for t in all {
         let (u, q) = (&t.usage, &t.record.quotas);
         println!(
-            "{:<33} {:<14} {:<14} {}",
+            "{:<33} {:<14} {:<14} {:<20} {}",
             t.record.name,
             used(u.nodes, q.max_nodes),
             used(u.queued_messages, q.max_queued_messages),
             used(u.queued_bytes, q.max_queued_bytes),
+            q.max_commands_per_s
+                .map_or_else(|| "-".to_string(), |r| r.to_string()),
         );
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod inventory;
 pub mod labels;
+pub mod rate;
 pub mod selector;
 pub mod state;
 pub mod tenant;

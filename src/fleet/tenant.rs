@@ -71,6 +71,10 @@ pub struct Quotas {
     pub max_queued_messages: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queued_bytes: Option<u64>,
+    /// Commands and tool calls a second for the tenant's nodes, per gateway process
+    /// (a burst of this many, then this many a second: [`super::rate::Bucket`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_commands_per_s: Option<u64>,
 }
 
 /// Which quota a request would exceed (`429 tenant_quota` names it).
@@ -79,6 +83,7 @@ pub enum Quota {
     Nodes,
     QueuedMessages,
     QueuedBytes,
+    CommandRate,
 }
 
 impl Quota {
@@ -87,6 +92,7 @@ impl Quota {
             Quota::Nodes => "max_nodes",
             Quota::QueuedMessages => "max_queued_messages",
             Quota::QueuedBytes => "max_queued_bytes",
+            Quota::CommandRate => "max_commands_per_s",
         }
     }
 }
@@ -188,6 +194,7 @@ mod tests {
             max_nodes: Some(2),
             max_queued_messages: Some(10),
             max_queued_bytes: Some(1000),
+            max_commands_per_s: None,
         };
         let mut u = Usage::default();
         assert_eq!(q.admits_node(&u), Ok(()));

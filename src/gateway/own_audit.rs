@@ -183,10 +183,11 @@ pub fn tenant_changed(
     let q = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |n| n.to_string());
     let detail = match quotas {
         Some(x) => format!(
-            "{name} {what} max_nodes={} max_queued_messages={} max_queued_bytes={}",
+            "{name} {what} max_nodes={} max_queued_messages={} max_queued_bytes={} max_commands_per_s={}",
             q(x.max_nodes),
             q(x.max_queued_messages),
-            q(x.max_queued_bytes)
+            q(x.max_queued_bytes),
+            q(x.max_commands_per_s)
         ),
         None => format!("{name} {what}"),
     };

@@ -38,6 +38,7 @@ pub struct QuotaChange {
     pub max_nodes: Option<Option<u64>>,
     pub max_queued_messages: Option<Option<u64>>,
     pub max_queued_bytes: Option<Option<u64>>,
+    pub max_commands_per_s: Option<Option<u64>>,
 }
 
 impl QuotaChange {
@@ -49,6 +50,7 @@ impl QuotaChange {
                 .max_queued_messages
                 .unwrap_or(quotas.max_queued_messages),
             max_queued_bytes: self.max_queued_bytes.unwrap_or(quotas.max_queued_bytes),
+            max_commands_per_s: self.max_commands_per_s.unwrap_or(quotas.max_commands_per_s),
         }
     }
 }
@@ -207,6 +209,7 @@ mod tests {
             max_nodes: Some(10),
             max_queued_messages: Some(100),
             max_queued_bytes: None,
+            max_commands_per_s: Some(50),
         };
         let c = QuotaChange {
             max_nodes: Some(None),
@@ -219,6 +222,7 @@ mod tests {
                 max_nodes: None,
                 max_queued_messages: Some(100),
                 max_queued_bytes: Some(4096),
+                max_commands_per_s: Some(50),
             }
         );
         assert_eq!(QuotaChange::default().apply(q), q);

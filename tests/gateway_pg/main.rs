@@ -120,6 +120,8 @@ mod sync_batches;
 mod sync_wire;
 #[path = "../it/tenant_console.rs"]
 mod tenant_console;
+#[path = "../it/tenant_rate.rs"]
+mod tenant_rate;
 #[path = "../it/tenant_rollouts.rs"]
 mod tenant_rollouts;
 #[path = "../it/tenant_rotation.rs"]

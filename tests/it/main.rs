@@ -76,6 +76,7 @@ mod sync_wire;
 mod systemd;
 mod tasks;
 mod tenant_console;
+mod tenant_rate;
 mod tenant_rollouts;
 mod tenant_rotation;
 mod tenant_upgrade;

@@ -352,7 +352,7 @@ fn the_tenant_commands_create_list_set_and_delete() {
     ]);
     assert_eq!(rc, 0, "{out}");
     assert!(
-        out.contains("created tenant acme (max nodes 10, max queued messages none, max queued bytes 1048576)"),
+        out.contains("created tenant acme (max nodes 10, max queued messages none, max queued bytes 1048576, max commands/s none)"),
         "{out}"
     );
     for (args, want) in [
@@ -383,9 +383,9 @@ fn the_tenant_commands_create_list_set_and_delete() {
         .skip(1)
         .map(|l| l.split_whitespace().collect())
         .collect();
-    assert!(rows.contains(&vec!["default", "0", "0", "0"]), "{out}");
+    assert!(rows.contains(&vec!["default", "0", "0", "0", "-"]), "{out}");
     assert!(
-        rows.contains(&vec!["acme", "0", "0/50", "0/1048576"]),
+        rows.contains(&vec!["acme", "0", "0/50", "0/1048576", "-"]),
         "{out}"
     );
     let (rc, out, json) = run(&["list", "--json"]);

@@ -62,8 +62,12 @@ impl From<GatewayError> for ApiError {
             GatewayError::OutcomeUnknown(_) => outcome_unknown(msg),
             GatewayError::Duplicate => ApiError::new(StatusCode::CONFLICT, "duplicate", msg),
             GatewayError::Conflict(c, _) => ApiError::new(StatusCode::CONFLICT, c.code(), msg),
-            GatewayError::TenantQuota(..) => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "tenant_quota", msg)
+            GatewayError::TenantQuota(quota, _) => {
+                let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "tenant_quota", msg);
+                if quota == crate::fleet::tenant::Quota::CommandRate.as_str() {
+                    e.retry_after_s = Some(1);
+                }
+                e
             }
             GatewayError::RecipientOffline(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "recipient_offline", msg)

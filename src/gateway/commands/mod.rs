@@ -263,6 +263,7 @@ impl Commands<'_> {
             }
             None => (uuid::Uuid::now_v7().to_string(), None),
         };
+        gw.admit_command(&to.address).await?;
         if !queueable && !gw.reachable(&to.address).await {
             return Err(GatewayError::RecipientOffline(format!(
                 "{} holds no long-poll now and {:?} commands are not queued",

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::fleet::tenant::{tenant_of, Quotas, Usage};
+use crate::fleet::tenant::{tenant_of, Quota, Quotas, Usage};
 use crate::gateway::error::GatewayError;
 use crate::gateway::state::Gateway;
 use crate::gateway::storage::QUEUE_TO_NODE;
@@ -18,14 +18,7 @@ impl Gateway {
         bytes: u64,
     ) -> Result<(), GatewayError> {
         let now = self.now_ms();
-        let stale = self
-            .quota_gate
-            .snapshot()
-            .read_ms
-            .is_none_or(|t| now.saturating_sub(t) >= REREAD_MS);
-        if stale {
-            self.reread_quotas(now).await?;
-        }
+        self.fresh_quotas(now).await?;
         let tenant = tenant_of(address);
         let mut s = self.quota_gate.snapshot();
         let Some(q) = s.quotas.get(tenant).copied() else {
@@ -48,6 +41,48 @@ impl Gateway {
         Ok(())
     }
 
+    /// Admit one command or tool call for the node at `address` under its tenant's
+    /// `max_commands_per_s`, or refuse it ([`GatewayError::TenantQuota`]); before
+    /// anything is sealed or written.
+    pub(in crate::gateway) async fn admit_command(
+        &self,
+        address: &str,
+    ) -> Result<(), GatewayError> {
+        let now = self.now_ms();
+        self.fresh_quotas(now).await?;
+        let tenant = tenant_of(address);
+        let rate = self
+            .quota_gate
+            .snapshot()
+            .quotas
+            .get(tenant)
+            .and_then(|q| q.max_commands_per_s);
+        match rate {
+            Some(rate) if !self.quota_gate.take_command(tenant, rate, now) => {
+                Err(GatewayError::TenantQuota(
+                    Quota::CommandRate.as_str(),
+                    format!(
+                        "tenant {tenant} has reached its max_commands_per_s ({rate} a second): nothing was queued; retry in a second"
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The snapshot at most [`REREAD_MS`] old at `now`.
+    async fn fresh_quotas(&self, now: u64) -> Result<(), GatewayError> {
+        let stale = self
+            .quota_gate
+            .snapshot()
+            .read_ms
+            .is_none_or(|t| now.saturating_sub(t) >= REREAD_MS);
+        if stale {
+            self.reread_quotas(now).await?;
+        }
+        Ok(())
+    }
+
     /// Read the registry and, when a tenant has a quota on what it queues, each
     /// tenant's queued messages and bytes.
     async fn reread_quotas(&self, now: u64) -> Result<(), GatewayError> {
@@ -66,15 +101,19 @@ impl Gateway {
             .await?
             .into_iter()
             .filter(|t| {
-                t.quotas.max_queued_messages.is_some() || t.quotas.max_queued_bytes.is_some()
+                let q = &t.quotas;
+                q.max_queued_messages.is_some()
+                    || q.max_queued_bytes.is_some()
+                    || q.max_commands_per_s.is_some()
             })
             .map(|t| (t.name, t.quotas))
             .collect();
+        let counted = |q: &Quotas| q.max_queued_messages.is_some() || q.max_queued_bytes.is_some();
         let mut usage: HashMap<String, Usage> = HashMap::new();
-        if !quotas.is_empty() {
+        if quotas.values().any(counted) {
             for s in self.state.queue_stats().await? {
                 let t = tenant_of(&s.peer);
-                if s.queue == QUEUE_TO_NODE && quotas.contains_key(t) {
+                if s.queue == QUEUE_TO_NODE && quotas.get(t).is_some_and(counted) {
                     let u = usage.entry(t.to_string()).or_default();
                     u.queued_messages += s.depth;
                     u.queued_bytes += s.bytes;

@@ -111,6 +111,7 @@ impl Commands<'_> {
         if let Some(rec) = gw.state.job(&key).await? {
             return existing_job(gw, rec, &call.tool_name, &args_sha, job_id, &to.address).await;
         }
+        gw.admit_command(&to.address).await?;
         let message_id = uuid::Uuid::now_v7().to_string();
         let token = match call.token {
             Some(t) => t,

@@ -169,10 +169,10 @@ async fn the_flows_keep_default_implicit_and_refuse_what_is_not_allowed() {
     assert_eq!(
         details,
         [
-            "zeta created max_nodes=- max_queued_messages=- max_queued_bytes=-",
-            "acme created max_nodes=- max_queued_messages=- max_queued_bytes=-",
-            "default set max_nodes=- max_queued_messages=5 max_queued_bytes=-",
-            "default set max_nodes=- max_queued_messages=6 max_queued_bytes=-",
+            "zeta created max_nodes=- max_queued_messages=- max_queued_bytes=- max_commands_per_s=-",
+            "acme created max_nodes=- max_queued_messages=- max_queued_bytes=- max_commands_per_s=-",
+            "default set max_nodes=- max_queued_messages=5 max_queued_bytes=- max_commands_per_s=-",
+            "default set max_nodes=- max_queued_messages=6 max_queued_bytes=- max_commands_per_s=-",
             "zeta deleted",
         ]
     );

@@ -1,0 +1,121 @@
+//! A tenant's command rate (PROTOCOL §18, `max_commands_per_s`): a tenant sending
+//! faster than its rate is refused with 429 `tenant_quota` naming it (nothing queued,
+//! `Retry-After: 1`), commands and tool calls alike, while another tenant's commands
+//! all go through; the bucket refills, and lifting the quota lifts the refusals.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::harness::{http, text, Daemon, Home};
+use crate::tenants::{send, tenant_token};
+
+async fn depth(gw: &Daemon, operator: &str, address: &str) -> u64 {
+    let (st, v) = send(gw, "GET", &format!("/v1/nodes/{address}"), operator, None).await;
+    assert_eq!(st, 200, "{v}");
+    v["queue_depth"].as_u64().unwrap()
+}
+
+/// One command to `node` with `token`: its status, error code and Retry-After.
+async fn one(gw: &Daemon, token: &str, node: &str) -> (u16, String, Option<String>) {
+    let r = http()
+        .post(gw.url("/v1/commands"))
+        .bearer_auth(token)
+        .json(&json!({"target": {"node_id": node}, "command_type": "note", "body": {}}))
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let v: serde_json::Value = r.json().await.unwrap();
+    if st == 429 {
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains("max_commands_per_s"), "{v}");
+    }
+    let code = v["error"]["code"].as_str().unwrap_or("").to_string();
+    (st, code, retry)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_over_its_command_rate_is_refused_and_another_is_not() {
+    let home = Home::init("gateway", "gateway:main", "");
+    let o = home.cli(&["tenant", "create", "acme", "--max-commands-per-s", "5"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("max commands/s 5"), "{}", text(&o));
+    let o = home.cli(&["tenant", "create", "globex"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for (seed, t) in [(111, "acme"), (112, "globex")] {
+        let n = crate::sim::SimNode::with_keys("node:p", seed);
+        let o = home.cli_stdin(
+            &["trust", "add", "-", "--send", "--tenant", t],
+            n.identity_json().as_bytes(),
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let o = home.cli(&["tenant", "list"]);
+    let listed = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("acme ") && l.trim_end().ends_with(" 5")),
+        "{listed}"
+    );
+    let operator = home.token("gateway:main", &["admin"], "1h");
+    let acme = tenant_token(&home, "acme", &["admin"]);
+    let gw = home.start();
+
+    // acme as fast as it can, globex between: acme gets its burst and its rate.
+    let t0 = Instant::now();
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    for _ in 0..30 {
+        match one(&gw, &acme, "node:p").await {
+            (202, _, _) => admitted += 1,
+            (429, code, retry) => {
+                assert_eq!(
+                    (code.as_str(), retry.as_deref()),
+                    ("tenant_quota", Some("1"))
+                );
+                refused += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+        let (st, code, _) = one(&gw, &operator, "node:p@globex").await;
+        assert_eq!(st, 202, "globex refused: {code}");
+    }
+    let elapsed_s = t0.elapsed().as_secs_f64();
+    assert!(refused > 0, "no refusal in {elapsed_s:.2} s");
+    let most = 5 + (5.0 * elapsed_s).ceil() as u64;
+    assert!(
+        (5..=most).contains(&admitted),
+        "{admitted} admitted in {elapsed_s:.2} s"
+    );
+    // A tool call draws from the same bucket.
+    let call =
+        json!({"target": {"node_id": "node:p"}, "tool_name": "echo", "tool_args": {}, "wait_s": 0});
+    let (st, v) = send(&gw, "POST", "/v1/tool_call", &acme, Some(call.clone())).await;
+    if st == 429 {
+        assert_eq!(v["error"]["code"], "tenant_quota", "{v}");
+    }
+    let tool_queued = u64::from(st == 202);
+    // Nothing refused was queued.
+    assert_eq!(
+        depth(&gw, &operator, "node:p@acme").await,
+        admitted + tool_queued
+    );
+    assert_eq!(depth(&gw, &operator, "node:p@globex").await, 30);
+
+    // The bucket refills.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(one(&gw, &acme, "node:p").await.0, 202);
+
+    // Lifted: within the second the gateway rereads its quotas, nothing is refused.
+    let o = home.cli(&["tenant", "set", "acme", "--max-commands-per-s", "none"]);
+    assert!(o.status.success(), "{}", text(&o));
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    for _ in 0..20 {
+        assert_eq!(one(&gw, &acme, "node:p").await.0, 202);
+    }
+}
