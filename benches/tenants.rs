@@ -15,7 +15,11 @@
 //!    a random one of its nodes, each on its own schedule (a slow answer delays no other);
 //! 2. **flooded**: the same, while `bulk` sends commands to its nodes from
 //!    `OUTPOST_TENANTS_FLOODERS` [8] connections as fast as the gateway answers (what its
-//!    quota refuses is answered 429 `tenant_quota` and sent again at once).
+//!    quota refuses is answered 429 `tenant_quota` and sent again at once);
+//! 3. **enrolling**: the same, while `OUTPOST_TENANTS_ENROLL` [2000; 0 skips the phase]
+//!    new devices of `bulk` enroll themselves at once with one enrollment token of
+//!    `bulk` (`--approve auto`), from one address, retrying as the node does
+//!    (`benches/fleet/enroll.rs`, which also loads the console's fleet page).
 //!
 //! Latency is from just before `quiet`'s POST to the moment the target node's pull
 //! answer carrying that message id arrived. Printed: `quiet`'s p50/p90/p99/max per phase
@@ -24,6 +28,9 @@
 //! `TENANTS_RESULT {json}` on stdout. `OUTPOST_BIN`: the binary under test.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock directly
+
+#[path = "fleet/enroll.rs"]
+mod enroll;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -340,6 +347,7 @@ fn main() {
     let secs: f64 = env_or("OUTPOST_TENANTS_SECS", 20.0);
     let rate: f64 = env_or("OUTPOST_TENANTS_RATE", 20.0);
     let flooders: usize = env_or("OUTPOST_TENANTS_FLOODERS", 8);
+    let enrolling: usize = env_or("OUTPOST_TENANTS_ENROLL", 2000);
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -409,6 +417,41 @@ fn main() {
         .to_string()
     };
     let (bulk_token, quiet_token) = (token("bulk"), token("quiet"));
+    let admin = cli(
+        &cfg,
+        &[
+            "token",
+            "issue",
+            "--aud",
+            "gateway:tenants",
+            "--scope",
+            "admin",
+            "--ttl",
+            "2h",
+            "--sub",
+            "operator",
+        ],
+        None,
+    )
+    .trim()
+    .to_string();
+    let max_uses = enrolling.max(1).to_string();
+    let create = [
+        "enroll-token",
+        "create",
+        "--tenant",
+        "bulk",
+        "--max-uses",
+        &max_uses,
+        "--ttl",
+        "2h",
+        "--approve",
+        "auto",
+    ];
+    let enroll_token = cli(&cfg, &create, None).trim().to_string();
+    let newcomers: Vec<(String, Keys)> = (0..enrolling)
+        .map(|i| (format!("node:new-{i:05}"), Keys::generate()))
+        .collect();
     let ids = |t: usize| -> Vec<String> {
         nodes
             .iter()
@@ -447,7 +490,9 @@ fn main() {
     let mut quiet_sent = Vec::new();
     let f = Arc::new(Flood::default());
     let mut flood_s = 0.0;
-    for phase in 0..2 {
+    let mut burst = None;
+    let phases = if enrolling > 0 { 3 } else { 2 };
+    for phase in 0..phases {
         let c0 = cpu_s(pid);
         let t0 = Instant::now();
         let flood_stop = CancellationToken::new();
@@ -464,7 +509,7 @@ fn main() {
                 }
             });
         }
-        let sent = rt.block_on(quiet_phase(
+        let quiet = quiet_phase(
             &gw.base,
             &quiet_token,
             &quiet_ids,
@@ -472,7 +517,22 @@ fn main() {
             secs,
             phase,
             &ledger,
-        ));
+        );
+        let sent = if phase == 2 {
+            let devices: Vec<enroll::Device> = newcomers
+                .iter()
+                .map(|(id, keys)| enroll::Device { id, keys })
+                .collect();
+            let urls = [gw.base.clone()];
+            let (sent, b) = rt.block_on(futures_util::future::join(
+                quiet,
+                enroll::run(&urls, &devices, &enroll_token, &admin),
+            ));
+            burst = Some(b);
+            sent
+        } else {
+            rt.block_on(quiet)
+        };
         flood_stop.cancel();
         if phase == 1 {
             flood_s = t0.elapsed().as_secs_f64();
@@ -488,8 +548,8 @@ fn main() {
 
     let sent = ledger.sent.lock().unwrap();
     let got = ledger.received.lock().unwrap();
-    let mut lat: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
-    let mut lost = [0u64; 2];
+    let mut lat: [Vec<u64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut lost = [0u64; 3];
     for (id, (at, phase)) in sent.iter() {
         match got.get(id) {
             Some(r) => lat[*phase].push(r.saturating_duration_since(*at).as_micros() as u64),
@@ -500,9 +560,9 @@ fn main() {
         l.sort_unstable();
     }
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1} ms"));
-    let names = ["unloaded", "flooded"];
+    let names = ["unloaded", "flooded", "enrolling"];
     println!();
-    for p in 0..2 {
+    for p in 0..phases {
         println!(
             "quiet, {:<8}: {} sent, {} delivered, {} not delivered; p50 {} p90 {} p99 {} max {}; gateway CPU {:.2} cores",
             names[p],
@@ -516,10 +576,11 @@ fn main() {
             cpu[p]
         );
     }
-    let ratio = match (pct_ms(&lat[1], 99.0), pct_ms(&lat[0], 99.0)) {
+    let ratio_of = |p: usize| match (pct_ms(&lat[p], 99.0), pct_ms(&lat[0], 99.0)) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     };
+    let (ratio, enroll_ratio) = (ratio_of(1), ratio_of(2));
     let per_s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / flood_s.max(1e-9);
     println!(
         "bulk's flood: {:.0} attempts/s, {:.0} admitted/s, {:.0} refused/s (429), {:.0} other/s",
@@ -528,12 +589,28 @@ fn main() {
         per_s(&f.refused),
         per_s(&f.other)
     );
+    let x = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}x"));
     println!(
-        "quiet's p99 flooded/unloaded: {}; node errors {}",
-        ratio.map_or("-".to_string(), |r| format!("{r:.2}x")),
+        "quiet's p99 flooded/unloaded: {}, enrolling/unloaded: {}; node errors {}",
+        x(ratio),
+        x(enroll_ratio),
         errors.load(Ordering::Relaxed)
     );
+    if let Some(b) = &burst {
+        println!(
+            "bulk's enrollment burst: {} of {} enrolled in {:.1} s; answers {:?}; console p99 {} ({} loads not 200)",
+            b.enrolled,
+            b.devices,
+            b.took_s,
+            b.answers,
+            fmt(pct_ms(&b.console_us, 99.0)),
+            b.console_failed
+        );
+    }
     let phase_json = |p: usize| {
+        if p >= phases {
+            return Value::Null;
+        }
         json!({
             "sent": quiet_sent[p], "delivered": lat[p].len(), "lost": lost[p],
             "p50_ms": pct_ms(&lat[p], 50.0), "p90_ms": pct_ms(&lat[p], 90.0),
@@ -545,7 +622,9 @@ fn main() {
         json!({
             "nodes_per_tenant": per_tenant, "quota": quota, "rate": rate, "secs": secs,
             "flooders": flooders, "unloaded": phase_json(0), "flooded": phase_json(1),
-            "p99_ratio": ratio,
+            "enrolling": phase_json(2), "p99_ratio": ratio, "enrolling_p99_ratio": enroll_ratio,
+            "burst": burst.as_ref().map(|b| json!({"devices": b.devices, "enrolled": b.enrolled,
+                "took_s": b.took_s, "console_p99_ms": pct_ms(&b.console_us, 99.0)})),
             "flood": {"attempts_per_s": per_s(&f.attempts), "admitted_per_s": per_s(&f.admitted),
                       "refused_per_s": per_s(&f.refused), "other_per_s": per_s(&f.other)},
         })

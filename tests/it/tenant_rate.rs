@@ -119,3 +119,84 @@ async fn a_tenant_over_its_command_rate_is_refused_and_another_is_not() {
         assert_eq!(one(&gw, &acme, "node:p").await.0, 202);
     }
 }
+
+/// The states of a rollout's targets, counted.
+async fn states(gw: &Daemon, token: &str, id: &str) -> std::collections::BTreeMap<String, u64> {
+    let (st, v) = send(gw, "GET", &format!("/v1/rollouts/{id}/nodes"), token, None).await;
+    assert_eq!(st, 200, "{v}");
+    let mut out = std::collections::BTreeMap::new();
+    for n in v["nodes"].as_array().unwrap() {
+        *out.entry(n["state"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    out
+}
+
+/// A tenant's rollout is paced by its `max_commands_per_s` (its nodes wait, none
+/// fails), and never holds up another tenant's rollout: the driver used to end its
+/// whole pass at the first refusal, so a rollout made after a throttled one waited
+/// until the throttled one had sent everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttled_tenants_rollout_never_holds_up_anothers() {
+    let home = Home::init("gateway", "gateway:main", "");
+    let o = home.cli(&["tenant", "create", "acme", "--max-commands-per-s", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for t in ["globex", "initech"] {
+        let o = home.cli(&["tenant", "create", t]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    for (k, (tenant, n)) in [("acme", 20u32), ("globex", 3), ("initech", 3)]
+        .into_iter()
+        .enumerate()
+    {
+        let docs: String = (0..n)
+            .map(|i| {
+                let seed = 1000 * (k as u32 + 1) + i;
+                let sim = crate::sim::SimNode::numbered(&format!("node:r{i}"), seed);
+                format!("{}\n", sim.identity_json())
+            })
+            .collect();
+        let o = home.cli_stdin(
+            &["trust", "add", "-", "--send", "--tenant", tenant],
+            docs.as_bytes(),
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let tokens: Vec<String> = ["globex", "acme", "initech"]
+        .iter()
+        .map(|t| tenant_token(&home, t, &["admin"]))
+        .collect();
+    let gw = home.start();
+    // globex's, acme's, initech's, in that order: whichever way the driver lists them,
+    // one of the others comes after acme's.
+    let rollout = json!({"selector": "", "action": {"command": {"type": "note", "body": {}}}});
+    let mut ids = Vec::new();
+    for t in &tokens {
+        let (st, v) = send(&gw, "POST", "/v1/rollouts", t, Some(rollout.clone())).await;
+        assert_eq!(st, 201, "{v}");
+        ids.push(v["rollout_id"].as_str().unwrap().to_string());
+    }
+    let (acme, slow) = (&tokens[1], &ids[1]);
+
+    // The others' three nodes each are sent within a few passes, while acme's go one
+    // a second.
+    let deadline = Instant::now() + std::time::Duration::from_secs(6);
+    for i in [0, 2] {
+        loop {
+            let s = states(&gw, &tokens[i], &ids[i]).await;
+            if !s.contains_key("pending") {
+                assert_eq!(s.values().sum::<u64>(), 3, "{s:?}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "rollout {i} held up: {s:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    let s = states(&gw, acme, slow).await;
+    assert!(!s.contains_key("failed"), "a throttled node failed: {s:?}");
+    let pending = s.get("pending").copied().unwrap_or(0);
+    assert!(
+        (1..20).contains(&pending),
+        "acme's rollout not paced: {s:?}"
+    );
+}

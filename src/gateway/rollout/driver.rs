@@ -56,7 +56,15 @@ async fn pass(
         }
         let out = tick(gw, &r.id).await;
         gw.state.rollout_release(&r.id, holder).await?;
-        let counts = out?;
+        // One rollout's failure (its tenant's store, a record that no longer reads) is
+        // its own: the others still get their pass.
+        let counts = match out {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(event = "rollout_pass_failed", rollout = %r.id, error = %e);
+                continue;
+            }
+        };
         // `rollout_progress` at most once a pass (a second), and only when it moved.
         if let Some((r, c)) = counts {
             if last.get(&r.id) != Some(&c) {
@@ -164,6 +172,9 @@ async fn send_due(
     for res in results {
         match res {
             Ok(t) => sent.push(t),
+            // Its tenant's rate or queue quota: the node stays pending, sent by a later
+            // pass (a tenant's rollout goes at its `max_commands_per_s`).
+            Err(GatewayError::TenantQuota(..)) => {}
             Err(e) => failure = Some(e),
         }
     }
