@@ -19,7 +19,8 @@
 //! 3. **enrolling**: the same, while `OUTPOST_TENANTS_ENROLL` [2000; 0 skips the phase]
 //!    new devices of `bulk` enroll themselves at once with one enrollment token of
 //!    `bulk` (`--approve auto`), from one address, retrying as the node does
-//!    (`benches/fleet/enroll.rs`, which also loads the console's fleet page).
+//!    (`benches/fleet/enroll.rs`); with `OUTPOST_TENANTS_CONSOLE=1` an operator also
+//!    loads the console's fleet page every 100 ms meanwhile.
 //!
 //! Latency is from just before `quiet`'s POST to the moment the target node's pull
 //! answer carrying that message id arrived. Printed: `quiet`'s p50/p90/p99/max per phase
@@ -104,6 +105,8 @@ fn now_ms() -> u64 {
 struct Ledger {
     sent: Mutex<HashMap<String, (Instant, usize)>>,
     received: Mutex<HashMap<String, Instant>>,
+    /// How long each of `quiet`'s POSTs took to its 202 (µs), by phase.
+    post_us: Mutex<[Vec<u64>; 3]>,
 }
 
 struct Node {
@@ -239,6 +242,7 @@ async fn quiet_phase(
             let Some(id) = v["message_id"].as_str() else {
                 return 0;
             };
+            ledger.post_us.lock().unwrap()[phase].push(sent.elapsed().as_micros() as u64);
             ledger
                 .sent
                 .lock()
@@ -348,6 +352,7 @@ fn main() {
     let rate: f64 = env_or("OUTPOST_TENANTS_RATE", 20.0);
     let flooders: usize = env_or("OUTPOST_TENANTS_FLOODERS", 8);
     let enrolling: usize = env_or("OUTPOST_TENANTS_ENROLL", 2000);
+    let console = env_or("OUTPOST_TENANTS_CONSOLE", 0u8) == 1;
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -526,7 +531,12 @@ fn main() {
             let urls = [gw.base.clone()];
             let (sent, b) = rt.block_on(futures_util::future::join(
                 quiet,
-                enroll::run(&urls, &devices, &enroll_token, &admin),
+                enroll::run(
+                    &urls,
+                    &devices,
+                    &enroll_token,
+                    if console { &admin } else { "" },
+                ),
             ));
             burst = Some(b);
             sent
@@ -559,12 +569,16 @@ fn main() {
     for l in &mut lat {
         l.sort_unstable();
     }
+    let mut posts = std::mem::take(&mut *ledger.post_us.lock().unwrap());
+    for l in &mut posts {
+        l.sort_unstable();
+    }
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1} ms"));
     let names = ["unloaded", "flooded", "enrolling"];
     println!();
     for p in 0..phases {
         println!(
-            "quiet, {:<8}: {} sent, {} delivered, {} not delivered; p50 {} p90 {} p99 {} max {}; gateway CPU {:.2} cores",
+            "quiet, {:<8}: {} sent, {} delivered, {} not delivered; p50 {} p90 {} p99 {} max {} (the POST alone: p50 {} p99 {}); gateway CPU {:.2} cores",
             names[p],
             quiet_sent[p],
             lat[p].len(),
@@ -573,6 +587,8 @@ fn main() {
             fmt(pct_ms(&lat[p], 90.0)),
             fmt(pct_ms(&lat[p], 99.0)),
             fmt(lat[p].last().map(|v| *v as f64 / 1000.0)),
+            fmt(pct_ms(&posts[p], 50.0)),
+            fmt(pct_ms(&posts[p], 99.0)),
             cpu[p]
         );
     }
