@@ -213,6 +213,7 @@ impl Store {
             opts: opts.clone(),
             time: time.clone(),
             next_seq: opened.next_seq,
+            kv_numbers: Default::default(),
             seen_written: opened.time_history.seen_created_max_ms,
             wake: tx.clone(),
         };

@@ -86,6 +86,9 @@ pub(super) struct Tx<'a> {
     undo: Vec<Undo>,
     pub(super) now_ms: u64,
     pub(super) next_seq: &'a mut u64,
+    /// Per KV namespace, the number of the last numbered key this writer took (see
+    /// `ops::next_numbered_key`).
+    pub(super) kv_numbers: &'a mut std::collections::HashMap<String, u64>,
     /// Blob hashes whose last reference went away in this request.
     pub(super) unreferenced_blobs: Vec<[u8; 32]>,
 }
@@ -99,6 +102,7 @@ impl<'a> Tx<'a> {
         group: &'a mut Overlay,
         now_ms: u64,
         next_seq: &'a mut u64,
+        kv_numbers: &'a mut std::collections::HashMap<String, u64>,
     ) -> Self {
         Tx {
             view,
@@ -108,6 +112,7 @@ impl<'a> Tx<'a> {
             undo: Vec::new(),
             now_ms,
             next_seq,
+            kv_numbers,
             unreferenced_blobs: Vec::new(),
         }
     }

@@ -61,6 +61,9 @@ pub struct Writer {
     pub opts: StoreOptions,
     pub time: Arc<TimeKeeper>,
     pub next_seq: u64,
+    /// Per KV namespace, the last numbered key this writer took: where the search for
+    /// the next one starts (`ops::next_numbered_key`).
+    pub kv_numbers: std::collections::HashMap<String, u64>,
     /// `time::TimeKeeper::seen_created_max` as last committed: written again only when
     /// it moved, so a commit without inbound envelopes costs nothing more.
     pub seen_written: u64,
@@ -363,6 +366,7 @@ impl Writer {
             group,
             now_ms,
             &mut self.next_seq,
+            &mut self.kv_numbers,
         );
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut failed = None;

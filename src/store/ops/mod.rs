@@ -227,11 +227,22 @@ fn kv_put(
 
 /// The key after the highest numbered key of `ns`, committed or written earlier in this
 /// group (0 in an empty namespace). Keys that are not [`seq_key`] numbers are passed over.
-fn next_numbered_key(tx: &Tx<'_>, ns: &str) -> Result<Vec<u8>, StoreError> {
+///
+/// The search starts at the number this writer took last in `ns` (the whole namespace
+/// only the first time): a namespace that keeps thousands of entries (the trust log) is
+/// not read whole for each one added. Numbers only grow at the top, so nothing below
+/// that number can be the highest; when it was not kept (its request or group failed)
+/// the search finds nothing from it and takes it again, so no number is skipped.
+fn next_numbered_key(tx: &mut Tx<'_>, ns: &str) -> Result<Vec<u8>, StoreError> {
     let prefix = scoped_key(ns, "");
-    let mut next = 0u64;
+    let hint = tx.kv_numbers.get(ns).copied();
+    let mut next = hint.unwrap_or(0);
+    let start = match hint {
+        Some(n) => scoped_key(ns, &seq_key(n)),
+        None => prefix.clone(),
+    };
     let end = prefix_end(&prefix);
-    tx.view.scan(T_KV, &prefix, end.as_deref(), &mut |k, _| {
+    tx.view.scan(T_KV, &start, end.as_deref(), &mut |k, _| {
         let n = std::str::from_utf8(&k[prefix.len()..])
             .ok()
             .filter(|t| t.len() == 20)
@@ -246,6 +257,7 @@ fn next_numbered_key(tx: &Tx<'_>, ns: &str) -> Result<Vec<u8>, StoreError> {
     loop {
         let key = scoped_key(ns, &seq_key(next));
         if tx.get(T_KV, &key)?.is_none() {
+            tx.kv_numbers.insert(ns.to_string(), next);
             return Ok(key);
         }
         next += 1;
