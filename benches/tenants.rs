@@ -25,7 +25,8 @@
 //! Latency is from just before `quiet`'s POST to the moment the target node's pull
 //! answer carrying that message id arrived. Printed: `quiet`'s p50/p90/p99/max per phase
 //! and the flooded/unloaded p99 ratio; `bulk`'s attempts, admissions and refusals a
-//! second; the gateway's CPU per phase. Output: a summary and one line
+//! second; the gateway's CPU per phase. `OUTPOST_TENANTS_GATEWAY_WORKERS`: the gateway's
+//! tokio worker threads (its default: one per core). Output: a summary and one line
 //! `TENANTS_RESULT {json}` on stdout. `OUTPOST_BIN`: the binary under test.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock directly
@@ -317,10 +318,17 @@ impl Drop for Gateway {
 
 fn start(dir: &Path, cfg: &Path, data: &Path) -> Gateway {
     let addr_file = data.join("api.addr");
+    let workers = std::env::var("OUTPOST_TENANTS_GATEWAY_WORKERS")
+        .ok()
+        .filter(|w| !w.trim().is_empty());
     let child = Command::new(outpost())
         .args(["run", "--config", cfg.to_str().unwrap()])
         .env("OUTPOST_LOG", "warn")
         .env_remove("JOURNAL_STREAM")
+        // The gateway's runtime apart from this process's (`TOKIO_WORKER_THREADS` of the
+        // bench's own environment is not passed on).
+        .env_remove("TOKIO_WORKER_THREADS")
+        .envs(workers.map(|w| ("TOKIO_WORKER_THREADS", w)))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("gateway.log")).unwrap())
         .spawn()
