@@ -8,6 +8,7 @@
 //! token without a tenant) names and is shown addresses, so every answer it gets names
 //! the tenant.
 
+use super::error::GatewayError;
 use crate::fleet::tenant::{address, node_of, tenant_of};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +50,16 @@ impl Caller {
         self.tenant
             .as_deref()
             .is_none_or(|t| tenant_of(address) == t)
+    }
+
+    /// [`Self::sees`] as the answer a caller gets for a node it may not see: the same
+    /// [`GatewayError::UnknownNode`] as for one that does not exist.
+    pub fn reaches(&self, address: &str) -> Result<(), GatewayError> {
+        if self.sees(address) {
+            Ok(())
+        } else {
+            Err(GatewayError::UnknownNode(address.to_string()))
+        }
     }
 
     /// The node at `address` as the caller names it.

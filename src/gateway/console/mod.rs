@@ -405,7 +405,8 @@ impl Fleet<'_> {
         node_id: &str,
     ) -> Result<NodePage, GatewayError> {
         let gw = self.0;
-        if !caller.sees(node_id) || gw.enrolled(node_id).await?.is_none() {
+        caller.reaches(node_id)?;
+        if gw.enrolled(node_id).await?.is_none() {
             return Err(GatewayError::UnknownNode(node_id.to_string()));
         }
         let view = gw

@@ -114,11 +114,11 @@ pub async fn command(
         message_id: None,
     };
     let caller = s.session.caller();
-    let queued = if caller.sees(&node_id) {
+    let queued = async {
+        caller.reaches(&node_id)?;
         c.gw.commands().command(&caller.principal(), cmd).await
-    } else {
-        Err(GatewayError::UnknownNode(node_id.clone()))
-    };
+    }
+    .await;
     match queued {
         Err(GatewayError::BadRequest(m)) => again(format!("Not queued: {m}")).await,
         Ok((message_id, _expires)) => {
@@ -304,13 +304,13 @@ pub async fn retire(
         return sent_back(&c, &s, &node_id, FormKind::Retire, error, values).await;
     }
     let caller = s.session.caller();
-    let retired = if caller.sees(&node_id) {
+    let retired = async {
+        caller.reaches(&node_id)?;
         c.gw.enrollment()
             .revoke_node(&caller.principal(), &node_id)
             .await
-    } else {
-        Err(GatewayError::UnknownNode(node_id.clone()))
-    };
+    }
+    .await;
     match retired {
         Ok(_) => {
             Redirect::to(&format!("/ui?decided=retired&node={}", encode(&node_id))).into_response()
@@ -371,11 +371,11 @@ pub async fn tool_call(
         token: None,
     };
     let caller = s.session.caller();
-    let called = if caller.sees(&node_id) {
+    let called = async {
+        caller.reaches(&node_id)?;
         c.gw.commands().tool_call(&caller.principal(), call).await
-    } else {
-        Err(GatewayError::UnknownNode(node_id.clone()))
-    };
+    }
+    .await;
     match called {
         Ok(outcome) => {
             let id = match outcome {

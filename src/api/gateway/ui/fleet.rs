@@ -138,7 +138,7 @@ pub async fn page(
         Vec::new()
     });
     pending.retain(|r| viewer.sees(&r.node_id));
-    let tenants = c.gw.fleet().tenant_names().await.unwrap_or_default();
+    let tenants = tenant_switch::names(&c.gw, &s.session).await;
     let notices = notices(&p, &s.session.subject);
     let main = html! {
         @for n in &notices { p.notice role="status" { (n) } }

@@ -33,9 +33,7 @@ pub async fn fragment(
     s: ApiSession,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !s.session.caller().sees(&id) {
-        return Err(crate::gateway::error::GatewayError::UnknownNode(id).into());
-    }
+    s.session.caller().reaches(&id)?;
     let d = c.gw.fleet().node(&id).await?;
     Ok(layout::html_response(
         StatusCode::OK,

@@ -63,13 +63,13 @@ pub async fn labels(
     };
     let caller = s.session.caller();
     let by = &caller.principal();
-    let changed = if caller.sees(&node_id) {
+    let changed = async {
+        caller.reaches(&node_id)?;
         c.gw.node_states()
             .change_labels(&node_id, &change, by)
             .await
-    } else {
-        Err(GatewayError::UnknownNode(node_id.clone()))
-    };
+    }
+    .await;
     match changed {
         Ok(labels) => {
             tracing::info!(event = "console_labels_changed", subject = %by, node = %node_id, labels = labels.len());
@@ -126,13 +126,13 @@ pub async fn desired(
     };
     let caller = s.session.caller();
     let by = &caller.principal();
-    let written = if caller.sees(&node_id) {
+    let written = async {
+        caller.reaches(&node_id)?;
         c.gw.node_states()
             .write_desired(&node_id, &write, if_match, by)
             .await
-    } else {
-        Err(GatewayError::UnknownNode(node_id.clone()))
-    };
+    }
+    .await;
     match written {
         Ok(version) => {
             tracing::info!(event = "console_desired_written", subject = %by, node = %node_id, version);

@@ -14,6 +14,19 @@ pub fn viewer(session: &Session, q: &FleetQuery) -> Caller {
     tenants::viewer(session, (!q.tenant.is_empty()).then_some(q.tenant.as_str()))
 }
 
+/// The tenants the switcher offers: the operator's session only (a tenant's has no
+/// switcher, and is not made to read the registry). A registry that cannot be read
+/// leaves the switcher empty, said in the log; the fleet page itself still shows.
+pub async fn names(gw: &crate::gateway::Gateway, session: &Session) -> Vec<String> {
+    if session.tenant.is_some() {
+        return Vec::new();
+    }
+    gw.fleet().tenant_names().await.unwrap_or_else(|e| {
+        tracing::warn!(event = "tenants_unreadable", error = %e);
+        Vec::new()
+    })
+}
+
 /// The operator's switcher: a form that keeps the filter and the selector. Nothing for
 /// a tenant's session.
 pub fn switcher(session: &Session, names: &[String], q: &FleetQuery) -> Markup {
