@@ -1428,7 +1428,7 @@ fn main() {
                 keys: &s.keys,
             })
             .collect();
-        let b = rt.block_on(enroll::run(&urls, &devices, &enroll_token, &admin));
+        let b = enroll::run(&urls, &devices, &enroll_token, &admin);
         eprintln!(
             "enrollment burst: {} of {} devices enrolled in {:.1} s; answers {:?}; console fleet page p50 {} p99 {} over {} loads ({} not 200)",
             b.enrolled,

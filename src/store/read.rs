@@ -326,6 +326,26 @@ impl Store {
         Ok(out)
     }
 
+    /// The `(key, value)`s of a namespace whose keys start with `key_prefix`, in key
+    /// order; the rows after them are not read.
+    pub fn kv_list_prefix(
+        &self,
+        ns: &str,
+        key_prefix: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let ns_len = scoped_key(ns, "").len();
+        let prefix = scoped_key(ns, key_prefix);
+        let mut out = Vec::new();
+        self.scan_prefix(T_KV, &prefix, &prefix, &mut |k, v| {
+            out.push((
+                String::from_utf8_lossy(&k[ns_len..]).into_owned(),
+                v.to_vec(),
+            ));
+            true
+        })?;
+        Ok(out)
+    }
+
     /// The stored result for `job_id`, unless its keep-until has passed.
     pub fn result_get(&self, job_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let now = self.now_ms();

@@ -99,6 +99,8 @@ pub struct Admission {
     slots: Semaphore,
     slot_count: usize,
     waiting: AtomicUsize,
+    /// Where each request's envelope is opened: off the async workers.
+    pub(super) lane: super::opening::Lane,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -118,6 +120,7 @@ impl Admission {
             slots: Semaphore::new(slots),
             slot_count: slots,
             waiting: AtomicUsize::new(0),
+            lane: Default::default(),
         }
     }
 

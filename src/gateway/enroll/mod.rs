@@ -10,9 +10,11 @@ use std::net::IpAddr;
 
 pub mod admission;
 mod history;
+mod opening;
 mod retire;
 pub use admission::{Admission, Admitted, Throttle};
 use history::{audit, enrolled_or_pending, recorded_decision};
+use opening::{Opened, Opener, Unopened};
 
 use super::error::GatewayError;
 use super::events::GatewayEvent;
@@ -22,8 +24,8 @@ pub use super::storage::{
     Kind, RecordState, TenantRoom, TokenRecord, NODE_RIGHTS,
 };
 use crate::audit::{AuditEvent, AuditOutcome};
-use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Sealed, Standing, Token};
-use crate::envelope::{b64_encode, IdentityDocument, OpenContext, TrustStore};
+use crate::enroll::{codes, Answer, AnswerClaims, Approve, Hello, Standing};
+use crate::envelope::b64_encode;
 
 /// What the gateway learnt about the device from its request, kept in a new record.
 #[derive(Debug, Clone, Default)]
@@ -164,57 +166,6 @@ fn throttled(gw: &Gateway, route: &'static str, t: Throttle) -> GatewayError {
     GatewayError::Throttled(t)
 }
 
-/// Check the request's document and open its envelope: the sealed token text and what
-/// the device says about itself. Opening proves the node holds the document's signing
-/// key, and kept the token (and the device's facts) secret from anyone on the way.
-fn open_request(
-    gw: &Gateway,
-    node: &IdentityDocument,
-    envelope: serde_json::Value,
-) -> Result<Sealed, GatewayError> {
-    node.verify()
-        .map_err(|e| GatewayError::BadRequest(format!("node document: {e}")))?;
-    if node.role != "node" {
-        return Err(GatewayError::BadRequest("only a node enrolls".into()));
-    }
-    let env: crate::envelope::Envelope = serde_json::from_value(envelope)
-        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e}")))?;
-    if env.sender_node_id != node.node_id || env.payload_type != crate::enroll::PAYLOAD_TYPE {
-        return Err(GatewayError::BadRequest(
-            "the envelope must be an ENROLL from the node the document names".into(),
-        ));
-    }
-    let mut one = TrustStore::new();
-    one.add(node.clone(), NODE_RIGHTS)
-        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
-    let now_ms = gw.now_ms();
-    let (keys, previous) = (gw.keys.current(), gw.keys.previous(now_ms));
-    let ctx = OpenContext {
-        me: &gw.cfg.node_id,
-        keys: &keys,
-        previous_keys: previous.as_deref(),
-        trust: &one,
-        now_ms,
-        skew_ms: gw.skew_ms(),
-        max_bytes: 16 * 1024,
-        max_ttl_ms: 3_600_000,
-        pruned_ahead: None,
-    };
-    let opened = crate::envelope::open_parsed(&env, &ctx, &|_, _| false)
-        .map_err(|e| GatewayError::BadRequest(format!("envelope: {e} ({})", e.code())))?;
-    let mut sealed: Sealed = serde_json::from_slice(&opened.plaintext)
-        .map_err(|e| GatewayError::BadRequest(format!("enrollment request: {e}")))?;
-    if let Some(d) = &sealed.device {
-        d.check()
-            .map_err(|e| GatewayError::BadRequest(format!("enrollment request: device: {e}")))?;
-    }
-    // Only what an approver decides on is kept.
-    if let Some(d) = sealed.device.as_mut() {
-        d.tools.clear();
-    }
-    Ok(sealed)
-}
-
 /// A new record was written (its audit entry pending with it): log it, publish it,
 /// append the entry, and trust it here at once.
 async fn recorded(gw: &Gateway, record: &EnrollmentRecord) {
@@ -323,24 +274,26 @@ impl Enrollment<'_> {
             .map_err(|t| throttled(gw, "enroll", t))?;
         let must_prove = admitted == Admitted::TokenMustProve;
         let node = req.node;
+        let opener = Opener::of(gw);
+        let (node, opened) = self
+            .admission
+            .lane
+            .run(move || {
+                let opened = opener.open(&node, req.envelope);
+                (node, opened)
+            })
+            .await?;
         let refused =
             |code: &'static str, msg: String| refusal(gw, must_prove, &node.node_id, code, msg);
-        let sealed = open_request(gw, &node, req.envelope)?;
-        let token = Token::parse(&sealed.token)
-            .map_err(|e| refused(codes::WRONG_GATEWAY, e.to_string()))?;
+        let Opened { sealed, token } = opened.map_err(|e| match e {
+            Unopened::Bad(e) => e,
+            Unopened::NotOurs(msg) => refused(codes::WRONG_GATEWAY, msg),
+        })?;
         let seen = Seen {
             device: sealed.device,
             source: Some(from.to_string()),
         };
-        // Tokens made before this gateway's key rotation verify with the retired key
-        // while its grace lasts.
         let now = gw.now_ms();
-        if token.claims.gateway_id != gw.cfg.node_id || !signed_here(gw, &token, now) {
-            return Err(refused(
-                codes::WRONG_GATEWAY,
-                "the token was not issued by this gateway".into(),
-            ));
-        }
         if must_prove
             && (now >= token.claims.expires_at_ms || self.admission.is_dead(&token.claims.id))
         {
@@ -481,15 +434,6 @@ fn refusal(
         tracing::warn!(event = "enrollment_refused", node = %node_id, code, reason = %msg);
     }
     GatewayError::Enroll(code, msg)
-}
-
-/// Whether this gateway signed `token`: with its current key, or with the retired one
-/// while its grace lasts (tokens made before a key rotation).
-fn signed_here(gw: &Gateway, token: &Token, now: u64) -> bool {
-    [Some(gw.keys.current()), gw.keys.previous(now)]
-        .into_iter()
-        .flatten()
-        .any(|k| token.verify(&k.sign_pk()))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use super::*;
 use crate::enroll::Approve;
 use crate::enroll::TokenClaims;
+use crate::envelope::IdentityDocument;
 use crate::envelope::Keys;
 
 fn doc(id: &str, k: &Keys) -> IdentityDocument {

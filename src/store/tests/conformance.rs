@@ -402,6 +402,17 @@ fn kv_put_get_list_delete(kind: EngineKind) {
     assert_eq!(from("aa", 10), ["b"]);
     assert_eq!(from("", 1), ["a"]);
     assert!(from("c", 10).is_empty() && from("a", 0).is_empty());
+    // The keys starting with a prefix, and nothing after them.
+    s.kv_put("trust", "a b", b"4".to_vec()).wait().unwrap();
+    let with = |p: &str| -> Vec<String> {
+        let rows = s.kv_list_prefix("trust", p).unwrap();
+        rows.into_iter().map(|(k, _)| k).collect()
+    };
+    assert_eq!(with("a"), ["a", "a b"]);
+    assert_eq!(with("a "), ["a b"]);
+    assert_eq!(with(""), ["a", "a b", "b"]);
+    assert!(with("c").is_empty());
+    s.kv_delete("trust", "a b").wait().unwrap();
     s.kv_delete("trust", "a").wait().unwrap();
     assert_eq!(s.kv_get("trust", "a").unwrap(), None);
 }

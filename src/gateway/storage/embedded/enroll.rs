@@ -141,12 +141,7 @@ impl Embedded {
     fn records_of(&self, node_id: &str) -> Result<Vec<EnrollmentRecord>, StateError> {
         let prefix = record_key(node_id, "");
         let mut out = Vec::new();
-        for (k, v) in self
-            .store
-            .kv_list_from(KV_GW_ENROLLMENTS, &prefix, usize::MAX)?
-            .into_iter()
-            .take_while(|(k, _)| k.starts_with(&prefix))
-        {
+        for (k, v) in self.store.kv_list_prefix(KV_GW_ENROLLMENTS, &prefix)? {
             let r: EnrollmentRecord = serde_json::from_slice(&v)
                 .map_err(|e| StateError::Corrupt(format!("{KV_GW_ENROLLMENTS}/{k}: {e}")))?;
             if r.node_id == node_id {
