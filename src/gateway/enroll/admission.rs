@@ -14,15 +14,21 @@
 //!
 //! Decisions then queue for a bounded number of slots ([`Admission::slots`]), so a
 //! burst of real devices takes at most that share of the database pool and the
-//! gateway's other work (delivery, the console) keeps the rest.
+//! gateway's other work (delivery, the console) keeps the rest. A tenant's devices hold
+//! at most [`tenant_share`] of the slots at once and queue for them apart from other
+//! tenants' (its own [`MAX_WAITING`]), so one tenant's burst leaves another's devices a
+//! slot and room to wait. A token's tenant is in its record, read inside the decision:
+//! it is learnt from the token's first decision and remembered ([`TOKEN_TENANTS`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use futures_util::FutureExt;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 use crate::gateway::source_budget::{Bucket, Rate, SourceBudgets};
 
@@ -57,6 +63,31 @@ const DEAD_TOKENS: usize = 1024;
 pub const MAX_WAITING: usize = 512;
 /// How long a request waits for a slot before it is told to come back.
 pub const SLOT_WAIT: Duration = Duration::from_secs(10);
+/// Enrollment tokens whose tenant is remembered.
+pub const TOKEN_TENANTS: usize = 1024;
+
+/// Decision slots one tenant's devices may hold at once: all but a quarter of them (at
+/// least one), so another tenant's device always finds one a burst cannot take.
+pub fn tenant_share(slots: usize) -> usize {
+    if slots <= 1 {
+        1
+    } else {
+        slots - (slots / 4).max(1)
+    }
+}
+
+/// One tenant's part of the slots, and its own queue for them.
+struct Share {
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+}
+
+/// A decision slot, and the tenant's share it counts against (none while the token's
+/// tenant is not known yet).
+pub struct Slot<'a> {
+    _tenant: Option<OwnedSemaphorePermit>,
+    _slot: SemaphorePermit<'a>,
+}
 
 /// What a request's address has left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +132,10 @@ pub struct Admission {
     waiting: AtomicUsize,
     /// Where each request's envelope is opened: off the async workers.
     pub(super) lane: super::opening::Lane,
+    /// Each tenant's share (one per tenant an enrollment token named).
+    shares: Mutex<HashMap<String, Arc<Share>>>,
+    /// Token id → its tenant, learnt from decisions.
+    token_tenants: Mutex<VecDeque<(String, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,6 +156,8 @@ impl Admission {
             slot_count: slots,
             waiting: AtomicUsize::new(0),
             lane: Default::default(),
+            shares: Mutex::new(HashMap::new()),
+            token_tenants: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -168,25 +205,85 @@ impl Admission {
         }
     }
 
-    /// A decision slot: waits up to [`SLOT_WAIT`] behind at most [`MAX_WAITING`] others.
-    pub async fn slot(&self) -> Result<SemaphorePermit<'_>, Throttle> {
-        self.slot_within(SLOT_WAIT).await
+    /// The tenant of `token_id`, once a decision on it said.
+    pub fn tenant_of_token(&self, token_id: &str) -> Option<String> {
+        lock(&self.token_tenants)
+            .iter()
+            .find(|(t, _)| t == token_id)
+            .map(|(_, tenant)| tenant.clone())
     }
 
-    async fn slot_within(&self, wait: Duration) -> Result<SemaphorePermit<'_>, Throttle> {
-        if let Ok(p) = self.slots.try_acquire() {
-            return Ok(p);
+    /// A decision on `token_id` enrolled (or found) a node of `tenant`.
+    pub fn learn_token_tenant(&self, token_id: &str, tenant: &str) {
+        let mut known = lock(&self.token_tenants);
+        if !known.iter().any(|(t, _)| t == token_id) {
+            if known.len() >= TOKEN_TENANTS {
+                known.pop_front();
+            }
+            known.push_back((token_id.to_string(), tenant.to_string()));
         }
-        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(Throttle::Busy);
-        }
-        let got = tokio::time::timeout(wait, self.slots.acquire()).await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        match got {
-            Ok(Ok(p)) => Ok(p),
-            _ => Err(Throttle::Busy),
-        }
+    }
+
+    fn share(&self, tenant: &str) -> Arc<Share> {
+        lock(&self.shares)
+            .entry(tenant.to_string())
+            .or_insert_with(|| {
+                Arc::new(Share {
+                    slots: Arc::new(Semaphore::new(tenant_share(self.slot_count))),
+                    waiting: AtomicUsize::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// A decision slot (within `tenant`'s share when it is known): waits up to
+    /// [`SLOT_WAIT`] behind at most [`MAX_WAITING`] others of its tenant.
+    pub async fn slot(&self, tenant: Option<&str>) -> Result<Slot<'_>, Throttle> {
+        self.slot_within(tenant, SLOT_WAIT).await
+    }
+
+    async fn slot_within(
+        &self,
+        tenant: Option<&str>,
+        wait: Duration,
+    ) -> Result<Slot<'_>, Throttle> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let share = match tenant {
+            Some(t) => {
+                let share = self.share(t);
+                let part = share.slots.clone().acquire_owned();
+                Some(take_turn(&share.waiting, part, deadline).await?)
+            }
+            None => None,
+        };
+        let slot = take_turn(&self.waiting, self.slots.acquire(), deadline).await?;
+        Ok(Slot {
+            _tenant: share,
+            _slot: slot,
+        })
+    }
+}
+
+/// A permit from `get` at once, else after waiting until `deadline` behind fewer than
+/// [`MAX_WAITING`] others in `waiting`'s queue.
+async fn take_turn<P>(
+    waiting: &AtomicUsize,
+    get: impl Future<Output = Result<P, AcquireError>>,
+    deadline: tokio::time::Instant,
+) -> Result<P, Throttle> {
+    let mut get = std::pin::pin!(get);
+    if let Some(Ok(p)) = get.as_mut().now_or_never() {
+        return Ok(p);
+    }
+    if waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
+        waiting.fetch_sub(1, Ordering::SeqCst);
+        return Err(Throttle::Busy);
+    }
+    let got = tokio::time::timeout_at(deadline, get).await;
+    waiting.fetch_sub(1, Ordering::SeqCst);
+    match got {
+        Ok(Ok(p)) => Ok(p),
+        _ => Err(Throttle::Busy),
     }
 }
 
@@ -267,23 +364,68 @@ mod tests {
     async fn decisions_wait_for_a_slot_and_a_full_queue_is_told_busy() {
         let a = std::sync::Arc::new(Admission::new(1, 0));
         let wait = Duration::from_millis(100);
-        let held = a.slot().await.unwrap();
+        let held = a.slot(None).await.unwrap();
         // One waits for its wait and is told to come back.
-        assert_eq!(a.slot_within(wait).await.err(), Some(Throttle::Busy));
+        assert_eq!(a.slot_within(None, wait).await.err(), Some(Throttle::Busy));
         // One that waits gets the slot when it is given back.
         let b = a.clone();
         let waiter =
-            tokio::spawn(async move { b.slot_within(Duration::from_secs(5)).await.is_ok() });
+            tokio::spawn(async move { b.slot_within(None, Duration::from_secs(5)).await.is_ok() });
         tokio::time::sleep(Duration::from_millis(50)).await;
         drop(held);
         assert!(waiter.await.unwrap());
         // With MAX_WAITING already waiting, one more is refused at once.
-        let held = a.slot().await.unwrap();
+        let held = a.slot(None).await.unwrap();
         a.waiting.store(MAX_WAITING, Ordering::SeqCst);
         assert_eq!(
-            a.slot_within(Duration::from_secs(5)).await.err(),
+            a.slot_within(None, Duration::from_secs(5)).await.err(),
             Some(Throttle::Busy)
         );
         drop(held);
+    }
+
+    #[test]
+    fn a_tenant_leaves_the_others_at_least_one_slot() {
+        assert_eq!(tenant_share(1), 1);
+        for slots in 2..64 {
+            let share = tenant_share(slots);
+            assert!(share >= 1 && share < slots, "{share} of {slots}");
+        }
+        assert_eq!(tenant_share(4), 3);
+    }
+
+    /// One tenant's burst holds its share and fills its own queue; another tenant's
+    /// device still gets a slot at once, and learning a token's tenant is bounded.
+    #[tokio::test]
+    async fn one_tenants_burst_leaves_another_a_slot_and_room_to_wait() {
+        let a = Admission::new(4, 0);
+        let wait = Duration::from_millis(50);
+        let mut held = Vec::new();
+        for _ in 0..tenant_share(4) {
+            held.push(a.slot(Some("bulk")).await.unwrap());
+        }
+        // bulk's next waits for its own share, and with its queue full is told busy.
+        assert_eq!(
+            a.slot_within(Some("bulk"), wait).await.err(),
+            Some(Throttle::Busy)
+        );
+        a.share("bulk").waiting.store(MAX_WAITING, Ordering::SeqCst);
+        assert_eq!(
+            a.slot_within(Some("bulk"), Duration::from_secs(5))
+                .await
+                .err(),
+            Some(Throttle::Busy)
+        );
+        // quiet's device is decided at once.
+        assert!(a.slot_within(Some("quiet"), wait).await.is_ok());
+        // Its share given back, bulk's next is decided at once (no queue to wait in).
+        drop(held);
+        assert!(a.slot_within(Some("bulk"), wait).await.is_ok());
+        a.learn_token_tenant("et-1", "bulk");
+        assert_eq!(a.tenant_of_token("et-1").as_deref(), Some("bulk"));
+        for i in 0..TOKEN_TENANTS {
+            a.learn_token_tenant(&format!("x-{i}"), "quiet");
+        }
+        assert_eq!(a.tenant_of_token("et-1"), None, "the oldest made room");
     }
 }

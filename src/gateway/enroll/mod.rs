@@ -300,9 +300,11 @@ impl Enrollment<'_> {
             return Err(throttled(gw, "enroll", Throttle::Token));
         }
         // A bounded number of decisions at once: the rest of the pool is delivery's.
+        // Within its tenant's share once a decision on this token said which it is.
+        let tenant = self.admission.tenant_of_token(&token.claims.id);
         let _slot = self
             .admission
-            .slot()
+            .slot(tenant.as_deref())
             .await
             .map_err(|t| throttled(gw, "enroll", t))?;
         // The addresses of this node id (one per tenant at most) heard from recently.
@@ -335,6 +337,10 @@ impl Enrollment<'_> {
                 record
             }
         };
+        self.admission.learn_token_tenant(
+            &token.claims.id,
+            crate::fleet::tenant::tenant_of(&record.node_id),
+        );
         Ok(answer(gw, &record))
     }
 
