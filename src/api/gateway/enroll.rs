@@ -33,11 +33,11 @@ pub async fn hello(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     QueryParams(q): QueryParams<HelloQuery>,
 ) -> ApiResult<Json<Hello>> {
-    Ok(Json(gw.enrollment().hello(
-        peer.ip(),
-        &q.node_id,
-        &q.nonce,
-    )?))
+    Ok(Json(
+        gw.enrollment()
+            .hello(peer.ip(), &q.node_id, &q.nonce)
+            .await?,
+    ))
 }
 
 /// `POST /v1/enroll`: 200 enrolled, 202 pending (both signed), or a refusal code.

@@ -120,6 +120,33 @@ impl Throttle {
     }
 }
 
+/// Runs the exchange's CPU work (`opening.rs`) one piece at a time, on a blocking
+/// thread: off the async workers that deliver.
+pub struct Lane {
+    one: Semaphore,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self {
+            one: Semaphore::new(1),
+        }
+    }
+}
+
+impl Lane {
+    /// `work` on a blocking thread, after the pieces queued before it.
+    /// `None` when the work panicked.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        // The semaphore is never closed.
+        let _turn = self.one.acquire().await.ok()?;
+        tokio::task::spawn_blocking(work).await.ok()
+    }
+}
+
 /// The enrollment exchange's budgets and decision slots.
 pub struct Admission {
     hello: Mutex<SourceBudgets>,
@@ -131,7 +158,7 @@ pub struct Admission {
     slot_count: usize,
     waiting: AtomicUsize,
     /// Where each request's envelope is opened: off the async workers.
-    pub(super) lane: super::opening::Lane,
+    pub(super) lane: Lane,
     /// Each tenant's share (one per tenant an enrollment token named).
     shares: Mutex<HashMap<String, Arc<Share>>>,
     /// Token id → its tenant, learnt from decisions.
@@ -427,5 +454,32 @@ mod tests {
             a.learn_token_tenant(&format!("x-{i}"), "quiet");
         }
         assert_eq!(a.tenant_of_token("et-1"), None, "the oldest made room");
+    }
+
+    /// The work leaves the runtime's thread (so a burst does not hold up what else the
+    /// workers run), and the lane runs one piece at a time.
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_runs_off_the_runtime_one_piece_at_a_time() {
+        let lane = Arc::new(Lane::default());
+        let runtime_thread = std::thread::current().id();
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let pieces = (0..8).map(|_| {
+            let (lane, now, most) = (lane.clone(), now.clone(), most.clone());
+            tokio::spawn(async move {
+                lane.run(move || {
+                    let at = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(at, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    std::thread::current().id()
+                })
+                .await
+                .unwrap()
+            })
+        });
+        for p in futures_util::future::join_all(pieces).await {
+            assert_ne!(p.unwrap(), runtime_thread);
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1);
     }
 }

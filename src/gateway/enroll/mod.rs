@@ -234,7 +234,14 @@ impl Enrollment<'_> {
     /// The statement's `echo` is `enroll/<nonce>`: a request signature (what a `clock_skew`
     /// statement echoes) is base64url and never holds a `/`, so this one can never pass as
     /// the answer to a node's request.
-    pub fn hello(&self, from: IpAddr, node_id: &str, nonce: &str) -> Result<Hello, GatewayError> {
+    /// The signature is made in the lane, off the async workers, as a request's checks
+    /// are: a site powering on asks hundreds at once.
+    pub async fn hello(
+        &self,
+        from: IpAddr,
+        node_id: &str,
+        nonce: &str,
+    ) -> Result<Hello, GatewayError> {
         let gw = self.gw;
         self.admission
             .hello(from, gw.now_ms())
@@ -248,16 +255,23 @@ impl Enrollment<'_> {
                 "node_id must be a node id and nonce 1 to 64 base64url characters".into(),
             ));
         }
+        let (keys, me, to, echo) = (
+            gw.keys.current(),
+            gw.cfg.node_id.clone(),
+            node_id.to_string(),
+            crate::enroll::hello_echo(nonce),
+        );
+        let now_ms = gw.now_ms();
+        let time = self
+            .admission
+            .lane
+            .run(move || crate::envelope::sign_time_statement(&keys, &me, &to, now_ms, &echo))
+            .await
+            .ok_or_else(|| GatewayError::Internal("signing the hello failed".into()))?;
         Ok(Hello {
             rotation: gw.rotation_for_nodes(),
             gateway: gw.identity(),
-            time: crate::envelope::sign_time_statement(
-                &gw.keys.current(),
-                &gw.cfg.node_id,
-                node_id,
-                gw.now_ms(),
-                &crate::enroll::hello_echo(nonce),
-            ),
+            time,
         })
     }
 
@@ -282,7 +296,10 @@ impl Enrollment<'_> {
                 let opened = opener.open(&node, req.envelope);
                 (node, opened)
             })
-            .await?;
+            .await
+            .ok_or_else(|| {
+                GatewayError::Internal("opening the enrollment request failed".into())
+            })?;
         let refused =
             |code: &'static str, msg: String| refusal(gw, must_prove, &node.node_id, code, msg);
         let Opened { sealed, token } = opened.map_err(|e| match e {

@@ -2,7 +2,7 @@
 //! envelope and verifying the token sealed in it (about 0.3 ms of signatures and key
 //! agreement a request).
 //!
-//! It runs on one blocking thread at a time ([`Lane`]), not on the async workers that
+//! It runs on one blocking thread at a time ([`super::admission::Lane`]), not on the async workers that
 //! deliver commands and answer long-polls: a burst of devices (a site powering on,
 //! hundreds of requests in the same millisecond) would otherwise queue that much CPU
 //! ahead of every other tenant's delivery on the workers. On its own thread the burst
@@ -10,43 +10,11 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
-
 use super::super::error::GatewayError;
 use super::super::state::Gateway;
 use super::NODE_RIGHTS;
 use crate::enroll::{Sealed, Token};
 use crate::envelope::{IdentityDocument, Keys, OpenContext, TrustStore};
-
-/// Runs the exchange's CPU work one piece at a time, off the async workers.
-pub struct Lane {
-    one: Semaphore,
-}
-
-impl Default for Lane {
-    fn default() -> Self {
-        Self {
-            one: Semaphore::new(1),
-        }
-    }
-}
-
-impl Lane {
-    /// `work` on a blocking thread, after the pieces queued before it.
-    pub async fn run<T: Send + 'static>(
-        &self,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, GatewayError> {
-        let _turn = self
-            .one
-            .acquire()
-            .await
-            .map_err(|_| GatewayError::Internal("the enrollment lane closed".into()))?;
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|e| GatewayError::Internal(format!("enrollment check: {e}")))
-    }
-}
 
 /// What opening needs of the gateway, owned (it runs on another thread).
 pub struct Opener {
@@ -158,38 +126,5 @@ impl Opener {
             .into_iter()
             .flatten()
             .any(|k| token.verify(&k.sign_pk()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// The work leaves the runtime's thread (so a burst does not hold up what else the
-    /// workers run), and the lane runs one piece at a time.
-    #[tokio::test(flavor = "current_thread")]
-    async fn work_runs_off_the_runtime_one_piece_at_a_time() {
-        let lane = Arc::new(Lane::default());
-        let runtime_thread = std::thread::current().id();
-        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let pieces = (0..8).map(|_| {
-            let (lane, now, most) = (lane.clone(), now.clone(), most.clone());
-            tokio::spawn(async move {
-                lane.run(move || {
-                    let at = now.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(at, Ordering::SeqCst);
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                    now.fetch_sub(1, Ordering::SeqCst);
-                    std::thread::current().id()
-                })
-                .await
-                .unwrap()
-            })
-        });
-        for p in futures_util::future::join_all(pieces).await {
-            assert_ne!(p.unwrap(), runtime_thread);
-        }
-        assert_eq!(most.load(Ordering::SeqCst), 1);
     }
 }
