@@ -3,6 +3,7 @@
 # PostgreSQL database, on a throw-away cluster (Debian's server binaries; run as `nobody`
 # under root). The replicas are release builds of this tree.
 #   NODES=2000 RATE=500 SECS=60 REPLICAS=2 bash scripts/bench-fleet-pg.sh | tee /tmp/fleet-pg.txt
+# GATEWAY_TOML adds to each replica's config (see below).
 # PG_STATS=1 loads pg_stat_statements and prints the statements that took the database's
 # time at the end (calls, total and mean milliseconds).
 set -euo pipefail
@@ -52,6 +53,9 @@ for r in $(seq 1 "$REPLICAS"); do
   fi
   mkdir -p "$home/outpost.d"
   printf '[store]\nengine = "postgres"\npostgres_url = "%s"\n' "$url" > "$home/outpost.d/40-store.toml"
+  # GATEWAY_TOML: more of each replica's config, e.g. $'[api]\nmax_connections = 19000'
+  # for more nodes than a replica's default 4,096 connections.
+  [ -n "${GATEWAY_TOML:-}" ] && printf '%s\n' "$GATEWAY_TOML" > "$home/outpost.d/50-bench.toml"
   OUTPOST_LOG=warn "$bin" run --config "$home/outpost.toml" 2>"$home/log" &
   pids+=("$!")
   urls+=("http://127.0.0.1:$gp")
