@@ -555,7 +555,8 @@ fn the_gateway_storage_imports_no_flow() {
     assert!(up.is_empty(), "gateway/storage imports from above: {up:#?}");
 }
 
-/// The leaves of the gateway (the event bus and its kinds, the enrollment admission, the per-source
+/// The leaves of the gateway (the event bus and its kinds, the enrollment admission and
+/// its decision slots, the per-source
 /// budgets, liveness's pure rules, the state node authentication, audit sync and
 /// liveness own) name nothing of
 /// `gateway/` but the storage below them and each other: `Gateway` holds them without
@@ -567,6 +568,7 @@ fn the_gateway_leaves_import_nothing_above_them() {
         "gateway/events.rs",
         "gateway/event_kinds.rs",
         "gateway/enroll/admission.rs",
+        "gateway/enroll/slots.rs",
         "gateway/source_budget.rs",
         "gateway/node_auth/replays.rs",
         "gateway/audit_sync/frontiers.rs",

@@ -14,22 +14,22 @@
 //!
 //! Decisions then queue for a bounded number of slots ([`Admission::slots`]), so a
 //! burst of real devices takes at most that share of the database pool and the
-//! gateway's other work (delivery, the console) keeps the rest. A tenant's devices hold
-//! at most [`tenant_share`] of the slots at once and queue for them apart from other
-//! tenants' (its own [`MAX_WAITING`]), so one tenant's burst leaves another's devices a
-//! slot and room to wait. A token's tenant is in its record, read inside the decision:
+//! gateway's other work (delivery, the console) keeps the rest. The slots are shared
+//! between tenants (`slots.rs`): a tenant alone takes them all, one with another
+//! tenant's device waiting no more than [`tenant_share`], and each tenant queues apart
+//! (its own [`MAX_WAITING`]), so one tenant's burst leaves another's devices a slot and
+//! room to wait. A token's tenant is in its record, read inside the decision:
 //! it is learnt from the token's first decision and remembered ([`TOKEN_TENANTS`]).
 
-use std::collections::{HashMap, VecDeque};
-use std::future::Future;
+use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::FutureExt;
-use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+use tokio::sync::Semaphore;
 
+use super::slots::Slots;
+pub use super::slots::{tenant_share, Slot, MAX_WAITING};
 use crate::gateway::source_budget::{Bucket, Rate, SourceBudgets};
 
 /// Hellos one address may ask for: a device asks one per attempt.
@@ -59,35 +59,10 @@ pub const CHECK_RATE: Rate = Rate {
 pub const MAX_SOURCES: usize = 8192;
 /// Token ids remembered as spent, expired or revoked.
 const DEAD_TOKENS: usize = 1024;
-/// Decisions that may wait for a slot; past it a request is told to come back.
-pub const MAX_WAITING: usize = 512;
 /// How long a request waits for a slot before it is told to come back.
 pub const SLOT_WAIT: Duration = Duration::from_secs(10);
 /// Enrollment tokens whose tenant is remembered.
 pub const TOKEN_TENANTS: usize = 1024;
-
-/// Decision slots one tenant's devices may hold at once: all but a quarter of them (at
-/// least one), so another tenant's device always finds one a burst cannot take.
-pub fn tenant_share(slots: usize) -> usize {
-    if slots <= 1 {
-        1
-    } else {
-        slots - (slots / 4).max(1)
-    }
-}
-
-/// One tenant's part of the slots, and its own queue for them.
-struct Share {
-    slots: Arc<Semaphore>,
-    waiting: AtomicUsize,
-}
-
-/// A decision slot, and the tenant's share it counts against (none while the token's
-/// tenant is not known yet).
-pub struct Slot<'a> {
-    _tenant: Option<OwnedSemaphorePermit>,
-    _slot: SemaphorePermit<'a>,
-}
 
 /// What a request's address has left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,13 +129,9 @@ pub struct Admission {
     requests: Mutex<SourceBudgets>,
     checks: Mutex<Bucket>,
     dead: Mutex<VecDeque<String>>,
-    slots: Semaphore,
-    slot_count: usize,
-    waiting: AtomicUsize,
+    slots: Slots,
     /// Where each request's envelope is opened: off the async workers.
     pub(super) lane: Lane,
-    /// Each tenant's share (one per tenant an enrollment token named).
-    shares: Mutex<HashMap<String, Arc<Share>>>,
     /// Token id → its tenant, learnt from decisions.
     token_tenants: Mutex<VecDeque<(String, String)>>,
 }
@@ -179,18 +150,15 @@ impl Admission {
             requests: Mutex::new(SourceBudgets::new(REQUEST_RATE, MAX_SOURCES)),
             checks: Mutex::new(Bucket::full(CHECK_RATE, now_ms)),
             dead: Mutex::new(VecDeque::new()),
-            slots: Semaphore::new(slots),
-            slot_count: slots,
-            waiting: AtomicUsize::new(0),
+            slots: Slots::new(slots),
             lane: Default::default(),
-            shares: Mutex::new(HashMap::new()),
             token_tenants: Mutex::new(VecDeque::new()),
         }
     }
 
     /// Decisions in flight at once.
     pub fn slots(&self) -> usize {
-        self.slot_count
+        self.slots.count()
     }
 
     /// May `ip` have a hello now? From its address's budget, else the shared one.
@@ -251,20 +219,9 @@ impl Admission {
         }
     }
 
-    fn share(&self, tenant: &str) -> Arc<Share> {
-        lock(&self.shares)
-            .entry(tenant.to_string())
-            .or_insert_with(|| {
-                Arc::new(Share {
-                    slots: Arc::new(Semaphore::new(tenant_share(self.slot_count))),
-                    waiting: AtomicUsize::new(0),
-                })
-            })
-            .clone()
-    }
-
-    /// A decision slot (within `tenant`'s share when it is known): waits up to
-    /// [`SLOT_WAIT`] behind at most [`MAX_WAITING`] others of its tenant.
+    /// A decision slot (within `tenant`'s share while another tenant's device waits,
+    /// [`super::slots`]): waits up to [`SLOT_WAIT`] behind at most [`MAX_WAITING`]
+    /// others of its tenant.
     pub async fn slot(&self, tenant: Option<&str>) -> Result<Slot<'_>, Throttle> {
         self.slot_within(tenant, SLOT_WAIT).await
     }
@@ -274,43 +231,10 @@ impl Admission {
         tenant: Option<&str>,
         wait: Duration,
     ) -> Result<Slot<'_>, Throttle> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let share = match tenant {
-            Some(t) => {
-                let share = self.share(t);
-                let part = share.slots.clone().acquire_owned();
-                Some(take_turn(&share.waiting, part, deadline).await?)
-            }
-            None => None,
-        };
-        let slot = take_turn(&self.waiting, self.slots.acquire(), deadline).await?;
-        Ok(Slot {
-            _tenant: share,
-            _slot: slot,
-        })
-    }
-}
-
-/// A permit from `get` at once, else after waiting until `deadline` behind fewer than
-/// [`MAX_WAITING`] others in `waiting`'s queue.
-async fn take_turn<P>(
-    waiting: &AtomicUsize,
-    get: impl Future<Output = Result<P, AcquireError>>,
-    deadline: tokio::time::Instant,
-) -> Result<P, Throttle> {
-    let mut get = std::pin::pin!(get);
-    if let Some(Ok(p)) = get.as_mut().now_or_never() {
-        return Ok(p);
-    }
-    if waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
-        waiting.fetch_sub(1, Ordering::SeqCst);
-        return Err(Throttle::Busy);
-    }
-    let got = tokio::time::timeout_at(deadline, get).await;
-    waiting.fetch_sub(1, Ordering::SeqCst);
-    match got {
-        Ok(Ok(p)) => Ok(p),
-        _ => Err(Throttle::Busy),
+        self.slots
+            .take(tenant, wait)
+            .await
+            .map_err(|_| Throttle::Busy)
     }
 }
 
@@ -401,53 +325,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         drop(held);
         assert!(waiter.await.unwrap());
-        // With MAX_WAITING already waiting, one more is refused at once.
-        let held = a.slot(None).await.unwrap();
-        a.waiting.store(MAX_WAITING, Ordering::SeqCst);
-        assert_eq!(
-            a.slot_within(None, Duration::from_secs(5)).await.err(),
-            Some(Throttle::Busy)
-        );
-        drop(held);
     }
 
     #[test]
-    fn a_tenant_leaves_the_others_at_least_one_slot() {
-        assert_eq!(tenant_share(1), 1);
-        for slots in 2..64 {
-            let share = tenant_share(slots);
-            assert!(share >= 1 && share < slots, "{share} of {slots}");
-        }
-        assert_eq!(tenant_share(4), 3);
-    }
-
-    /// One tenant's burst holds its share and fills its own queue; another tenant's
-    /// device still gets a slot at once, and learning a token's tenant is bounded.
-    #[tokio::test]
-    async fn one_tenants_burst_leaves_another_a_slot_and_room_to_wait() {
+    fn a_tokens_tenant_is_remembered_within_a_bound() {
         let a = Admission::new(4, 0);
-        let wait = Duration::from_millis(50);
-        let mut held = Vec::new();
-        for _ in 0..tenant_share(4) {
-            held.push(a.slot(Some("bulk")).await.unwrap());
-        }
-        // bulk's next waits for its own share, and with its queue full is told busy.
-        assert_eq!(
-            a.slot_within(Some("bulk"), wait).await.err(),
-            Some(Throttle::Busy)
-        );
-        a.share("bulk").waiting.store(MAX_WAITING, Ordering::SeqCst);
-        assert_eq!(
-            a.slot_within(Some("bulk"), Duration::from_secs(5))
-                .await
-                .err(),
-            Some(Throttle::Busy)
-        );
-        // quiet's device is decided at once.
-        assert!(a.slot_within(Some("quiet"), wait).await.is_ok());
-        // Its share given back, bulk's next is decided at once (no queue to wait in).
-        drop(held);
-        assert!(a.slot_within(Some("bulk"), wait).await.is_ok());
         a.learn_token_tenant("et-1", "bulk");
         assert_eq!(a.tenant_of_token("et-1").as_deref(), Some("bulk"));
         for i in 0..TOKEN_TENANTS {
@@ -462,6 +344,8 @@ mod tests {
     async fn work_runs_off_the_runtime_one_piece_at_a_time() {
         let lane = Arc::new(Lane::default());
         let runtime_thread = std::thread::current().id();
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
         let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let pieces = (0..8).map(|_| {
             let (lane, now, most) = (lane.clone(), now.clone(), most.clone());

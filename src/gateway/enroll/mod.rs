@@ -12,6 +12,7 @@ pub mod admission;
 mod history;
 mod opening;
 mod retire;
+mod slots;
 pub use admission::{Admission, Admitted, Throttle};
 use history::{audit, enrolled_or_pending, recorded_decision};
 use opening::{Opened, Opener, Unopened};
