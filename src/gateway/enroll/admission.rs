@@ -15,10 +15,9 @@
 //! Decisions then queue for a bounded number of slots ([`Admission::slots`]), so a
 //! burst of real devices takes at most that share of the database pool and the
 //! gateway's other work (delivery, the console) keeps the rest. The slots are shared
-//! between tenants (`slots.rs`): a tenant alone takes them all, one with another
-//! tenant's device waiting no more than [`tenant_share`], and each tenant queues apart
-//! (its own [`MAX_WAITING`]), so one tenant's burst leaves another's devices a slot and
-//! room to wait. A token's tenant is in its record, read inside the decision:
+//! between tenants (`slots.rs`): each tenant queues apart (its own [`MAX_WAITING`]) and
+//! a slot given back goes to a waiting device of the tenant holding the fewest, so a
+//! tenant alone has them all and one tenant's burst leaves another's device the next. A token's tenant is in its record, read inside the decision:
 //! it is learnt from the token's first decision and remembered ([`TOKEN_TENANTS`]).
 
 use std::collections::VecDeque;
@@ -29,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::slots::Slots;
-pub use super::slots::{tenant_share, Slot, MAX_WAITING};
+pub use super::slots::{Slot, MAX_WAITING};
 use crate::gateway::source_budget::{Bucket, Rate, SourceBudgets};
 
 /// Hellos one address may ask for: a device asks one per attempt.
@@ -219,9 +218,8 @@ impl Admission {
         }
     }
 
-    /// A decision slot (within `tenant`'s share while another tenant's device waits,
-    /// [`super::slots`]): waits up to [`SLOT_WAIT`] behind at most [`MAX_WAITING`]
-    /// others of its tenant.
+    /// A decision slot ([`super::slots`]): waits up to [`SLOT_WAIT`] behind at most
+    /// [`MAX_WAITING`] others of its tenant.
     pub async fn slot(&self, tenant: Option<&str>) -> Result<Slot<'_>, Throttle> {
         self.slot_within(tenant, SLOT_WAIT).await
     }

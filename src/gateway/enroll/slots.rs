@@ -1,42 +1,48 @@
 //! Enrollment decision slots shared between tenants (PROTOCOL §15.3).
 //!
-//! A bounded number of decisions run at once. A tenant alone may take every slot; while
-//! another tenant's device waits, a tenant holding its share ([`tenant_share`]: all but
-//! a quarter, at least one left) takes no more, so the next slot given back goes to the
-//! device that waits for its tenant's first. Each tenant waits in a queue of its own,
-//! bounded by [`MAX_WAITING`]: one tenant's burst neither takes every slot from another
-//! nor fills its queue. The rule is [`Held::may_take`], pure; [`Slots`] waits on it.
+//! A bounded number of decisions run at once. A device takes a free slot at once;
+//! otherwise it waits in its tenant's queue (first come, first served, at most
+//! [`MAX_WAITING`]), and a slot given back is handed straight to a waiting device of
+//! the tenant holding the fewest slots ([`Held::give_back`], pure). So a tenant alone
+//! has every slot, one tenant's burst leaves another tenant's device the next slot,
+//! and a full queue of one tenant refuses only its own devices.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::oneshot;
 
 /// Decisions of one tenant that may wait for a slot; past it the request is told to
 /// come back.
 pub const MAX_WAITING: usize = 512;
 
-/// The slots one tenant may hold while another tenant's device waits: all but a quarter
-/// of them, and at least one left for the others.
-pub fn tenant_share(slots: usize) -> usize {
-    if slots <= 1 {
-        1
-    } else {
-        slots - (slots / 4).max(1)
+/// One tenant's slots held and devices waiting (in order of arrival).
+#[derive(Debug)]
+struct Tenant<W> {
+    held: usize,
+    waiting: VecDeque<(u64, W)>,
+}
+
+impl<W> Default for Tenant<W> {
+    fn default() -> Self {
+        Self {
+            held: 0,
+            waiting: VecDeque::new(),
+        }
     }
 }
 
 /// Who holds and who waits, by tenant (`""`: a device whose token's tenant is not
-/// known yet).
-#[derive(Debug, Default)]
-pub struct Held {
+/// known yet); `W` is how a waiting device is told it has its slot.
+#[derive(Debug)]
+pub struct Held<W> {
     free: usize,
-    /// Tenant → (slots held, devices waiting); no entry at (0, 0).
-    by: HashMap<String, (usize, usize)>,
+    /// No entry for a tenant holding and waiting for nothing.
+    by: HashMap<String, Tenant<W>>,
 }
 
-impl Held {
+impl<W> Held<W> {
     pub fn new(slots: usize) -> Self {
         Self {
             free: slots,
@@ -44,49 +50,74 @@ impl Held {
         }
     }
 
-    /// May a device of `tenant` take a slot now?
-    pub fn may_take(&self, tenant: &str, share: usize) -> bool {
+    /// A free slot for `tenant`, if there is one. A slot is free only while nobody
+    /// waits (one given back goes to a waiting device).
+    pub fn try_take(&mut self, tenant: &str) -> bool {
         if self.free == 0 {
             return false;
         }
-        let mine = self.by.get(tenant).map_or(0, |c| c.0);
-        mine < share || !self.by.iter().any(|(t, c)| t != tenant && c.1 > 0)
+        self.free -= 1;
+        self.by.entry(tenant.to_string()).or_default().held += 1;
+        true
     }
 
-    fn entry(&mut self, tenant: &str) -> &mut (usize, usize) {
-        self.by.entry(tenant.to_string()).or_default()
+    /// Queue a device of `tenant` (`seq`: its place in arrival order); `Err` with its
+    /// waiter back when its tenant's queue is full.
+    pub fn enqueue(&mut self, tenant: &str, seq: u64, w: W) -> Result<(), W> {
+        let t = self.by.entry(tenant.to_string()).or_default();
+        if t.waiting.len() >= MAX_WAITING {
+            self.tidy(tenant);
+            return Err(w);
+        }
+        t.waiting.push_back((seq, w));
+        Ok(())
+    }
+
+    /// A device stops waiting: `false` when it is no longer queued (it was handed a
+    /// slot).
+    pub fn leave(&mut self, tenant: &str, seq: u64) -> bool {
+        let Some(t) = self.by.get_mut(tenant) else {
+            return false;
+        };
+        let before = t.waiting.len();
+        t.waiting.retain(|(s, _)| *s != seq);
+        let left = t.waiting.len() < before;
+        self.tidy(tenant);
+        left
+    }
+
+    /// `tenant` gives a slot back: handed to the first waiting device of the tenant
+    /// holding the fewest slots (of those that wait; the earlier arrival on a tie), now
+    /// counted to it, or free when nobody waits.
+    pub fn give_back(&mut self, tenant: &str) -> Option<(String, W)> {
+        if let Some(t) = self.by.get_mut(tenant) {
+            t.held = t.held.saturating_sub(1);
+        }
+        self.tidy(tenant);
+        let next = self
+            .by
+            .iter()
+            .filter_map(|(name, t)| t.waiting.front().map(|(seq, _)| (t.held, *seq, name)))
+            .min()
+            .map(|(_, _, name)| name.clone());
+        let Some(name) = next else {
+            self.free += 1;
+            return None;
+        };
+        let t = self.by.get_mut(&name)?;
+        let (_, w) = t.waiting.pop_front()?;
+        t.held += 1;
+        Some((name, w))
     }
 
     fn tidy(&mut self, tenant: &str) {
-        if self.by.get(tenant) == Some(&(0, 0)) {
+        if self
+            .by
+            .get(tenant)
+            .is_some_and(|t| t.held == 0 && t.waiting.is_empty())
+        {
             self.by.remove(tenant);
         }
-    }
-
-    fn take(&mut self, tenant: &str) {
-        self.free -= 1;
-        self.entry(tenant).0 += 1;
-    }
-
-    fn give_back(&mut self, tenant: &str) {
-        self.free += 1;
-        let c = self.entry(tenant);
-        c.0 = c.0.saturating_sub(1);
-        self.tidy(tenant);
-    }
-
-    fn waiting(&self, tenant: &str) -> usize {
-        self.by.get(tenant).map_or(0, |c| c.1)
-    }
-
-    fn wait(&mut self, tenant: &str) {
-        self.entry(tenant).1 += 1;
-    }
-
-    fn stop_waiting(&mut self, tenant: &str) {
-        let c = self.entry(tenant);
-        c.1 = c.1.saturating_sub(1);
-        self.tidy(tenant);
     }
 }
 
@@ -97,10 +128,8 @@ pub struct NoSlot;
 /// The decision slots.
 pub struct Slots {
     count: usize,
-    share: usize,
-    held: Mutex<Held>,
-    /// A slot given back or a waiter gone: the waiters look again.
-    changed: Notify,
+    held: Mutex<Held<oneshot::Sender<()>>>,
+    arrivals: std::sync::atomic::AtomicU64,
 }
 
 /// A slot held by a device of `tenant`; given back on drop.
@@ -111,8 +140,30 @@ pub struct Slot<'a> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.slots.lock().give_back(&self.tenant);
-        self.slots.changed.notify_waiters();
+        self.slots.release(&self.tenant);
+    }
+}
+
+/// A device in its tenant's queue. Dropped without its slot (it waited too long, or
+/// its request went away), it leaves the queue, or passes on a slot it was handed.
+struct Waiting<'a> {
+    slots: &'a Slots,
+    tenant: &'a str,
+    seq: u64,
+    rx: oneshot::Receiver<()>,
+    has_slot: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.has_slot {
+            return;
+        }
+        let left = self.slots.lock().leave(self.tenant, self.seq);
+        // Not queued any more: it was handed a slot (under the lock, before this one).
+        if !left && self.rx.try_recv().is_ok() {
+            self.slots.release(self.tenant);
+        }
     }
 }
 
@@ -121,9 +172,8 @@ impl Slots {
         let count = count.max(1);
         Self {
             count,
-            share: tenant_share(count),
             held: Mutex::new(Held::new(count)),
-            changed: Notify::new(),
+            arrivals: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -131,50 +181,56 @@ impl Slots {
         self.count
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held<oneshot::Sender<()>>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `tenant` gives a slot back: to the next waiting device, else free.
+    fn release(&self, tenant: &str) {
+        let mut held = self.lock();
+        let mut from = tenant.to_string();
+        while let Some((to, tx)) = held.give_back(&from) {
+            if tx.send(()).is_ok() {
+                return;
+            }
+            // Its device is gone: the slot counted to it goes on.
+            from = to;
+        }
     }
 
     /// A slot for a device of `tenant`: at once, else after waiting up to `wait` behind
     /// fewer than [`MAX_WAITING`] others of its tenant.
     pub async fn take(&self, tenant: Option<&str>, wait: Duration) -> Result<Slot<'_>, NoSlot> {
-        let tenant = tenant.unwrap_or("").to_string();
-        let slot = |held: &mut Held| {
-            held.take(&tenant);
-            Slot {
-                slots: self,
-                tenant: tenant.clone(),
-            }
+        let tenant = tenant.unwrap_or("");
+        let slot = || Slot {
+            slots: self,
+            tenant: tenant.to_string(),
         };
-        {
+        let (seq, rx) = {
             let mut held = self.lock();
-            if held.may_take(&tenant, self.share) {
-                return Ok(slot(&mut held));
+            if held.try_take(tenant) {
+                return Ok(slot());
             }
-            if held.waiting(&tenant) >= MAX_WAITING {
-                return Err(NoSlot);
+            let seq = self
+                .arrivals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            held.enqueue(tenant, seq, tx).map_err(|_| NoSlot)?;
+            (seq, rx)
+        };
+        let mut waiting = Waiting {
+            slots: self,
+            tenant,
+            seq,
+            rx,
+            has_slot: false,
+        };
+        match tokio::time::timeout(wait, &mut waiting.rx).await {
+            Ok(Ok(())) => {
+                waiting.has_slot = true;
+                Ok(slot())
             }
-            held.wait(&tenant);
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let changed = self.changed.notified();
-            let mut changed = std::pin::pin!(changed);
-            // Registered before looking, so a change after the look wakes it.
-            changed.as_mut().enable();
-            {
-                let mut held = self.lock();
-                if held.may_take(&tenant, self.share) {
-                    held.stop_waiting(&tenant);
-                    return Ok(slot(&mut held));
-                }
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                self.lock().stop_waiting(&tenant);
-                // Another tenant's holder may take more now that this one left.
-                self.changed.notify_waiters();
-                return Err(NoSlot);
-            }
+            _ => Err(NoSlot),
         }
     }
 }
@@ -185,93 +241,103 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn a_share_leaves_the_others_at_least_one_slot() {
-        assert_eq!(tenant_share(1), 1);
-        assert_eq!(tenant_share(4), 3);
-        for slots in 2..64 {
-            let share = tenant_share(slots);
-            assert!(share >= 1 && share < slots, "{share} of {slots}");
+    fn a_slot_given_back_goes_to_the_tenant_holding_fewest() {
+        let mut h: Held<u32> = Held::new(4);
+        for _ in 0..4 {
+            assert!(h.try_take("bulk"));
         }
+        assert!(!h.try_take("quiet"), "none free");
+        h.enqueue("bulk", 1, 1).unwrap();
+        h.enqueue("bulk", 2, 2).unwrap();
+        h.enqueue("quiet", 3, 3).unwrap();
+        // quiet came after bulk's two, and holds none: it has the next slot.
+        assert_eq!(h.give_back("bulk"), Some(("quiet".to_string(), 3)));
+        // Then bulk's, in their order.
+        assert_eq!(h.give_back("quiet"), Some(("bulk".to_string(), 1)));
+        assert_eq!(h.give_back("bulk"), Some(("bulk".to_string(), 2)));
+        assert_eq!(h.give_back("bulk"), None);
+        assert_eq!(h.free, 1);
+        // A device that stopped waiting is not handed a slot.
+        assert!(h.try_take("bulk"));
+        h.enqueue("quiet", 4, 4).unwrap();
+        assert!(h.leave("quiet", 4));
+        assert!(!h.leave("quiet", 4));
+        assert_eq!(h.give_back("bulk"), None);
     }
 
     #[test]
-    fn a_tenant_alone_takes_every_slot_but_not_another_waiters_share() {
-        let mut h = Held::new(4);
-        for _ in 0..4 {
-            assert!(h.may_take("bulk", 3));
-            h.take("bulk");
+    fn a_full_queue_refuses_only_its_own_tenant() {
+        let mut h: Held<u64> = Held::new(1);
+        assert!(h.try_take("bulk"));
+        for i in 0..MAX_WAITING as u64 {
+            h.enqueue("bulk", i, i).unwrap();
         }
-        assert!(!h.may_take("bulk", 3), "none free");
-        h.give_back("bulk");
-        // quiet waits: bulk, at its share or over, takes no more; quiet does.
-        h.wait("quiet");
-        assert!(!h.may_take("bulk", 3));
-        assert!(h.may_take("quiet", 3));
-        h.stop_waiting("quiet");
-        h.take("quiet");
-        h.give_back("quiet");
-        assert!(
-            !h.by.contains_key("quiet"),
-            "an idle tenant leaves no entry"
-        );
-        assert!(h.may_take("bulk", 3), "alone again");
+        assert_eq!(h.enqueue("bulk", 9_999, 9_999), Err(9_999));
+        assert!(h.enqueue("quiet", 10_000, 10_000).is_ok());
     }
 
     proptest! {
-        /// Whatever holds and waits, a tenant under its share is never kept from a free
-        /// slot, and a slot is never taken beyond the count.
+        /// Whatever arrives, leaves and gives back: the slots held and free add up to
+        /// the count, a slot is free only while nobody waits, and an idle tenant leaves
+        /// no entry.
         #[test]
-        fn under_its_share_a_tenant_takes_a_free_slot(
-            ops in proptest::collection::vec((0u8..3, 0u8..4), 0..64),
+        fn slots_are_never_lost_nor_left_free_while_a_device_waits(
+            ops in proptest::collection::vec((0u8..3, 0u8..3), 0..80),
         ) {
-            let (count, share) = (4, tenant_share(4));
+            let count = 4;
             let names = ["", "a", "b"];
-            let mut h = Held::new(count);
+            let mut h: Held<()> = Held::new(count);
+            let mut seq = 0u64;
             for (t, op) in ops {
                 let t = names[t as usize];
                 match op {
-                    0 if h.may_take(t, share) => h.take(t),
-                    1 if h.by.get(t).is_some_and(|c| c.0 > 0) => h.give_back(t),
-                    2 => h.wait(t),
-                    3 if h.waiting(t) > 0 => h.stop_waiting(t),
+                    0 => {
+                        if !h.try_take(t) {
+                            seq += 1;
+                            let _ = h.enqueue(t, seq, ());
+                        }
+                    }
+                    1 if h.by.get(t).is_some_and(|x| x.held > 0) => {
+                        h.give_back(t);
+                    }
+                    2 => {
+                        let first = h.by.get(t).and_then(|x| x.waiting.front().map(|w| w.0));
+                        if let Some(s) = first {
+                            prop_assert!(h.leave(t, s));
+                        }
+                    }
                     _ => {}
                 }
-                let held: usize = h.by.values().map(|c| c.0).sum();
+                let held: usize = h.by.values().map(|x| x.held).sum();
                 prop_assert_eq!(held + h.free, count);
-                for t in names {
-                    let mine = h.by.get(t).map_or(0, |c| c.0);
-                    if h.free > 0 && mine < share {
-                        prop_assert!(h.may_take(t, share));
-                    }
-                }
+                let waiting: usize = h.by.values().map(|x| x.waiting.len()).sum();
+                prop_assert!(h.free == 0 || waiting == 0);
+                prop_assert!(h.by.values().all(|x| x.held > 0 || !x.waiting.is_empty()));
             }
         }
     }
 
     #[tokio::test]
-    async fn a_waiting_device_gets_a_slot_given_back_and_queues_are_apart() {
-        let s = Slots::new(4);
+    async fn a_waiting_device_is_handed_the_slot_and_one_that_gives_up_loses_none() {
+        let s = Slots::new(2);
         let wait = Duration::from_millis(50);
-        let mut bulk = Vec::new();
-        for _ in 0..4 {
-            bulk.push(s.take(Some("bulk"), wait).await.unwrap());
-        }
-        assert!(s.take(Some("quiet"), wait).await.is_err(), "none free");
-        // quiet waits, and has the slot bulk gives back.
+        let a = s.take(Some("bulk"), wait).await.unwrap();
+        let b = s.take(Some("bulk"), wait).await.unwrap();
+        // One gives up: nothing is lost.
+        assert_eq!(s.take(Some("quiet"), wait).await.err(), Some(NoSlot));
+        // One waits, and has the slot given back.
         let quiet = s.take(Some("quiet"), Duration::from_secs(5));
         let give_back = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            bulk.pop();
+            drop(a);
         };
         let (quiet, ()) = tokio::join!(quiet, give_back);
-        let quiet = quiet.expect("quiet had the slot given back");
-        // bulk's queue full does not make quiet's next device busy, only bulk's.
-        s.lock().entry("bulk").1 = MAX_WAITING;
-        assert_eq!(s.take(Some("bulk"), wait).await.err(), Some(NoSlot));
-        drop(quiet);
-        assert!(s.take(Some("quiet"), wait).await.is_ok());
-        s.lock().entry("bulk").1 = 0;
-        drop(bulk);
-        assert_eq!(s.lock().free, 4);
+        let quiet = quiet.expect("handed the slot given back");
+        // A waiting request dropped midway (its client went away) loses no slot.
+        let gone = s.take(Some("bulk"), Duration::from_secs(5));
+        let _ = tokio::time::timeout(Duration::from_millis(10), gone).await;
+        drop((quiet, b));
+        assert_eq!(s.lock().free, 2);
+        assert!(s.lock().by.is_empty());
     }
 }
