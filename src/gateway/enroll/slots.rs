@@ -291,11 +291,9 @@ mod tests {
             for (t, op) in ops {
                 let t = names[t as usize];
                 match op {
-                    0 => {
-                        if !h.try_take(t) {
-                            seq += 1;
-                            let _ = h.enqueue(t, seq, ());
-                        }
+                    0 if !h.try_take(t) => {
+                        seq += 1;
+                        let _ = h.enqueue(t, seq, ());
                     }
                     1 if h.by.get(t).is_some_and(|x| x.held > 0) => {
                         h.give_back(t);
