@@ -325,18 +325,7 @@ impl Enrollment<'_> {
             .slot(tenant.as_deref())
             .await
             .map_err(|t| throttled(gw, "enroll", t))?;
-        // The addresses of this node id (one per tenant at most) heard from recently.
-        let addresses: Vec<String> = gw
-            .trust()
-            .with_node_id(&node.node_id)
-            .map(|p| p.address())
-            .collect();
-        let mut online = Vec::new();
-        for a in addresses {
-            if gw.reachable(&a).await {
-                online.push(a);
-            }
-        }
+        let online = self.online_as(&node.node_id).await;
         let token_id = token.claims.id.clone();
         let decide = move |f: &Facts<'_>| decide(f, &token_id, &seen);
         let decision = gw
@@ -360,6 +349,23 @@ impl Enrollment<'_> {
             crate::fleet::tenant::tenant_of(&record.node_id),
         );
         Ok(answer(gw, &record))
+    }
+
+    /// The addresses of this node id (one per tenant at most) heard from recently.
+    async fn online_as(&self, node_id: &str) -> Vec<String> {
+        let addresses: Vec<String> = self
+            .gw
+            .trust()
+            .with_node_id(node_id)
+            .map(|p| p.address())
+            .collect();
+        let mut online = Vec::new();
+        for a in addresses {
+            if self.gw.reachable(&a).await {
+                online.push(a);
+            }
+        }
+        online
     }
 
     /// A decision refused the enrollment: a token that can never enroll again is
