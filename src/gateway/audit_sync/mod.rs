@@ -72,6 +72,27 @@ async fn load_frontier(gw: &Gateway, node: &str) -> Result<Frontier, GatewayErro
     Ok(f)
 }
 
+/// Entries a replica reads one by one to catch its frontier up; further behind, it
+/// reads the whole copy.
+const CATCH_UP_MAX: u64 = 64;
+
+/// `f` extended by the entries from its size up to `size`; `None` when one of them is
+/// not there (the copy changed under it: read it whole).
+async fn catch_up(
+    gw: &Gateway,
+    node: &str,
+    mut f: Frontier,
+    size: u64,
+) -> Result<Option<Frontier>, GatewayError> {
+    for i in f.size()..size {
+        match gw.state.audit_entry(node, i).await? {
+            Some(v) => f.push(leaf_hash(&v)),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(f))
+}
+
 /// Entries an upload resends below the confirmed size (after a lost answer), as
 /// stored, so the pure check can compare them.
 async fn resent_prefix(
@@ -178,9 +199,18 @@ impl AuditSync<'_> {
         node: &str,
     ) -> Result<Frontier, GatewayError> {
         let gw = self.gw;
-        if let Some(f) = frontiers.get(node) {
-            if !self.frontiers.shared() || gw.state.audit_size(node).await? == f.size() {
+        if let Some(f) = frontiers.get_mut(node) {
+            if !self.frontiers.shared() {
                 return Ok(f.clone());
+            }
+            // Another replica extended the copy: the entries it added, not all of them
+            // again (the gateway's own log grows by one entry per enrollment).
+            let size = gw.state.audit_size(node).await?;
+            if size >= f.size() && size - f.size() <= CATCH_UP_MAX {
+                if let Some(caught_up) = catch_up(gw, node, f.clone(), size).await? {
+                    *f = caught_up;
+                    return Ok(f.clone());
+                }
             }
         }
         let f = load_frontier(gw, node).await?;

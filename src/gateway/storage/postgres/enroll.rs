@@ -106,11 +106,13 @@ async fn trust_node(
     )
     .await
     .map_err(unavailable)?;
-    notify_trust(tx).await
+    notify_trust(tx, address).await
 }
 
-pub(super) async fn notify_trust(tx: &Transaction<'_>) -> Result<(), StateError> {
-    tx.execute("SELECT pg_notify($1, '')", &[&listen::CH_TRUST])
+/// Tell every replica the peer at `address` changed: each reads that one row again (a
+/// `NOTIFY` with no address has them read every peer).
+pub(super) async fn notify_trust(tx: &Transaction<'_>, address: &str) -> Result<(), StateError> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&listen::CH_TRUST, &address])
         .await
         .map_err(unavailable)?;
     Ok(())
@@ -292,7 +294,7 @@ impl Postgres {
         tx.execute("DELETE FROM peers WHERE node_id = $1", &[&node_id])
             .await
             .map_err(unavailable)?;
-        notify_trust(&tx).await?;
+        notify_trust(&tx, node_id).await?;
         let keep = i(now_ms.saturating_add(STATUS_KEEP_MS));
         let rows = tx
             .query(

@@ -114,7 +114,7 @@ async fn listen_once(
     shutdown: &CancellationToken,
     resync: bool,
 ) -> Result<(), String> {
-    let (trust_tx, mut trust_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (trust_tx, mut trust_rx) = tokio::sync::mpsc::unbounded_channel::<Option<String>>();
     let me = Arc::clone(pg);
     let client = pg
         .pool
@@ -156,8 +156,12 @@ async fn listen_once(
                     tracing::warn!(event = "trust_refresh_failed", error = %e);
                 }
             }
-            Some(()) = trust_rx.recv() => {
-                if let Err(e) = pg.refresh_trust().await {
+            Some(first) = trust_rx.recv() => {
+                let changed = trust_changes(first, &mut trust_rx);
+                if let Err(e) = match changed {
+                    Some(addresses) => pg.refresh_peers_now(&addresses).await,
+                    None => pg.refresh_trust().await,
+                } {
                     tracing::warn!(event = "trust_refresh_failed", error = %e);
                 }
             }
@@ -165,11 +169,39 @@ async fn listen_once(
     }
 }
 
+/// Every trust `NOTIFY` waiting, from `first`: the addresses they named, or `None` when
+/// one named none (every peer is read again). A burst of enrollments is read in a few
+/// batches, not one read per enrollment.
+fn trust_changes(
+    first: Option<String>,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Option<String>>,
+) -> Option<Vec<String>> {
+    let mut all = std::collections::BTreeSet::new();
+    let mut next = Some(first);
+    let mut whole = false;
+    while let Some(n) = next {
+        match n {
+            Some(a) => {
+                all.insert(a);
+            }
+            None => whole = true,
+        }
+        if all.len() >= TRUST_BATCH {
+            break;
+        }
+        next = rx.try_recv().ok();
+    }
+    (!whole).then(|| all.into_iter().collect())
+}
+
+/// Addresses read again in one query at most.
+const TRUST_BATCH: usize = 512;
+
 /// One `NOTIFY` received: a notice for the gateway, an announcement of events, a token
-/// id for the revocation list, or a nudge to re-read the trust store (`trust`).
+/// id for the revocation list, or the address of a peer to read again (`trust`; none: every peer).
 fn notified(
     pg: &Postgres,
-    trust: &tokio::sync::mpsc::UnboundedSender<()>,
+    trust: &tokio::sync::mpsc::UnboundedSender<Option<String>>,
     channel: &str,
     payload: &str,
 ) {
@@ -198,7 +230,7 @@ fn notified(
                 .insert(payload.to_string());
         }
         CH_TRUST => {
-            let _ = trust.send(());
+            let _ = trust.send((!payload.is_empty()).then(|| payload.to_string()));
         }
         _ => {}
     }
@@ -222,5 +254,33 @@ mod tests {
         );
         assert_eq!(pulled("x/node"), None);
         assert_eq!(pulled("node"), None);
+    }
+
+    #[test]
+    fn waiting_trust_notices_are_read_as_one_batch_or_as_every_peer() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for a in ["node:b", "node:a", "node:b"] {
+            tx.send(Some(a.to_string())).unwrap();
+        }
+        assert_eq!(
+            trust_changes(Some("node:c".into()), &mut rx),
+            Some(vec!["node:a".into(), "node:b".into(), "node:c".into()])
+        );
+        tx.send(Some("node:a".into())).unwrap();
+        tx.send(None).unwrap();
+        tx.send(Some("node:d".into())).unwrap();
+        assert_eq!(trust_changes(Some("node:c".into()), &mut rx), None);
+        assert!(rx.try_recv().is_err(), "all read");
+        for n in 0..TRUST_BATCH + 3 {
+            tx.send(Some(format!("node:{n}"))).unwrap();
+        }
+        let first = trust_changes(rx.try_recv().unwrap(), &mut rx).unwrap();
+        assert_eq!(first.len(), TRUST_BATCH);
+        assert_eq!(
+            trust_changes(rx.try_recv().unwrap(), &mut rx)
+                .unwrap()
+                .len(),
+            3
+        );
     }
 }

@@ -48,6 +48,7 @@ mod settle;
 mod status;
 mod tenants;
 mod tls;
+mod trust_copy;
 
 use std::sync::{Arc, RwLock};
 
@@ -83,8 +84,9 @@ pub struct Postgres {
     /// synchronously, on every call).
     revoked: RwLock<peers::Revocations>,
     /// The trust store as last read (refreshed on `NOTIFY`, by the listener's tick and
-    /// by [`Postgres::refresh_peer_now`]), with a version that moves on every change.
-    trust: RwLock<Option<(u64, TrustStore)>>,
+    /// by [`Postgres::refresh_peer_now`]), with a version that moves on every change
+    /// and the peers each version changed.
+    trust: RwLock<Option<trust_copy::TrustCopy>>,
     /// Bounds [`Postgres::refresh_peer_now`].
     peer_lookups: tokio::sync::Semaphore,
     notices: broadcast::Sender<Notice>,
@@ -400,7 +402,7 @@ impl GatewayState for Postgres {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map(|(_, t)| t.clone())
+            .map(|c| c.peers().clone())
             .ok_or_else(|| StateError::Unavailable("trust store not loaded yet".into()))
     }
 
@@ -409,8 +411,7 @@ impl GatewayState for Postgres {
         known: Option<u64>,
     ) -> Result<Option<(u64, TrustUpdate)>, StateError> {
         match &*self.trust.read().unwrap_or_else(|p| p.into_inner()) {
-            Some((v, _)) if Some(*v) == known => Ok(None),
-            Some((v, t)) => Ok(Some((*v, TrustUpdate::Full(t.clone())))),
+            Some(copy) => Ok(copy.since(known)),
             None => Err(StateError::Unavailable("trust store not loaded yet".into())),
         }
     }

@@ -4,6 +4,7 @@
 //! requests.
 
 use super::super::{GatewayState, RevocationList, Revoked, StateError, TrustEdit};
+use super::trust_copy::TrustCopy;
 use super::{i, listen, u, unavailable, Postgres};
 use crate::audit::AuditRecord;
 use crate::envelope::{Peer, Rights, TrustStore};
@@ -52,19 +53,49 @@ impl Postgres {
         for r in rows {
             t.insert(peer_row(&r)?);
         }
-        self.replace_trust(|copy| *copy = t);
+        let mut g = self.trust.write().unwrap_or_else(|p| p.into_inner());
+        match &mut *g {
+            Some(copy) => copy.replace(t),
+            None => *g = Some(TrustCopy::new(t)),
+        }
         Ok(())
     }
 
-    /// Edit the replica's copy of the peers; its version moves when the edit changed it.
-    fn replace_trust(&self, edit: impl FnOnce(&mut TrustStore)) {
+    /// Put what the database has at some addresses into the replica's copy: `held` are
+    /// the addresses of the copy the read covered (those not `found` are gone).
+    fn put_peers(&self, held: impl FnOnce(&TrustStore) -> Vec<String>, found: Vec<Peer>) {
         let mut g = self.trust.write().unwrap_or_else(|p| p.into_inner());
-        let (version, copy) = g.get_or_insert_with(|| (0, TrustStore::new()));
-        let before = copy.clone();
-        edit(copy);
-        if *version == 0 || *copy != before {
-            *version += 1;
+        // Not read whole yet: the first full read (at open) brings these too.
+        if let Some(copy) = &mut *g {
+            let held = held(copy.peers());
+            copy.put(held, found);
         }
+    }
+
+    /// The peers at `addresses` read again (another replica's `NOTIFY` named them):
+    /// one indexed read for the lot.
+    pub(super) async fn refresh_peers_now(&self, addresses: &[String]) -> Result<(), StateError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "SELECT document, may_send, may_issue, rotation, node_id FROM peers
+                 WHERE node_id = ANY($1)",
+                &[&addresses],
+            )
+            .await
+            .map_err(unavailable)?;
+        let found = rows.iter().map(peer_row).collect::<Result<Vec<_>, _>>()?;
+        self.put_peers(
+            |copy| {
+                addresses
+                    .iter()
+                    .filter(|a| copy.get(a).is_some())
+                    .cloned()
+                    .collect()
+            },
+            found,
+        );
+        Ok(())
     }
 
     /// Read `node_id`'s enrolment from the database into the replica's copy: a lookup
@@ -97,23 +128,16 @@ impl Postgres {
         }
         .map_err(unavailable)?;
         let found = rows.iter().map(peer_row).collect::<Result<Vec<_>, _>>()?;
-        self.replace_trust(|copy| {
-            let held: Vec<String> = if node_id.contains('@') {
-                copy.get(node_id).map(|p| p.address()).into_iter().collect()
-            } else {
-                copy.with_node_id(node_id).map(|p| p.address()).collect()
-            };
-            for a in held {
-                if !found.iter().any(|p| p.address() == a) {
-                    copy.remove(&a);
+        self.put_peers(
+            |copy| {
+                if node_id.contains('@') {
+                    copy.get(node_id).map(|p| p.address()).into_iter().collect()
+                } else {
+                    copy.with_node_id(node_id).map(|p| p.address()).collect()
                 }
-            }
-            for peer in found {
-                if copy.get(&peer.address()) != Some(&peer) {
-                    copy.insert(peer);
-                }
-            }
-        });
+            },
+            found,
+        );
         Ok(())
     }
 

@@ -53,7 +53,7 @@ impl Postgres {
             put_record(&tx, &r).await?;
         }
         own_audit::pend(&tx, now_ms, audit).await?;
-        notify_trust(&tx).await?;
+        notify_trust(&tx, node_id).await?;
         tx.commit().await.map_err(unavailable)?;
         // The refresh takes a connection of its own: holding this one while it waits
         // would let a burst of enrollments take the whole pool and wait for itself.
@@ -95,7 +95,7 @@ impl Postgres {
         .await
         .map_err(unavailable)?;
         own_audit::pend(&tx, now_ms, audit).await?;
-        notify_trust(&tx).await?;
+        notify_trust(&tx, node_id).await?;
         tx.commit().await.map_err(unavailable)?;
         // The refresh takes a connection of its own (see rotate_node_now).
         drop(c);
