@@ -103,10 +103,12 @@ impl TrustCopy {
         match known {
             Some(k) if k == self.version => None,
             Some(k) if k >= self.complete_after && k < self.version => {
+                // The log is in version order: only its tail is read.
                 let ids: BTreeSet<&str> = self
                     .log
                     .iter()
-                    .filter(|(v, _)| *v > k)
+                    .rev()
+                    .take_while(|(v, _)| *v > k)
                     .map(|(_, a)| a.as_str())
                     .collect();
                 let changes = ids
